@@ -1,0 +1,44 @@
+# The README's two set-up commands: `make demo` and `make test`. Both create or reuse
+# .venv and install what they need. torch comes from constraints.txt (torch==2.13.0,
+# a CPU build on these machines); no install step may pull CUDA wheels.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= dev,torch,tensorboard,dm-env,plot
+STAMP := $(VENV)/.rlarrow-installed
+PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+PYTEST_ARGS ?=
+DEMO_DIR ?= demo-output
+
+.PHONY: demo test test-slow test-all lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e '.[$(EXTRAS)]'
+	@touch $@
+
+install: $(STAMP)
+
+## Run the main job on generated data and show what it made.
+demo: $(STAMP)
+	$(BIN)/python -m rlarrow.demo $(DEMO_DIR)
+
+## The test suite without the slow tests (kill loops, large data): a few minutes.
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check rlarrow tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -1,0 +1,3 @@
+from rlarrow.cli import main
+
+main()

@@ -1,0 +1,133 @@
+"""The ``rlarrow`` command line.
+
+Examples (from a shell)::
+
+    rlarrow info runs.rlarrow            # tables, rows, runs, versions, size on disk
+    rlarrow info runs.rlarrow --json     # the same as JSON
+    rlarrow compact runs.rlarrow         # merge small files
+    rlarrow migrate runs.rlarrow         # upgrade a store written by an older rlarrow
+    rlarrow --version
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from rlarrow._version import __version__
+from rlarrow.errors import RLArrowError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _friendly_errors(fn: F) -> F:
+    """Turn rlarrow errors into a one-line message and exit status 1, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RLArrowError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="rlarrow")
+def cli() -> None:
+    """rlarrow: RL runs as one queryable, streamable Arrow/Parquet dataset."""
+
+
+@cli.command()
+@click.argument("store", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--runs", "max_runs", default=20, show_default=True,
+              help="List at most this many runs (0: all).")
+@_friendly_errors
+def info(store: str, as_json: bool, max_runs: int) -> None:
+    """Show a store's tables, row counts, runs, schema versions and size on disk."""
+    from rlarrow.store import Store
+
+    summary = Store.open(store, readonly=True).info()
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+        return
+    click.echo(f"store    {summary.path}")
+    click.echo(f"format   {summary.format_version} (written by {summary.writer}, "
+               f"created {summary.created_at})")
+    click.echo(f"on disk  {_human(summary.bytes_on_disk)}")
+    click.echo("")
+    click.echo(f"{'table':<10} {'rows':>12} {'files':>6} {'size':>10}  schema")
+    for name, t in summary.tables.items():
+        click.echo(f"{name:<10} {t.rows:>12,} {t.files:>6} {_human(t.bytes):>10}  v{t.schema_version}")
+    tensor_lines = []
+    for name, t in summary.tables.items():
+        if t.schema is None:
+            continue
+        from rlarrow import schema as _schema
+
+        declared = {c.name for c in _schema.table(name).columns if not c.is_tensor}
+        for field in t.schema:
+            if field.name not in declared:
+                tensor_lines.append(f"  {name}.{field.name}: {field.type}")
+    if tensor_lines:
+        click.echo("")
+        click.echo("tensor columns")
+        for line in tensor_lines:
+            click.echo(line)
+    click.echo("")
+    runs = summary.runs
+    click.echo(f"runs ({len(runs)})")
+    shown = runs if max_runs == 0 else runs[:max_runs]
+    for r in shown:
+        label = f"  {r['name']}" if r.get("name") else ""
+        click.echo(f"  {r['run_id']}  {r['source']:<18} {r['created_at']}{label}")
+    if len(shown) < len(runs):
+        click.echo(f"  ... {len(runs) - len(shown)} more (--runs 0 lists all)")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Only say what would be migrated.")
+@_friendly_errors
+def migrate(store: str, dry_run: bool) -> None:
+    """Upgrade a store written by an older rlarrow to the current format, in place."""
+    from rlarrow.migrations import migrate as run_migrate
+
+    for line in run_migrate(store, dry_run=dry_run):
+        click.echo(("would migrate " if dry_run and not line.startswith("nothing") else "") + line)
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
+@_friendly_errors
+def compact(store: str, tables: tuple[str, ...]) -> None:
+    """Merge a store's small Parquet files into larger ones."""
+    from rlarrow.store import Store
+
+    with Store.open(store) as s:
+        changed = s.compact(list(tables) or None)
+    if not changed:
+        click.echo("nothing to compact")
+    for name, (before, after) in changed.items():
+        click.echo(f"{name}: {before} -> {after} files")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rlarrow`` command."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="rlarrow")

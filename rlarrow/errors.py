@@ -1,0 +1,144 @@
+"""Errors and warnings raised by rlarrow.
+
+Every error rlarrow raises on purpose derives from :class:`RLArrowError`, so one
+``except rlarrow.RLArrowError`` catches them all::
+
+    RLArrowError
+    ├── SchemaMismatchError      data does not fit a table's schema (all problems listed)
+    ├── InvalidInputError        an input file or directory cannot be used
+    │   ├── UnsupportedInputError    not a format rlarrow reads (or not an rlarrow file)
+    │   └── CorruptFileError         truncated or damaged file (names file and offset/row)
+    ├── FormatVersionError       written by an incompatible rlarrow format version
+    ├── StoreError               store missing, already present, or in a state rlarrow refuses
+    └── MissingDependencyError   an optional extra is not installed (also a ModuleNotFoundError)
+
+    RLArrowWarning
+    ├── FormatVersionWarning     written by a newer minor format version
+    └── AssumptionWarning        an importer had to assume something the input does not say
+
+Errors from pyarrow, DuckDB and the file system are translated at the boundary
+(``raise ... from exc``) and carry the path of the file involved.
+
+Example:
+    >>> import rlarrow
+    >>> try:
+    ...     rlarrow.Store.open("no/such/store")
+    ... except rlarrow.StoreError as exc:
+    ...     print(type(exc).__name__)
+    StoreError
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "AssumptionWarning",
+    "CorruptFileError",
+    "FormatVersionError",
+    "FormatVersionWarning",
+    "InvalidInputError",
+    "MissingDependencyError",
+    "RLArrowError",
+    "RLArrowWarning",
+    "SchemaMismatchError",
+    "StoreError",
+    "UnsupportedInputError",
+]
+
+
+class RLArrowError(Exception):
+    """Base class of every error rlarrow raises on purpose."""
+
+
+class SchemaMismatchError(RLArrowError, ValueError):
+    """Data does not match a table's schema.
+
+    Attributes:
+        table: the table the data was meant for.
+        problems: every problem found, one line each.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        problems: list[str],
+        *,
+        expected: object = None,
+        got: object = None,
+    ) -> None:
+        self.table = table
+        self.problems = list(problems)
+        self.expected = expected
+        self.got = got
+        lines = [f"data for table {table!r} does not match its schema ({len(problems)} problem(s)):"]
+        lines += [f"  - {p}" for p in problems]
+        if expected is not None:
+            lines += ["expected schema:", _indent(str(expected))]
+        if got is not None:
+            lines += ["got schema:", _indent(str(got))]
+        super().__init__("\n".join(lines))
+
+
+class InvalidInputError(RLArrowError, ValueError):
+    """An input file or directory cannot be used.
+
+    Attributes:
+        path: the file or directory at fault.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, message: str) -> None:
+        self.path = None if path is None else os.fspath(path)
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class UnsupportedInputError(InvalidInputError):
+    """The input is not in a format rlarrow reads, or not an rlarrow file."""
+
+
+class CorruptFileError(InvalidInputError):
+    """The input is truncated or damaged.
+
+    Attributes:
+        offset: byte offset of the damage, when known.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        message: str,
+        *,
+        offset: int | None = None,
+    ) -> None:
+        self.offset = offset
+        if offset is not None:
+            message = f"at byte {offset}: {message}"
+        super().__init__(path, message)
+
+
+class FormatVersionError(RLArrowError):
+    """A store or file was written with a format version this rlarrow cannot read as is."""
+
+
+class StoreError(RLArrowError):
+    """A store is missing, already exists, or is in a state rlarrow refuses to touch."""
+
+
+class MissingDependencyError(RLArrowError, ModuleNotFoundError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+
+class RLArrowWarning(UserWarning):
+    """Base class of rlarrow's warnings."""
+
+
+class FormatVersionWarning(RLArrowWarning):
+    """A store or file was written by a newer minor format version than this rlarrow knows."""
+
+
+class AssumptionWarning(RLArrowWarning):
+    """An importer assumed something its input does not say (the message says what)."""
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())

@@ -1,0 +1,1 @@
+"""Importers and exporters, one module per format (added by the format issues)."""

@@ -1,0 +1,1136 @@
+"""The store: a directory of Parquet tables any engine can read without rlarrow.
+
+Layout (``docs/format.md`` is the full description)::
+
+    STORE/
+      _rlarrow_store.json     manifest: format version, tables, files, row counts
+      .rlarrow.lock           lock taken while the manifest changes
+      runs/part-*.parquet
+      episodes/part-*.parquet
+      steps/part-*.parquet
+      scalars/part-*.parquet
+      memory/part-*.parquet
+
+Commits are atomic: a file is written under a hidden temporary name, synced, renamed
+to ``part-*.parquet`` and only then listed in the manifest, which is itself replaced
+atomically. A process killed at any moment leaves every earlier commit readable; an
+unfinished temporary file is removed by the next writer. Many small writes do not make
+many small files: :class:`TableWriter` buffers rows into row groups, and
+:meth:`Store.compact` (run automatically past a threshold) merges small files.
+
+Example:
+    >>> import numpy as np, rlarrow, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "demo.rlarrow")
+    >>> with rlarrow.Store.create(path) as store:
+    ...     run = store.add_run(source="user", metadata={"seed": 1})
+    ...     _ = store.append("scalars", {"run_id": run, "scope": "train", "tag": "loss",
+    ...                                  "step": np.arange(3), "value": [1.0, 0.5, 0.25]})
+    ...     store.row_count("scalars")
+    3
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import secrets
+import socket
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlarrow import schema as _schema
+from rlarrow._version import __version__
+from rlarrow.errors import (
+    CorruptFileError,
+    FormatVersionError,
+    FormatVersionWarning,
+    RLArrowError,
+    SchemaMismatchError,
+    StoreError,
+)
+
+try:  # POSIX advisory locks; without them (Windows) one writer at a time is assumed.
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["MANIFEST_NAME", "CommitInfo", "Store", "StoreInfo", "TableWriter"]
+
+MANIFEST_NAME = "_rlarrow_store.json"
+LOCK_NAME = ".rlarrow.lock"
+_TMP_PREFIX = ".tmp-"
+_TMP_SUFFIX = ".parquet.partial"
+_HOST = socket.gethostname().replace("-", "_")[:32] or "host"
+
+#: Default sizes: row groups of ~64 MiB in memory, files up to ~1 GiB.
+ROW_GROUP_BYTES = 64 << 20
+FILE_BYTES = 1 << 30
+#: Auto-compaction starts when a table has more small files than this.
+AUTO_COMPACT_FILES = 64
+_COMPRESSION = "zstd"
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _new_file_name() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    return f"part-{stamp}-{secrets.token_hex(4)}.parquet"
+
+
+def _tmp_name(final_name: str) -> str:
+    return f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-{final_name[:-len('.parquet')]}{_TMP_SUFFIX}"
+
+
+def _tmp_owner_alive(name: str) -> bool:
+    """Whether the process that owns a temporary file may still be writing it."""
+    try:
+        host, pid_text = name[len(_TMP_PREFIX):].split("-", 2)[:2]
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if host != _HOST:
+        return True  # another machine's writer: never touch it
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def _decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _without_metadata(schema: pa.Schema) -> pa.Schema:
+    return schema.remove_metadata()
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What one commit added: the table, the file (relative to the store) and its rows."""
+
+    table: str
+    file: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """Summary of one table of a store."""
+
+    name: str
+    rows: int
+    files: int
+    bytes: int
+    schema_version: str
+    schema: pa.Schema | None
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """Summary of a store, as ``rlarrow info`` prints it."""
+
+    path: str
+    format_version: str
+    writer: str
+    created_at: str
+    tables: dict[str, TableInfo]
+    runs: list[dict[str, Any]]
+    bytes_on_disk: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the summary."""
+        return {
+            "path": self.path,
+            "format_version": self.format_version,
+            "writer": self.writer,
+            "created_at": self.created_at,
+            "bytes_on_disk": self.bytes_on_disk,
+            "tables": {
+                name: {
+                    "rows": t.rows,
+                    "files": t.files,
+                    "bytes": t.bytes,
+                    "schema_version": t.schema_version,
+                    "columns": None if t.schema is None else {f.name: str(f.type) for f in t.schema},
+                }
+                for name, t in self.tables.items()
+            },
+            "runs": self.runs,
+        }
+
+
+def _empty_manifest() -> dict[str, Any]:
+    return {
+        "format": "rlarrow-store",
+        "format_version": _schema.format_version(_schema.FORMAT_VERSION),
+        "writer": f"rlarrow {__version__}",
+        "created_at": _now_iso(),
+        "updated_at": _now_iso(),
+        "tables": {
+            name: {
+                "schema_version": _schema.format_version(_schema.table(name).version),
+                "schema": None,
+                "rows": 0,
+                "files": [],
+            }
+            for name in _schema.TABLE_NAMES
+        },
+        "retired": [],
+        "pending": None,
+    }
+
+
+class Store:
+    """A directory of Parquet tables (runs, episodes, steps, scalars, memory).
+
+    Create one with :meth:`Store.create`, open one with :meth:`Store.open`. A store is a
+    context manager; leaving it closes open writers (committing what they buffered).
+
+    Args:
+        path: the store directory.
+        readonly: never write (no recovery, no lock file); for shared or read-only media.
+        auto_compact: compact a table after a commit once it has more than this many
+            small files (None: only when :meth:`compact` is called).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+        _check_versions: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.auto_compact = auto_compact
+        self._writers: list[TableWriter] = []
+        self._lock_depth = 0
+        self._lock_fd: int | None = None
+        manifest_path = self.path / MANIFEST_NAME
+        if not manifest_path.is_file():
+            if not self.path.exists():
+                raise StoreError(f"{self.path}: no such store; create it with "
+                                 f"rlarrow.Store.create({os.fspath(path)!r})")
+            raise StoreError(f"{self.path}: not an rlarrow store (no {MANIFEST_NAME}); create "
+                             "one with rlarrow.Store.create(path)")
+        self._manifest = self._read_manifest()
+        if _check_versions:
+            self._check_versions(self._manifest)
+        if readonly:
+            self._manifest = self._effective(self._manifest)
+        else:
+            with self._locked():
+                self._manifest = self._recover(self._read_manifest())
+
+    # ---------------------------------------------------------------- creation / opening
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        exist_ok: bool = False,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+    ) -> Store:
+        """Create a new, empty store at ``path`` (its parent directories too).
+
+        Args:
+            exist_ok: open the store instead of failing when one is already there.
+
+        Raises:
+            StoreError: ``path`` holds a store (and not ``exist_ok``) or other files.
+        """
+        p = Path(path)
+        if (p / MANIFEST_NAME).exists():
+            if exist_ok:
+                return cls(p, auto_compact=auto_compact)
+            raise StoreError(f"{p}: a store already exists here; open it with "
+                             "rlarrow.Store.open(path) or pass exist_ok=True")
+        if p.exists() and (not p.is_dir() or any(p.iterdir())):
+            raise StoreError(f"{p}: exists and is not an empty directory; choose a new path")
+        p.mkdir(parents=True, exist_ok=True)
+        for name in _schema.TABLE_NAMES:
+            (p / name).mkdir(exist_ok=True)
+        (p / LOCK_NAME).touch()
+        cls._write_manifest_at(p, _empty_manifest())
+        return cls(p, auto_compact=auto_compact)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        create: bool = False,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+    ) -> Store:
+        """Open an existing store (or create it with ``create=True``).
+
+        Raises:
+            StoreError: no store at ``path``.
+            FormatVersionError: written by an older major format (run ``rlarrow migrate``)
+                or a newer one (upgrade rlarrow).
+        """
+        if create and not (Path(path) / MANIFEST_NAME).exists():
+            return cls.create(path, auto_compact=auto_compact)
+        return cls(path, readonly=readonly, auto_compact=auto_compact)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close open writers, committing what they buffered."""
+        writers, self._writers = self._writers, []
+        errors = []
+        for writer in writers:
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - close every writer, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        m = self._manifest
+        counts = ", ".join(f"{n}={t['rows']}" for n, t in m["tables"].items() if t["rows"])
+        return f"Store({os.fspath(self.path)!r}, format {m['format_version']}, {counts or 'empty'})"
+
+    # ---------------------------------------------------------------- manifest
+
+    def _read_manifest(self) -> dict[str, Any]:
+        path = self.path / MANIFEST_NAME
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
+        try:
+            manifest = json.loads(text)
+            if manifest.get("format") != "rlarrow-store" or "tables" not in manifest:
+                raise ValueError("missing 'format' or 'tables'")
+        except (ValueError, AttributeError) as exc:
+            raise CorruptFileError(path, f"damaged store manifest ({exc}); restore it from a "
+                                   "backup or re-import the data") from exc
+        return manifest  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _write_manifest_at(root: Path, manifest: dict[str, Any]) -> None:
+        manifest["updated_at"] = _now_iso()
+        tmp = root / f".{MANIFEST_NAME}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+        data = json.dumps(manifest, indent=1, sort_keys=False).encode("utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, root / MANIFEST_NAME)
+        _fsync_dir(root)
+
+    def _write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._write_manifest_at(self.path, manifest)
+        self._manifest = manifest
+
+    def _check_versions(self, manifest: dict[str, Any]) -> None:
+        fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
+        want = _schema.FORMAT_VERSION
+        self._check_one_version(f"store format {_schema.format_version(fmt)}", fmt, want)
+        for name, entry in manifest["tables"].items():
+            try:
+                current = _schema.table(name).version
+            except KeyError:
+                continue  # a table of a newer minor format: the format check warned
+            got = _schema.parse_version(entry.get("schema_version", "0.0"))
+            self._check_one_version(f"table {name!r} schema {_schema.format_version(got)}",
+                                    got, current)
+
+    def _check_one_version(self, what: str, got: tuple[int, int], want: tuple[int, int]) -> None:
+        if got[0] < want[0]:
+            raise FormatVersionError(
+                f"{self.path}: {what} was written by an older rlarrow (this rlarrow {__version__} "
+                f"reads {_schema.format_version(want)}); upgrade the store in place with: "
+                f"rlarrow migrate {os.fspath(self.path)}"
+            )
+        if got[0] > want[0]:
+            raise FormatVersionError(
+                f"{self.path}: {what} is newer than this rlarrow {__version__} understands "
+                f"({_schema.format_version(want)}); upgrade with: pip install -U rlarrow"
+            )
+        if got[1] > want[1]:
+            warnings.warn(
+                f"{self.path}: {what} is a newer minor version than this rlarrow {__version__} "
+                f"knows ({_schema.format_version(want)}); columns it added are kept but not "
+                "interpreted. Upgrade with: pip install -U rlarrow",
+                FormatVersionWarning,
+                stacklevel=4,
+            )
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only")
+        if self._lock_depth == 0 and fcntl is not None:
+            fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fd is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def refresh(self) -> None:
+        """Re-read the manifest to see commits made by other writers."""
+        self._manifest = self._effective(self._read_manifest())
+
+    # ---------------------------------------------------------------- recovery
+
+    def _scan_orphans(self, manifest: dict[str, Any]) -> dict[str, list[str]]:
+        """Committed-looking files the manifest does not list, per table."""
+        retired = set(manifest.get("retired", []))
+        pending = manifest.get("pending") or {}
+        pending_new = {f"{pending.get('table')}/{n}" for n in pending.get("new", [])}
+        found: dict[str, list[str]] = {}
+        for name, entry in manifest["tables"].items():
+            listed = {f["name"] for f in entry["files"]}
+            directory = self.path / name
+            if not directory.is_dir():
+                continue
+            for p in sorted(directory.glob("part-*.parquet")):
+                rel = f"{name}/{p.name}"
+                if p.name not in listed and rel not in retired and rel not in pending_new:
+                    found.setdefault(name, []).append(p.name)
+        return found
+
+    def _adopt(self, manifest: dict[str, Any], table: str, name: str) -> None:
+        path = self.path / table / name
+        info = _schema.read_file_info(path)
+        if info.table != table:
+            raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
+                                   "move it out of the store")
+        entry = manifest["tables"][table]
+        self._check_file_schema(table, entry, info.schema, path)
+        entry["files"].append({"name": name, "rows": info.num_rows, "bytes": path.stat().st_size})
+        entry["rows"] += info.num_rows
+
+    def _check_file_schema(self, table: str, entry: dict[str, Any], schema: pa.Schema,
+                           path: Path) -> None:
+        plain = _without_metadata(schema)
+        if entry.get("schema") is None:
+            entry["schema"] = _encode_schema(plain)
+            return
+        established = _decode_schema(entry["schema"])
+        if not plain.equals(established):
+            raise SchemaMismatchError(
+                table,
+                [f"file {path} does not have the table's schema"],
+                expected=established,
+                got=plain,
+            )
+
+    def _finish_pending(self, manifest: dict[str, Any]) -> None:
+        pending = manifest.get("pending")
+        if not pending:
+            return
+        table = pending["table"]
+        directory = self.path / table
+        new = pending["new"]
+        if all((directory / n).exists() for n in new):
+            self._apply_replacement(manifest, pending)  # roll forward
+        else:  # roll back: the old files are still listed
+            for n in new:
+                with contextlib.suppress(FileNotFoundError):
+                    (directory / n).unlink()
+            manifest["pending"] = None
+
+    def _apply_replacement(self, manifest: dict[str, Any], pending: dict[str, Any]) -> None:
+        table = pending["table"]
+        entry = manifest["tables"][table]
+        old = set(pending["old"])
+        new_entries = pending["new_entries"]
+        files: list[dict[str, Any]] = []
+        inserted = False
+        for f in entry["files"]:
+            if f["name"] in old:
+                if not inserted:
+                    files.extend(new_entries)
+                    inserted = True
+                continue
+            files.append(f)
+        if not inserted:
+            files.extend(new_entries)
+        entry["files"] = files
+        entry["rows"] = sum(f["rows"] for f in files)
+        manifest["retired"] = sorted(set(manifest.get("retired", [])) | {f"{table}/{n}" for n in old})
+        manifest["pending"] = None
+
+    def _delete_retired(self, manifest: dict[str, Any]) -> None:
+        keep = []
+        for rel in manifest.get("retired", []):
+            try:
+                (self.path / rel).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                keep.append(rel)
+        manifest["retired"] = keep
+
+    def _remove_stale_tmp(self) -> None:
+        for directory in [self.path, *(self.path / n for n in _schema.TABLE_NAMES)]:
+            if not directory.is_dir():
+                continue
+            for p in directory.glob(_TMP_PREFIX + "*"):
+                if not _tmp_owner_alive(p.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        p.unlink()
+            for p in directory.glob(f".{MANIFEST_NAME}.*.tmp"):
+                parts = p.name.split(".")
+                with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
+                    pid = int(parts[-3])
+                    if pid != os.getpid():
+                        try:
+                            os.kill(pid, 0)
+                        except ProcessLookupError:
+                            p.unlink()
+
+    def _recover(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Under the lock: finish or undo interrupted operations and persist the result."""
+        before = json.dumps(manifest, sort_keys=True)
+        self._finish_pending(manifest)
+        for table, names in self._scan_orphans(manifest).items():
+            for name in names:
+                self._adopt(manifest, table, name)
+        self._delete_retired(manifest)
+        self._remove_stale_tmp()
+        if json.dumps(manifest, sort_keys=True) != before:
+            self._write_manifest(manifest)
+        return manifest
+
+    def _effective(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The manifest as recovery would leave it, without writing (for readers)."""
+        manifest = json.loads(json.dumps(manifest))
+        pending = manifest.get("pending")
+        if pending and all((self.path / pending["table"] / n).exists() for n in pending["new"]):
+            self._apply_replacement(manifest, pending)
+        manifest["pending"] = None
+        for table, names in self._scan_orphans(manifest).items():
+            for name in names:
+                with contextlib.suppress(RLArrowError, FileNotFoundError):
+                    self._adopt(manifest, table, name)
+        return manifest
+
+    # ---------------------------------------------------------------- schema
+
+    def schema(self, table: str) -> pa.Schema | None:
+        """The store's concrete Arrow schema of ``table`` (None until it is known)."""
+        _schema.table(table)
+        text = self._manifest["tables"].get(table, {}).get("schema")
+        return None if text is None else _decode_schema(text)
+
+    def declare(self, table: str, tensor_types: Mapping[str, pa.DataType]) -> pa.Schema:
+        """Fix the types of a table's tensor columns before any data is written.
+
+        Useful when the first batch cannot show a type (e.g. all actions null), and to
+        make sure every later writer agrees. Declaring the types the store already has
+        is a no-op.
+
+        Example:
+            >>> import pyarrow as pa, rlarrow, tempfile, os
+            >>> s = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> s.declare("steps", {"observation": rlarrow.tensors.tensor_type("uint8", (84, 84)),
+            ...                     "action": pa.int64()}).field("action").type
+            DataType(int64)
+
+        Raises:
+            SchemaMismatchError: the store already holds other types, or a type is not a
+                tensor type.
+        """
+        spec = _schema.table(table)
+        problems = []
+        for name, type_ in tensor_types.items():
+            try:
+                is_tensor = spec.column(name).is_tensor
+            except KeyError:
+                is_tensor = spec.tensor_columns_allowed
+            if not is_tensor:
+                problems.append(f"{name!r} is not a tensor column of {table!r}")
+            problems += _tensors_problems(type_, name)
+        if problems:
+            raise SchemaMismatchError(table, problems)
+        wanted = _without_metadata(spec.arrow_schema(tensor_types))
+        with self._locked():
+            manifest = self._recover(self._read_manifest())
+            entry = manifest["tables"][table]
+            if entry.get("schema") is not None:
+                current = _decode_schema(entry["schema"])
+                if not current.equals(wanted):
+                    raise SchemaMismatchError(table, ["the store already fixed other types"],
+                                              expected=current, got=wanted)
+                return current
+            entry["schema"] = _encode_schema(wanted)
+            self._write_manifest(manifest)
+        return wanted
+
+    # ---------------------------------------------------------------- writing
+
+    def writer(
+        self,
+        table: str,
+        *,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+        file_bytes: int = FILE_BYTES,
+        flush_rows: int | None = None,
+        flush_seconds: float | None = None,
+    ) -> TableWriter:
+        """A buffered writer for ``table``; see :class:`TableWriter`."""
+        w = TableWriter(self, table, row_group_bytes=row_group_bytes, file_bytes=file_bytes,
+                        flush_rows=flush_rows, flush_seconds=flush_seconds)
+        self._writers.append(w)
+        return w
+
+    def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> CommitInfo | None:
+        """Validate ``data`` and commit it to ``table`` at once, as one file.
+
+        ``data`` is an Arrow table or record batch, or a mapping of columns as
+        :func:`rlarrow.schema.build` takes them. For many small pieces use
+        :meth:`writer`, which buffers them into few files.
+
+        Returns:
+            What was committed, or None when ``data`` has no rows.
+
+        Raises:
+            SchemaMismatchError: every problem with the data, at once.
+        """
+        with self.writer(table) as w:
+            w.write(data)
+            info = w.flush()
+        return info
+
+    def add_run(
+        self,
+        *,
+        source: str,
+        run_id: str | None = None,
+        name: str | None = None,
+        source_path: str | os.PathLike[str] | None = None,
+        source_version: str | None = None,
+        alignment: str | None = None,
+        num_envs: int | None = None,
+        metadata: Any = None,
+        env_specs: Any = None,
+        created_at: datetime | None = None,
+    ) -> str:
+        """Add a row to ``runs`` and return its ``run_id`` (generated when not given).
+
+        Raises:
+            StoreError: a run with this id already exists.
+        """
+        if run_id is None:
+            run_id = new_run_id()
+        elif self._run_exists(run_id):
+            raise StoreError(f"{self.path}: run {run_id!r} already exists; choose another run_id")
+        row = _schema.build(
+            "runs",
+            {
+                "run_id": run_id,
+                "name": name,
+                "created_at": [created_at or datetime.now(timezone.utc)],
+                "source": source,
+                "source_path": None if source_path is None else os.fspath(source_path),
+                "source_version": source_version,
+                "alignment": alignment,
+                "num_envs": num_envs,
+                "metadata": [metadata],
+                "env_specs": [env_specs],
+            },
+        )
+        self.append("runs", row)
+        return run_id
+
+    def _run_exists(self, run_id: str) -> bool:
+        if self.row_count("runs") == 0:
+            return False
+        import pyarrow.compute as pc
+
+        ids = self.read("runs", columns=["run_id"]).column("run_id")
+        return bool(pc.any(pc.equal(ids, run_id)).as_py())
+
+    def _commit(self, table: str, tmp: Path, final_name: str, schema: pa.Schema, rows: int) -> CommitInfo:
+        """Rename a finished temporary file into place and list it in the manifest."""
+        path = self.path / table / final_name
+        with self._locked():
+            manifest = self._recover(self._read_manifest())
+            entry = manifest["tables"][table]
+            try:
+                self._check_file_schema(table, entry, schema, tmp)
+            except SchemaMismatchError:
+                tmp.unlink(missing_ok=True)
+                raise
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+            size = path.stat().st_size
+            entry["files"].append({"name": final_name, "rows": rows, "bytes": size})
+            entry["rows"] += rows
+            self._write_manifest(manifest)
+        if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
+            self.compact(table)
+        return CommitInfo(table=table, file=f"{table}/{final_name}", rows=rows, bytes=size)
+
+    # ---------------------------------------------------------------- reading
+
+    def tables(self) -> list[str]:
+        """Names of the store's tables."""
+        return list(self._manifest["tables"])
+
+    def files(self, table: str) -> list[Path]:
+        """Paths of the committed Parquet files of ``table``, oldest first."""
+        _schema.table(table)
+        self.refresh()
+        return [self.path / table / f["name"] for f in self._manifest["tables"][table]["files"]]
+
+    def row_count(self, table: str) -> int:
+        """Committed rows of ``table``."""
+        _schema.table(table)
+        self.refresh()
+        return int(self._manifest["tables"][table]["rows"])
+
+    def dataset(self, table: str) -> Any:
+        """A ``pyarrow.dataset.Dataset`` over the committed files of ``table``."""
+        import pyarrow.dataset as ds
+
+        files = self.files(table)
+        schema = self.schema(table)
+        if not files:
+            empty_schema = schema if schema is not None else _schema.table(table).arrow_schema()
+            return ds.dataset(empty_schema.empty_table())
+        return ds.dataset([os.fspath(f) for f in files], format="parquet", schema=schema)
+
+    def read(
+        self,
+        table: str,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,  # noqa: A002 - pyarrow's name
+    ) -> pa.Table:
+        """Read ``table`` (optionally some columns and a pyarrow filter expression).
+
+        Raises:
+            CorruptFileError: a file of the table is damaged (the error names it).
+        """
+        dataset = self.dataset(table)
+        try:
+            result = dataset.to_table(columns=list(columns) if columns is not None else None,
+                                      filter=filter)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise self._find_damage(table, exc) from exc
+        return result.replace_schema_metadata(_schema.table(table).file_metadata())
+
+    def _find_damage(self, table: str, exc: Exception) -> Exception:
+        for path in self.files(table):
+            try:
+                pq.ParquetFile(path).read()
+            except (pa.ArrowInvalid, OSError) as inner:
+                return CorruptFileError(path, f"damaged Parquet file of table {table!r} ({inner}); "
+                                        "restore it from a backup or delete it and run "
+                                        "`rlarrow info` to drop it from the manifest")
+        return CorruptFileError(self.path / table, f"cannot read table {table!r}: {exc}")
+
+    def runs(self) -> pa.Table:
+        """The ``runs`` table."""
+        return self.read("runs")
+
+    def info(self) -> StoreInfo:
+        """Tables, row counts, runs, schema versions and size on disk."""
+        self.refresh()
+        m = self._manifest
+        tables = {}
+        for name, entry in m["tables"].items():
+            tables[name] = TableInfo(
+                name=name,
+                rows=int(entry["rows"]),
+                files=len(entry["files"]),
+                bytes=sum(int(f["bytes"]) for f in entry["files"]),
+                schema_version=entry.get("schema_version", "?"),
+                schema=None if entry.get("schema") is None else _decode_schema(entry["schema"]),
+            )
+        runs: list[dict[str, Any]] = []
+        if tables.get("runs") and tables["runs"].rows:
+            t = self.read("runs", columns=["run_id", "name", "source", "created_at"])
+            for row in t.to_pylist():
+                row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
+                runs.append(row)
+        size = 0
+        for root, _dirs, fnames in os.walk(self.path):
+            for f in fnames:
+                with contextlib.suppress(OSError):
+                    size += os.stat(os.path.join(root, f)).st_size
+        return StoreInfo(
+            path=os.fspath(self.path),
+            format_version=m["format_version"],
+            writer=m.get("writer", "?"),
+            created_at=m.get("created_at", "?"),
+            tables=tables,
+            runs=runs,
+            bytes_on_disk=size,
+        )
+
+    # ---------------------------------------------------------------- compaction
+
+    def _small_files(self, table: str, target_file_bytes: int = FILE_BYTES) -> int:
+        entry = self._manifest["tables"][table]
+        return sum(1 for f in entry["files"] if f["bytes"] < target_file_bytes // 2)
+
+    def compact(
+        self,
+        table: str | Sequence[str] | None = None,
+        *,
+        target_file_bytes: int = FILE_BYTES,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+    ) -> dict[str, tuple[int, int]]:
+        """Merge runs of small files into files of up to ``target_file_bytes``.
+
+        Row order is kept. The swap is journaled in the manifest, so a process killed
+        during compaction leaves either the old files or the new ones, never both listed.
+
+        Returns:
+            table -> (files before, files after) for the tables that changed.
+        """
+        tables = [table] if isinstance(table, str) else list(table or _schema.TABLE_NAMES)
+        changed: dict[str, tuple[int, int]] = {}
+        for name in tables:
+            _schema.table(name)
+            with self._locked():
+                manifest = self._recover(self._read_manifest())
+                entry = manifest["tables"][name]
+                before = len(entry["files"])
+                groups = _plan_compaction(entry["files"], target_file_bytes)
+                for group in groups:
+                    self._replace(manifest, name, group, row_group_bytes=row_group_bytes)
+                if groups:
+                    changed[name] = (before, len(manifest["tables"][name]["files"]))
+        return changed
+
+    def _replace(
+        self,
+        manifest: dict[str, Any],
+        table: str,
+        old_names: list[str],
+        *,
+        transform: Any = None,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+    ) -> None:
+        """Under the lock: rewrite ``old_names`` of ``table`` into one new file, journaled.
+
+        ``transform`` (a function of a pyarrow Table) is applied file by file (migrations).
+        """
+        directory = self.path / table
+        final = _new_file_name()
+        tmp = directory / _tmp_name(final)
+        spec = _schema.table(table)
+        writer: pq.ParquetWriter | None = None
+        rows = 0
+        out_schema: pa.Schema | None = None
+        try:
+            for name in old_names:
+                path = directory / name
+                try:
+                    pf = pq.ParquetFile(path)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    raise CorruptFileError(path, f"cannot read for rewriting ({exc})") from exc
+                if transform is None:
+                    batches: Iterator[pa.Table] = (
+                        pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=65536)
+                    )
+                else:
+                    batches = iter([transform(pf.read())])
+                for part in batches:
+                    part = part.replace_schema_metadata(spec.file_metadata())
+                    if writer is None:
+                        out_schema = part.schema
+                        writer = _open_parquet(tmp, out_schema)
+                    rows += part.num_rows
+                    _write_row_groups(writer, part.cast(out_schema), row_group_bytes)
+            if writer is None:  # nothing to read: an empty merge
+                assert out_schema is None
+                return
+            writer.close()
+            writer = None
+            _fsync_file(tmp)
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            tmp.unlink(missing_ok=True)
+            raise
+        new_entry = {"name": final, "rows": rows, "bytes": tmp.stat().st_size}
+        manifest["pending"] = {
+            "op": "migrate" if transform is not None else "compact",
+            "table": table,
+            "old": list(old_names),
+            "new": [final],
+            "new_entries": [new_entry],
+        }
+        self._write_manifest(manifest)  # journal: the old files are still the listed ones
+        os.replace(tmp, directory / final)
+        _fsync_dir(directory)
+        self._apply_replacement(manifest, manifest["pending"])
+        self._write_manifest(manifest)  # new file listed, old ones retired
+        self._delete_retired(manifest)
+        self._write_manifest(manifest)
+
+
+def _tensors_problems(type_: pa.DataType, name: str) -> list[str]:
+    from rlarrow.tensors import tensor_problems
+
+    return tensor_problems(type_, name)
+
+
+def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:
+    """Consecutive runs of small files, each run up to ``target`` bytes, at least 2 files."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for f in files:
+        small = f["bytes"] < target // 2
+        if not small or size + f["bytes"] > target:
+            if len(current) > 1:
+                groups.append(current)
+            current, size = ([], 0) if not small else ([f["name"]], f["bytes"])
+            continue
+        current.append(f["name"])
+        size += f["bytes"]
+    if len(current) > 1:
+        groups.append(current)
+    return groups
+
+
+def _open_parquet(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    return pq.ParquetWriter(
+        path,
+        schema,
+        compression=_COMPRESSION,
+        write_statistics=True,
+        store_schema=True,
+    )
+
+
+def _write_row_groups(writer: pq.ParquetWriter, data: pa.Table, row_group_bytes: int) -> None:
+    if data.num_rows == 0:
+        return
+    per_row = max(1, data.nbytes // max(1, data.num_rows))
+    rows_per_group = max(1, min(1 << 20, row_group_bytes // per_row))
+    writer.write_table(data, row_group_size=rows_per_group)
+
+
+def new_run_id() -> str:
+    """A new run id: UTC time and random hex, sortable by creation time.
+
+    >>> len(new_run_id())
+    22
+    """
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+class TableWriter:
+    """Buffered, streaming writer for one table of a store.
+
+    Rows are validated on :meth:`write`, buffered into row groups of about
+    ``row_group_bytes``, streamed into a hidden temporary file, and committed (made
+    visible atomically) by :meth:`flush`: when called, every ``flush_rows`` rows or
+    ``flush_seconds`` seconds (checked on write), when the file reaches ``file_bytes``,
+    and on :meth:`close`. Rows not yet committed are lost if the process dies; every
+    commit before survives.
+
+    Example:
+        >>> import rlarrow, tempfile, os
+        >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+        >>> with store.writer("scalars", flush_rows=1000) as w:
+        ...     for step in range(10):
+        ...         w.write({"run_id": "r", "scope": "train", "tag": "loss",
+        ...                  "step": [step], "value": [1.0 / (step + 1)]})
+        >>> len(store.files("scalars")), store.row_count("scalars")
+        (1, 10)
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        table: str,
+        *,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+        file_bytes: int = FILE_BYTES,
+        flush_rows: int | None = None,
+        flush_seconds: float | None = None,
+    ) -> None:
+        if store.readonly:
+            raise StoreError(f"{store.path}: opened read-only; cannot write")
+        self.store = store
+        self.table = table
+        self.spec = _schema.table(table)
+        self.row_group_bytes = row_group_bytes
+        self.file_bytes = file_bytes
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self._schema: pa.Schema | None = None
+        self._buffer: list[pa.Table] = []
+        self._buffer_bytes = 0
+        self._buffer_rows = 0
+        self._file_rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp: Path | None = None
+        self._final: str | None = None
+        self._last_flush = time.monotonic()
+        self._closed = False
+        self.commits: list[CommitInfo] = []
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return (f"TableWriter({self.table!r}, buffered={self._buffer_rows} rows, "
+                f"uncommitted={self._file_rows + self._buffer_rows} rows, commits={len(self.commits)})")
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows written but not yet committed."""
+        return self._file_rows + self._buffer_rows
+
+    def write(self, data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> None:
+        """Validate and buffer rows (see :meth:`Store.append` for accepted forms)."""
+        if self._closed:
+            raise StoreError(f"{self.store.path}: writer for {self.table!r} is closed")
+        if isinstance(data, Mapping):
+            data = _schema.build(self.table, data)
+        established = self._schema if self._schema is not None else self.store.schema(self.table)
+        table = _schema.conform(self.table, data, established)
+        if table.num_rows == 0:
+            return
+        if self._schema is None:
+            self._schema = table.schema
+        self._buffer.append(table)
+        self._buffer_bytes += table.nbytes
+        self._buffer_rows += table.num_rows
+        if self._buffer_bytes >= self.row_group_bytes:
+            self._spill()
+        if (
+            (self.flush_rows is not None and self.pending_rows >= self.flush_rows)
+            or (self.flush_seconds is not None
+                and time.monotonic() - self._last_flush >= self.flush_seconds)
+            or (self._tmp is not None and self._tmp.stat().st_size >= self.file_bytes)
+        ):
+            self.flush()
+
+    def _spill(self) -> None:
+        """Write the buffer as row group(s) of the temporary file."""
+        if not self._buffer:
+            return
+        assert self._schema is not None
+        data = pa.concat_tables(self._buffer)
+        self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
+        if self._writer is None:
+            self._final = _new_file_name()
+            self._tmp = self.store.path / self.table / _tmp_name(self._final)
+            self._writer = _open_parquet(self._tmp, self._schema)
+        _write_row_groups(self._writer, data, self.row_group_bytes)
+        self._file_rows += data.num_rows
+
+    def flush(self) -> CommitInfo | None:
+        """Commit everything written so far; returns what was committed (None if nothing)."""
+        self._spill()
+        self._last_flush = time.monotonic()
+        if self._writer is None:
+            return None
+        assert self._tmp is not None and self._final is not None and self._schema is not None
+        self._writer.close()
+        self._writer = None
+        _fsync_file(self._tmp)
+        rows, tmp, final = self._file_rows, self._tmp, self._final
+        self._file_rows, self._tmp, self._final = 0, None, None
+        info = self.store._commit(self.table, tmp, final, self._schema, rows)
+        self.commits.append(info)
+        return info
+
+    def abort(self) -> None:
+        """Drop uncommitted rows and close."""
+        self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+        self._file_rows = 0
+        self._closed = True
+        with contextlib.suppress(ValueError):
+            self.store._writers.remove(self)
+
+    def close(self) -> None:
+        """Commit what is buffered and close."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            with contextlib.suppress(ValueError):
+                self.store._writers.remove(self)
+
+
