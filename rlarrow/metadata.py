@@ -82,19 +82,9 @@ def _sanitize_list(x: Any, complex_: bool) -> Any:
 
 def _enc(value: Any, path: str) -> tuple[Any, Any]:
     """Return (json-able value, tag or None)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value, None
-    if isinstance(value, Enum):
-        return _enc(value.value, path)
-    if isinstance(value, int) and not isinstance(value, np.generic):
-        return int(value), None
-    if isinstance(value, float) and not isinstance(value, np.generic):
-        return (value, None) if math.isfinite(value) else (_float_out(value), "float")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii"), "bytes"
     if isinstance(value, np.generic):
         dtype = value.dtype
-        tag = f"np:{dtype.name}"
+        tag = "np:str_" if dtype.kind == "U" else "np:bytes_" if dtype.kind == "S" else f"np:{dtype.name}"
         if dtype.kind == "b":
             return bool(value), tag
         if dtype.kind in "iu":
@@ -108,6 +98,16 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
         if dtype.kind == "S":
             return base64.b64encode(bytes(value)).decode("ascii"), tag
         raise TypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported in metadata")
+    if value is None or isinstance(value, (bool, str)):
+        return value, None
+    if isinstance(value, Enum):
+        return _enc(value.value, path)
+    if isinstance(value, int) and not isinstance(value, np.generic):
+        return int(value), None
+    if isinstance(value, float) and not isinstance(value, np.generic):
+        return (value, None) if math.isfinite(value) else (_float_out(value), "float")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii"), "bytes"
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in _ND_KINDS:
             raise TypeError(
@@ -191,14 +191,16 @@ def _dec(obj: Any, tag: Any) -> Any:
             return _from_float(obj)
         if tag == "bytes":
             return base64.b64decode(obj)
+        if tag == "np:str_":
+            return np.str_(obj)
+        if tag == "np:bytes_":
+            return np.bytes_(base64.b64decode(obj))
         if tag.startswith("np:"):
             dtype = np.dtype(tag[3:])
             if dtype.kind == "f":
                 return dtype.type(_from_float(obj))
             if dtype.kind == "c":
                 return dtype.type(complex(_from_float(obj[0]), _from_float(obj[1])))
-            if dtype.kind == "S":
-                return dtype.type(base64.b64decode(obj))
             return dtype.type(obj)
         raise ValueError(f"unknown metadata type tag {tag!r}")
     if "nd" in tag:

@@ -271,7 +271,13 @@ def table(name: str) -> TableSchema:
 # Building and validating data
 
 
-def build(table_name: str, columns: Mapping[str, Any], *, num_rows: int | None = None) -> pa.Table:
+def build(
+    table_name: str,
+    columns: Mapping[str, Any],
+    *,
+    num_rows: int | None = None,
+    established: pa.Schema | None = None,
+) -> pa.Table:
     """Build a table from Python/NumPy columns.
 
     * tensor columns take NumPy arrays ``(rows, *shape)``, dicts of them, or sequences
@@ -281,7 +287,8 @@ def build(table_name: str, columns: Mapping[str, Any], *, num_rows: int | None =
     * a scalar (str, int, float, bool) is repeated over all rows;
     * missing nullable columns become nulls.
 
-    The result is checked with :func:`conform`.
+    The result is checked with :func:`conform` (against ``established``, the store's
+    concrete schema, when given).
 
     Example:
         >>> import numpy as np
@@ -337,8 +344,11 @@ def build(table_name: str, columns: Mapping[str, Any], *, num_rows: int | None =
         if isinstance(value, (str, int, float, bool, np.generic)) or value is None:
             arrays[name] = pa.array([value] * num_rows, type=arrow_type)
         else:
-            arrays[name] = pa.array(value, type=arrow_type)
-    return conform(table_name, pa.table(arrays))
+            try:
+                arrays[name] = pa.array(value, type=arrow_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
+                arrays[name] = pa.array(value)  # conform() casts it or says why not
+    return conform(table_name, pa.table(arrays), established)
 
 
 def _cast_problem(name: str, got: pa.DataType, want: pa.DataType) -> str:
@@ -495,7 +505,7 @@ def _castable(got: pa.DataType, want: pa.DataType) -> bool:
     if pa.types.is_string(want):
         return pa.types.is_large_string(got) or pa.types.is_string_view(got)
     if pa.types.is_timestamp(want):
-        return pa.types.is_timestamp(got) and got.tz is not None
+        return pa.types.is_timestamp(got)  # naive timestamps are taken as UTC
     return False
 
 

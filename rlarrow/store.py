@@ -1057,10 +1057,11 @@ class TableWriter:
         """Validate and buffer rows (see :meth:`Store.append` for accepted forms)."""
         if self._closed:
             raise StoreError(f"{self.store.path}: writer for {self.table!r} is closed")
-        if isinstance(data, Mapping):
-            data = _schema.build(self.table, data)
         established = self._schema if self._schema is not None else self.store.schema(self.table)
-        table = _schema.conform(self.table, data, established)
+        if isinstance(data, Mapping):
+            table = _schema.build(self.table, data, established=established)
+        else:
+            table = _schema.conform(self.table, data, established)
         if table.num_rows == 0:
             return
         if self._schema is None:

@@ -192,7 +192,13 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
             filler = np.zeros_like(np.asarray(present[0]))
             dense = to_arrow(np.asarray([filler if v is None else v for v in rows_list]), type)
             return _with_nulls(dense, mask)
-        arr_np = np.asarray(rows_list)
+        try:
+            arr_np = np.asarray(rows_list)
+        except ValueError as exc:
+            raise TypeError(
+                "the rows do not form one array (ragged shapes or mixed types); tensors in a "
+                "column must all have the same shape and dtype"
+            ) from exc
     else:
         arr_np = values
     if arr_np.ndim == 0:

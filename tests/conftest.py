@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlarrow
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+
+
+def episode_columns(run_id: str, episode_id: int, length: int, *, env_index: int = 0,
+                    seed: int = 0, image: bool = True) -> dict:
+    """Steps of one episode in RLDS alignment: `length` actions, length + 1 steps."""
+    rng = np.random.default_rng(seed + 1000 * episode_id)
+    n = length + 1
+    obs = {
+        "position": rng.standard_normal((n, 3)).astype(np.float32),
+        "grid": rng.integers(0, 255, (n, 4, 5), dtype=np.uint8) if image
+        else np.zeros((n, 1), np.uint8),
+    }
+    actions = [rng.integers(0, 3, 2).astype(np.int64) for _ in range(length)] + [None]
+    rewards = [float(x) for x in rng.standard_normal(length)] + [None]
+    terminal = [False] * length + [True]
+    return {
+        "run_id": run_id,
+        "episode_id": episode_id,
+        "step": np.arange(n),
+        "env_index": env_index,
+        "observation": obs,
+        "action": actions,
+        "reward": rewards,
+        "discount": [1.0] * (length - 1) + [0.0, None],
+        "is_first": [True] + [False] * length,
+        "is_last": [False] * length + [True],
+        "is_terminal": terminal,
+        "metadata": [{"t": i, "info": {"x": np.float32(i / 2)}} for i in range(n)],
+    }
+
+
+def populate(store: rlarrow.Store, *, episodes: int = 3, length: int = 5) -> str:
+    """Write one run with episodes, steps, scalars and a memory snapshot."""
+    run = store.add_run(
+        source="test",
+        name="populate",
+        num_envs=2,
+        metadata={"env": "grid", "params": {"lr": np.float64(3e-4), "gamma": np.float32(0.99)},
+                  "tags": ["a", "b"], "seed": 7},
+        env_specs={"observation": {"shape": (3,), "dtype": "float32"}},
+    )
+    for e in range(episodes):
+        store.append("steps", episode_columns(run, e, length, env_index=e % 2))
+    store.append("episodes", {
+        "run_id": run,
+        "episode_id": np.arange(episodes),
+        "env_index": np.arange(episodes) % 2,
+        "num_steps": np.full(episodes, length + 1),
+        "return": np.linspace(-1, 1, episodes),
+        "terminated": np.ones(episodes, bool),
+        "truncated": np.zeros(episodes, bool),
+        "partial_start": np.zeros(episodes, bool),
+        "partial_end": np.zeros(episodes, bool),
+        "metadata": [{"episode_return": np.float64(r)} for r in np.linspace(-1, 1, episodes)],
+    })
+    steps = np.arange(10)
+    store.append("scalars", {
+        "run_id": run, "scope": "train", "tag": "train/loss", "step": steps,
+        "value": 1.0 / (steps + 1), "wall_time": 1.7e9 + steps, "encoding": "simple_value",
+        "dtype": "float32",
+    })
+    memory_size, num_envs = 4, 2
+    idx = np.arange(memory_size * num_envs)
+    store.append("memory", {
+        "run_id": run, "snapshot_id": 0, "snapshot_name": "memory_0",
+        "memory_index": idx // num_envs, "env_index": idx % num_envs,
+        "memory_size": memory_size, "num_envs": num_envs, "is_full": True,
+        "write_pointer": 0, "env_pointer": 0, "filled": True,
+        "states": np.arange(memory_size * num_envs * 3, dtype=np.float32).reshape(-1, 3),
+        "terminated": np.zeros((memory_size * num_envs, 1), bool),
+    })
+    return run
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> rlarrow.Store:
+    with rlarrow.Store.create(tmp_path / "store") as s:
+        yield s
+
+
+@pytest.fixture
+def populated(store: rlarrow.Store) -> rlarrow.Store:
+    populate(store)
+    return store
+
+
+@pytest.fixture
+def clean_env() -> dict[str, str]:
+    """Environment for subprocesses: the same Python, no inherited coverage hooks."""
+    env = dict(os.environ)
+    env.pop("PYTHONSTARTUP", None)
+    return env

@@ -1,0 +1,283 @@
+"""Store API: create/open, append, writers, atomic commits, recovery, compaction."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import episode_columns, populate
+
+import rlarrow
+from rlarrow import schema
+from rlarrow.store import MANIFEST_NAME
+
+
+def scalar_rows(start: int, n: int, run: str = "r") -> dict:
+    steps = np.arange(start, start + n)
+    return {"run_id": run, "scope": "train", "tag": "loss", "step": steps, "value": steps * 0.5}
+
+
+def manifest(store) -> dict:
+    return json.loads((store.path / MANIFEST_NAME).read_text())
+
+
+def test_create_refuses_existing_or_nonempty(tmp_path):
+    rlarrow.Store.create(tmp_path / "s")
+    with pytest.raises(rlarrow.StoreError, match="already exists"):
+        rlarrow.Store.create(tmp_path / "s")
+    assert rlarrow.Store.create(tmp_path / "s", exist_ok=True).path == tmp_path / "s"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "file.txt").write_text("x")
+    with pytest.raises(rlarrow.StoreError, match="not an empty directory"):
+        rlarrow.Store.create(tmp_path / "other")
+
+
+def test_open_missing_or_foreign_directory(tmp_path):
+    with pytest.raises(rlarrow.StoreError, match="no such store"):
+        rlarrow.Store.open(tmp_path / "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(rlarrow.StoreError, match="not an rlarrow store"):
+        rlarrow.Store.open(tmp_path / "plain")
+    assert rlarrow.Store.open(tmp_path / "new", create=True).tables() == list(schema.TABLE_NAMES)
+
+
+def test_layout_on_disk(populated):
+    root = populated.path
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [MANIFEST_NAME, ".rlarrow.lock", *schema.TABLE_NAMES])
+    m = manifest(populated)
+    assert m["format"] == "rlarrow-store" and m["format_version"] == "1.0"
+    for name in schema.TABLE_NAMES:
+        entry = m["tables"][name]
+        assert entry["rows"] == sum(f["rows"] for f in entry["files"]) > 0
+        for f in entry["files"]:
+            info = schema.read_file_info(root / name / f["name"])
+            assert (info.table, info.schema_version, info.num_rows) == (name, (1, 0), f["rows"])
+
+
+def test_append_reads_back_and_counts(populated):
+    assert populated.row_count("steps") == 3 * 6
+    assert populated.row_count("episodes") == 3
+    runs = populated.runs().to_pylist()
+    assert len(runs) == 1 and runs[0]["source"] == "test" and runs[0]["num_envs"] == 2
+    steps = populated.read("steps", columns=["episode_id", "step"],
+                           filter=pa.compute.field("episode_id") == 1)
+    assert steps.column("step").to_pylist() == list(range(6))
+
+
+def test_add_run_refuses_duplicate_id(store):
+    store.add_run(source="user", run_id="mine")
+    with pytest.raises(rlarrow.StoreError, match="already exists"):
+        store.add_run(source="user", run_id="mine")
+
+
+def test_many_small_writes_make_one_file(store):
+    with store.writer("scalars") as w:
+        for i in range(500):
+            w.write(scalar_rows(i, 1))
+        assert store.row_count("scalars") == 0  # nothing visible before the commit
+    assert len(store.files("scalars")) == 1
+    assert store.row_count("scalars") == 500
+    assert store.read("scalars").column("step").to_pylist() == list(range(500))
+
+
+def test_flush_rows_commits_periodically_and_row_groups_are_sized(store):
+    with store.writer("scalars", flush_rows=100, row_group_bytes=1 << 10) as w:
+        for i in range(250):
+            w.write(scalar_rows(i, 1))
+            if i == 149:
+                assert store.row_count("scalars") == 100
+    assert [f.name for f in store.files("scalars")] == sorted(f.name for f in store.files("scalars"))
+    assert store.row_count("scalars") == 250
+    md = pq.read_metadata(store.files("scalars")[0])
+    assert md.num_row_groups > 1  # 1 KiB row groups: the buffer was spilled in pieces
+
+
+def test_writer_abort_on_exception_commits_nothing(store):
+    with pytest.raises(RuntimeError), store.writer("scalars") as w:
+        w.write(scalar_rows(0, 10))
+        raise RuntimeError("boom")
+    assert store.row_count("scalars") == 0
+    assert not [p for p in (store.path / "scalars").iterdir()]
+
+
+def test_invalid_write_leaves_store_untouched(populated):
+    before = manifest(populated)["tables"]
+    with pytest.raises(rlarrow.SchemaMismatchError):
+        populated.append("steps", {"run_id": "r", "episode_id": 0})
+    assert manifest(populated)["tables"] == before
+
+
+def test_tensor_type_fixed_by_first_commit(store):
+    store.append("steps", episode_columns("r", 0, 3))
+    bad = episode_columns("r", 1, 3)
+    bad["observation"]["position"] = bad["observation"]["position"].astype(np.float64)
+    with pytest.raises(rlarrow.SchemaMismatchError, match="the store holds") as info:
+        store.append("steps", bad)
+    assert "expected schema:" in str(info.value)
+
+
+def test_declare_types_before_data(store):
+    obs = rlarrow.tensors.tensor_type("uint8", (2, 2))
+    store.declare("steps", {"observation": obs, "action": pa.int64()})
+    store.declare("steps", {"observation": obs, "action": pa.int64()})  # same again: fine
+    rows = {"run_id": "r", "episode_id": 0, "step": [0], "env_index": 0,
+            "observation": np.zeros((1, 2, 2), np.uint8), "action": [None],
+            "is_first": [True], "is_last": [True], "is_terminal": [False]}
+    store.append("steps", rows)  # an all-null action column takes the declared type
+    assert store.schema("steps").field("action").type == pa.int64()
+    with pytest.raises(rlarrow.SchemaMismatchError, match="already fixed"):
+        store.declare("steps", {"observation": obs, "action": pa.int32()})
+    with pytest.raises(rlarrow.SchemaMismatchError, match="not a tensor column"):
+        store.declare("steps", {"reward": pa.float32()})
+
+
+def test_all_null_tensor_without_declaration_says_what_to_do(store):
+    rows = {"run_id": "r", "episode_id": 0, "step": [0], "env_index": 0,
+            "observation": np.zeros((1, 2), np.float32), "action": [None],
+            "is_first": [True], "is_last": [True], "is_terminal": [False]}
+    with pytest.raises(rlarrow.SchemaMismatchError, match=r"Store.declare\('steps'"):
+        store.append("steps", rows)
+
+
+def test_compact_merges_small_files_in_order(store):
+    for i in range(10):
+        store.append("scalars", scalar_rows(i * 10, 10))
+    assert len(store.files("scalars")) == 10
+    old = store.files("scalars")
+    assert store.compact() == {"scalars": (10, 1)}
+    assert len(store.files("scalars")) == 1
+    assert not any(p.exists() for p in old)
+    assert store.read("scalars").column("step").to_pylist() == list(range(100))
+    assert manifest(store)["retired"] == [] and manifest(store)["pending"] is None
+
+
+def test_auto_compaction_bounds_the_file_count(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=8)
+    for i in range(30):
+        store.append("scalars", scalar_rows(i, 1))
+    assert len(store.files("scalars")) <= 9
+    assert store.read("scalars").column("step").to_pylist() == list(range(30))
+
+
+def test_orphan_from_crash_between_rename_and_manifest_is_adopted(populated):
+    # A complete file renamed into place, whose manifest update never happened.
+    extra = schema.build("scalars", scalar_rows(100, 5))
+    pq.write_table(extra, populated.path / "scalars" / "part-29990101T000000000000-deadbeef.parquet")
+    reader = rlarrow.Store.open(populated.path, readonly=True)
+    assert reader.row_count("scalars") == 15  # adopted in memory by a reader
+    assert manifest(populated)["tables"]["scalars"]["rows"] == 10  # and not written
+    writer = rlarrow.Store.open(populated.path)
+    assert writer.row_count("scalars") == 15
+    assert manifest(populated)["tables"]["scalars"]["rows"] == 15  # persisted by a writer
+
+
+def test_stale_temporary_files_are_removed_live_ones_kept(populated):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+    host = rlarrow.store._HOST
+    stale = populated.path / "steps" / f".tmp-{host}-{dead_pid}-part-x.parquet.partial"
+    live = populated.path / "steps" / f".tmp-{host}-{os.getpid()}-part-y.parquet.partial"
+    stale.write_bytes(b"PAR1 half written")
+    live.write_bytes(b"PAR1 being written")
+    rlarrow.Store.open(populated.path)
+    assert not stale.exists()
+    assert live.exists()
+    assert populated.row_count("steps") == 18
+
+
+def test_interrupted_compaction_rolls_forward_or_back(store):
+    for i in range(3):
+        store.append("scalars", scalar_rows(i * 10, 10))
+    names = [p.name for p in store.files("scalars")]
+    m = manifest(store)
+    merged = schema.build("scalars", scalar_rows(0, 30))
+    new_name = "part-29990101T000000000000-00c0ffee.parquet"
+    # Killed after the journal entry and the rename, before the manifest swap: roll forward.
+    pq.write_table(merged, store.path / "scalars" / new_name)
+    m["pending"] = {"op": "compact", "table": "scalars", "old": names, "new": [new_name],
+                    "new_entries": [{"name": new_name, "rows": 30, "bytes": 1}]}
+    (store.path / MANIFEST_NAME).write_text(json.dumps(m))
+    reopened = rlarrow.Store.open(store.path)
+    assert [p.name for p in reopened.files("scalars")] == [new_name]
+    assert reopened.read("scalars").column("step").to_pylist() == list(range(30))
+    assert not any((store.path / "scalars" / n).exists() for n in names)
+
+
+def test_interrupted_compaction_before_rename_rolls_back(store):
+    for i in range(3):
+        store.append("scalars", scalar_rows(i * 10, 10))
+    names = [p.name for p in store.files("scalars")]
+    m = manifest(store)
+    m["pending"] = {"op": "compact", "table": "scalars", "old": names,
+                    "new": ["part-29990101T000000000000-00c0ffee.parquet"],
+                    "new_entries": [{"name": "x", "rows": 30, "bytes": 1}]}
+    (store.path / MANIFEST_NAME).write_text(json.dumps(m))
+    reopened = rlarrow.Store.open(store.path)
+    assert [p.name for p in reopened.files("scalars")] == names
+    assert reopened.row_count("scalars") == 30
+    assert manifest(reopened)["pending"] is None
+
+
+def test_retired_files_are_never_adopted_again(store):
+    for i in range(3):
+        store.append("scalars", scalar_rows(i * 10, 10))
+    old = store.files("scalars")
+    data = [p.read_bytes() for p in old]
+    store.compact()
+    m = manifest(store)
+    # A crash after the swap but before the deletes: the old files are back on disk.
+    for p, b in zip(old, data):
+        p.write_bytes(b)
+    m["retired"] = [f"scalars/{p.name}" for p in old]
+    (store.path / MANIFEST_NAME).write_text(json.dumps(m))
+    assert rlarrow.Store.open(store.path, readonly=True).row_count("scalars") == 30
+    rlarrow.Store.open(store.path)
+    assert not any(p.exists() for p in old)
+
+
+def test_damaged_manifest_names_the_file(populated):
+    (populated.path / MANIFEST_NAME).write_text('{"format": "rlarrow-store", "tab')
+    with pytest.raises(rlarrow.CorruptFileError, match=MANIFEST_NAME):
+        rlarrow.Store.open(populated.path)
+
+
+def test_damaged_data_file_names_the_file(populated):
+    victim = populated.files("episodes")[0]
+    victim.write_bytes(victim.read_bytes()[:-40])  # truncate the footer
+    with pytest.raises(rlarrow.CorruptFileError, match=victim.name):
+        rlarrow.Store.open(populated.path).read("episodes")
+    assert populated.read("steps").num_rows == 18  # the other tables are unaffected
+
+
+def test_readonly_store_refuses_writes(populated):
+    ro = rlarrow.Store.open(populated.path, readonly=True)
+    with pytest.raises(rlarrow.StoreError, match="read-only"):
+        ro.append("scalars", scalar_rows(0, 1))
+
+
+def test_info_summarises(populated):
+    info = populated.info()
+    assert info.tables["steps"].rows == 18 and info.tables["memory"].rows == 8
+    assert info.tables["steps"].schema_version == "1.0"
+    assert info.runs[0]["source"] == "test"
+    assert info.bytes_on_disk >= sum(t.bytes for t in info.tables.values()) > 0
+    as_dict = info.to_dict()
+    assert as_dict["tables"]["memory"]["columns"]["states"] == "fixed_size_list<item: float>[3]"
+    assert "steps=18" in repr(populated)
+
+
+def test_two_runs_one_store(store):
+    a = populate(store)
+    b = populate(store)
+    assert a != b
+    assert store.row_count("runs") == 2
+    assert set(store.read("steps", columns=["run_id"]).column("run_id").to_pylist()) == {a, b}

@@ -1,0 +1,125 @@
+"""Tensor columns round-trip value-exactly through a store: dtype, shape, NaN, extremes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import rlarrow
+from rlarrow import tensors
+
+INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+FLOAT_DTYPES = [np.float16, np.float32, np.float64]
+
+
+def exact_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bits (NaN == NaN, -0.0 != 0.0)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind in "fiub":
+        return a.tobytes() == np.ascontiguousarray(b).tobytes()
+    return bool(np.array_equal(a, b))
+
+
+def memory_rows(**tensor_columns):
+    n = len(next(iter(tensor_columns.values())))
+    return {"run_id": "r", "snapshot_id": 0, "memory_index": np.arange(n), "env_index": 0,
+            "memory_size": n, "num_envs": 1, **tensor_columns}
+
+
+def roundtrip(store, **tensor_columns):
+    store.append("memory", memory_rows(**tensor_columns))
+    table = store.read("memory")
+    return {name: tensors.to_numpy(table.column(name)) for name in tensor_columns}
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_integer_extremes(store, dtype):
+    info = np.iinfo(dtype)
+    values = np.array([[info.min, info.max], [0, 1], [info.max, info.min]], dtype=dtype)
+    back = roundtrip(store, x=values)["x"]
+    assert exact_equal(values, back)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_float_specials(store, dtype):
+    finfo = np.finfo(dtype)
+    values = np.array([[np.nan, np.inf, -np.inf], [-0.0, 0.0, finfo.tiny],
+                       [finfo.max, finfo.min, finfo.eps]], dtype=dtype)
+    back = roundtrip(store, x=values)["x"]
+    assert exact_equal(values, back)
+    assert np.signbit(back[1, 0]) and not np.signbit(back[1, 1])
+
+
+def test_bool_images_and_scalars(store):
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (4, 84, 84, 3), dtype=np.uint8)
+    flags = rng.random((4, 1)) > 0.5
+    scalar = np.array([1.5, -2.0, np.nan, 4.0], np.float32)
+    back = roundtrip(store, frames=frames, flags=flags, scalar=scalar)
+    assert exact_equal(frames, back["frames"])
+    assert exact_equal(flags, back["flags"])
+    assert exact_equal(scalar, back["scalar"])
+    schema = store.schema("memory")
+    assert schema.field("frames").type == tensors.tensor_type("uint8", (84, 84, 3))
+    assert schema.field("scalar").type == pa.float32()
+
+
+def test_dict_observations_become_structs(store):
+    obs = {"pixels": np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3),
+           "state": {"pos": np.array([[1.0, 2.0], [3.0, np.nan]]), "flag": np.array([True, False])}}
+    cols = {"run_id": "r", "episode_id": 0, "step": [0, 1], "env_index": 0, "observation": obs,
+            "is_first": [True, False], "is_last": [False, True], "is_terminal": [False, False]}
+    store.append("steps", cols)
+    back = tensors.to_numpy(store.read("steps").column("observation"))
+    assert exact_equal(obs["pixels"], back["pixels"])
+    assert exact_equal(obs["state"]["pos"], back["state"]["pos"])
+    assert exact_equal(obs["state"]["flag"], back["state"]["flag"])
+    assert pa.types.is_struct(store.schema("steps").field("observation").type)
+
+
+def test_per_row_sequences_with_null_rows():
+    column = tensors.to_arrow([np.array([1, 2]), None, np.array([5, 6])])
+    assert column.null_count == 1 and column.type == tensors.tensor_type("int64", (2,))
+    with pytest.raises(ValueError, match="fill_value"):
+        tensors.to_numpy(column)
+    assert tensors.to_numpy(column, fill_value=-1).tolist() == [[1, 2], [-1, -1], [5, 6]]
+    floats = tensors.to_numpy(tensors.to_arrow([np.ones(2), None]))
+    assert np.isnan(floats[1]).all() and (floats[0] == 1).all()
+    # slices keep their offset
+    assert tensors.to_numpy(column.slice(2), fill_value=0).tolist() == [[5, 6]]
+
+
+def test_fixed_shape_tensor_extension_is_accepted():
+    ext = pa.FixedShapeTensorArray.from_numpy_ndarray(np.arange(12, dtype=np.float32).reshape(2, 2, 3))
+    stored = tensors.to_arrow(ext)
+    assert stored.type == tensors.tensor_type("float32", (2, 3))
+    assert tensors.to_numpy(stored).tolist() == np.arange(12).reshape(2, 2, 3).tolist()
+
+
+def test_ragged_rows_are_refused_with_a_reason():
+    with pytest.raises(TypeError, match="same shape"):
+        tensors.to_arrow([np.zeros(2), np.zeros(3)])
+
+
+def test_tensor_problems_explain_the_rule():
+    assert tensors.tensor_problems(pa.list_(pa.float32()), "obs")[0].startswith("obs: list<")
+    assert tensors.is_tensor_type(pa.struct([("a", pa.list_(pa.uint8(), 4))]))
+    assert not tensors.is_tensor_type(pa.map_(pa.string(), pa.int64()))
+
+
+tensor_arrays = st.sampled_from(INT_DTYPES + FLOAT_DTYPES + [np.bool_]).flatmap(
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4))
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=tensor_arrays)
+def test_any_dtype_and_shape_roundtrips_through_parquet(tmp_path_factory, values):
+    store = rlarrow.Store.create(tmp_path_factory.mktemp("h") / "s")
+    back = roundtrip(store, x=values)["x"]
+    assert exact_equal(values, back)
