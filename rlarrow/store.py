@@ -54,6 +54,7 @@ from rlarrow.errors import (
     CorruptFileError,
     FormatVersionError,
     FormatVersionWarning,
+    InvalidInputError,
     RLArrowError,
     SchemaMismatchError,
     StoreError,
@@ -78,6 +79,7 @@ FILE_BYTES = 1 << 30
 #: Auto-compaction starts when a table has more small files than this.
 AUTO_COMPACT_FILES = 64
 _COMPRESSION = "zstd"
+_READ_ATTEMPTS = 5
 
 
 def _now_iso() -> str:
@@ -435,7 +437,13 @@ class Store:
 
     def refresh(self) -> None:
         """Re-read the manifest to see commits made by other writers."""
-        self._manifest = self._effective(self._read_manifest())
+        for _ in range(_READ_ATTEMPTS):
+            manifest = self._effective(self._read_manifest())
+            # A listed file that is gone means a compaction finished after the read: re-read.
+            if all((self.path / name / f["name"]).exists()
+                   for name, entry in manifest["tables"].items() for f in entry["files"]):
+                break
+        self._manifest = manifest
 
     # ---------------------------------------------------------------- recovery
 
@@ -458,7 +466,11 @@ class Store:
 
     def _adopt(self, manifest: dict[str, Any], table: str, name: str) -> None:
         path = self.path / table / name
-        info = _schema.read_file_info(path)
+        try:
+            info = _schema.read_file_info(path)
+        except InvalidInputError as exc:
+            raise type(exc)(path, f"{exc}; the file is not listed in the store's manifest: move it "
+                            f"out of {table}/ to open the store") from exc
         if info.table != table:
             raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
                                    "move it out of the store")
@@ -748,11 +760,15 @@ class Store:
         self.refresh()
         return int(self._manifest["tables"][table]["rows"])
 
-    def dataset(self, table: str) -> Any:
-        """A ``pyarrow.dataset.Dataset`` over the committed files of ``table``."""
+    def dataset(self, table: str, *, _files: list[Path] | None = None) -> Any:
+        """A ``pyarrow.dataset.Dataset`` over the committed files of ``table``.
+
+        It is a snapshot: a compaction by another writer may replace its files, so
+        long-lived readers should call this again (:meth:`read` retries by itself).
+        """
         import pyarrow.dataset as ds
 
-        files = self.files(table)
+        files = self.files(table) if _files is None else _files
         schema = self.schema(table)
         if not files:
             empty_schema = schema if schema is not None else _schema.table(table).arrow_schema()
@@ -770,12 +786,18 @@ class Store:
         Raises:
             CorruptFileError: a file of the table is damaged (the error names it).
         """
-        dataset = self.dataset(table)
-        try:
-            result = dataset.to_table(columns=list(columns) if columns is not None else None,
-                                      filter=filter)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise self._find_damage(table, exc) from exc
+        for attempt in range(_READ_ATTEMPTS):
+            files = self.files(table)
+            dataset = self.dataset(table, _files=files)
+            try:
+                result = dataset.to_table(columns=list(columns) if columns is not None else None,
+                                          filter=filter)
+                break
+            except (pa.ArrowInvalid, OSError) as exc:
+                # A concurrent compaction replaced files of this snapshot: read the new ones.
+                if attempt + 1 < _READ_ATTEMPTS and not all(f.exists() for f in files):
+                    continue
+                raise self._find_damage(table, exc) from exc
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
 
     def _find_damage(self, table: str, exc: Exception) -> Exception:

@@ -1,0 +1,61 @@
+"""The `rlarrow` command: --version, info, compact, and friendly errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import rlarrow
+
+
+def rlarrow_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("rlarrow") or None
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "rlarrow", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_version():
+    out = rlarrow_cmd("--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"rlarrow, version {rlarrow.__version__}"
+
+
+def test_info_lists_tables_rows_runs_versions_and_size(populated):
+    out = rlarrow_cmd("info", str(populated.path))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for table, rows in [("runs", 1), ("episodes", 3), ("steps", 18), ("scalars", 10), ("memory", 8)]:
+        line = next(l for l in text.splitlines() if l.startswith(table + " "))
+        assert f" {rows} " in line and line.rstrip().endswith("v1.0"), line
+    run_id = populated.runs().column("run_id")[0].as_py()
+    assert run_id in text and "populate" in text
+    assert "on disk" in text and "KiB" in text
+    assert "steps.observation: struct<position" in text
+
+
+def test_info_json(populated):
+    out = rlarrow_cmd("info", str(populated.path), "--json")
+    data = json.loads(out.stdout)
+    assert data["tables"]["steps"]["rows"] == 18
+    assert data["tables"]["steps"]["schema_version"] == "1.0"
+    assert data["runs"][0]["name"] == "populate"
+
+
+@pytest.mark.parametrize("args", [["info", "/no/such/store"], ["compact", "/"]])
+def test_errors_are_one_line_without_traceback(args):
+    out = rlarrow_cmd(*args)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    assert "Error" in out.stderr
+
+
+def test_compact_command(store):
+    for i in range(3):
+        store.append("scalars", {"run_id": "r", "scope": "s", "tag": "t", "step": [i], "value": [1.0]})
+    out = rlarrow_cmd("compact", str(store.path))
+    assert out.returncode == 0, out.stderr
+    assert "scalars: 3 -> 1 files" in out.stdout

@@ -1,0 +1,135 @@
+"""Format versions: older major -> migrate, newer minor -> warn, newer major / damage -> error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import rlarrow
+from rlarrow import migrations, schema
+from rlarrow.cli import cli
+from rlarrow.store import MANIFEST_NAME
+
+
+def _set_manifest(store_path, fn):
+    path = store_path / MANIFEST_NAME
+    m = json.loads(path.read_text())
+    fn(m)
+    path.write_text(json.dumps(m))
+
+
+def make_v0_scalars_store(tmp_path):
+    """A store whose scalars table is in a (test-only) v0 layout: 'time' instead of 'wall_time'."""
+    store = rlarrow.Store.create(tmp_path / "old")
+    v0 = pa.table({
+        "run_id": ["r"] * 4, "scope": ["train"] * 4, "tag": ["loss"] * 4,
+        "step": pa.array([0, 1, 2, 3], pa.int64()), "value": [4.0, 3.0, 2.0, float("nan")],
+        "time": [1.5, 2.5, 3.5, 4.5],
+    }).replace_schema_metadata({"rlarrow.table": "scalars", "rlarrow.schema_version": "0.3",
+                                "rlarrow.format_version": "1.0"})
+    for i, part in enumerate([v0.slice(0, 2), v0.slice(2)]):
+        pq.write_table(part, store.path / "scalars" / f"part-2020010{i}T000000000000-0000000{i}.parquet")
+
+    def old(m):
+        m["tables"]["scalars"].update(schema_version="0.3", rows=4, files=[
+            {"name": f"part-2020010{i}T000000000000-0000000{i}.parquet", "rows": 2, "bytes": 1}
+            for i in range(2)])
+    _set_manifest(store.path, old)
+    return store.path
+
+
+@pytest.fixture
+def v0_migration():
+    @migrations.register_migration("scalars", from_major=0)
+    def scalars_v0_to_v1(table: pa.Table) -> pa.Table:
+        names = ["wall_time" if n == "time" else n for n in table.column_names]
+        return table.rename_columns(names)
+
+    yield scalars_v0_to_v1
+    migrations.unregister_migration("scalars", from_major=0)
+
+
+def test_older_major_version_names_the_migration(tmp_path):
+    path = make_v0_scalars_store(tmp_path)
+    with pytest.raises(rlarrow.FormatVersionError, match=f"rlarrow migrate {path}"):
+        rlarrow.Store.open(path)
+
+
+def test_migrate_without_registered_migration_explains(tmp_path):
+    path = make_v0_scalars_store(tmp_path)
+    with pytest.raises(rlarrow.FormatVersionError, match="no migration is registered"):
+        rlarrow.migrate(path)
+
+
+def test_cli_migrate_runs_the_registered_migration(tmp_path, v0_migration):
+    path = make_v0_scalars_store(tmp_path)
+    dry = CliRunner().invoke(cli, ["migrate", str(path), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "would migrate scalars: schema v0 -> v1" in dry.output
+    with pytest.raises(rlarrow.FormatVersionError):
+        rlarrow.Store.open(path)  # a dry run changes nothing
+    result = CliRunner().invoke(cli, ["migrate", str(path)])
+    assert result.exit_code == 0, result.output
+    store = rlarrow.Store.open(path)
+    table = store.read("scalars")
+    assert table.column("wall_time").to_pylist() == [1.5, 2.5, 3.5, 4.5]
+    assert np.isnan(table.column("value")[3].as_py())
+    for f in store.files("scalars"):
+        assert schema.read_file_info(f).schema_version == (1, 0)
+    assert len(list((path / "scalars").glob("part-2020*"))) == 0  # old files gone
+    assert CliRunner().invoke(cli, ["migrate", str(path)]).output.startswith("nothing to do")
+
+
+def test_interrupted_migration_resumes_file_by_file(tmp_path, v0_migration):
+    path = make_v0_scalars_store(tmp_path)
+    calls = []
+
+    @migrations.register_migration("scalars", from_major=0)
+    def fails_on_second_file(table):
+        calls.append(table.num_rows)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return v0_migration(table)
+
+    with pytest.raises(RuntimeError):
+        rlarrow.migrate(path)
+    with pytest.raises(rlarrow.FormatVersionError):  # still not current
+        rlarrow.Store.open(path)
+    migrations.register_migration("scalars", from_major=0)(v0_migration)
+    rlarrow.migrate(path)  # the first file is already v1 and is not migrated twice
+    assert rlarrow.Store.open(path).read("scalars").column("wall_time").to_pylist() == [1.5, 2.5, 3.5, 4.5]
+
+
+def test_newer_minor_version_warns(populated):
+    _set_manifest(populated.path, lambda m: m["tables"]["steps"].update(schema_version="1.7"))
+    with pytest.warns(rlarrow.FormatVersionWarning, match="newer minor version"):
+        store = rlarrow.Store.open(populated.path)
+    assert store.row_count("steps") == 18
+
+
+def test_newer_major_version_asks_for_an_upgrade(populated):
+    _set_manifest(populated.path, lambda m: m.update(format_version="2.0"))
+    with pytest.raises(rlarrow.FormatVersionError, match="pip install -U rlarrow"):
+        rlarrow.Store.open(populated.path)
+
+
+def test_file_checks_name_the_file(tmp_path):
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pa.table({"x": [1]}), foreign)
+    with pytest.raises(rlarrow.UnsupportedInputError, match="foreign.parquet.*not written by rlarrow"):
+        schema.read_file_info(foreign)
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"this is not parquet at all")
+    with pytest.raises(rlarrow.CorruptFileError, match="garbage.parquet"):
+        schema.read_file_info(garbage)
+
+
+def test_foreign_file_dropped_into_a_table_is_refused(populated):
+    pq.write_table(pa.table({"x": [1]}), populated.path / "steps" / "part-29990101T000000000000-00000000.parquet")
+    with pytest.raises(rlarrow.UnsupportedInputError, match="not written by rlarrow"):
+        rlarrow.Store.open(populated.path)
