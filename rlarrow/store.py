@@ -788,8 +788,8 @@ class Store:
         """
         for attempt in range(_READ_ATTEMPTS):
             files = self.files(table)
-            dataset = self.dataset(table, _files=files)
             try:
+                dataset = self.dataset(table, _files=files)
                 result = dataset.to_table(columns=list(columns) if columns is not None else None,
                                           filter=filter)
                 break

@@ -24,12 +24,19 @@ def test_concurrent_appenders(tmp_path):
     path = tmp_path / "store"
     rlarrow.Store.create(path)
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(p)]) for p in range(4)]
-    # A reader running during the writes sees only complete commits.
-    while any(p.poll() is None for p in procs):
-        ro = rlarrow.Store.open(path, readonly=True)
-        table = ro.read("scalars", columns=["run_id", "value"])
-        counts = Counter(zip(table.column("run_id").to_pylist(), table.column("value").to_pylist()))
-        assert all(c == 20 for c in counts.values())
+    try:
+        # A reader running during the writes sees only complete commits.
+        while any(p.poll() is None for p in procs):
+            ro = rlarrow.Store.open(path, readonly=True)
+            table = ro.read("scalars", columns=["run_id", "value"])
+            counts = Counter(zip(table.column("run_id").to_pylist(),
+                                 table.column("value").to_pylist()))
+            assert all(c == 20 for c in counts.values())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
     store = rlarrow.Store.open(path)
     assert store.row_count("scalars") == 4 * 15 * 20
