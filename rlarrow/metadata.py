@@ -96,7 +96,7 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
         if dtype.kind == "U":
             return str(value), tag
         if dtype.kind == "S":
-            return base64.b64encode(bytes(value)).decode("ascii"), tag
+            return base64.b64encode(value.tobytes()).decode("ascii"), tag
         raise TypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported in metadata")
     if value is None or isinstance(value, (bool, str)):
         return value, None
@@ -260,4 +260,4 @@ def encode_column(values: Iterable[Any]) -> tuple[list[str | None], list[str | N
 
 def decode_column(texts: Iterable[str | None], types: Iterable[str | None]) -> list[Any]:
     """Decode a ``metadata`` column with its ``metadata_types`` column."""
-    return [decode(t, ty) for t, ty in zip(texts, types)]
+    return [decode(t, ty) for t, ty in zip(texts, types, strict=True)]

@@ -490,7 +490,7 @@ def conform(
         raise SchemaMismatchError(table_name, problems, expected=expected, got=data.schema)
     result = pa.Table.from_arrays(
         [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c], type=f.type)
-         for c, f in zip(out_columns, out_fields)],
+         for c, f in zip(out_columns, out_fields, strict=True)],
         schema=pa.schema(out_fields, metadata=schema.file_metadata()),
     )
     return result
@@ -499,13 +499,13 @@ def conform(
 def _castable(got: pa.DataType, want: pa.DataType) -> bool:
     """Casts conform() makes (checked for loss by pyarrow's safe cast)."""
     if pa.types.is_integer(want):
-        return pa.types.is_integer(got)
+        return bool(pa.types.is_integer(got))
     if pa.types.is_floating(want):
-        return pa.types.is_floating(got) or pa.types.is_integer(got)
+        return bool(pa.types.is_floating(got) or pa.types.is_integer(got))
     if pa.types.is_string(want):
-        return pa.types.is_large_string(got) or pa.types.is_string_view(got)
+        return bool(pa.types.is_large_string(got) or pa.types.is_string_view(got))
     if pa.types.is_timestamp(want):
-        return pa.types.is_timestamp(got)  # naive timestamps are taken as UTC
+        return bool(pa.types.is_timestamp(got))  # naive timestamps are taken as UTC
     return False
 
 

@@ -281,7 +281,9 @@ class Store:
         """Create a new, empty store at ``path`` (its parent directories too).
 
         Args:
+            path: the directory to create; it must not exist or be empty.
             exist_ok: open the store instead of failing when one is already there.
+            auto_compact: see :class:`Store`.
 
         Raises:
             StoreError: ``path`` holds a store (and not ``exist_ok``) or other files.

@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +45,7 @@ __all__ = [
 
 #: A batch of tensors: an array whose first axis is rows, a dict of those (dict
 #: observations), or a sequence of per-row arrays of one shape.
-TensorLike = Union[np.ndarray, Mapping[str, Any], Sequence[Any], pa.Array, pa.ChunkedArray]
+TensorLike: TypeAlias = "np.ndarray | Mapping[str, Any] | Sequence[Any] | pa.Array | pa.ChunkedArray"
 
 _LEAF_CHECKS = (
     pa.types.is_boolean,

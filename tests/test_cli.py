@@ -29,7 +29,7 @@ def test_info_lists_tables_rows_runs_versions_and_size(populated):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for table, rows in [("runs", 1), ("episodes", 3), ("steps", 18), ("scalars", 10), ("memory", 8)]:
-        line = next(l for l in text.splitlines() if l.startswith(table + " "))
+        line = next(x for x in text.splitlines() if x.startswith(table + " "))
         assert f" {rows} " in line and line.rstrip().endswith("v1.0"), line
     run_id = populated.runs().column("run_id")[0].as_py()
     assert run_id in text and "populate" in text

@@ -30,7 +30,7 @@ def test_concurrent_appenders(tmp_path):
             ro = rlarrow.Store.open(path, readonly=True)
             table = ro.read("scalars", columns=["run_id", "value"])
             counts = Counter(zip(table.column("run_id").to_pylist(),
-                                 table.column("value").to_pylist()))
+                                 table.column("value").to_pylist(), strict=True))
             assert all(c == 20 for c in counts.values())
     finally:
         for p in procs:
@@ -41,7 +41,7 @@ def test_concurrent_appenders(tmp_path):
     store = rlarrow.Store.open(path)
     assert store.row_count("scalars") == 4 * 15 * 20
     table = store.read("scalars", columns=["run_id", "step"])
-    pairs = list(zip(table.column("run_id").to_pylist(), table.column("step").to_pylist()))
+    pairs = list(zip(table.column("run_id").to_pylist(), table.column("step").to_pylist(), strict=True))
     assert len(set(pairs)) == len(pairs) == 1200
     glob = f"{path}/scalars/*.parquet"
     assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0] == 1200

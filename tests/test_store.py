@@ -98,9 +98,13 @@ def test_flush_rows_commits_periodically_and_row_groups_are_sized(store):
 
 
 def test_writer_abort_on_exception_commits_nothing(store):
-    with pytest.raises(RuntimeError), store.writer("scalars") as w:
-        w.write(scalar_rows(0, 10))
-        raise RuntimeError("boom")
+    def write_then_fail():
+        with store.writer("scalars") as w:
+            w.write(scalar_rows(0, 10))
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        write_then_fail()
     assert store.row_count("scalars") == 0
     assert not [p for p in (store.path / "scalars").iterdir()]
 
@@ -235,7 +239,7 @@ def test_retired_files_are_never_adopted_again(store):
     store.compact()
     m = manifest(store)
     # A crash after the swap but before the deletes: the old files are back on disk.
-    for p, b in zip(old, data):
+    for p, b in zip(old, data, strict=True):
         p.write_bytes(b)
     m["retired"] = [f"scalars/{p.name}" for p in old]
     (store.path / MANIFEST_NAME).write_text(json.dumps(m))

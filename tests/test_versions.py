@@ -130,6 +130,7 @@ def test_file_checks_name_the_file(tmp_path):
 
 
 def test_foreign_file_dropped_into_a_table_is_refused(populated):
-    pq.write_table(pa.table({"x": [1]}), populated.path / "steps" / "part-29990101T000000000000-00000000.parquet")
+    foreign = populated.path / "steps" / "part-29990101T000000000000-00000000.parquet"
+    pq.write_table(pa.table({"x": [1]}), foreign)
     with pytest.raises(rlarrow.UnsupportedInputError, match="not written by rlarrow"):
         rlarrow.Store.open(populated.path)

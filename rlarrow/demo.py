@@ -1,0 +1,246 @@
+"""The demo `make demo` runs: record real episodes into a store, then query it.
+
+It plays a small vectorized environment (a 1-D corridor with a goal, pure NumPy, 4
+sub-environments) with an epsilon-greedy agent whose epsilon decays, so the returns
+improve, and records what an RL run leaves behind:
+
+* ``steps`` and ``episodes`` (RLDS alignment, dict observations with a uint8 "image");
+* ``scalars`` (episode returns and lengths, epsilon) as a logger would write them;
+* ``memory``: the last transitions as a replay-memory snapshot.
+
+Then it prints ``rlarrow info`` and answers questions with plain DuckDB and Polars over
+the Parquet files, without rlarrow.
+
+Run it with ``python -m rlarrow.demo OUTPUT_DIR`` (``make demo`` does).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlarrow.store import Store
+
+CORRIDOR = 8
+NUM_ENVS = 4
+MAX_STEPS = 40
+MEMORY_SIZE = 64
+
+
+class Corridor:
+    """A vectorized corridor: move left/right, reward 1 at the right end, -0.01 per step."""
+
+    def __init__(self, num_envs: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.num_envs = num_envs
+        self.pos = np.zeros(num_envs, np.int64)
+        self.t = np.zeros(num_envs, np.int64)
+
+    def reset(self, i: int) -> dict[str, np.ndarray]:
+        """Start a new episode in sub-environment ``i``."""
+        self.pos[i] = self.rng.integers(0, CORRIDOR // 2)
+        self.t[i] = 0
+        return self.observe(i)
+
+    def observe(self, i: int) -> dict[str, np.ndarray]:
+        """Observation of sub-environment ``i``: its position and a one-row image."""
+        image = np.zeros((1, CORRIDOR), np.uint8)
+        image[0, self.pos[i]] = 255
+        return {"position": np.array([self.pos[i] / (CORRIDOR - 1)], np.float32), "image": image}
+
+    def step(self, i: int, action: int) -> tuple[dict[str, np.ndarray], float, bool, bool]:
+        """Move sub-environment ``i``; returns observation, reward, terminated, truncated."""
+        self.pos[i] = int(np.clip(self.pos[i] + (1 if action == 1 else -1), 0, CORRIDOR - 1))
+        self.t[i] += 1
+        terminated = bool(self.pos[i] == CORRIDOR - 1)
+        truncated = bool(not terminated and self.t[i] >= MAX_STEPS)
+        reward = 1.0 if terminated else -0.01
+        return self.observe(i), reward, terminated, truncated
+
+
+def record_run(store: Store, *, seed: int, episodes: int) -> str:
+    """Play ``episodes`` episodes and write them, with scalars and a memory snapshot."""
+    rng = np.random.default_rng(seed)
+    env = Corridor(NUM_ENVS, seed)
+    run = store.add_run(
+        source="rlarrow.demo",
+        name=f"corridor-seed{seed}",
+        num_envs=NUM_ENVS,
+        alignment="rlds",
+        metadata={"env": "Corridor-v0", "seed": seed, "agent": "epsilon-greedy",
+                  "params": {"epsilon_decay": np.float32(0.97), "corridor": CORRIDOR}},
+        env_specs={
+            "observation": {"position": {"shape": (1,), "dtype": "float32"},
+                            "image": {"shape": (1, CORRIDOR), "dtype": "uint8"}},
+            "action": {"shape": (), "dtype": "int64", "num_values": 2},
+            "reward": {"shape": (), "dtype": "float64"},
+        },
+    )
+    steps_w = store.writer("steps", flush_rows=2000)
+    ep_rows: dict[str, list[Any]] = {k: [] for k in (
+        "episode_id", "env_index", "num_steps", "return", "terminated", "truncated")}
+    scalars: dict[str, list[Any]] = {"tag": [], "step": [], "value": [], "scope": []}
+    memory: dict[str, np.ndarray] = {"states": np.full((MEMORY_SIZE, NUM_ENVS, 1), np.nan, np.float32),
+              "actions": np.full((MEMORY_SIZE, NUM_ENVS, 1), -1, np.int64),
+              "rewards": np.full((MEMORY_SIZE, NUM_ENVS, 1), np.nan, np.float32),
+              "terminated": np.zeros((MEMORY_SIZE, NUM_ENVS, 1), bool)}
+    pointer, full = 0, False
+    epsilon, global_step = 1.0, 0
+    obs = [env.reset(i) for i in range(NUM_ENVS)]
+    episode_of = list(range(NUM_ENVS))
+    next_episode = NUM_ENVS
+
+    def new_buffer() -> dict[str, list[Any]]:
+        return {"position": [], "image": [], "action": [], "reward": [], "terminal": []}
+
+    buffers = [new_buffer() for _ in range(NUM_ENVS)]
+    done_episodes = 0
+    while done_episodes < episodes:
+        actions = np.where(rng.random(NUM_ENVS) < epsilon, rng.integers(0, 2, NUM_ENVS), 1)
+        for i in range(NUM_ENVS):
+            b = buffers[i]
+            b["position"].append(obs[i]["position"])
+            b["image"].append(obs[i]["image"])
+            b["action"].append(int(actions[i]))
+            next_obs, reward, terminated, truncated = env.step(i, int(actions[i]))
+            b["reward"].append(reward)
+            memory["states"][pointer, i] = obs[i]["position"]
+            memory["actions"][pointer, i] = actions[i]
+            memory["rewards"][pointer, i] = reward
+            memory["terminated"][pointer, i] = terminated
+            obs[i] = next_obs
+            if terminated or truncated:
+                n = len(b["action"])
+                steps_w.write({
+                    "run_id": run, "episode_id": episode_of[i], "step": np.arange(n + 1),
+                    "env_index": i,
+                    "observation": {
+                        "position": np.stack([*b["position"], next_obs["position"]]),
+                        "image": np.stack([*b["image"], next_obs["image"]]),
+                    },
+                    "action": [np.int64(a) for a in b["action"]] + [None],
+                    "reward": [*b["reward"], None],
+                    "discount": [1.0] * (n - 1) + [0.0 if terminated else 1.0, None],
+                    "is_first": [True] + [False] * n,
+                    "is_last": [False] * n + [True],
+                    "is_terminal": [False] * n + [terminated],
+                    "metadata": [None] * n + [{"epsilon": np.float32(epsilon)}],
+                })
+                ret = float(sum(b["reward"]))
+                ep_rows["episode_id"].append(episode_of[i])
+                ep_rows["env_index"].append(i)
+                ep_rows["num_steps"].append(n + 1)
+                ep_rows["return"].append(ret)
+                ep_rows["terminated"].append(terminated)
+                ep_rows["truncated"].append(truncated)
+                for tag, value in (("train/episode_return", ret), ("train/episode_length", n),
+                                   ("info/epsilon", epsilon)):
+                    scalars["tag"].append(tag)
+                    scalars["step"].append(global_step)
+                    scalars["value"].append(float(value))
+                    scalars["scope"].append(tag.split("/")[0])
+                done_episodes += 1
+                epsilon *= 0.97
+                episode_of[i] = next_episode
+                next_episode += 1
+                obs[i] = env.reset(i)
+                buffers[i] = new_buffer()
+        pointer = (pointer + 1) % MEMORY_SIZE
+        full = full or pointer == 0
+        global_step += NUM_ENVS
+    steps_w.close()
+    n_eps = len(ep_rows["episode_id"])
+    store.append("episodes", {
+        "run_id": run, **ep_rows,
+        "partial_start": np.zeros(n_eps, bool), "partial_end": np.zeros(n_eps, bool),
+    })
+    store.append("scalars", {
+        "run_id": run, **scalars, "wall_time": time.time(), "encoding": "logger", "dtype": "float64",
+    })
+    idx = np.arange(MEMORY_SIZE * NUM_ENVS)
+    store.append("memory", {
+        "run_id": run, "snapshot_id": 0, "snapshot_name": f"memory-seed{seed}",
+        "memory_index": idx // NUM_ENVS, "env_index": idx % NUM_ENVS,
+        "memory_size": MEMORY_SIZE, "num_envs": NUM_ENVS, "is_full": full,
+        "write_pointer": pointer, "env_pointer": 0,
+        "filled": np.full(idx.shape, True) if full else (idx // NUM_ENVS) < pointer,
+        **{name: value.reshape(MEMORY_SIZE * NUM_ENVS, *value.shape[2:])
+           for name, value in memory.items()},
+    })
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the demo store in OUTPUT_DIR (default ``demo-output``) and query it."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0] if args else "demo-output")
+    store_path = out / "demo.rlarrow"
+    if store_path.exists():
+        shutil.rmtree(store_path)
+    out.mkdir(parents=True, exist_ok=True)
+
+    print(f"== 1. recording episodes of a 4-env corridor into {store_path}")
+    with Store.create(store_path) as store:
+        for seed in (0, 1):
+            run = record_run(store, seed=seed, episodes=120)
+            print(f"   run {run}: {store.row_count('steps')} steps so far")
+
+    print("\n== 2. rlarrow info")
+    from rlarrow.cli import main as cli_main
+
+    try:
+        cli_main(["info", str(store_path)])
+    except SystemExit as exc:  # click exits after a command
+        if exc.code:
+            raise
+
+    print("\n== 3. plain DuckDB over the Parquet files (no rlarrow involved)")
+    import duckdb
+
+    simple = f"""
+        select r.name as run, count(*) as episodes,
+               round(avg(e."return") filter (where e.episode_id < 20), 3) as mean_return_first_20,
+               round(avg(e."return") filter (where e.episode_id >= (select max(episode_id) - 19
+                   from read_parquet('{store_path}/episodes/*.parquet') x where x.run_id = e.run_id)),
+                   3) as mean_return_last_20
+        from read_parquet('{store_path}/episodes/*.parquet') e
+        join read_parquet('{store_path}/runs/*.parquet') r using (run_id)
+        group by r.name order by r.name"""
+    print(simple.strip())
+    print(duckdb.sql(simple))
+
+    frames = duckdb.execute(
+        f"select observation.image[1] as row, count(*) as n "
+        f"from read_parquet('{store_path}/steps/*.parquet') where is_last and is_terminal "
+        f"group by all").fetchall()
+    print(f"final frames of terminated episodes (uint8 image column): {len(frames)} distinct, "
+          f"{sum(n for _, n in frames)} episodes")
+
+    print("\n== 4. Polars, lazily, over the scalars table")
+    import polars as pl
+
+    curve = (
+        pl.scan_parquet(f"{store_path}/scalars/*.parquet")
+        .filter(pl.col("tag") == "train/episode_return")
+        .sort("run_id", "step")
+        .with_columns(pl.col("value").rolling_mean(20).over("run_id").alias("smoothed"))
+        .group_by("run_id").agg(pl.col("smoothed").last().round(3).alias("last_smoothed_return"))
+        .sort("run_id")
+        .collect()
+    )
+    print(curve)
+
+    print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
+    print(f"Look at it with:  .venv/bin/rlarrow info {store_path}")
+    print("or any engine:    .venv/bin/python -c \"import duckdb; "
+          f"print(duckdb.sql(\\\"select * from '{store_path}/steps/*.parquet' limit 5\\\"))\"")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""README code blocks and docstring examples run as tests."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import re
+
+import pytest
+from conftest import REPO
+
+import rlarrow
+
+README = (REPO / "README.md").read_text()
+BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+
+MODULES = ["rlarrow", "rlarrow.errors", "rlarrow.tensors", "rlarrow.metadata", "rlarrow.schema",
+           "rlarrow.store", "rlarrow.migrations"]
+
+
+def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
+    assert len(BLOCKS) >= 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in BLOCKS:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    out = capsys.readouterr().out
+    assert "4 100" in out  # the row counts the first block prints
+    assert "cartpole-ppo" in out and "0.0003" in out
+
+
+def test_readme_quickstart_has_exactly_the_two_commands():
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    sh = re.findall(r"```sh\n(.*?)```", quickstart, re.S)
+    commands = [line.split("#")[0].strip() for block in sh for line in block.splitlines()]
+    assert [c for c in commands if c] == ["make demo", "make test"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docstring_examples(module, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    assert result.attempted > 0, f"{module} has no examples"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "make test" in ci
+
+
+def test_version_is_in_one_place():
+    text = (REPO / "rlarrow" / "_version.py").read_text()
+    assert rlarrow.__version__ in text
