@@ -1082,7 +1082,12 @@ class TableWriter:
         if self._closed:
             raise StoreError(f"{self.store.path}: writer for {self.table!r} is closed")
         established = self._schema if self._schema is not None else self.store.schema(self.table)
-        if isinstance(data, Mapping):
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if self._schema is not None and isinstance(data, pa.Table) and data.schema.equals(self._schema):
+            _schema.quick_check(self.table, data)  # already in the exact form: values only
+            table = data
+        elif isinstance(data, Mapping):
             table = _schema.build(self.table, data, established=established)
         else:
             table = _schema.conform(self.table, data, established)

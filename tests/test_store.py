@@ -285,3 +285,18 @@ def test_two_runs_one_store(store):
     assert a != b
     assert store.row_count("runs") == 2
     assert set(store.read("steps", columns=["run_id"]).column("run_id").to_pylist()) == {a, b}
+
+
+def test_fast_path_still_checks_values(store):
+    first = schema.build("scalars", scalar_rows(0, 2))
+    with store.writer("scalars") as w:
+        w.write(first)  # fixes the writer's schema
+        bad = pa.Table.from_arrays(
+            [pa.array(["r", None]), *first.columns[1:]], schema=first.schema)  # same schema, a null id
+        with pytest.raises(rlarrow.SchemaMismatchError, match="'run_id' must not be null"):
+            w.write(bad)
+        enum_bad = first.set_column(first.schema.get_field_index("encoding"),
+                                    first.schema.field("encoding"), pa.array(["morse", None]))
+        with pytest.raises(rlarrow.SchemaMismatchError, match="morse"):
+            w.write(enum_bad)
+    assert store.row_count("scalars") == 2

@@ -1,0 +1,29 @@
+"""`make demo`'s job runs end to end and leaves a store every engine reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+
+import rlarrow
+
+
+def test_demo_runs_and_builds_a_store(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rlarrow.demo", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "mean_return_last_20" in out.stdout and "corridor-seed1" in out.stdout
+    path = tmp_path / "out" / "demo.rlarrow"
+    store = rlarrow.Store.open(path)
+    assert store.row_count("runs") == 2
+    assert {t: store.row_count(t) > 0 for t in rlarrow.schema.TABLE_NAMES} == dict.fromkeys(
+        rlarrow.schema.TABLE_NAMES, True)
+    # Every episode's steps are contiguous and its row count matches the episodes table.
+    mismatches = duckdb.sql(f"""
+        select count(*) from read_parquet('{path}/episodes/*.parquet') e
+        join (select run_id, episode_id, count(*) n, max(step) m
+              from read_parquet('{path}/steps/*.parquet') group by all) s using (run_id, episode_id)
+        where e.num_steps != s.n or s.m != s.n - 1""").fetchall()[0][0]
+    assert mismatches == 0
