@@ -108,7 +108,7 @@ def migrate(store: str, dry_run: bool) -> None:
     """Upgrade a store written by an older rlarrow to the current format, in place."""
     from rlarrow.migrations import migrate as run_migrate
 
-    for line in run_migrate(store, dry_run=dry_run):
+    for line in run_migrate(store, dry_run=dry_run, progress=True):
         click.echo(("would migrate " if dry_run and not line.startswith("nothing") else "") + line)
 
 
@@ -121,7 +121,7 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
     from rlarrow.store import Store
 
     with Store.open(store) as s:
-        changed = s.compact(list(tables) or None)
+        changed = s.compact(list(tables) or None, progress=True)
     if not changed:
         click.echo("nothing to compact")
     for name, (before, after) in changed.items():

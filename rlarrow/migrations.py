@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from rlarrow import schema as _schema
 from rlarrow.errors import FormatVersionError
-from rlarrow.store import Store, _encode_schema
+from rlarrow.store import Store, _encode_schema, _progress
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
@@ -75,7 +75,7 @@ def _plan(table: str, got_major: int, want_major: int) -> list[Migration]:
     return steps
 
 
-def migrate(path: str | os.PathLike[str], *, dry_run: bool = False) -> list[str]:
+def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bool = False) -> list[str]:
     """Upgrade the store at ``path`` in place to the current format; returns what was done.
 
     Tables already current are left alone, so running it twice is harmless.
@@ -118,7 +118,8 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False) -> list[str]
 
             version = _schema.format_version(spec.version)
             entry = manifest["tables"][name]
-            for file_name in [f["name"] for f in entry["files"]]:
+            names = [f["name"] for f in entry["files"]]
+            for file_name in _progress(names, progress, f"migrate {name}", "file"):
                 # A file's own footer says whether an interrupted run already migrated it.
                 info = _schema.read_file_info(store.path / name / file_name)
                 if info.schema_version[0] < spec.version[0]:

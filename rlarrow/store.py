@@ -863,11 +863,18 @@ class Store:
         *,
         target_file_bytes: int = FILE_BYTES,
         row_group_bytes: int = ROW_GROUP_BYTES,
+        progress: bool = False,
     ) -> dict[str, tuple[int, int]]:
         """Merge runs of small files into files of up to ``target_file_bytes``.
 
         Row order is kept. The swap is journaled in the manifest, so a process killed
         during compaction leaves either the old files or the new ones, never both listed.
+
+        Args:
+            table: one table, several, or None for all.
+            target_file_bytes: the largest file a merge makes.
+            row_group_bytes: row-group size of the merged files.
+            progress: show a progress bar (on a terminal).
 
         Returns:
             table -> (files before, files after) for the tables that changed.
@@ -881,7 +888,7 @@ class Store:
                 entry = manifest["tables"][name]
                 before = len(entry["files"])
                 groups = _plan_compaction(entry["files"], target_file_bytes)
-                for group in groups:
+                for group in _progress(groups, progress, f"compact {name}", "group"):
                     self._replace(manifest, name, group, row_group_bytes=row_group_bytes)
                 if groups:
                     changed[name] = (before, len(manifest["tables"][name]["files"]))
@@ -953,6 +960,15 @@ class Store:
         self._write_manifest(manifest)  # new file listed, old ones retired
         self._delete_retired(manifest)
         self._write_manifest(manifest)
+
+
+def _progress(items: Sequence[Any], enabled: bool, desc: str, unit: str) -> Any:
+    """Iterate ``items``, with a tqdm bar when enabled and stderr is a terminal."""
+    if not enabled or len(items) < 2:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, disable=None, leave=False)
 
 
 def _tensors_problems(type_: pa.DataType, name: str) -> list[str]:
@@ -1108,10 +1124,27 @@ class TableWriter:
         ):
             self.flush()
 
+    @contextlib.contextmanager
+    def _io(self) -> Iterator[None]:
+        """Turn a failed write (disk full, file too large, ...) into a StoreError naming the file."""
+        try:
+            yield
+        except (OSError, pa.ArrowException) as exc:
+            path = self._tmp or (self.store.path / self.table)
+            self.abort()
+            raise StoreError(
+                f"{path}: writing table {self.table!r} failed ({exc}); the rows not yet committed "
+                "were dropped, and every earlier commit is intact"
+            ) from exc
+
     def _spill(self) -> None:
         """Write the buffer as row group(s) of the temporary file."""
         if not self._buffer:
             return
+        with self._io():
+            self._spill_unchecked()
+
+    def _spill_unchecked(self) -> None:
         assert self._schema is not None
         data = pa.concat_tables(self._buffer)
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
@@ -1129,9 +1162,10 @@ class TableWriter:
         if self._writer is None:
             return None
         assert self._tmp is not None and self._final is not None and self._schema is not None
-        self._writer.close()
-        self._writer = None
-        _fsync_file(self._tmp)
+        with self._io():
+            self._writer.close()
+            self._writer = None
+            _fsync_file(self._tmp)
         rows, tmp, final = self._file_rows, self._tmp, self._final
         self._file_rows, self._tmp, self._final = 0, None, None
         info = self.store._commit(self.table, tmp, final, self._schema, rows)
@@ -1142,7 +1176,8 @@ class TableWriter:
         """Drop uncommitted rows and close."""
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
         if self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self._writer.close()
             self._writer = None
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)

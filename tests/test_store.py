@@ -300,3 +300,33 @@ def test_fast_path_still_checks_values(store):
         with pytest.raises(rlarrow.SchemaMismatchError, match="morse"):
             w.write(enum_bad)
     assert store.row_count("scalars") == 2
+
+
+FULL_DISK = r"""
+import resource, signal, sys
+import numpy as np, rlarrow
+store = rlarrow.Store.open(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # get EFBIG instead of being killed
+resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))  # no file may grow past 64 kB
+rng = np.random.default_rng(0)
+try:
+    store.append("scalars", {"run_id": "r", "scope": "train", "tag": "noise",
+                             "step": np.arange(200_000), "value": rng.standard_normal(200_000)})
+except rlarrow.StoreError as exc:
+    print("StoreError:", exc)
+"""
+
+
+def test_failed_write_names_the_file_and_damages_nothing(populated):
+    import subprocess
+    import sys
+
+    before = populated.read("scalars")
+    out = subprocess.run([sys.executable, "-c", FULL_DISK, str(populated.path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "StoreError:" in out.stdout and ".parquet.partial" in out.stdout, out.stdout
+    assert "File too large" in out.stdout
+    reopened = rlarrow.Store.open(populated.path)
+    assert reopened.read("scalars").equals(before)
+    assert not [p for p in (populated.path / "scalars").iterdir() if p.name.startswith(".tmp-")]
