@@ -44,7 +44,7 @@ from rlarrow.errors import (
 )
 
 if TYPE_CHECKING:
-    from rlarrow import metadata, migrations, schema, tensors
+    from rlarrow import alignment, metadata, migrations, schema, tensors
     from rlarrow.migrations import migrate
     from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
 
@@ -65,6 +65,7 @@ __all__ = [
     "TableWriter",
     "UnsupportedInputError",
     "__version__",
+    "alignment",
     "metadata",
     "migrate",
     "migrations",
@@ -82,7 +83,7 @@ _LAZY = {
     "new_run_id": "rlarrow.store",
     "migrate": "rlarrow.migrations",
 }
-_SUBMODULES = {"metadata", "migrations", "schema", "tensors", "store", "errors", "cli"}
+_SUBMODULES = {"alignment", "metadata", "migrations", "schema", "tensors", "store", "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:
