@@ -51,10 +51,12 @@ __all__ = [
     "ColumnSpec",
     "TableSchema",
     "build",
+    "check_file_version",
     "conform",
     "format_version",
     "parse_version",
     "quick_check",
+    "read_file",
     "read_file_info",
     "schemas_dir",
     "table",
@@ -598,3 +600,72 @@ def read_file_info(path: str | os.PathLike[str]) -> FileInfo:
         num_rows=meta.num_rows,
         schema=arrow_schema,
     )
+
+
+def check_file_version(info: FileInfo, *, store: str | os.PathLike[str] | None = None) -> None:
+    """Check a file's schema version against this rlarrow's.
+
+    Raises:
+        FormatVersionError: an older major version (naming ``rlarrow migrate``) or a newer one.
+
+    Warns:
+        FormatVersionWarning: a newer minor version.
+    """
+    import warnings
+
+    from rlarrow.errors import FormatVersionError, FormatVersionWarning
+
+    try:
+        want = table(info.table).version
+    except KeyError:
+        raise UnsupportedInputError(
+            info.path, f"holds table {info.table!r}, which this rlarrow {__version__} does not know; "
+            "upgrade with: pip install -U rlarrow") from None
+    got = info.schema_version
+    where = os.fspath(store) if store is not None else "STORE"
+    if got[0] < want[0]:
+        raise FormatVersionError(
+            f"{info.path}: table {info.table!r} schema v{format_version(got)} was written by an older "
+            f"rlarrow (this rlarrow {__version__} reads v{format_version(want)}); upgrade the store "
+            f"holding it with: rlarrow migrate {where}"
+        )
+    if got[0] > want[0]:
+        raise FormatVersionError(
+            f"{info.path}: table {info.table!r} schema v{format_version(got)} is newer than this "
+            f"rlarrow {__version__} understands (v{format_version(want)}); "
+            "upgrade with: pip install -U rlarrow"
+        )
+    if got[1] > want[1]:
+        warnings.warn(
+            f"{info.path}: table {info.table!r} schema v{format_version(got)} is a newer minor version "
+            f"than this rlarrow {__version__} knows (v{format_version(want)}); columns it added are "
+            "kept but not interpreted",
+            FormatVersionWarning,
+            stacklevel=3,
+        )
+
+
+def read_file(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
+    """Read one rlarrow Parquet file, checking what it says about itself.
+
+    Example:
+        >>> import rlarrow, tempfile, os
+        >>> s = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+        >>> _ = s.append("scalars", {"run_id": "r", "scope": "train", "tag": "x",
+        ...                          "step": [1], "value": [2.0]})
+        >>> read_file(s.files("scalars")[0]).column("value").to_pylist()
+        [2.0]
+
+    Raises:
+        CorruptFileError: truncated or not Parquet.
+        UnsupportedInputError: not written by rlarrow, or a table this rlarrow does not know.
+        FormatVersionError: an older major version (run ``rlarrow migrate``) or a newer one.
+    """
+    import pyarrow.parquet as pq
+
+    info = read_file_info(path)
+    check_file_version(info)
+    try:
+        return pq.read_table(os.fspath(path), columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptFileError(os.fspath(path), f"damaged Parquet data ({exc})") from exc

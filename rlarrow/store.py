@@ -476,6 +476,7 @@ class Store:
         if info.table != table:
             raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
                                    "move it out of the store")
+        _schema.check_file_version(info, store=self.path)
         entry = manifest["tables"][table]
         self._check_file_schema(table, entry, info.schema, path)
         entry["files"].append({"name": name, "rows": info.num_rows, "bytes": path.stat().st_size})

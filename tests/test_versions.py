@@ -134,3 +134,29 @@ def test_foreign_file_dropped_into_a_table_is_refused(populated):
     pq.write_table(pa.table({"x": [1]}), foreign)
     with pytest.raises(rlarrow.UnsupportedInputError, match="not written by rlarrow"):
         rlarrow.Store.open(populated.path)
+
+
+def _file_with_version(tmp_path, version: str):
+    data = schema.build("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [1], "value": [2.0]})
+    md = dict(data.schema.metadata)
+    md[b"rlarrow.schema_version"] = version.encode()
+    path = tmp_path / f"v{version}.parquet"
+    pq.write_table(data.replace_schema_metadata(md), path)
+    return path
+
+
+def test_read_file_checks_the_version(tmp_path):
+    assert schema.read_file(_file_with_version(tmp_path, "1.0")).num_rows == 1
+    with pytest.raises(rlarrow.FormatVersionError, match="rlarrow migrate"):
+        schema.read_file(_file_with_version(tmp_path, "0.2"))
+    with pytest.raises(rlarrow.FormatVersionError, match="pip install -U rlarrow"):
+        schema.read_file(_file_with_version(tmp_path, "2.0"))
+    with pytest.warns(rlarrow.FormatVersionWarning, match="newer minor"):
+        assert schema.read_file(_file_with_version(tmp_path, "1.4")).num_rows == 1
+
+
+def test_old_file_dropped_into_a_current_store_names_the_migration(populated, tmp_path):
+    old = _file_with_version(tmp_path, "0.2")
+    (populated.path / "scalars" / "part-29990101T000000000000-00000001.parquet").write_bytes(old.read_bytes())
+    with pytest.raises(rlarrow.FormatVersionError, match=f"rlarrow migrate {populated.path}"):
+        rlarrow.Store.open(populated.path)
