@@ -101,8 +101,10 @@ class MemorySnapshot:
             "write_pointer": self.write_pointer,
             "env_pointer": self.env_pointer,
         }
-        if self.write_pointer is not None and self.is_full is not None:
-            columns["filled"] = np.full(rows, True) if self.is_full else (idx // ne) < self.write_pointer
+        if self.is_full:
+            columns["filled"] = np.full(rows, True)
+        elif self.is_full is False and self.write_pointer is not None:
+            columns["filled"] = (idx // ne) < self.write_pointer
         for name, value in self.tensors.items():
             columns[name] = value.reshape(rows, *value.shape[2:])
         return _schema.build("memory", columns, num_rows=rows)

@@ -1,0 +1,211 @@
+"""skrl/rofunc replay-memory exports as ``.csv`` files, read in a stream.
+
+skrl writes one header ``name.i`` per last-dimension column (names sorted), one row per
+*filled* transition, memory-major (memory index, then env index), floats with 17
+significant digits, bools as ``True``/``False``. The file says nothing about dtypes,
+``num_envs``, the memory size or the write pointer, so:
+
+* ``num_envs`` comes from the caller; without it one env is assumed (and said, with an
+  :class:`~rlarrow.AssumptionWarning`): each csv row is then one memory row;
+* floats are read as ``dtype`` (float32 by default, skrl's default): every value is checked
+  to be exactly representable, else the read fails and asks for ``dtype="float64"``;
+  integers are int64, bools real bools (not skrl's iterator's ``bool("False") == True``);
+* ``memory_size`` defaults to the filled rows per env; every row is marked ``filled``.
+
+Reading streams in blocks, so memory stays bounded whatever the file size.
+
+Example:
+    >>> from rlarrow.io import csv as memory_csv  # doctest: +SKIP
+    >>> for table in memory_csv.iter_csv_tables("memory.csv", run_id="r", snapshot_id=0,
+    ...                                         num_envs=16):  # doctest: +SKIP
+    ...     store.append("memory", table)
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from rlarrow import schema as _schema
+from rlarrow.errors import AssumptionWarning, CorruptFileError, UnsupportedInputError
+from rlarrow.io.memory import MemorySnapshot
+
+__all__ = ["csv_layout", "iter_csv_tables", "read_csv"]
+
+_BLOCK = 16 << 20
+
+
+def csv_layout(path: str | os.PathLike[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Tensor names -> their csv columns, and csv column -> arrow type name, from the head."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        header = fh.readline().decode("utf-8").strip()
+        first = fh.readline().decode("utf-8").strip()
+    if not header:
+        raise CorruptFileError(path, "empty file: no csv header")
+    names = header.split(",")
+    tensors: dict[str, list[str]] = {}
+    for col in names:
+        base, dot, index = col.rpartition(".")
+        if not dot or not index.isdigit():
+            raise UnsupportedInputError(path, f"column {col!r} is not 'name.index' as skrl writes it")
+        tensors.setdefault(base, []).append(col)
+    for base, cols in tensors.items():
+        if [int(c.rpartition(".")[2]) for c in cols] != list(range(len(cols))):
+            raise UnsupportedInputError(
+                path, f"tensor {base!r}: columns {cols} are not .0 .. .{len(cols) - 1}")
+    types: dict[str, str] = {}
+    values = first.split(",") if first else []
+    if first and len(values) != len(names):
+        raise UnsupportedInputError(
+            path, f"the first row has {len(values)} values for {len(names)} columns; skrl writes "
+            "keep_dimensions tensors this way ('[0.0, 1.0]' cells), which no reader can align: "
+            "export that memory as .pt or .npz instead")
+    for col, value in zip(names, values or ["0.0"] * len(names), strict=True):
+        if value in ("True", "False"):
+            types[col] = "bool"
+        elif value.lstrip("-").isdigit():
+            types[col] = "int64"
+        else:
+            types[col] = "float64"
+    return tensors, types
+
+
+def _data_rows(path: Path) -> int:
+    rows = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_BLOCK):
+            rows += chunk.count(b"\n")
+        fh.seek(max(0, fh.tell() - 1))
+        if fh.tell() and fh.read(1) != b"\n":
+            rows += 1
+    return max(0, rows - 1)
+
+
+def iter_csv_tables(
+    path: str | os.PathLike[str],
+    *,
+    run_id: str,
+    snapshot_id: int,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+    block_size: int = _BLOCK,
+) -> Iterator[pa.Table]:
+    """Stream a csv memory export as rows of the store's ``memory`` table.
+
+    Args:
+        path: the csv file.
+        run_id: the run the rows are filed under.
+        snapshot_id: the snapshot number within the run.
+        num_envs: environments of the memory (the csv does not say; 1 is assumed, with a
+            warning, when not given).
+        memory_size: the memory's size (default: the filled rows per env).
+        dtype: ``"float32"`` (skrl's default) or ``"float64"`` for float tensors.
+        block_size: bytes parsed at a time (bounds memory).
+
+    Raises:
+        UnsupportedInputError: not a skrl memory csv, or a float that ``dtype`` cannot hold.
+        CorruptFileError: a row that does not parse (the message gives pyarrow's reason).
+    """
+    path = Path(path)
+    tensors, types = csv_layout(path)
+    rows_total = _data_rows(path)
+    if num_envs is None:
+        warnings.warn(f"{path}: a csv memory export does not record num_envs; assuming 1 (each row is "
+                      "one memory row). Pass num_envs=... to recover the (memory, env) layout.",
+                      AssumptionWarning, stacklevel=2)
+        num_envs = 1
+    if rows_total % num_envs:
+        raise UnsupportedInputError(path, f"{rows_total} rows do not divide into num_envs={num_envs}")
+    filled = rows_total // num_envs
+    memory_size = filled if memory_size is None else memory_size
+    if memory_size < filled:
+        raise UnsupportedInputError(path, f"{filled} filled rows per env exceed memory_size={memory_size}")
+    float_type = {"float32": np.float32, "float64": np.float64}[dtype]
+    reader_types = {c: getattr(pa, t if t != "bool" else "bool_")() for c, t in types.items()}
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=block_size),
+            convert_options=pacsv.ConvertOptions(column_types=reader_types, null_values=[],
+                                                 strings_can_be_null=False, true_values=["True"],
+                                                 false_values=["False"]),
+        )
+    except pa.ArrowInvalid as exc:
+        raise CorruptFileError(path, f"cannot parse ({exc})") from exc
+    start = 0
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except pa.ArrowInvalid as exc:
+            raise CorruptFileError(path, f"near data row {start + 1}: {exc}") from exc
+        n = batch.num_rows
+        idx = np.arange(start, start + n)
+        columns: dict[str, object] = {
+            "run_id": run_id, "snapshot_id": snapshot_id, "snapshot_name": path.stem,
+            "memory_index": idx // num_envs, "env_index": (idx % num_envs).astype(np.int32),
+            "memory_size": memory_size, "num_envs": num_envs, "filled": np.ones(n, bool),
+        }
+        for name, cols in tensors.items():
+            parts = [batch.column(c).to_numpy(zero_copy_only=False) for c in cols]
+            values = np.column_stack(parts)
+            if values.dtype == np.float64 and float_type is np.float32:
+                narrow = values.astype(np.float32)
+                exact = (narrow.astype(np.float64) == values) | (np.isnan(values) & np.isnan(narrow))
+                if not exact.all():
+                    row, col = np.argwhere(~exact)[0]
+                    raise UnsupportedInputError(
+                        path, f"{cols[col]} in data row {start + row + 1} ({values[row, col]!r}) is "
+                        "not a float32; read it with dtype='float64'")
+                values = narrow
+            columns[name] = values
+        start += n
+        yield _schema.build("memory", columns, num_rows=n)
+
+
+def read_csv(
+    path: str | os.PathLike[str],
+    *,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+) -> MemorySnapshot:
+    """Read a whole csv memory export into a snapshot (see :func:`iter_csv_tables`).
+
+    Rows not in the csv (never filled) are NaN for floats, 0 for integers and False for
+    bools, as a fresh skrl memory holds them.
+    """
+    path = Path(path)
+    parts = list(iter_csv_tables(path, run_id="", snapshot_id=0, num_envs=num_envs,
+                                 memory_size=memory_size, dtype=dtype))
+    tensors_cols, _ = csv_layout(path)
+    table = pa.concat_tables(parts) if parts else None
+    from rlarrow.tensors import to_numpy
+
+    ne = num_envs or 1
+    ms = memory_size if memory_size is not None else (table.num_rows // ne if table is not None else 0)
+    out: dict[str, np.ndarray] = {}
+    for name in tensors_cols:
+        filled = to_numpy(table.column(name)) if table is not None else None
+        shape_tail = filled.shape[1:] if filled is not None else (len(tensors_cols[name]),)
+        dtype_out = filled.dtype if filled is not None else np.dtype(dtype)
+        full = np.zeros((ms * ne, *shape_tail), dtype_out)
+        if dtype_out.kind == "f":
+            full[:] = np.nan
+        if filled is not None:
+            full[: len(filled)] = filled
+        out[name] = full.reshape(ms, ne, *shape_tail)
+    rows = 0 if table is None else table.num_rows
+    return MemorySnapshot(out, name=path.stem, path=os.fspath(path), source_format="csv",
+                          is_full=(rows == ms * ne) if memory_size is not None else None,
+                          write_pointer=(rows // ne) if memory_size is not None and rows < ms * ne else None,
+                          env_pointer=0 if memory_size is not None else None)

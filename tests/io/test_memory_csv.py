@@ -1,0 +1,101 @@
+"""skrl csv memory exports: streamed, bools real, dtypes and num_envs explicit, nothing truncated."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import FIXTURES
+
+import rlarrow
+from rlarrow import tensors
+from rlarrow.io.csv import iter_csv_tables, read_csv
+from rlarrow.io.npz import read_npz
+
+SKRL = FIXTURES / "skrl"
+needs_skrl_fixtures = pytest.mark.skipif(not SKRL.is_dir(),
+                                         reason="needs ../shared/fixtures/skrl (real skrl exports)")
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def fixture(kind: str, ext: str) -> Path:
+    return next((SKRL / kind / "memories").glob(f"*.{ext}"))
+
+
+@needs_skrl_fixtures
+@pytest.mark.parametrize(("kind", "filled_rows"), [("wrapped", 64), ("partial", 10)])
+def test_real_skrl_csv_matches_the_npz_of_the_same_memory(kind, filled_rows):
+    snap = read_csv(fixture(kind, "csv"), num_envs=4, memory_size=64)
+    ref = read_npz(fixture(kind, "npz"))
+    assert list(snap.tensors) == list(ref.tensors)
+    for name, expected in ref.tensors.items():
+        got = snap.tensors[name]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        assert got[:filled_rows].tobytes() == expected[:filled_rows].tobytes(), name
+    # csv bools are real bools (skrl's own iterator reads every one as True)
+    terminated = snap.tensors["terminated"][:filled_rows]
+    assert terminated.dtype == np.bool_ and 0 < terminated.mean() < 0.5
+    assert snap.is_full is (kind == "wrapped")
+    assert snap.write_pointer == (None if kind == "wrapped" else 10)
+
+
+@needs_skrl_fixtures
+def test_streamed_blocks_into_a_store(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s")
+    with store.writer("memory") as w:
+        for table in iter_csv_tables(fixture("wrapped", "csv"), run_id="r", snapshot_id=0,
+                                     num_envs=4, block_size=4096):  # many small blocks
+            w.write(table)
+    t = store.read("memory")
+    assert t.num_rows == 256
+    assert t.column("memory_index").to_pylist() == [i // 4 for i in range(256)]
+    assert t.column("env_index").to_pylist() == [i % 4 for i in range(256)]
+    states = tensors.to_numpy(t.column("states")).reshape(64, 4, 8)
+    assert states.tobytes() == read_npz(fixture("wrapped", "npz")).tensors["states"].tobytes()
+
+
+@needs_skrl_fixtures
+def test_missing_num_envs_is_said_plainly():
+    with pytest.warns(rlarrow.AssumptionWarning, match="does not record num_envs; assuming 1"):
+        snap = read_csv(fixture("partial", "csv"))
+    assert (snap.memory_size, snap.num_envs) == (40, 1)
+
+
+def test_values_float32_cannot_hold_are_not_truncated(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("x.0,x.1,flag.0\n0.5,0.1,True\nnan,-0.0,False\n")
+    with pytest.raises(rlarrow.UnsupportedInputError, match=r"x.1 in data row 1.*dtype='float64'"):
+        read_csv(path, num_envs=1)
+    snap = read_csv(path, num_envs=1, dtype="float64")
+    x = snap.tensors["x"][:, 0]
+    assert x[0].tolist() == [0.5, 0.1]
+    assert np.isnan(x[1, 0]) and np.signbit(x[1, 1])
+    assert snap.tensors["flag"][:, 0, 0].tolist() == [True, False]
+
+
+@pytest.mark.parametrize(("text", "error", "message"), [
+    ("", rlarrow.CorruptFileError, "empty"),
+    ("states,x.0\n1.0,2.0\n", rlarrow.UnsupportedInputError, "not 'name.index'"),
+    ("a.0,a.1\n[0.0, 1.0],2.0\n", rlarrow.UnsupportedInputError, "keep_dimensions"),
+    ("a.0,b.0\n1.0,2.0\n1.0\n", rlarrow.CorruptFileError, "Expected 2 columns"),
+    ("a.0\n1.0\n2.0\n3.0\n", rlarrow.UnsupportedInputError, "do not divide"),
+])
+def test_bad_csv_is_refused_naming_the_file(tmp_path, text, error, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(error, match=message) as info:
+        read_csv(path, num_envs=2 if "divide" in message else 1)
+    assert "bad.csv" in str(info.value)
+
+
+def test_rows_are_memory_table_rows(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("a.0\n" + "".join(f"{i}.5\n" for i in range(6)))
+    tables = list(iter_csv_tables(path, run_id="r", snapshot_id=3, num_envs=2, memory_size=5))
+    t = pa.concat_tables(tables)
+    assert t.column("memory_size").to_pylist() == [5] * 6
+    assert t.column("snapshot_id").to_pylist() == [3] * 6
+    assert t.column("filled").to_pylist() == [True] * 6
