@@ -52,6 +52,7 @@ __all__ = [
     "TableSchema",
     "build",
     "check_file_version",
+    "check_version",
     "conform",
     "format_version",
     "parse_version",
@@ -602,11 +603,14 @@ def read_file_info(path: str | os.PathLike[str]) -> FileInfo:
     )
 
 
-def check_file_version(info: FileInfo, *, store: str | os.PathLike[str] | None = None) -> None:
-    """Check a file's schema version against this rlarrow's.
+def check_version(
+    where: str, what: str, got: tuple[int, int], want: tuple[int, int], *, store: str
+) -> None:
+    """Compare a written version with the one this rlarrow reads.
 
     Raises:
-        FormatVersionError: an older major version (naming ``rlarrow migrate``) or a newer one.
+        FormatVersionError: an older major version (naming ``rlarrow migrate STORE``) or a
+            newer one (asking to upgrade rlarrow).
 
     Warns:
         FormatVersionWarning: a newer minor version.
@@ -615,34 +619,36 @@ def check_file_version(info: FileInfo, *, store: str | os.PathLike[str] | None =
 
     from rlarrow.errors import FormatVersionError, FormatVersionWarning
 
+    if got[0] < want[0]:
+        raise FormatVersionError(
+            f"{where}: {what} was written by an older rlarrow (this rlarrow {__version__} reads "
+            f"{format_version(want)}); upgrade the store in place with: rlarrow migrate {store}"
+        )
+    if got[0] > want[0]:
+        raise FormatVersionError(
+            f"{where}: {what} is newer than this rlarrow {__version__} understands "
+            f"({format_version(want)}); upgrade with: pip install -U rlarrow"
+        )
+    if got[1] > want[1]:
+        warnings.warn(
+            f"{where}: {what} is a newer minor version than this rlarrow {__version__} knows "
+            f"({format_version(want)}); columns it added are kept but not interpreted. "
+            "Upgrade with: pip install -U rlarrow",
+            FormatVersionWarning,
+            stacklevel=4,
+        )
+
+
+def check_file_version(info: FileInfo, *, store: str | os.PathLike[str] | None = None) -> None:
+    """Check a file's schema version against this rlarrow's (see :func:`check_version`)."""
     try:
         want = table(info.table).version
     except KeyError:
         raise UnsupportedInputError(
             info.path, f"holds table {info.table!r}, which this rlarrow {__version__} does not know; "
             "upgrade with: pip install -U rlarrow") from None
-    got = info.schema_version
-    where = os.fspath(store) if store is not None else "STORE"
-    if got[0] < want[0]:
-        raise FormatVersionError(
-            f"{info.path}: table {info.table!r} schema v{format_version(got)} was written by an older "
-            f"rlarrow (this rlarrow {__version__} reads v{format_version(want)}); upgrade the store "
-            f"holding it with: rlarrow migrate {where}"
-        )
-    if got[0] > want[0]:
-        raise FormatVersionError(
-            f"{info.path}: table {info.table!r} schema v{format_version(got)} is newer than this "
-            f"rlarrow {__version__} understands (v{format_version(want)}); "
-            "upgrade with: pip install -U rlarrow"
-        )
-    if got[1] > want[1]:
-        warnings.warn(
-            f"{info.path}: table {info.table!r} schema v{format_version(got)} is a newer minor version "
-            f"than this rlarrow {__version__} knows (v{format_version(want)}); columns it added are "
-            "kept but not interpreted",
-            FormatVersionWarning,
-            stacklevel=3,
-        )
+    check_version(info.path, f"table {info.table!r} schema {format_version(info.schema_version)}",
+                  info.schema_version, want, store=os.fspath(store) if store is not None else "STORE")
 
 
 def read_file(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:

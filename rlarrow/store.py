@@ -38,7 +38,6 @@ import os
 import secrets
 import socket
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,8 +51,6 @@ from rlarrow import schema as _schema
 from rlarrow._version import __version__
 from rlarrow.errors import (
     CorruptFileError,
-    FormatVersionError,
-    FormatVersionWarning,
     InvalidInputError,
     RLArrowError,
     SchemaMismatchError,
@@ -395,25 +392,7 @@ class Store:
                                     got, current)
 
     def _check_one_version(self, what: str, got: tuple[int, int], want: tuple[int, int]) -> None:
-        if got[0] < want[0]:
-            raise FormatVersionError(
-                f"{self.path}: {what} was written by an older rlarrow (this rlarrow {__version__} "
-                f"reads {_schema.format_version(want)}); upgrade the store in place with: "
-                f"rlarrow migrate {os.fspath(self.path)}"
-            )
-        if got[0] > want[0]:
-            raise FormatVersionError(
-                f"{self.path}: {what} is newer than this rlarrow {__version__} understands "
-                f"({_schema.format_version(want)}); upgrade with: pip install -U rlarrow"
-            )
-        if got[1] > want[1]:
-            warnings.warn(
-                f"{self.path}: {what} is a newer minor version than this rlarrow {__version__} "
-                f"knows ({_schema.format_version(want)}); columns it added are kept but not "
-                "interpreted. Upgrade with: pip install -U rlarrow",
-                FormatVersionWarning,
-                stacklevel=4,
-            )
+        _schema.check_version(os.fspath(self.path), what, got, want, store=os.fspath(self.path))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
