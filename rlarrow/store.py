@@ -56,6 +56,7 @@ from rlarrow.errors import (
     SchemaMismatchError,
     StoreError,
 )
+from rlarrow.tensors import tensor_problems
 
 try:  # POSIX advisory locks; without them (Windows) one writer at a time is assumed.
     import fcntl
@@ -139,10 +140,6 @@ def _encode_schema(schema: pa.Schema) -> str:
 
 def _decode_schema(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
-def _without_metadata(schema: pa.Schema) -> pa.Schema:
-    return schema.remove_metadata()
 
 
 @dataclass(frozen=True)
@@ -463,7 +460,7 @@ class Store:
 
     def _check_file_schema(self, table: str, entry: dict[str, Any], schema: pa.Schema,
                            path: Path) -> None:
-        plain = _without_metadata(schema)
+        plain = schema.remove_metadata()
         if entry.get("schema") is None:
             entry["schema"] = _encode_schema(plain)
             return
@@ -602,10 +599,10 @@ class Store:
                 is_tensor = spec.tensor_columns_allowed
             if not is_tensor:
                 problems.append(f"{name!r} is not a tensor column of {table!r}")
-            problems += _tensors_problems(type_, name)
+            problems += tensor_problems(type_, name)
         if problems:
             raise SchemaMismatchError(table, problems)
-        wanted = _without_metadata(spec.arrow_schema(tensor_types))
+        wanted = spec.arrow_schema(tensor_types).remove_metadata()
         with self._locked():
             manifest = self._recover(self._read_manifest())
             entry = manifest["tables"][table]
@@ -949,12 +946,6 @@ def _progress(items: Sequence[Any], enabled: bool, desc: str, unit: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(items, desc=desc, unit=unit, disable=None, leave=False)
-
-
-def _tensors_problems(type_: pa.DataType, name: str) -> list[str]:
-    from rlarrow.tensors import tensor_problems
-
-    return tensor_problems(type_, name)
 
 
 def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:

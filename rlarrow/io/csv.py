@@ -35,6 +35,7 @@ import pyarrow.csv as pacsv
 from rlarrow import schema as _schema
 from rlarrow.errors import AssumptionWarning, CorruptFileError, UnsupportedInputError
 from rlarrow.io.memory import MemorySnapshot
+from rlarrow.tensors import to_numpy
 
 __all__ = ["csv_layout", "iter_csv_tables", "read_csv"]
 
@@ -116,18 +117,16 @@ def iter_csv_tables(
     """
     path = Path(path)
     tensors, types = csv_layout(path)
-    rows_total = _data_rows(path)
     if num_envs is None:
         warnings.warn(f"{path}: a csv memory export does not record num_envs; assuming 1 (each row is "
                       "one memory row). Pass num_envs=... to recover the (memory, env) layout.",
                       AssumptionWarning, stacklevel=2)
         num_envs = 1
-    if rows_total % num_envs:
-        raise UnsupportedInputError(path, f"{rows_total} rows do not divide into num_envs={num_envs}")
-    filled = rows_total // num_envs
-    memory_size = filled if memory_size is None else memory_size
-    if memory_size < filled:
-        raise UnsupportedInputError(path, f"{filled} filled rows per env exceed memory_size={memory_size}")
+    if memory_size is None:  # the memory size column needs it up front: one fast byte count
+        rows_total = _data_rows(path)
+        if rows_total % num_envs:
+            raise UnsupportedInputError(path, f"{rows_total} rows do not divide into num_envs={num_envs}")
+        memory_size = rows_total // num_envs
     float_type = {"float32": np.float32, "float64": np.float64}[dtype]
     reader_types = {c: getattr(pa, t if t != "bool" else "bool_")() for c, t in types.items()}
     try:
@@ -169,7 +168,11 @@ def iter_csv_tables(
                 values = narrow
             columns[name] = values
         start += n
+        if start > memory_size * num_envs:
+            raise UnsupportedInputError(path, f"more than memory_size={memory_size} filled rows per env")
         yield _schema.build("memory", columns, num_rows=n)
+    if start % num_envs:  # checked at the end: a writer fed by this generator aborts, committing nothing
+        raise UnsupportedInputError(path, f"{start} rows do not divide into num_envs={num_envs}")
 
 
 def read_csv(
@@ -185,12 +188,10 @@ def read_csv(
     bools, as a fresh skrl memory holds them.
     """
     path = Path(path)
+    tensors_cols, _ = csv_layout(path)
     parts = list(iter_csv_tables(path, run_id="", snapshot_id=0, num_envs=num_envs,
                                  memory_size=memory_size, dtype=dtype))
-    tensors_cols, _ = csv_layout(path)
     table = pa.concat_tables(parts) if parts else None
-    from rlarrow.tensors import to_numpy
-
     ne = num_envs or 1
     ms = memory_size if memory_size is not None else (table.num_rows // ne if table is not None else 0)
     out: dict[str, np.ndarray] = {}

@@ -99,3 +99,12 @@ def test_rows_are_memory_table_rows(tmp_path):
     assert t.column("memory_size").to_pylist() == [5] * 6
     assert t.column("snapshot_id").to_pylist() == [3] * 6
     assert t.column("filled").to_pylist() == [True] * 6
+
+
+def test_row_count_checks_also_hold_when_memory_size_is_given(tmp_path):
+    path = tmp_path / "odd.csv"
+    path.write_text("a.0\n1.5\n2.5\n3.5\n")
+    with pytest.raises(rlarrow.UnsupportedInputError, match="do not divide"):
+        read_csv(path, num_envs=2, memory_size=10)
+    with pytest.raises(rlarrow.UnsupportedInputError, match="more than memory_size=1"):
+        read_csv(path, num_envs=1, memory_size=1)
