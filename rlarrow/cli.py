@@ -6,6 +6,8 @@ Examples (from a shell)::
     rlarrow info runs.rlarrow --json     # the same as JSON
     rlarrow compact runs.rlarrow         # merge small files
     rlarrow migrate runs.rlarrow         # upgrade a store written by an older rlarrow
+    rlarrow convert runs/*/memories -o runs.rlarrow --num-envs 16   # skrl memory exports in
+    rlarrow export runs.rlarrow -o legacy --format pt                # and back out
     rlarrow --version
 """
 
@@ -40,7 +42,7 @@ def _friendly_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RLArrowError as exc:
+        except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -126,6 +128,51 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
         click.echo("nothing to compact")
     for name, (before, after) in changed.items():
         click.echo(f"{name}: {before} -> {after} files")
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", "store", required=True, type=click.Path(file_okay=False),
+              help="The store to write into (created when missing).")
+@click.option("--num-envs", type=click.IntRange(min=1),
+              help="Environments of csv exports (csv files do not record it; 1 is assumed).")
+@click.option("--memory-size", type=click.IntRange(min=1),
+              help="Memory size of csv exports (default: the rows in the file per env).")
+@click.option("--float64", "float64", is_flag=True, help="Read csv floats as float64 (default float32).")
+@click.option("--run-id", help="File the snapshots under this run (new or existing).")
+@click.option("--name", help="A name for the new run.")
+@_friendly_errors
+def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
+            float64: bool, run_id: str | None, name: str | None) -> None:
+    """Import replay-memory exports (.pt, .npz, .csv; files, directories, globs) into STORE.
+
+    Each file becomes one snapshot of the store's memory table, value for value.
+    """
+    from rlarrow.convert import convert_memory
+
+    report = convert_memory(list(inputs), store, run_id=run_id, name=name, num_envs=num_envs,
+                            memory_size=memory_size, dtype="float64" if float64 else "float32")
+    click.echo(str(report))
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
+              help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
+@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet"]), default="pt",
+              show_default=True, help="File format.")
+@click.option("--run-id", help="Only this run's snapshots.")
+@click.option("--overwrite", is_flag=True, help="Replace files that exist.")
+@_friendly_errors
+def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
+    """Write STORE's memory snapshots back out as skrl memory exports."""
+    from rlarrow.convert import export_memory
+
+    paths = export_memory(store, directory, fmt, run_id=run_id, overwrite=overwrite)
+    if not paths:
+        click.echo("no memory snapshots in the store")
+    for p in paths:
+        click.echo(f"wrote {p}")
 
 
 def main(argv: list[str] | None = None) -> None:

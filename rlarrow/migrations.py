@@ -32,8 +32,9 @@ from typing import Any
 import pyarrow as pa
 
 from rlarrow import schema as _schema
+from rlarrow._progress import iterate as _iterate
 from rlarrow.errors import FormatVersionError
-from rlarrow.store import Store, _encode_schema, _progress
+from rlarrow.store import Store, _encode_schema
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
@@ -119,7 +120,7 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
             version = _schema.format_version(spec.version)
             entry = manifest["tables"][name]
             names = [f["name"] for f in entry["files"]]
-            for file_name in _progress(names, progress, f"migrate {name}", "file"):
+            for file_name in _iterate(names, f"migrate {name}", "file", None if progress else False):
                 # A file's own footer says whether an interrupted run already migrated it.
                 info = _schema.read_file_info(store.path / name / file_name)
                 if info.schema_version[0] < spec.version[0]:

@@ -345,8 +345,13 @@ def build(
                 arrays[types_col] = pa.array(types, pa.string())
             continue
         arrow_type = spec.arrow_type
-        if isinstance(value, (str, int, float, bool, np.generic)) or value is None:
-            arrays[name] = pa.array([value] * num_rows, type=arrow_type)
+        if value is None:
+            arrays[name] = pa.nulls(num_rows, arrow_type)
+        elif isinstance(value, (str, int, float, bool, np.generic)):
+            try:
+                arrays[name] = pa.repeat(pa.scalar(value, type=arrow_type), num_rows)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                arrays[name] = pa.repeat(pa.scalar(value), num_rows)  # conform() casts it or says why not
         else:
             try:
                 arrays[name] = pa.array(value, type=arrow_type)

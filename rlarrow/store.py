@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow import schema as _schema
+from rlarrow._progress import iterate as _iterate
 from rlarrow._version import __version__
 from rlarrow.errors import (
     CorruptFileError,
@@ -865,7 +866,7 @@ class Store:
                 entry = manifest["tables"][name]
                 before = len(entry["files"])
                 groups = _plan_compaction(entry["files"], target_file_bytes)
-                for group in _progress(groups, progress, f"compact {name}", "group"):
+                for group in _iterate(groups, f"compact {name}", "group", None if progress else False):
                     self._replace(manifest, name, group, row_group_bytes=row_group_bytes)
                 if groups:
                     changed[name] = (before, len(manifest["tables"][name]["files"]))
@@ -937,15 +938,6 @@ class Store:
         self._write_manifest(manifest)  # new file listed, old ones retired
         self._delete_retired(manifest)
         self._write_manifest(manifest)
-
-
-def _progress(items: Sequence[Any], enabled: bool, desc: str, unit: str) -> Any:
-    """Iterate ``items``, with a tqdm bar when enabled and stderr is a terminal."""
-    if not enabled or len(items) < 2:
-        return items
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=desc, unit=unit, disable=None, leave=False)
 
 
 def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:

@@ -13,6 +13,8 @@ significant digits, bools as ``True``/``False``. The file says nothing about dty
 * ``memory_size`` defaults to the filled rows per env; every row is marked ``filled``.
 
 Reading streams in blocks, so memory stays bounded whatever the file size.
+:func:`write_csv` writes the layout skrl's ``Memory.save(format="csv")`` writes, byte for
+byte: the same header, the same rows, the same number formatting and CRLF line ends.
 
 Example:
     >>> from rlarrow.io import csv as memory_csv  # doctest: +SKIP
@@ -23,10 +25,12 @@ Example:
 
 from __future__ import annotations
 
+import csv as _pycsv
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,10 +38,10 @@ import pyarrow.csv as pacsv
 
 from rlarrow import schema as _schema
 from rlarrow.errors import AssumptionWarning, CorruptFileError, UnsupportedInputError
-from rlarrow.io.memory import MemorySnapshot
+from rlarrow.io.memory import MemorySnapshot, atomic_output, export_tensors
 from rlarrow.tensors import to_numpy
 
-__all__ = ["csv_layout", "iter_csv_tables", "read_csv"]
+__all__ = ["csv_layout", "iter_csv_tables", "read_csv", "write_csv"]
 
 _BLOCK = 16 << 20
 
@@ -210,3 +214,55 @@ def read_csv(
                           is_full=(rows == ms * ne) if memory_size is not None else None,
                           write_pointer=(rows // ne) if memory_size is not None and rows < ms * ne else None,
                           env_pointer=0 if memory_size is not None else None)
+
+
+def filled_rows(snapshot: MemorySnapshot) -> int:
+    """Rows (memory-major, ``memory_size * num_envs`` at most) skrl would write for this state.
+
+    skrl writes ``len(memory)`` rows: all of them once the buffer is full, else up to the
+    write pointer. When the snapshot does not know its state (a legacy pt/npz import),
+    every row is written.
+    """
+    total = snapshot.memory_size * snapshot.num_envs
+    if snapshot.is_full is False and snapshot.write_pointer is not None:
+        return min(total, snapshot.write_pointer * snapshot.num_envs + (snapshot.env_pointer or 0))
+    return total
+
+
+def write_csv(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,
+              rows: int | None = None, overwrite: bool = False, chunk_rows: int = 16384) -> Path:
+    """Write tensors ``(memory_size, num_envs, size)`` as skrl's ``.csv`` memory export.
+
+    Args:
+        data: a snapshot, or a mapping of names to NumPy arrays or torch tensors.
+        path: the file to write (written atomically).
+        rows: how many rows (memory-major) to write; default: what skrl would write for
+            the snapshot's state (see :func:`filled_rows`), or all rows of a mapping.
+        overwrite: replace an existing file.
+        chunk_rows: rows formatted at a time (bounds memory).
+
+    Raises:
+        UnsupportedInputError: a tensor has more than one data dimension (skrl's
+            ``keep_dimensions=True``), which the csv layout cannot hold.
+    """
+    tensors = export_tensors(data)
+    for name, value in tensors.items():
+        if value.ndim != 3:
+            raise UnsupportedInputError(
+                path, f"tensor {name!r} has shape {value.shape}: the csv layout holds one data "
+                "dimension per tensor (skrl writes keep_dimensions tensors as unreadable "
+                "'[..]' cells); export it as pt or npz instead")
+    if rows is None:
+        rows = filled_rows(data) if isinstance(data, MemorySnapshot) else None
+    flat = {name: value.reshape(-1, value.shape[-1]) for name, value in tensors.items()}
+    total = len(next(iter(flat.values())))
+    rows = total if rows is None else min(rows, total)
+    header = [f"{name}.{i}" for name, value in flat.items() for i in range(value.shape[1])]
+    with atomic_output(path, overwrite=overwrite) as tmp, open(tmp, "w", newline="") as fh:
+        writer = _pycsv.writer(fh)  # skrl's writer: excel dialect, "\r\n" line ends
+        writer.writerow(header)
+        for start in range(0, rows, chunk_rows):
+            stop = min(rows, start + chunk_rows)
+            parts = [value[start:stop].tolist() for value in flat.values()]
+            writer.writerows([x for part in row for x in part] for row in zip(*parts, strict=True))
+    return Path(path)

@@ -14,9 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +29,7 @@ import pyarrow as pa
 from rlarrow import schema as _schema
 from rlarrow.errors import InvalidInputError
 
-__all__ = ["MemorySnapshot"]
+__all__ = ["MemorySnapshot", "atomic_output", "export_tensors"]
 
 
 @dataclass
@@ -109,9 +113,96 @@ class MemorySnapshot:
         return _schema.build("memory", columns, num_rows=rows)
 
 
+    @classmethod
+    def from_table(cls, table: pa.Table, *, name: str | None = None,
+                   path: str | None = None) -> MemorySnapshot:
+        """The snapshot held by ``table``: the ``memory`` rows of one (run, snapshot).
+
+        Rows may come in any order and may be missing (a csv import holds only the
+        filled rows): missing rows are NaN for floats, 0 for integers, False for bools,
+        as a fresh skrl memory holds them. When the buffer state was not recorded and
+        the rows present are a prefix, the rest is taken as never written (``is_full``
+        False, the write pointer after the last row).
+        """
+        from rlarrow.tensors import to_numpy
+
+        if table.num_rows == 0:
+            raise InvalidInputError(path, "no memory rows")
+        first = table.slice(0, 1).to_pylist()[0]
+        ms, ne = int(first["memory_size"]), int(first["num_envs"])
+        declared = set(_schema.table("memory").column_names)
+        names = [n for n in table.column_names if n not in declared]
+        pos = (table.column("memory_index").to_numpy() * ne
+               + table.column("env_index").to_numpy().astype(np.int64))
+        total = ms * ne
+        in_order = len(pos) == total and bool((pos == np.arange(total)).all())
+        if not in_order and (pos.min() < 0 or pos.max() >= total or len(np.unique(pos)) != len(pos)):
+            raise InvalidInputError(path, f"memory rows do not fit (memory_size={ms}, num_envs={ne}): "
+                                    "indices out of range or repeated")
+        tensors: dict[str, np.ndarray] = {}
+        for col in names:
+            values = to_numpy(table.column(col))
+            if in_order:
+                tensors[col] = values.reshape(ms, ne, *values.shape[1:])
+                continue
+            full = np.zeros((total, *values.shape[1:]), values.dtype)
+            if values.dtype.kind == "f":
+                full[:] = np.nan
+            full[pos] = values
+            tensors[col] = full.reshape(ms, ne, *values.shape[1:])
+        is_full, write_pointer, env_pointer = first["is_full"], first["write_pointer"], first["env_pointer"]
+        if is_full is None and len(pos) < total and bool((pos == np.arange(len(pos))).all()):
+            # only a prefix was stored (a csv export holds the filled rows): the rest was never written
+            is_full, write_pointer, env_pointer = False, len(pos) // ne, len(pos) % ne
+        return cls(tensors, name=name if name is not None else (first["snapshot_name"] or ""),
+                   path=path, source_format="parquet", is_full=is_full,
+                   write_pointer=write_pointer, env_pointer=env_pointer)
+
+
 def check_mapping(path: str | os.PathLike[str], data: Any, what: str) -> Mapping[str, Any]:
     """Refuse anything but a str-keyed mapping, naming the file."""
     if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
         raise InvalidInputError(path, f"expected a dict of named tensors, got {type(data).__name__}"
                                 f" ({what})")
     return data
+
+
+def export_tensors(data: MemorySnapshot | Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The tensors to export, as NumPy arrays in skrl's order (names sorted)."""
+    tensors = data.tensors if isinstance(data, MemorySnapshot) else data
+    out = {}
+    for name in sorted(tensors):
+        value = tensors[name]
+        if hasattr(value, "detach"):  # a torch tensor
+            value = value.detach().cpu().numpy()
+        out[name] = np.asarray(value)
+    MemorySnapshot(out)  # the same checks as an import: shapes agree, 3 or more dims
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary path with ``path``'s file name; move it into place on success.
+
+    The temporary file lies in a hidden sibling directory so that writers which record
+    the file name (``torch.save`` names its archive after it) write the same bytes. A
+    failure or a kill leaves ``path`` untouched.
+
+    Raises:
+        FileExistsError: ``path`` exists and not ``overwrite``.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path}: exists; remove it, or replace it (overwrite=True; "
+                              "--overwrite in the CLI)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = path.parent / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp_dir.mkdir()
+    try:
+        tmp = tmp_dir / path.name
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -1,20 +1,24 @@
 """skrl/rofunc replay-memory exports as ``.npz`` files (one member per tensor).
 
 Loaded with ``allow_pickle=False``: object arrays are refused, never unpickled.
+:func:`write_npz` writes what skrl's ``Memory.save(format="npz")`` writes (``np.savez``,
+uncompressed, names sorted), byte for byte.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlarrow.errors import CorruptFileError, UnsupportedInputError
-from rlarrow.io.memory import MemorySnapshot
+from rlarrow.io.memory import MemorySnapshot, atomic_output, export_tensors
 
-__all__ = ["read_npz"]
+__all__ = ["read_npz", "write_npz"]
 
 
 def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
@@ -44,3 +48,21 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
         raise CorruptFileError(path, f"not a readable .npz ({exc})") from exc
     return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="npz")
+
+
+def write_npz(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,
+              overwrite: bool = False) -> Path:
+    """Write tensors ``(memory_size, num_envs, *size)`` as skrl's ``.npz`` memory export.
+
+    Args:
+        data: a snapshot, or a mapping of names to NumPy arrays or torch tensors.
+        path: the file to write, ending in ``.npz`` (written atomically).
+        overwrite: replace an existing file.
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise ValueError(f"{path}: an .npz export's name must end in .npz (np.savez would add it)")
+    arrays = export_tensors(data)
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    return path

@@ -1,0 +1,343 @@
+"""Replay-memory exports in and out of a store: ``rlarrow convert`` and ``rlarrow export``.
+
+:func:`convert_memory` imports skrl/rofunc memory exports (``.pt``, ``.npz``, ``.csv``, and
+rlarrow's own ``.parquet`` memory exports) into a store's ``memory`` table, one snapshot per
+file, under one run. :func:`export_memory` writes a store's snapshots back out as skrl
+lays them out (``<directory>/memories/<name>.<pt|npz|csv>``). :func:`snapshots` reads
+them back as :class:`~rlarrow.io.memory.MemorySnapshot` objects.
+
+Example:
+    >>> import numpy as np, rlarrow, tempfile, os
+    >>> from rlarrow.io.npz import write_npz
+    >>> tmp = tempfile.mkdtemp()
+    >>> _ = write_npz({"states": np.zeros((8, 2, 3), np.float32),
+    ...                "terminated": np.zeros((8, 2, 1), bool)}, f"{tmp}/memories/m.npz")
+    >>> report = convert_memory([f"{tmp}/memories"], f"{tmp}/store", progress=False)
+    >>> report.snapshots, report.rows
+    (1, 16)
+    >>> [p.name for p in export_memory(f"{tmp}/store", f"{tmp}/out", "pt", progress=False)]
+    ['m.pt']
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import warnings
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from rlarrow import schema as _schema
+from rlarrow._progress import bar
+from rlarrow.errors import AssumptionWarning, UnsupportedInputError
+from rlarrow.io.memory import MemorySnapshot
+from rlarrow.store import Store
+
+__all__ = ["MEMORY_FORMATS", "ConvertReport", "convert_memory", "detect_format", "expand_inputs",
+           "export_memory", "iter_memory_tables", "read_memory", "snapshots", "write_memory"]
+
+#: The memory export formats, by file extension.
+MEMORY_FORMATS = ("pt", "npz", "csv", "parquet")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """``"pt"``, ``"npz"``, ``"csv"`` or ``"parquet"``: from the extension, else the content.
+
+    Raises:
+        UnsupportedInputError: neither says it is a memory export.
+    """
+    path = Path(path)
+    ext = path.suffix.lower().lstrip(".")
+    if ext in MEMORY_FORMATS:
+        return ext
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+        if any(n.endswith(".npy") for n in names):
+            return "npz"
+        if any(n.endswith("data.pkl") for n in names):
+            return "pt"
+    elif head[:1] == b"\x80":  # a legacy (non-zip) torch.save pickle
+        return "pt"
+    elif head and b"\x00" not in head and head.split(b"\n", 1)[0].count(b".") >= 1:
+        return "csv"
+    raise UnsupportedInputError(path, "not a memory export (expected .pt, .npz, .csv or an rlarrow "
+                                ".parquet memory file)")
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Files named by ``inputs``, sorted within each input.
+
+    Files are taken as given, directories are searched recursively for memory exports,
+    glob patterns (``**`` too) are expanded.
+
+    Raises:
+        FileNotFoundError: an input that names nothing.
+    """
+    files: list[Path] = []
+    for item in inputs:
+        text = os.fspath(item)
+        path = Path(text)
+        if path.is_file():
+            found = [path]
+        elif path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and p.suffix.lower().lstrip(".") in MEMORY_FORMATS and not p.name.startswith("."))
+        else:
+            found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not found:
+            raise FileNotFoundError(f"{text}: no such file, or no memory exports (.pt, .npz, .csv, "
+                                    ".parquet) in it")
+        files.extend(p for p in found if p not in files)
+    return files
+
+
+def read_memory(path: str | os.PathLike[str], *, num_envs: int | None = None,
+                memory_size: int | None = None, dtype: str = "float32") -> MemorySnapshot:
+    """Read one memory export of any format into a snapshot (whole, in memory).
+
+    ``num_envs``, ``memory_size`` and ``dtype`` matter for csv only (see
+    :func:`rlarrow.io.csv.read_csv`). For large csv files, :func:`convert_memory` streams.
+    """
+    fmt = detect_format(path)
+    if fmt == "pt":
+        from rlarrow.io.pt import read_pt
+
+        return read_pt(path)
+    if fmt == "npz":
+        from rlarrow.io.npz import read_npz
+
+        return read_npz(path)
+    if fmt == "csv":
+        from rlarrow.io.csv import read_csv
+
+        return read_csv(path, num_envs=num_envs, memory_size=memory_size, dtype=dtype)
+    table = _schema.read_file(path)
+    info = _schema.read_file_info(path)
+    if info.table != "memory":
+        raise UnsupportedInputError(path, f"an rlarrow {info.table!r} file, not a memory snapshot")
+    return MemorySnapshot.from_table(table, name=Path(path).stem, path=os.fspath(path))
+
+
+def write_memory(snapshot: MemorySnapshot, path: str | os.PathLike[str], fmt: str | None = None, *,
+                 overwrite: bool = False) -> Path:
+    """Write one snapshot as ``fmt`` (default: from ``path``'s extension).
+
+    ``"parquet"`` writes one rlarrow ``memory`` file that keeps the write pointer, fill
+    flag and env indices (readable by :func:`read_memory`, DuckDB, Polars, ...).
+    """
+    fmt = fmt or Path(path).suffix.lstrip(".")
+    if fmt == "pt":
+        from rlarrow.io.pt import write_pt
+
+        return write_pt(snapshot, path, overwrite=overwrite)
+    if fmt == "npz":
+        from rlarrow.io.npz import write_npz
+
+        return write_npz(snapshot, path, overwrite=overwrite)
+    if fmt == "csv":
+        from rlarrow.io.csv import write_csv
+
+        return write_csv(snapshot, path, overwrite=overwrite)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        from rlarrow.io.memory import atomic_output
+
+        table = snapshot.to_table(run_id=snapshot.name or "memory", snapshot_id=0)
+        with atomic_output(path, overwrite=overwrite) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
+        return Path(path)
+    raise ValueError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
+
+
+@dataclass
+class ConvertReport:
+    """What :func:`convert_memory` wrote."""
+
+    store: Path
+    run_id: str
+    files: list[Path] = field(default_factory=list)
+    snapshots: int = 0
+    rows: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    assumptions: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        mb = self.bytes_read / 1e6
+        lines = [f"converted {len(self.files)} file(s), {mb:.1f} MB, into {self.store} in "
+                 f"{self.seconds:.1f} s: run {self.run_id}, {self.snapshots} snapshot(s), "
+                 f"{self.rows} memory rows"]
+        lines += [f"assumed: {a}" for a in self.assumptions]
+        return "\n".join(lines)
+
+
+def iter_memory_tables(path: Path, fmt: str, run_id: str, snapshot_id: int, num_envs: int | None = None,
+                       memory_size: int | None = None, dtype: str = "float32") -> Iterator[pa.Table]:
+    """One export file as ``memory``-table rows: streamed for csv, one table otherwise."""
+    if fmt == "csv":
+        from rlarrow.io.csv import iter_csv_tables
+
+        yield from iter_csv_tables(path, run_id=run_id, snapshot_id=snapshot_id, num_envs=num_envs,
+                                   memory_size=memory_size, dtype=dtype)
+        return
+    if fmt == "pt":
+        from rlarrow.io.pt import read_pt
+
+        snap = read_pt(path, mmap=True)
+    else:
+        snap = read_memory(path)
+    yield snap.to_table(run_id, snapshot_id)
+
+
+def convert_memory(
+    inputs: Sequence[str | os.PathLike[str]],
+    store: Store | str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+    progress: bool | None = None,
+) -> ConvertReport:
+    """Import memory exports into ``store``'s ``memory`` table, one snapshot per file.
+
+    Args:
+        inputs: files, directories (searched recursively) and glob patterns.
+        store: a store, or the path of one (created when missing).
+        run_id: the run to file the snapshots under (created; default: a new id). An
+            existing run gets the snapshots after its last one.
+        name: the run's name.
+        num_envs: environments of csv exports, which do not record it (1 is assumed).
+        memory_size: memory size of csv exports (default: their rows per env).
+        dtype: float dtype of csv exports (see :func:`rlarrow.io.csv.iter_csv_tables`).
+        progress: a progress bar over the bytes read (None: when stderr is a terminal).
+
+    Each file is one commit, made when the whole file has been read: a file that fails
+    to read commits nothing of itself, and the error names it.
+
+    Returns:
+        A :class:`ConvertReport`.
+    """
+    started = time.perf_counter()
+    files = expand_inputs(inputs)
+    own = not isinstance(store, Store)
+    st = Store.open(store, create=True) if not isinstance(store, Store) else store
+    try:
+        next_snapshot = 0
+        if run_id is not None and st._run_exists(run_id):
+            import pyarrow.compute as pc
+
+            ids = st.read("memory", columns=["snapshot_id"],
+                          filter=pc.field("run_id") == run_id).column("snapshot_id")
+            next_snapshot = (pc.max(ids).as_py() + 1) if len(ids) else 0
+        else:
+            run_id = st.add_run(source="memory-export", run_id=run_id, name=name,
+                                source_path=os.path.commonpath([os.path.abspath(f) for f in files]),
+                                num_envs=num_envs)
+        report = ConvertReport(store=st.path, run_id=run_id)
+        total = sum(f.stat().st_size for f in files)
+        with bar(total, "convert", "B", progress) as pbar:
+            for i, path in enumerate(files):
+                fmt = detect_format(path)
+                size = path.stat().st_size
+                done = 0
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", AssumptionWarning)
+                    with st.writer("memory") as writer:
+                        for table in iter_memory_tables(path, fmt, run_id, next_snapshot + i, num_envs,
+                                             memory_size, dtype):
+                            writer.write(table)
+                            report.rows += table.num_rows
+                            step = size if fmt != "csv" else min(size - done, table.nbytes // 2 + 1)
+                            done += step
+                            pbar.update(step)
+                for w in caught:
+                    if issubclass(w.category, AssumptionWarning):
+                        report.assumptions.append(str(w.message))
+                    else:
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                pbar.update(size - done)
+                report.files.append(path)
+                report.snapshots += 1
+                report.bytes_read += size
+        report.seconds = time.perf_counter() - started
+        return report
+    finally:
+        if own:
+            st.close()
+
+
+def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = None,
+              snapshot_id: int | None = None) -> Iterator[MemorySnapshot]:
+    """The store's memory snapshots, in the order they were written, one at a time.
+
+    Each snapshot's ``name`` is the name it was imported under (the export's file stem).
+    """
+    import pyarrow.compute as pc
+
+    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    flt = None
+    if run_id is not None:
+        flt = pc.field("run_id") == run_id
+    if snapshot_id is not None:
+        one = pc.field("snapshot_id") == snapshot_id
+        flt = one if flt is None else flt & one
+    keys = st.read("memory", columns=["run_id", "snapshot_id"], filter=flt)
+    seen: dict[tuple[str, int], None] = {}
+    if keys.num_rows:
+        starts = pc.indices_nonzero(pc.or_(
+            pc.not_equal(keys["run_id"].combine_chunks()[1:], keys["run_id"].combine_chunks()[:-1]),
+            pc.not_equal(keys["snapshot_id"].combine_chunks()[1:],
+                         keys["snapshot_id"].combine_chunks()[:-1]))).to_numpy() + 1
+        for row in [0, *starts.tolist()]:
+            seen.setdefault((keys["run_id"][row].as_py(), keys["snapshot_id"][row].as_py()))
+    for rid, sid in seen:
+        table = st.read("memory", filter=(pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid))
+        yield MemorySnapshot.from_table(table, path=os.fspath(st.path))
+
+
+def export_memory(
+    store: Store | str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    fmt: str = "pt",
+    *,
+    run_id: str | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> list[Path]:
+    """Write the store's snapshots as skrl memory exports: ``directory/memories/<name>.<fmt>``.
+
+    Names are the snapshots' import names (the original file stems), so a converted
+    export comes back under its own name; a name used twice gets a numeric suffix.
+    csv files hold the filled rows only, as skrl writes them.
+
+    Returns:
+        The files written.
+    """
+    if fmt not in MEMORY_FORMATS:
+        raise ValueError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
+    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    out_dir = Path(directory) / "memories"
+    written: list[Path] = []
+    used: set[str] = set()
+    with bar(st.row_count("memory"), f"export {fmt}", "row", progress) as pbar:
+        for snap in snapshots(st, run_id=run_id):
+            stem = snap.name or "memory"
+            if stem in used:
+                stem = f"{stem}-{len(written)}"
+            used.add(stem)
+            written.append(write_memory(snap, out_dir / f"{stem}.{fmt}", fmt, overwrite=overwrite))
+            pbar.update(snap.memory_size * snap.num_envs)
+    return written

@@ -1,0 +1,146 @@
+"""Drop-in replacements for skrl's ``skrl.utils.postprocessing`` memory iterators.
+
+:class:`MemoryFileIterator` yields ``(filename, data)`` for each file matching a glob
+pattern, as skrl's does: a dict of torch tensors ``(memory_size, num_envs, size)`` for
+``.pt``, of NumPy arrays of the same shape for ``.npz``, and of lists of rows
+``(memory_size * num_envs, size)`` for ``.csv``. Unlike skrl's, it loads ``.pt`` files
+with ``weights_only=True`` only, reads csv bools as real bools (skrl's reads every one
+as ``True``), parses csv with pyarrow, and says what is wrong with a file instead of
+yielding an empty dict.
+
+:class:`ArrowMemoryFileIterator` yields ``(filename, pyarrow.RecordBatch)`` in the store's
+``memory`` layout, streaming: a large csv never sits in memory whole.
+
+Example:
+    >>> import numpy as np, tempfile
+    >>> from rlarrow.io.csv import write_csv
+    >>> tmp = tempfile.mkdtemp()
+    >>> _ = write_csv({"done": np.array([[[False]], [[True]]]), "x": np.ones((2, 1, 2))},
+    ...               f"{tmp}/m.csv")
+    >>> for filename, data in MemoryFileIterator(f"{tmp}/*.csv"):
+    ...     print(filename, data)
+    m.csv {'done': [[False], [True]], 'x': [[1.0, 1.0], [1.0, 1.0]]}
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.errors import UnsupportedInputError
+
+__all__ = ["ArrowMemoryFileIterator", "MemoryFileIterator"]
+
+
+class MemoryFileIterator:
+    """Iterate over exported memories matching ``pathname`` (a glob), in sorted order.
+
+    Args:
+        pathname: a path or glob pattern, e.g. ``"runs/*/memories/*.pt"``.
+
+    Yields:
+        ``(file name, data)``: data maps tensor names to torch tensors (pt), NumPy arrays
+        (npz) or lists of rows (csv; numbers as floats, bools as bools).
+
+    Raises:
+        UnsupportedInputError: a file with another extension, or not a memory export.
+    """
+
+    def __init__(self, pathname: str) -> None:
+        self.n = 0
+        self.file_paths = sorted(glob.glob(pathname))
+
+    def __iter__(self) -> MemoryFileIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self.file_paths)
+
+    def __next__(self) -> tuple[str, dict[str, Any]]:
+        if self.n >= len(self.file_paths):
+            raise StopIteration
+        path = self.file_paths[self.n]
+        self.n += 1
+        ext = Path(path).suffix
+        filename = os.path.basename(path)
+        if ext == ".pt":
+            return filename, _torch_tensors(path)
+        if ext == ".npz":
+            from rlarrow.io.npz import read_npz
+
+            return filename, dict(read_npz(path).tensors)
+        if ext == ".csv":
+            return filename, _csv_lists(path)
+        raise UnsupportedInputError(path, "unsupported format; memory exports end in .pt, .npz or .csv")
+
+
+def _torch_tensors(path: str) -> dict[str, Any]:
+    from rlarrow._deps import require
+    from rlarrow.io.pt import read_pt
+
+    torch = require("torch", feature="reading .pt memory exports")
+    snapshot = read_pt(path)  # weights_only; refuses anything but a dict of tensors
+    return {name: torch.from_numpy(value) for name, value in snapshot.tensors.items()}
+
+
+def _csv_lists(path: str) -> dict[str, list[list[Any]]]:
+    import pyarrow.csv as pacsv
+
+    from rlarrow.io.csv import csv_layout
+
+    tensors, types = csv_layout(path)
+    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+        column_types={c: pa.bool_() if t == "bool" else pa.float64() for c, t in types.items()},
+        null_values=[], strings_can_be_null=False, true_values=["True"], false_values=["False"]))
+    out: dict[str, list[list[Any]]] = {}
+    for name in sorted(tensors):  # skrl's order: names sorted
+        cols = tensors[name]
+        values = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in cols]) \
+            if table.num_rows else np.empty((0, len(cols)))
+        out[name] = values.tolist()
+    return out
+
+
+class ArrowMemoryFileIterator:
+    """Iterate over exported memories matching ``pathname`` as Arrow record batches.
+
+    Each batch holds rows of the store's ``memory`` table (``memory_index``, ``env_index``,
+    ..., one column per tensor), with ``run_id`` and ``snapshot_name`` set to the file's
+    stem. csv files stream in blocks.
+
+    Args:
+        pathname: a path or glob pattern.
+        num_envs, memory_size, dtype: for csv exports (see :func:`rlarrow.io.csv.iter_csv_tables`).
+        batch_rows: the most rows per batch.
+
+    Example:
+        >>> for filename, batch in ArrowMemoryFileIterator("memories/*.npz"):  # doctest: +SKIP
+        ...     print(filename, batch.num_rows, batch.schema.field("states").type)
+    """
+
+    def __init__(self, pathname: str, *, num_envs: int | None = None, memory_size: int | None = None,
+                 dtype: str = "float32", batch_rows: int = 65536) -> None:
+        self.file_paths = sorted(glob.glob(pathname))
+        self.num_envs = num_envs
+        self.memory_size = memory_size
+        self.dtype = dtype
+        self.batch_rows = batch_rows
+
+    def __len__(self) -> int:
+        return len(self.file_paths)
+
+    def __iter__(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        from rlarrow.convert import detect_format, iter_memory_tables
+
+        for path in self.file_paths:
+            p = Path(path)
+            for table in iter_memory_tables(p, detect_format(p), p.stem, 0, self.num_envs, self.memory_size,
+                                 self.dtype):
+                for batch in table.to_batches(max_chunksize=self.batch_rows):
+                    yield p.name, batch
