@@ -44,7 +44,7 @@ from rlarrow.errors import (
 )
 
 if TYPE_CHECKING:
-    from rlarrow import alignment, metadata, migrations, schema, tensors
+    from rlarrow import alignment, convert, memory, metadata, migrations, postprocessing, schema, tensors
     from rlarrow.migrations import migrate
     from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
 
@@ -66,10 +66,13 @@ __all__ = [
     "UnsupportedInputError",
     "__version__",
     "alignment",
+    "convert",
+    "memory",
     "metadata",
     "migrate",
     "migrations",
     "new_run_id",
+    "postprocessing",
     "schema",
     "tensors",
 ]
@@ -83,7 +86,8 @@ _LAZY = {
     "new_run_id": "rlarrow.store",
     "migrate": "rlarrow.migrations",
 }
-_SUBMODULES = {"alignment", "metadata", "migrations", "schema", "tensors", "store", "errors", "cli"}
+_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "schema", "tensors",
+               "store", "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:
