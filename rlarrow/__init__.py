@@ -44,7 +44,17 @@ from rlarrow.errors import (
 )
 
 if TYPE_CHECKING:
-    from rlarrow import alignment, convert, memory, metadata, migrations, postprocessing, schema, tensors
+    from rlarrow import (
+        alignment,
+        convert,
+        memory,
+        metadata,
+        migrations,
+        postprocessing,
+        schema,
+        tensors,
+        unroll,
+    )
     from rlarrow.migrations import migrate
     from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
 
@@ -75,6 +85,7 @@ __all__ = [
     "postprocessing",
     "schema",
     "tensors",
+    "unroll",
 ]
 
 # name -> module that defines it; loaded on first use so `import rlarrow` stays light.
@@ -86,8 +97,8 @@ _LAZY = {
     "new_run_id": "rlarrow.store",
     "migrate": "rlarrow.migrations",
 }
-_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "schema", "tensors",
-               "store", "errors", "cli"}
+_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "schema",
+               "tensors", "store", "unroll", "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:

@@ -141,9 +141,12 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 @click.option("--float64", "float64", is_flag=True, help="Read csv floats as float64 (default float32).")
 @click.option("--run-id", help="File the snapshots under this run (new or existing).")
 @click.option("--name", help="A name for the new run.")
+@click.option("--episodes", is_flag=True,
+              help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
+                   "rewards, terminated tensors).")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
-            float64: bool, run_id: str | None, name: str | None) -> None:
+            float64: bool, run_id: str | None, name: str | None, episodes: bool) -> None:
     """Import replay-memory exports (.pt, .npz, .csv; files, directories, globs) into STORE.
 
     Each file becomes one snapshot of the store's memory table, value for value.
@@ -151,7 +154,8 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     from rlarrow.convert import convert_memory
 
     report = convert_memory(list(inputs), store, run_id=run_id, name=name, num_envs=num_envs,
-                            memory_size=memory_size, dtype="float64" if float64 else "float32")
+                            memory_size=memory_size, dtype="float64" if float64 else "float32",
+                            episodes=episodes)
     click.echo(str(report))
 
 

@@ -26,9 +26,10 @@ import os
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -171,13 +172,16 @@ class ConvertReport:
     rows: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
+    episodes: int = 0
+    steps: int = 0
     assumptions: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         mb = self.bytes_read / 1e6
         lines = [f"converted {len(self.files)} file(s), {mb:.1f} MB, into {self.store} in "
                  f"{self.seconds:.1f} s: run {self.run_id}, {self.snapshots} snapshot(s), "
-                 f"{self.rows} memory rows"]
+                 f"{self.rows} memory rows"
+                 + (f", unrolled into {self.episodes} episodes, {self.steps} steps" if self.steps else "")]
         lines += [f"assumed: {a}" for a in self.assumptions]
         return "\n".join(lines)
 
@@ -209,6 +213,8 @@ def convert_memory(
     num_envs: int | None = None,
     memory_size: int | None = None,
     dtype: str = "float32",
+    episodes: bool = False,
+    names: Mapping[str, str] | None = None,
     progress: bool | None = None,
 ) -> ConvertReport:
     """Import memory exports into ``store``'s ``memory`` table, one snapshot per file.
@@ -222,6 +228,9 @@ def convert_memory(
         num_envs: environments of csv exports, which do not record it (1 is assumed).
         memory_size: memory size of csv exports (default: their rows per env).
         dtype: float dtype of csv exports (see :func:`rlarrow.io.csv.iter_csv_tables`).
+        episodes: also unroll each snapshot into ``episodes`` and ``steps`` rows (see
+            :func:`rlarrow.unroll.memory_to_episodes`).
+        names: role -> tensor name for the unrolling, when the memory names them otherwise.
         progress: a progress bar over the bytes read (None: when stderr is a terminal).
 
     Each file is one commit, made when the whole file has been read: a file that fails
@@ -257,18 +266,25 @@ def convert_memory(
                     warnings.simplefilter("always", AssumptionWarning)
                     with st.writer("memory") as writer:
                         for table in iter_memory_tables(path, fmt, run_id, next_snapshot + i, num_envs,
-                                             memory_size, dtype):
+                                                        memory_size, dtype):
                             writer.write(table)
                             report.rows += table.num_rows
                             step = size if fmt != "csv" else min(size - done, table.nbytes // 2 + 1)
                             done += step
                             pbar.update(step)
+                    pbar.update(size - done)
+                    if episodes:
+                        from rlarrow.unroll import unroll_store
+
+                        eps, steps = unroll_store(st, run_id=run_id, snapshot_id=next_snapshot + i,
+                                                  names=names)
+                        report.episodes += eps
+                        report.steps += steps
                 for w in caught:
                     if issubclass(w.category, AssumptionWarning):
                         report.assumptions.append(str(w.message))
                     else:
                         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-                pbar.update(size - done)
                 report.files.append(path)
                 report.snapshots += 1
                 report.bytes_read += size
@@ -280,10 +296,11 @@ def convert_memory(
 
 
 def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = None,
-              snapshot_id: int | None = None) -> Iterator[MemorySnapshot]:
+              snapshot_id: int | None = None, with_keys: bool = False) -> Iterator[Any]:
     """The store's memory snapshots, in the order they were written, one at a time.
 
     Each snapshot's ``name`` is the name it was imported under (the export's file stem).
+    With ``with_keys``, yields ``(snapshot, (run_id, snapshot_id))``.
     """
     import pyarrow.compute as pc
 
@@ -305,7 +322,8 @@ def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = Non
             seen.setdefault((keys["run_id"][row].as_py(), keys["snapshot_id"][row].as_py()))
     for rid, sid in seen:
         table = st.read("memory", filter=(pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid))
-        yield MemorySnapshot.from_table(table, path=os.fspath(st.path))
+        snap = MemorySnapshot.from_table(table, path=os.fspath(st.path))
+        yield (snap, (rid, sid)) if with_keys else snap
 
 
 def export_memory(

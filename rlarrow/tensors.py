@@ -41,6 +41,7 @@ __all__ = [
     "tensor_dtype",
     "to_arrow",
     "to_numpy",
+    "with_null_rows",
 ]
 
 #: A batch of tensors: an array whose first axis is rows, a dict of those (dict
@@ -191,7 +192,7 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
                 return pa.nulls(len(rows_list), type or pa.null())
             filler = np.zeros_like(np.asarray(present[0]))
             dense = to_arrow(np.asarray([filler if v is None else v for v in rows_list]), type)
-            return _with_nulls(dense, mask)
+            return with_null_rows(dense, mask)
         try:
             arr_np = np.asarray(rows_list)
         except ValueError as exc:
@@ -220,7 +221,7 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
     return result
 
 
-def _with_nulls(arr: pa.Array, mask: np.ndarray) -> pa.Array:
+def with_null_rows(arr: pa.Array, mask: np.ndarray) -> pa.Array:
     """The same array with the rows where ``mask`` is true set to null."""
     pa_mask = pa.array(mask, pa.bool_())
     if pa.types.is_fixed_size_list(arr.type):

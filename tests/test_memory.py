@@ -13,8 +13,10 @@ from rlarrow.convert import read_memory
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_SKRL = importlib.util.find_spec("skrl") is not None
-pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="rlarrow.memory needs torch: pip install 'rlarrow[torch]'")
-needs_skrl = pytest.mark.skipif(not HAVE_SKRL, reason="needs skrl (test-only peer): pip install skrl torch==2.13.0")
+pytestmark = pytest.mark.skipif(not HAVE_TORCH,
+                                reason="rlarrow.memory needs torch: pip install 'rlarrow[torch]'")
+needs_skrl = pytest.mark.skipif(not HAVE_SKRL,
+                                reason="needs skrl (test-only peer): pip install skrl torch==2.13.0")
 
 
 def make(cls, memory_size=5, num_envs=3, **kw):
