@@ -264,14 +264,20 @@ def convert_memory(
                 done = 0
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", AssumptionWarning)
-                    with st.writer("memory") as writer:
-                        for table in iter_memory_tables(path, fmt, run_id, next_snapshot + i, num_envs,
-                                                        memory_size, dtype):
-                            writer.write(table)
+                    tables = iter_memory_tables(path, fmt, run_id, next_snapshot + i, num_envs,
+                                                memory_size, dtype)
+                    if fmt != "csv":  # one table: written as parallel files, one commit
+                        for table in tables:
+                            st.append("memory", table)
                             report.rows += table.num_rows
-                            step = size if fmt != "csv" else min(size - done, table.nbytes // 2 + 1)
-                            done += step
-                            pbar.update(step)
+                    else:  # streamed: one file, committed when the whole csv has been read
+                        with st.writer("memory") as writer:
+                            for table in tables:
+                                writer.write(table)
+                                report.rows += table.num_rows
+                                step = min(size - done, table.nbytes // 2 + 1)
+                                done += step
+                                pbar.update(step)
                     pbar.update(size - done)
                     if episodes:
                         from rlarrow.unroll import unroll_store
@@ -295,9 +301,34 @@ def convert_memory(
             st.close()
 
 
+def _file_key(path: Path) -> tuple[str, int] | None:
+    """The (run_id, snapshot_id) every row of a memory file has, from its statistics; None if mixed."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    try:
+        cols = [names.index("run_id"), names.index("snapshot_id")]
+    except ValueError:
+        return None
+    key: tuple[str, int] | None = None
+    for rg in range(meta.num_row_groups):
+        values = []
+        for c in cols:
+            stats = meta.row_group(rg).column(c).statistics
+            if stats is None or not stats.has_min_max or stats.min != stats.max:
+                return None
+            values.append(stats.min)
+        k = (str(values[0]), int(values[1]))
+        if key is not None and k != key:
+            return None
+        key = k
+    return key
+
+
 def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = None,
               snapshot_id: int | None = None, with_keys: bool = False) -> Iterator[Any]:
-    """The store's memory snapshots, in the order they were written, one at a time.
+    """The store's memory snapshots, one at a time.
 
     Each snapshot's ``name`` is the name it was imported under (the export's file stem).
     With ``with_keys``, yields ``(snapshot, (run_id, snapshot_id))``.
@@ -305,23 +336,33 @@ def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = Non
     import pyarrow.compute as pc
 
     st = store if isinstance(store, Store) else Store.open(store, readonly=True)
-    flt = None
-    if run_id is not None:
-        flt = pc.field("run_id") == run_id
-    if snapshot_id is not None:
-        one = pc.field("snapshot_id") == snapshot_id
-        flt = one if flt is None else flt & one
-    keys = st.read("memory", columns=["run_id", "snapshot_id"], filter=flt)
-    seen: dict[tuple[str, int], None] = {}
-    if keys.num_rows:
-        starts = pc.indices_nonzero(pc.or_(
-            pc.not_equal(keys["run_id"].combine_chunks()[1:], keys["run_id"].combine_chunks()[:-1]),
-            pc.not_equal(keys["snapshot_id"].combine_chunks()[1:],
-                         keys["snapshot_id"].combine_chunks()[:-1]))).to_numpy() + 1
-        for row in [0, *starts.tolist()]:
-            seen.setdefault((keys["run_id"][row].as_py(), keys["snapshot_id"][row].as_py()))
-    for rid, sid in seen:
-        table = st.read("memory", filter=(pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid))
+    # Most files hold one snapshot (one commit): their statistics say which, and they are
+    # read whole; files that mix snapshots are read with a filter.
+    groups: dict[tuple[str, int], list[Path]] = {}
+    mixed: list[Path] = []
+    for path in st.files("memory"):
+        key = _file_key(path)
+        if key is None:
+            mixed.append(path)
+        elif (run_id is None or key[0] == run_id) and (snapshot_id is None or key[1] == snapshot_id):
+            groups.setdefault(key, []).append(path)
+    if mixed:
+        flt = None
+        if run_id is not None:
+            flt = pc.field("run_id") == run_id
+        if snapshot_id is not None:
+            one = pc.field("snapshot_id") == snapshot_id
+            flt = one if flt is None else flt & one
+        keys = st.dataset("memory", _files=mixed).to_table(columns=["run_id", "snapshot_id"], filter=flt)
+        distinct = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate([])
+        for rid, sid in zip(distinct["run_id"].to_pylist(), distinct["snapshot_id"].to_pylist(), strict=True):
+            groups.setdefault((rid, sid), [])
+    for (rid, sid), files in groups.items():
+        key_filter = (pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid)
+        parts = [st.dataset("memory", _files=files).to_table()] if files else []
+        if mixed:
+            parts.append(st.dataset("memory", _files=mixed).to_table(filter=key_filter))
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         snap = MemorySnapshot.from_table(table, path=os.fspath(st.path))
         yield (snap, (rid, sid)) if with_keys else snap
 

@@ -145,12 +145,17 @@ def _decode_schema(text: str) -> pa.Schema:
 
 @dataclass(frozen=True)
 class CommitInfo:
-    """What one commit added: the table, the file (relative to the store) and its rows."""
+    """What one commit added: the table, the file (relative to the store) and its rows.
+
+    A large append written in parallel commits several files at once: ``files`` lists
+    them all (``file`` is the first).
+    """
 
     table: str
     file: str
     rows: int
     bytes: int
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -634,12 +639,15 @@ class Store:
         self._writers.append(w)
         return w
 
-    def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> CommitInfo | None:
-        """Validate ``data`` and commit it to ``table`` at once, as one file.
+    def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], *,
+               threads: int | None = None) -> CommitInfo | None:
+        """Validate ``data`` and commit it to ``table`` at once.
 
         ``data`` is an Arrow table or record batch, or a mapping of columns as
         :func:`rlarrow.schema.build` takes them. For many small pieces use
-        :meth:`writer`, which buffers them into few files.
+        :meth:`writer`, which buffers them into few files. Data larger than two row
+        groups is written as up to ``threads`` files in parallel (default: one per CPU),
+        row order kept, committed together in one journaled step.
 
         Returns:
             What was committed, or None when ``data`` has no rows.
@@ -647,10 +655,75 @@ class Store:
         Raises:
             SchemaMismatchError: every problem with the data, at once.
         """
+        threads = threads or os.cpu_count() or 1
+        if threads > 1 and isinstance(data, (pa.Table, pa.RecordBatch)) and data.nbytes > 2 * ROW_GROUP_BYTES:
+            valid = _validated(table, data, self.schema(table))
+            parts = min(threads, -(-valid.nbytes // ROW_GROUP_BYTES))
+            return self._append_parallel(table, valid, parts)
         with self.writer(table) as w:
             w.write(data)
             info = w.flush()
         return info
+
+    def _append_parallel(self, table: str, data: pa.Table, parts: int) -> CommitInfo:
+        from concurrent.futures import ThreadPoolExecutor
+
+        directory = self.path / table
+        step = -(-data.num_rows // parts)
+        slices = [data.slice(i, step) for i in range(0, data.num_rows, step)]
+        finals = [_new_file_name() for _ in slices]
+        tmps = [directory / _tmp_name(f) for f in finals]
+
+        def write(i: int) -> None:
+            writer = _open_parquet(tmps[i], data.schema)
+            try:
+                _write_row_groups(writer, slices[i], ROW_GROUP_BYTES)
+            finally:
+                writer.close()
+            _fsync_file(tmps[i])
+
+        try:
+            with ThreadPoolExecutor(len(slices)) as pool:
+                list(pool.map(write, range(len(slices))))
+        except (OSError, pa.ArrowException) as exc:
+            for tmp in tmps:
+                tmp.unlink(missing_ok=True)
+            raise StoreError(f"{directory}: writing table {table!r} failed ({exc}); nothing was "
+                             "committed, and every earlier commit is intact") from exc
+        except BaseException:
+            for tmp in tmps:
+                tmp.unlink(missing_ok=True)
+            raise
+        return self._commit_many(table, list(zip(tmps, finals, [len(x) for x in slices], strict=True)),
+                                 data.schema)
+
+    def _commit_many(self, table: str, parts: list[tuple[Path, str, int]], schema: pa.Schema) -> CommitInfo:
+        """Rename finished temporary files into place and list them, all or none (journaled)."""
+        directory = self.path / table
+        with self._locked():
+            manifest = self._recover(self._read_manifest())
+            entry = manifest["tables"][table]
+            try:
+                self._check_file_schema(table, entry, schema, parts[0][0])
+            except SchemaMismatchError:
+                for tmp, _, _ in parts:
+                    tmp.unlink(missing_ok=True)
+                raise
+            entries: list[dict[str, Any]] = [{"name": final, "rows": rows, "bytes": tmp.stat().st_size}
+                                             for tmp, final, rows in parts]
+            manifest["pending"] = {"op": "append", "table": table, "old": [],
+                                   "new": [final for _, final, _ in parts], "new_entries": entries}
+            self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
+            for tmp, final, _ in parts:
+                os.replace(tmp, directory / final)
+            _fsync_dir(directory)
+            self._apply_replacement(manifest, manifest["pending"])
+            self._write_manifest(manifest)
+        if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
+            self.compact(table)
+        names = tuple(f"{table}/{e['name']}" for e in entries)
+        return CommitInfo(table=table, file=names[0], rows=sum(e["rows"] for e in entries),
+                          bytes=sum(e["bytes"] for e in entries), files=names)
 
     def add_run(
         self,
@@ -960,11 +1033,15 @@ def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]
 
 
 def _open_parquet(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    # Statistics and dictionaries for the flat columns (keys, flags, scalars) only: for
+    # tensor columns they cost write time and no reader uses them.
+    flat = [f.name for f in schema if not pa.types.is_nested(f.type)]
     return pq.ParquetWriter(
         path,
         schema,
         compression=_COMPRESSION,
-        write_statistics=True,
+        use_dictionary=flat,
+        write_statistics=flat,
         store_schema=True,
     )
 
@@ -975,6 +1052,19 @@ def _write_row_groups(writer: pq.ParquetWriter, data: pa.Table, row_group_bytes:
     per_row = max(1, data.nbytes // max(1, data.num_rows))
     rows_per_group = max(1, min(1 << 20, row_group_bytes // per_row))
     writer.write_table(data, row_group_size=rows_per_group)
+
+
+def _validated(table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any],
+               established: pa.Schema | None) -> pa.Table:
+    """``data`` checked against ``table``'s schema (and the store's concrete one), in its exact form."""
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if established is not None and isinstance(data, pa.Table) and data.schema.equals(established):
+        _schema.quick_check(table, data)  # already in the exact form: values only
+        return data
+    if isinstance(data, Mapping):
+        return _schema.build(table, data, established=established)
+    return _schema.conform(table, data, established)
 
 
 def new_run_id() -> str:
@@ -1061,15 +1151,7 @@ class TableWriter:
         if self._closed:
             raise StoreError(f"{self.store.path}: writer for {self.table!r} is closed")
         established = self._schema if self._schema is not None else self.store.schema(self.table)
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        if self._schema is not None and isinstance(data, pa.Table) and data.schema.equals(self._schema):
-            _schema.quick_check(self.table, data)  # already in the exact form: values only
-            table = data
-        elif isinstance(data, Mapping):
-            table = _schema.build(self.table, data, established=established)
-        else:
-            table = _schema.conform(self.table, data, established)
+        table = _validated(self.table, data, established)
         if table.num_rows == 0:
             return
         if self._schema is None:

@@ -18,7 +18,8 @@ import rlarrow
 ROWS_PER_COMMIT = 50
 
 CHILD = r"""
-import sys, numpy as np, rlarrow
+import sys, numpy as np, rlarrow, rlarrow.store
+rlarrow.store.ROW_GROUP_BYTES = 256  # so that a 50-row append is written as 3 files in parallel
 store = rlarrow.Store.open(sys.argv[1], auto_compact=4)
 start = int(sys.argv[2])
 print("ready", flush=True)
@@ -26,8 +27,10 @@ seq = start
 steps_writer = store.writer("steps", flush_rows=40)
 while True:
     k = np.arange(seq * 50, (seq + 1) * 50)
-    store.append("scalars", {"run_id": "kill", "scope": "train", "tag": "seq", "step": k,
-                             "value": np.full(50, float(seq))})
+    rows = rlarrow.schema.build("scalars", {"run_id": "kill", "scope": "train", "tag": "seq", "step": k,
+                                            "value": np.full(50, float(seq))})
+    info = store.append("scalars", rows, threads=3 if seq % 2 else 1)  # odd: 3 files, one commit
+    assert len(info.files) == (3 if seq % 2 else 0), info
     print(seq, flush=True)
     steps_writer.write({"run_id": "kill", "episode_id": seq, "step": np.arange(10), "env_index": 0,
                         "observation": np.random.rand(10, 16).astype(np.float32),

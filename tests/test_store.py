@@ -330,3 +330,26 @@ def test_failed_write_names_the_file_and_damages_nothing(populated):
     reopened = rlarrow.Store.open(populated.path)
     assert reopened.read("scalars").equals(before)
     assert not [p for p in (populated.path / "scalars").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatch):
+    import rlarrow.store as store_module
+
+    monkeypatch.setattr(store_module, "ROW_GROUP_BYTES", 64 << 10)  # "large" = over 128 KiB here
+    store = rlarrow.Store.create(tmp_path / "s")
+    rows = rlarrow.schema.build("memory", {
+        "run_id": "r", "snapshot_id": 0, "memory_index": np.arange(20000), "env_index": 0,
+        "memory_size": 20000, "num_envs": 1, "states": np.random.rand(20000, 4).astype(np.float32)})
+    info = store.append("memory", rows, threads=3)
+    assert len(info.files) == 3 and info.rows == 20000
+    assert [f"memory/{p.name}" for p in store.files("memory")] == list(info.files)
+    back = store.read("memory")
+    assert back.column("memory_index").to_pylist() == list(range(20000))
+    assert back.column("states").equals(rows.column("states"))
+    manifest = json.loads((tmp_path / "s" / "_rlarrow_store.json").read_text())
+    assert manifest["pending"] is None
+    with pytest.raises(rlarrow.SchemaMismatchError):
+        store.append("memory", rows.drop_columns(["states"]).append_column(
+            "states", rlarrow.tensors.to_arrow(np.zeros((20000, 5), np.float32))), threads=3)
+    assert store.row_count("memory") == 20000
+    assert [p.name for p in (tmp_path / "s" / "memory").iterdir() if p.name.startswith(".")] == []

@@ -43,7 +43,8 @@ from rlarrow.tensors import to_numpy
 
 __all__ = ["csv_layout", "iter_csv_tables", "read_csv", "write_csv"]
 
-_BLOCK = 16 << 20
+_BLOCK = 1 << 20  # pyarrow parses ~1 MiB blocks in parallel fastest
+_CHUNK_ROWS = 65536
 
 
 def csv_layout(path: str | os.PathLike[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -93,6 +94,27 @@ def _data_rows(path: Path) -> int:
     return max(0, rows - 1)
 
 
+def _chunks(reader: pacsv.CSVStreamingReader, path: Path, rows: int) -> Iterator[pa.RecordBatch]:
+    """The reader's batches, gathered into batches of at least ``rows`` rows."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    done = 0
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except pa.ArrowInvalid as exc:
+            raise CorruptFileError(path, f"near data row {done + count + 1}: {exc}") from exc
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+            pending, done, count = [], done + count, 0
+    if count:
+        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+
+
 def iter_csv_tables(
     path: str | os.PathLike[str],
     *,
@@ -102,6 +124,7 @@ def iter_csv_tables(
     memory_size: int | None = None,
     dtype: str = "float32",
     block_size: int = _BLOCK,
+    chunk_rows: int = _CHUNK_ROWS,
 ) -> Iterator[pa.Table]:
     """Stream a csv memory export as rows of the store's ``memory`` table.
 
@@ -113,7 +136,8 @@ def iter_csv_tables(
             warning, when not given).
         memory_size: the memory's size (default: the filled rows per env).
         dtype: ``"float32"`` (skrl's default) or ``"float64"`` for float tensors.
-        block_size: bytes parsed at a time (bounds memory).
+        block_size: bytes per parse task (pyarrow parses blocks in parallel).
+        chunk_rows: rows per yielded table (at least; bounds memory).
 
     Raises:
         UnsupportedInputError: not a skrl memory csv, or a float that ``dtype`` cannot hold.
@@ -136,7 +160,7 @@ def iter_csv_tables(
     try:
         reader = pacsv.open_csv(
             path,
-            read_options=pacsv.ReadOptions(block_size=block_size),
+            read_options=pacsv.ReadOptions(block_size=block_size, use_threads=True),
             convert_options=pacsv.ConvertOptions(column_types=reader_types, null_values=[],
                                                  strings_can_be_null=False, true_values=["True"],
                                                  false_values=["False"]),
@@ -144,13 +168,7 @@ def iter_csv_tables(
     except pa.ArrowInvalid as exc:
         raise CorruptFileError(path, f"cannot parse ({exc})") from exc
     start = 0
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        except pa.ArrowInvalid as exc:
-            raise CorruptFileError(path, f"near data row {start + 1}: {exc}") from exc
+    for batch in _chunks(reader, path, chunk_rows):
         n = batch.num_rows
         idx = np.arange(start, start + n)
         columns: dict[str, object] = {
@@ -163,7 +181,9 @@ def iter_csv_tables(
             values = np.column_stack(parts)
             if values.dtype == np.float64 and float_type is np.float32:
                 narrow = values.astype(np.float32)
-                exact = (narrow.astype(np.float64) == values) | (np.isnan(values) & np.isnan(narrow))
+                exact = narrow.astype(np.float64) == values
+                if not exact.all():
+                    exact |= np.isnan(values) & np.isnan(narrow)
                 if not exact.all():
                     row, col = np.argwhere(~exact)[0]
                     raise UnsupportedInputError(

@@ -247,3 +247,20 @@ def test_cli_convert_and_export(tmp_path):
     assert again.exit_code == 1 and "exists" in again.output and "--overwrite" in again.output
     missing = runner.invoke(cli, ["convert", str(tmp_path / "nothing-*.pt"), "-o", str(store)])
     assert missing.exit_code == 1 and "nothing-*.pt" in missing.output and "Traceback" not in missing.output
+
+
+@needs_torch
+@needs_fixtures
+def test_snapshots_survive_compaction_into_one_file(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s")
+    convert_memory([SKRL / "wrapped" / "memories"], store, num_envs=4, progress=False)
+    before = {s.name: s for s in snapshots(store)}
+    store.compact("memory", target_file_bytes=1 << 30)
+    assert len(store.files("memory")) == 1
+    after = {s.name: s for s in snapshots(store)}
+    assert sorted(after) == sorted(before) and len(after) == 3
+    for name, snap in after.items():
+        for tensor, value in snap.tensors.items():
+            assert value.tobytes() == before[name].tensors[tensor].tobytes()
+    [only] = list(snapshots(store, snapshot_id=1))
+    assert only.name == sorted(p.stem for p in (SKRL / "wrapped" / "memories").iterdir())[1]
