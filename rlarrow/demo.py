@@ -9,7 +9,10 @@ improve, and records what an RL run leaves behind:
 * ``memory``: the last transitions as a replay-memory snapshot.
 
 Then it prints ``rlarrow info`` and answers questions with plain DuckDB and Polars over
-the Parquet files, without rlarrow.
+the Parquet files, without rlarrow. Last, it plays the corridor into skrl replay memories
+(skrl's own ``RandomMemory`` when skrl is installed, else rlarrow's drop-in) that export
+themselves as legacy ``.pt``, ``.npz`` and ``.csv`` files, converts those with
+``rlarrow convert --episodes``, and queries the episodes recovered from them.
 
 Run it with ``python -m rlarrow.demo OUTPUT_DIR`` (``make demo`` does).
 """
@@ -175,6 +178,93 @@ def record_run(store: Store, *, seed: int, episodes: int) -> str:
     return run
 
 
+def write_legacy_exports(directory: Path, *, seed: int = 2) -> str:
+    """Fill replay memories with the corridor until each exports itself once (pt, npz, csv).
+
+    Returns which memory class wrote them.
+    """
+    import torch
+
+    try:
+        from skrl.memories.torch import RandomMemory
+
+        who = "skrl's RandomMemory"
+    except ImportError:
+        from rlarrow.memory import RandomMemory
+
+        who = "rlarrow.memory.RandomMemory (skrl is not installed)"
+    rng = np.random.default_rng(seed)
+    for fmt in ("pt", "npz", "csv"):
+        env = Corridor(NUM_ENVS, seed)
+        memory = RandomMemory(memory_size=MEMORY_SIZE, num_envs=NUM_ENVS, device="cpu", export=True,
+                              export_format=fmt, export_directory=str(directory))
+        for name, size, dtype in (("states", 2, torch.float32), ("next_states", 2, torch.float32),
+                                  ("actions", 1, torch.int64), ("rewards", 1, torch.float32),
+                                  ("terminated", 1, torch.bool), ("truncated", 1, torch.bool)):
+            memory.create_tensor(name, size=size, dtype=dtype)
+        obs = [env.reset(i) for i in range(NUM_ENVS)]
+        for _ in range(MEMORY_SIZE + 7):  # fills once (an export), then wraps a little
+            actions = np.where(rng.random(NUM_ENVS) < 0.3, rng.integers(0, 2, NUM_ENVS), 1)
+            rows: dict[str, list[Any]] = {k: [] for k in ("states", "next_states", "rewards", "terminated",
+                                                         "truncated")}
+            for i in range(NUM_ENVS):
+                rows["states"].append([obs[i]["position"][0], float(env.t[i])])
+                nxt, reward, terminated, truncated = env.step(i, int(actions[i]))
+                rows["next_states"].append([nxt["position"][0], float(env.t[i])])
+                rows["rewards"].append([reward])
+                rows["terminated"].append([terminated])
+                rows["truncated"].append([truncated])
+                obs[i] = env.reset(i) if terminated or truncated else nxt
+            memory.add_samples(
+                states=torch.tensor(rows["states"], dtype=torch.float32),
+                next_states=torch.tensor(rows["next_states"], dtype=torch.float32),
+                actions=torch.tensor(actions, dtype=torch.int64).view(-1, 1),
+                rewards=torch.tensor(rows["rewards"], dtype=torch.float32),
+                terminated=torch.tensor(rows["terminated"]), truncated=torch.tensor(rows["truncated"]))
+    return who
+
+
+def convert_legacy(out: Path) -> None:
+    """Stage 5 of the demo: legacy memory exports -> a store, unrolled into episodes."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("   (skipped: replay memories need torch; pip install 'rlarrow[torch]')")
+        return
+    legacy = out / "legacy"
+    if legacy.exists():
+        shutil.rmtree(legacy)
+    who = write_legacy_exports(legacy)
+    files = sorted((legacy / "memories").iterdir())
+    print(f"   {who} exported {len(files)} files: " + ", ".join(p.suffix for p in files))
+    store_path = out / "legacy.rlarrow"
+    if store_path.exists():
+        shutil.rmtree(store_path)
+    from rlarrow.cli import main as cli_main
+
+    argv = ["convert", str(legacy / "memories"), "-o", str(store_path), "--num-envs", str(NUM_ENVS),
+            "--episodes", "--name", "legacy-corridor"]
+    print("   $ rlarrow " + " ".join(argv))
+    try:
+        cli_main(argv)
+    except SystemExit as exc:
+        if exc.code:
+            raise
+    import duckdb
+
+    query = f"""
+        select m.snapshot_name[1:26] as export, count(*) as episodes,
+               count(*) filter (where partial_start or partial_end) as partial,
+               round(avg("return") filter (where terminated), 3) as mean_return_terminated
+        from read_parquet('{store_path}/episodes/*.parquet') e
+        join (select distinct run_id, snapshot_id, snapshot_name
+              from read_parquet('{store_path}/memory/*.parquet')) m
+          on m.run_id = e.run_id and m.snapshot_id = (e.metadata->>'snapshot_id')::bigint
+        group by all order by export"""
+    print(query.strip())
+    print(duckdb.sql(query))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the demo store in OUTPUT_DIR (default ``demo-output``) and query it."""
     args = sys.argv[1:] if argv is None else argv
@@ -234,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         .collect()
     )
     print(curve)
+
+    print("\n== 5. legacy replay-memory exports -> Parquet, episodes recovered")
+    convert_legacy(out)
 
     print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
     print(f"Look at it with:  .venv/bin/rlarrow info {store_path}")

@@ -178,18 +178,20 @@ def iter_csv_tables(
         }
         for name, cols in tensors.items():
             parts = [batch.column(c).to_numpy(zero_copy_only=False) for c in cols]
-            values = np.column_stack(parts)
-            if values.dtype == np.float64 and float_type is np.float32:
-                narrow = values.astype(np.float32)
-                exact = narrow.astype(np.float64) == values
-                if not exact.all():
-                    exact |= np.isnan(values) & np.isnan(narrow)
-                if not exact.all():
-                    row, col = np.argwhere(~exact)[0]
-                    raise UnsupportedInputError(
-                        path, f"{cols[col]} in data row {start + row + 1} ({values[row, col]!r}) is "
-                        "not a float32; read it with dtype='float64'")
-                values = narrow
+            if parts[0].dtype == np.float64 and float_type is np.float32:
+                values = np.empty((n, len(cols)), np.float32)
+                for j, part in enumerate(parts):  # narrow each column as it is copied in, then
+                    values[:, j] = part           # check it came through exactly
+                    exact = values[:, j] == part
+                    if not exact.all():
+                        exact |= np.isnan(part) & np.isnan(values[:, j])
+                    if not exact.all():
+                        row = int(np.flatnonzero(~exact)[0])
+                        raise UnsupportedInputError(
+                            path, f"{cols[j]} in data row {start + row + 1} ({part[row]!r}) is "
+                            "not a float32; read it with dtype='float64'")
+            else:
+                values = np.column_stack(parts)
             columns[name] = values
         start += n
         if start > memory_size * num_envs:
