@@ -175,7 +175,8 @@ def main() -> None:
         ours = r("rlarrow_convert", ext)
         rows.append({"path": f"{ext} -> rlarrow store vs {peer_task} alone", "rlarrow": ours["seconds"],
                      "peer": peer["seconds"], "unit": "s", "ratio": ours["seconds"] / peer["seconds"],
-                     "note": "target ratio <= 2 (pt)" if ext == "pt" else ""})
+                     "note": ("target ratio <= 2; " if ext == "pt" else "")
+                     + f"peak RSS {ours['peak_rss_mb']:.0f} vs {peer['peak_rss_mb']:.0f} MB"})
     store = _store_dir()
     try:
         from rlarrow.convert import convert_memory
@@ -186,7 +187,8 @@ def main() -> None:
         ours = measure("rlarrow_read", store / "s", ne, ms, args.repeat)
         rows.append({"path": "read the memory back: store vs np.load(npz)", "rlarrow": ours["seconds"],
                      "peer": peer["seconds"], "unit": "s", "ratio": ours["seconds"] / peer["seconds"],
-                     "note": f"target ratio <= 1; Parquet {size_mb:.0f} MB vs npz {sizes['npz']:.0f} MB"})
+                     "note": f"target ratio <= 1; Parquet {size_mb:.0f} MB vs npz {sizes['npz']:.0f} MB; "
+                             f"peak RSS {ours['peak_rss_mb']:.0f} vs {peer['peak_rss_mb']:.0f} MB"})
     finally:
         shutil.rmtree(store)
     report(f"memory_convert_{ms}x{ne}", rows)

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import time
 import warnings
@@ -359,12 +360,29 @@ def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = Non
             groups.setdefault((rid, sid), [])
     for (rid, sid), files in groups.items():
         key_filter = (pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid)
-        parts = [st.dataset("memory", _files=files).to_table()] if files else []
+        pieces: Iterator[pa.Table] = _row_groups(files)
         if mixed:
-            parts.append(st.dataset("memory", _files=mixed).to_table(filter=key_filter))
-        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        snap = MemorySnapshot.from_table(table, path=os.fspath(st.path))
+            pieces = itertools.chain(pieces, [st.dataset("memory", _files=mixed).to_table(filter=key_filter)])
+        snap = MemorySnapshot.from_table(pieces, path=os.fspath(st.path))
         yield (snap, (rid, sid)) if with_keys else snap
+
+
+def _row_groups(files: Sequence[Path]) -> Iterator[pa.Table]:
+    """Every row group of ``files``, decoded a few at a time in parallel (bounded memory)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    tasks = [(f, i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
+    workers = max(1, min(len(tasks), os.cpu_count() or 1))
+
+    def read(task: tuple[Path, int]) -> pa.Table:
+        with pq.ParquetFile(task[0]) as pf:
+            return pf.read_row_group(task[1], use_threads=False)
+
+    with ThreadPoolExecutor(workers) as pool:
+        for start in range(0, len(tasks), workers):
+            yield from pool.map(read, tasks[start:start + workers])
 
 
 def export_memory(

@@ -353,3 +353,30 @@ def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatc
             "states", rlarrow.tensors.to_arrow(np.zeros((20000, 5), np.float32))), threads=3)
     assert store.row_count("memory") == 20000
     assert [p.name for p in (tmp_path / "s" / "memory").iterdir() if p.name.startswith(".")] == []
+
+
+def test_codecs_zstd_where_it_pays_and_plain_for_noise(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s")
+    rng = np.random.default_rng(0)
+    n = 20000
+    noise = rng.standard_normal((n, 8)).astype(np.float32)
+    store.append("steps", {
+        "run_id": "r", "episode_id": 0, "step": np.arange(n), "env_index": 0,
+        "observation": {"frame": np.zeros((n, 4, 4), np.uint8),              # compressible image
+                        "noise": noise,  # incompressible
+                        "grid": np.tile(np.arange(6, dtype=np.float64), (n, 1))},  # compressible floats
+        "action": rng.standard_normal((n, 2)), "reward": rng.standard_normal(n),
+        "is_first": np.arange(n) == 0, "is_last": np.arange(n) == n - 1, "is_terminal": np.zeros(n, bool),
+    })
+    [path] = store.files("steps")
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    codec = {meta.column(i).path_in_schema: meta.column(i).compression for i in range(meta.num_columns)}
+    assert codec["observation.noise.list.element"] == "UNCOMPRESSED"
+    assert codec["action.list.element"] == "UNCOMPRESSED"
+    assert codec["observation.frame.list.element.list.element"] == "ZSTD"
+    assert codec["observation.grid.list.element"] == "ZSTD"
+    assert codec["reward"] == codec["run_id"] == codec["step"] == "ZSTD"  # flat columns always
+    stats = {meta.column(i).path_in_schema: meta.column(i).is_stats_set for i in range(meta.num_columns)}
+    assert stats["step"] and not stats["observation.noise.list.element"]
+    back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    assert back["noise"].tobytes() == noise.tobytes() and back["frame"].dtype == np.uint8

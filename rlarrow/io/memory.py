@@ -18,7 +18,7 @@ import contextlib
 import os
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,9 +114,13 @@ class MemorySnapshot:
 
 
     @classmethod
-    def from_table(cls, table: pa.Table, *, name: str | None = None,
+    def from_table(cls, table: pa.Table | Iterable[pa.Table | pa.RecordBatch], *, name: str | None = None,
                    path: str | None = None) -> MemorySnapshot:
         """The snapshot held by ``table``: the ``memory`` rows of one (run, snapshot).
+
+        ``table`` may also be an iterable of tables or record batches (say, one per row
+        group): each is copied into the snapshot's arrays as it comes, so memory holds the
+        snapshot plus one piece.
 
         Rows may come in any order and may be missing (a csv import holds only the
         filled rows): missing rows are NaN for floats, 0 for integers, False for bools,
@@ -126,35 +130,54 @@ class MemorySnapshot:
         """
         from rlarrow.tensors import to_numpy
 
-        if table.num_rows == 0:
-            raise InvalidInputError(path, "no memory rows")
-        first = table.slice(0, 1).to_pylist()[0]
-        ms, ne = int(first["memory_size"]), int(first["num_envs"])
+        pieces = [table] if isinstance(table, pa.Table) else table
         declared = set(_schema.table("memory").column_names)
-        names = [n for n in table.column_names if n not in declared]
-        pos = (table.column("memory_index").to_numpy() * ne
-               + table.column("env_index").to_numpy().astype(np.int64))
-        total = ms * ne
-        in_order = len(pos) == total and bool((pos == np.arange(total)).all())
-        if not in_order and (pos.min() < 0 or pos.max() >= total or len(np.unique(pos)) != len(pos)):
-            raise InvalidInputError(path, f"memory rows do not fit (memory_size={ms}, num_envs={ne}): "
-                                    "indices out of range or repeated")
+        first: dict[str, Any] | None = None
         tensors: dict[str, np.ndarray] = {}
-        for col in names:
-            values = to_numpy(table.column(col))
-            if in_order:
-                tensors[col] = values.reshape(ms, ne, *values.shape[1:])
+        seen: np.ndarray | None = None
+        prefix = 0  # rows 0..prefix-1 arrived in order, so far
+        ms = ne = total = 0
+        for piece in pieces:
+            if piece.num_rows == 0:
                 continue
-            full = np.zeros((total, *values.shape[1:]), values.dtype)
-            if values.dtype.kind == "f":
-                full[:] = np.nan
-            full[pos] = values
-            tensors[col] = full.reshape(ms, ne, *values.shape[1:])
+            if first is None:
+                first = piece.slice(0, 1).to_pylist()[0]
+                ms, ne = int(first["memory_size"]), int(first["num_envs"])
+                total = ms * ne
+                seen = np.zeros(total, bool)
+            assert seen is not None
+            pos = (piece.column("memory_index").to_numpy() * ne
+                   + piece.column("env_index").to_numpy().astype(np.int64))
+            contiguous = bool(pos[0] >= 0 and pos[-1] < total and (np.diff(pos) == 1).all())
+            if not contiguous and (pos.min() < 0 or pos.max() >= total):
+                raise InvalidInputError(path, f"memory rows do not fit (memory_size={ms}, num_envs={ne}): "
+                                        "indices out of range")
+            where: slice | np.ndarray = slice(int(pos[0]), int(pos[0]) + len(pos)) if contiguous else pos
+            if seen[where].any() or (not contiguous and len(np.unique(pos)) != len(pos)):
+                raise InvalidInputError(path, "memory rows repeated: the same (memory_index, env_index) "
+                                        "twice in one snapshot")
+            seen[where] = True
+            if contiguous and pos[0] == prefix:
+                prefix += len(pos)
+            for col in piece.column_names:
+                if col in declared:
+                    continue
+                values = to_numpy(piece.column(col))
+                if col not in tensors:
+                    tensors[col] = np.empty((total, *values.shape[1:]), values.dtype)
+                tensors[col][where] = values
+        if first is None or seen is None:
+            raise InvalidInputError(path, "no memory rows")
         is_full, write_pointer, env_pointer = first["is_full"], first["write_pointer"], first["env_pointer"]
-        if is_full is None and len(pos) < total and bool((pos == np.arange(len(pos))).all()):
+        count = int(seen.sum())
+        if count < total:
+            for values in tensors.values():
+                values[~seen] = np.nan if values.dtype.kind == "f" else 0
+        if is_full is None and count < total and prefix == count:
             # only a prefix was stored (a csv export holds the filled rows): the rest was never written
-            is_full, write_pointer, env_pointer = False, len(pos) // ne, len(pos) % ne
-        return cls(tensors, name=name if name is not None else (first["snapshot_name"] or ""),
+            is_full, write_pointer, env_pointer = False, count // ne, count % ne
+        return cls({k: v.reshape(ms, ne, *v.shape[1:]) for k, v in tensors.items()},
+                   name=name if name is not None else (first["snapshot_name"] or ""),
                    path=path, source_format="parquet", is_full=is_full,
                    write_pointer=write_pointer, env_pointer=env_pointer)
 
