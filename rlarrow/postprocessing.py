@@ -90,20 +90,17 @@ def _torch_tensors(path: str) -> dict[str, Any]:
 
 
 def _csv_lists(path: str) -> dict[str, list[list[Any]]]:
-    import pyarrow.csv as pacsv
-
-    from rlarrow.io.csv import csv_layout
+    """The lists of rows per tensor that skrl's iterator gives, parsed by pyarrow chunk by chunk."""
+    from rlarrow.io.csv import csv_layout, iter_batches
 
     tensors, types = csv_layout(path)
-    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
-        column_types={c: pa.bool_() if t == "bool" else pa.float64() for c, t in types.items()},
-        null_values=[], strings_can_be_null=False, true_values=["True"], false_values=["False"]))
-    out: dict[str, list[list[Any]]] = {}
-    for name in sorted(tensors):  # skrl's order: names sorted
-        cols = tensors[name]
-        values = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in cols]) \
-            if table.num_rows else np.empty((0, len(cols)))
-        out[name] = values.tolist()
+    names = sorted(tensors)  # skrl's order: names sorted
+    out: dict[str, list[list[Any]]] = {name: [] for name in names}
+    column_types = {c: pa.bool_() if t == "bool" else pa.float64() for c, t in types.items()}
+    for batch in iter_batches(path, column_types):
+        for name in names:
+            parts = [batch.column(c).to_numpy(zero_copy_only=False) for c in tensors[name]]
+            out[name].extend(np.column_stack(parts).tolist())
     return out
 
 

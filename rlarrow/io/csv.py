@@ -41,7 +41,7 @@ from rlarrow.errors import AssumptionWarning, CorruptFileError, UnsupportedInput
 from rlarrow.io.memory import MemorySnapshot, atomic_output, export_tensors
 from rlarrow.tensors import to_numpy
 
-__all__ = ["csv_layout", "iter_csv_tables", "read_csv", "write_csv"]
+__all__ = ["csv_layout", "iter_batches", "iter_csv_tables", "read_csv", "write_csv"]
 
 _BLOCK = 1 << 20  # pyarrow parses ~1 MiB blocks in parallel fastest
 _CHUNK_ROWS = 65536
@@ -92,6 +92,29 @@ def _data_rows(path: Path) -> int:
         if fh.tell() and fh.read(1) != b"\n":
             rows += 1
     return max(0, rows - 1)
+
+
+def iter_batches(path: str | os.PathLike[str], column_types: Mapping[str, pa.DataType], *,
+                 block_size: int = _BLOCK, chunk_rows: int = _CHUNK_ROWS) -> Iterator[pa.RecordBatch]:
+    """A skrl csv's rows as record batches of at least ``chunk_rows`` rows, parsed in parallel.
+
+    ``column_types`` gives each column's Arrow type; ``True``/``False`` are the bools.
+
+    Raises:
+        CorruptFileError: a row that does not parse (with pyarrow's reason and the row).
+    """
+    path = Path(path)
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=block_size, use_threads=True),
+            convert_options=pacsv.ConvertOptions(column_types=dict(column_types), null_values=[],
+                                                 strings_can_be_null=False, true_values=["True"],
+                                                 false_values=["False"]),
+        )
+    except pa.ArrowInvalid as exc:
+        raise CorruptFileError(path, f"cannot parse ({exc})") from exc
+    yield from _chunks(reader, path, chunk_rows)
 
 
 def _chunks(reader: pacsv.CSVStreamingReader, path: Path, rows: int) -> Iterator[pa.RecordBatch]:
@@ -157,18 +180,8 @@ def iter_csv_tables(
         memory_size = rows_total // num_envs
     float_type = {"float32": np.float32, "float64": np.float64}[dtype]
     reader_types = {c: getattr(pa, t if t != "bool" else "bool_")() for c, t in types.items()}
-    try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(block_size=block_size, use_threads=True),
-            convert_options=pacsv.ConvertOptions(column_types=reader_types, null_values=[],
-                                                 strings_can_be_null=False, true_values=["True"],
-                                                 false_values=["False"]),
-        )
-    except pa.ArrowInvalid as exc:
-        raise CorruptFileError(path, f"cannot parse ({exc})") from exc
     start = 0
-    for batch in _chunks(reader, path, chunk_rows):
+    for batch in iter_batches(path, reader_types, block_size=block_size, chunk_rows=chunk_rows):
         n = batch.num_rows
         idx = np.arange(start, start + n)
         columns: dict[str, object] = {
