@@ -358,16 +358,48 @@ def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = Non
         distinct = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate([])
         for rid, sid in zip(distinct["run_id"].to_pylist(), distinct["snapshot_id"].to_pylist(), strict=True):
             groups.setdefault((rid, sid), [])
+    declared = set(_schema.table("memory").column_names)
+    schema = st.schema("memory")
+    columns = ["memory_index", "env_index"] + [f.name for f in schema or [] if f.name not in declared]
     for (rid, sid), files in groups.items():
         key_filter = (pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid)
-        pieces: Iterator[pa.Table] = _row_groups(files)
+        constants = _constants(files[0]) if files and not mixed else None
+        pieces: Iterator[pa.Table] = _row_groups(files, columns if constants is not None else None)
         if mixed:
             pieces = itertools.chain(pieces, [st.dataset("memory", _files=mixed).to_table(filter=key_filter)])
-        snap = MemorySnapshot.from_table(pieces, path=os.fspath(st.path))
+        snap = MemorySnapshot.from_table(pieces, path=os.fspath(st.path), constants=constants)
         yield (snap, (rid, sid)) if with_keys else snap
 
 
-def _row_groups(files: Sequence[Path]) -> Iterator[pa.Table]:
+_CONSTANTS = ("snapshot_name", "memory_size", "num_envs", "is_full", "write_pointer", "env_pointer")
+
+
+def _constants(path: Path) -> dict[str, Any] | None:
+    """A snapshot's per-snapshot columns, from a file's statistics (None if they do not say)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_row_groups == 0:
+        return None
+    rg = meta.row_group(0)
+    out: dict[str, Any] = {}
+    for i in range(rg.num_columns):
+        col = rg.column(i)
+        if col.path_in_schema not in _CONSTANTS:
+            continue
+        stats = col.statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        if stats.null_count == col.num_values:
+            out[col.path_in_schema] = None
+        elif stats.null_count == 0 and stats.has_min_max and stats.min == stats.max:
+            out[col.path_in_schema] = stats.min
+        else:
+            return None
+    return out if len(out) == len(_CONSTANTS) else None
+
+
+def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iterator[pa.Table]:
     """Every row group of ``files``, decoded a few at a time in parallel (bounded memory)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -378,7 +410,7 @@ def _row_groups(files: Sequence[Path]) -> Iterator[pa.Table]:
 
     def read(task: tuple[Path, int]) -> pa.Table:
         with pq.ParquetFile(task[0]) as pf:
-            return pf.read_row_group(task[1], use_threads=False)
+            return pf.read_row_group(task[1], columns=columns, use_threads=False)
 
     with ThreadPoolExecutor(workers) as pool:
         for start in range(0, len(tasks), workers):

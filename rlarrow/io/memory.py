@@ -115,12 +115,15 @@ class MemorySnapshot:
 
     @classmethod
     def from_table(cls, table: pa.Table | Iterable[pa.Table | pa.RecordBatch], *, name: str | None = None,
-                   path: str | None = None) -> MemorySnapshot:
+                   path: str | None = None, constants: Mapping[str, Any] | None = None) -> MemorySnapshot:
         """The snapshot held by ``table``: the ``memory`` rows of one (run, snapshot).
 
         ``table`` may also be an iterable of tables or record batches (say, one per row
         group): each is copied into the snapshot's arrays as it comes, so memory holds the
-        snapshot plus one piece.
+        snapshot plus one piece. The pieces need ``memory_index``, ``env_index`` and the
+        tensors; the per-snapshot columns (``memory_size``, ``num_envs``, ``is_full``,
+        ``write_pointer``, ``env_pointer``, ``snapshot_name``) come from ``constants`` when
+        given, else from the first row.
 
         Rows may come in any order and may be missing (a csv import holds only the
         filled rows): missing rows are NaN for floats, 0 for integers, False for bools,
@@ -132,7 +135,7 @@ class MemorySnapshot:
 
         pieces = [table] if isinstance(table, pa.Table) else table
         declared = set(_schema.table("memory").column_names)
-        first: dict[str, Any] | None = None
+        first: dict[str, Any] | None = dict(constants) if constants is not None else None
         tensors: dict[str, np.ndarray] = {}
         seen: np.ndarray | None = None
         prefix = 0  # rows 0..prefix-1 arrived in order, so far
@@ -142,6 +145,7 @@ class MemorySnapshot:
                 continue
             if first is None:
                 first = piece.slice(0, 1).to_pylist()[0]
+            if seen is None:
                 ms, ne = int(first["memory_size"]), int(first["num_envs"])
                 total = ms * ne
                 seen = np.zeros(total, bool)
