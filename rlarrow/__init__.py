@@ -56,19 +56,24 @@ if TYPE_CHECKING:
         unroll,
     )
     from rlarrow.migrations import migrate
+    from rlarrow.reader import Reader, StepData
+    from rlarrow.recorder import EnvLogger
     from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
 
 __all__ = [
     "AssumptionWarning",
     "CommitInfo",
     "CorruptFileError",
+    "EnvLogger",
     "FormatVersionError",
     "FormatVersionWarning",
     "InvalidInputError",
     "MissingDependencyError",
     "RLArrowError",
     "RLArrowWarning",
+    "Reader",
     "SchemaMismatchError",
+    "StepData",
     "Store",
     "StoreError",
     "StoreInfo",
@@ -96,9 +101,12 @@ _LAZY = {
     "CommitInfo": "rlarrow.store",
     "new_run_id": "rlarrow.store",
     "migrate": "rlarrow.migrations",
+    "EnvLogger": "rlarrow.recorder",
+    "Reader": "rlarrow.reader",
+    "StepData": "rlarrow.reader",
 }
-_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "schema",
-               "tensors", "store", "unroll", "errors", "cli"}
+_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "reader",
+               "recorder", "schema", "specs", "tensors", "store", "unroll", "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:

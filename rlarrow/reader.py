@@ -1,0 +1,403 @@
+"""``rlarrow.Reader``: a recorded run read back with envlogger's Reader surface.
+
+``Reader(data_directory)`` opens a store (one run of it) and offers what envlogger's
+``Reader`` offers: ``episodes`` and ``steps`` as sequences (``len``, indexing, slicing,
+iteration; each iterator independent of the others), every step a :class:`StepData` with
+``timestep`` (a ``dm_env.TimeStep`` in dm_env order), ``action`` and ``custom_data``;
+``metadata()``, ``episode_metadata()`` and the four specs.
+
+Episode *k* and step *n* are found through an index of the run's rows (episode and step
+numbers, read once), and only the row groups that hold them are read (a few are cached):
+nothing is scanned from the start. :meth:`Reader.episode_columns` gives whole episodes as
+NumPy/Arrow columns, without building a Python object per step.
+
+Example:
+    >>> import numpy as np, dm_env, tempfile, os
+    >>> from dm_env import specs
+    >>> from rlarrow.recorder import EnvLogger
+    >>> class Count(dm_env.Environment):
+    ...     def reset(self):
+    ...         self.t = 0
+    ...         return dm_env.restart(np.zeros(2, np.float32))
+    ...     def step(self, action):
+    ...         self.t += 1
+    ...         obs = np.full(2, self.t, np.float32)
+    ...         return dm_env.termination(1.0, obs) if self.t == 3 else dm_env.transition(0.0, obs)
+    ...     def observation_spec(self): return specs.Array((2,), np.float32, "obs")
+    ...     def action_spec(self): return specs.DiscreteArray(2, name="action")
+    >>> path = os.path.join(tempfile.mkdtemp(), "runs.rlarrow")
+    >>> with EnvLogger(Count(), path, step_fn=lambda ts, a, env: {"t": env.t}) as env:
+    ...     for _ in range(2):
+    ...         ts = env.reset()
+    ...         while not ts.last():
+    ...             ts = env.step(1)
+    >>> with Reader(path) as reader:
+    ...     print(len(reader.episodes), len(reader.steps))
+    ...     last = reader.episodes[1][-1]
+    ...     print(last.timestep.last(), last.timestep.reward, last.action, last.custom_data)
+    2 8
+    True 1.0 1 {'t': 3}
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, overload
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow import metadata as _metadata
+from rlarrow import specs as _specs
+from rlarrow.errors import StoreError
+from rlarrow.store import Store
+from rlarrow.tensors import to_numpy
+
+__all__ = ["Reader", "StepData"]
+
+_CACHED_ROW_GROUPS = 8
+
+
+class StepData(NamedTuple):
+    """One step as envlogger gives it.
+
+    The dm_env timestep, the action that led to it (None on FIRST), and the ``step_fn``
+    value recorded with it.
+    """
+
+    timestep: Any
+    action: Any
+    custom_data: Any = None
+
+
+class _Rows:
+    """The steps table's rows by global position, read a row group at a time (cached)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        import pyarrow.parquet as pq
+
+        self.groups: list[tuple[Path, int]] = []
+        starts = [0]
+        for f in files:
+            meta = pq.ParquetFile(f).metadata
+            for i in range(meta.num_row_groups):
+                self.groups.append((f, i))
+                starts.append(starts[-1] + meta.row_group(i).num_rows)
+        self.starts = np.asarray(starts, np.int64)
+        self.cache: OrderedDict[int, pa.Table] = OrderedDict()
+
+    def group(self, g: int) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        table = self.cache.get(g)
+        if table is None:
+            path, i = self.groups[g]
+            with pq.ParquetFile(path) as pf:
+                table = pf.read_row_group(i)
+            self.cache[g] = table
+            if len(self.cache) > _CACHED_ROW_GROUPS:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(g)
+        return table
+
+    def take(self, positions: np.ndarray) -> pa.Table:
+        """Rows at ``positions`` (global), in that order."""
+        gidx = np.searchsorted(self.starts, positions, side="right") - 1
+        if len(positions) and (gidx == gidx[0]).all():
+            return self.group(int(gidx[0])).take(positions - self.starts[gidx[0]])
+        parts = []
+        order = []
+        for g in np.unique(gidx):
+            sel = np.flatnonzero(gidx == g)
+            parts.append(self.group(int(g)).take(positions[sel] - self.starts[g]))
+            order.append(sel)
+        table = pa.concat_tables(parts)
+        inverse = np.empty(len(positions), np.int64)
+        inverse[np.concatenate(order)] = np.arange(len(positions))
+        return table.take(inverse)
+
+
+class _Episode(Sequence[StepData]):
+    """One episode's steps (dm_env order), built from its rows when first used."""
+
+    def __init__(self, reader: Reader, k: int) -> None:
+        self._reader = reader
+        self._k = k
+        self._steps: list[StepData] | None = None
+
+    def _all(self) -> list[StepData]:
+        if self._steps is None:
+            self._steps = self._reader._build_steps(self._k)
+        return self._steps
+
+    def __len__(self) -> int:
+        return int(self._reader._lengths[self._k])
+
+    @overload
+    def __getitem__(self, i: int) -> StepData: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[StepData]: ...
+    def __getitem__(self, i: int | slice) -> StepData | list[StepData]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[StepData]:
+        return iter(self._all())
+
+
+class _Episodes(Sequence[_Episode]):
+    def __init__(self, reader: Reader) -> None:
+        self._reader = reader
+
+    def __len__(self) -> int:
+        return len(self._reader._lengths)
+
+    @overload
+    def __getitem__(self, k: int) -> _Episode: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[_Episode]: ...
+    def __getitem__(self, k: int | slice) -> _Episode | list[_Episode]:
+        if isinstance(k, slice):
+            return [_Episode(self._reader, i) for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(f"episode {k} out of range ({len(self)} episodes)")
+        return _Episode(self._reader, k)
+
+    def __iter__(self) -> Iterator[_Episode]:
+        return (_Episode(self._reader, k) for k in range(len(self)))
+
+
+class _Steps(Sequence[StepData]):
+    def __init__(self, reader: Reader) -> None:
+        self._reader = reader
+
+    def __len__(self) -> int:
+        return int(self._reader._offsets[-1])
+
+    @overload
+    def __getitem__(self, n: int) -> StepData: ...
+    @overload
+    def __getitem__(self, n: slice) -> list[StepData]: ...
+    def __getitem__(self, n: int | slice) -> StepData | list[StepData]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        if n < 0:
+            n += len(self)
+        if not 0 <= n < len(self):
+            raise IndexError(f"step {n} out of range ({len(self)} steps)")
+        k = int(np.searchsorted(self._reader._offsets, n, side="right") - 1)
+        return self._reader._build_steps(k, int(n - self._reader._offsets[k]))[0]
+
+    def __iter__(self) -> Iterator[StepData]:
+        for k in range(len(self._reader._lengths)):
+            yield from self._reader._build_steps(k)
+
+
+class Reader:
+    """Read a recorded run as envlogger's Reader does (see the module docs).
+
+    Args:
+        data_directory: a store (or its path).
+        run_id: which run; may be left out when the store holds one run with steps.
+
+    Raises:
+        StoreError: no steps, or several runs and no ``run_id``.
+    """
+
+    def __init__(self, data_directory: str | os.PathLike[str] | Store, *, run_id: str | None = None) -> None:
+        import pyarrow.compute as pc
+
+        self.store = (data_directory if isinstance(data_directory, Store)
+                      else Store.open(data_directory, readonly=True))
+        files = self.store.files("steps")
+        index = self.store.dataset("steps", _files=files).to_table(columns=["run_id", "episode_id", "step"])
+        runs = pc.unique(index.column("run_id")).to_pylist()
+        if run_id is None:
+            if len(runs) != 1:
+                raise StoreError(f"{self.store.path}: {len(runs)} runs have steps ({', '.join(runs[:5])}"
+                                 f"{', ...' if len(runs) > 5 else ''}); pass run_id=...")
+            run_id = runs[0]
+        elif run_id not in runs:
+            raise StoreError(f"{self.store.path}: run {run_id!r} has no steps")
+        self.run_id = run_id
+        mine = np.flatnonzero(pc.equal(index.column("run_id"), run_id).to_numpy(zero_copy_only=False))
+        episode = index.column("episode_id").to_numpy()[mine]
+        step = index.column("step").to_numpy()[mine]
+        order = np.lexsort((step, episode))
+        self._positions = mine[order]  # global row of the run's n-th step (episode, step order)
+        episode = episode[order]
+        bounds = np.flatnonzero(np.diff(episode)) + 1
+        self._episode_ids = episode[np.concatenate([[0], bounds])] if len(episode) else episode
+        self._offsets = np.concatenate([[0], bounds, [len(episode)]]).astype(np.int64)
+        self._lengths = np.diff(self._offsets)
+        self._rows = _Rows(files)
+        run = self.store.read("runs", filter=pc.field("run_id") == run_id).to_pylist()
+        self._run = run[0] if run else {}
+        self._env_specs = _metadata.decode(self._run.get("env_specs"), self._run.get("env_specs_types")) or {}
+        self._dm_env: Any = None
+
+    # ------------------------------------------------------------------ envlogger's surface
+
+    @property
+    def episodes(self) -> _Episodes:
+        """The run's episodes, each a sequence of :class:`StepData`."""
+        return _Episodes(self)
+
+    @property
+    def steps(self) -> _Steps:
+        """All the run's steps, episode after episode."""
+        return _Steps(self)
+
+    def metadata(self) -> dict[str, Any]:
+        """The run's metadata, with ``environment_specs`` as envlogger adds it."""
+        meta = _metadata.decode(self._run.get("metadata"), self._run.get("metadata_types"))
+        out = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"metadata": meta})
+        out["environment_specs"] = self._env_specs
+        return out
+
+    def episode_metadata(self) -> list[Any]:
+        """Each episode's metadata (``episode_fn``'s last non-None value), in episode order."""
+        import pyarrow.compute as pc
+
+        table = self.store.read("episodes", columns=["episode_id", "metadata", "metadata_types"],
+                                filter=pc.field("run_id") == self.run_id)
+        by_id = dict(zip(table.column("episode_id").to_pylist(),
+                         _metadata.decode_column(table.column("metadata").to_pylist(),
+                                                 table.column("metadata_types").to_pylist()), strict=True))
+        out = []
+        for eid in self._episode_ids.tolist():
+            meta = by_id.get(eid)
+            if isinstance(meta, dict) and "episode_fn" in meta and "first_reward" in meta:
+                meta = meta["episode_fn"]
+            out.append(meta)
+        return out
+
+    def _spec(self, key: str) -> Any:
+        return _specs.from_dict(self._env_specs.get(key))
+
+    def observation_spec(self) -> Any:
+        """The recorded environment's observation spec (a dm_env spec)."""
+        return self._spec("observation_spec")
+
+    def action_spec(self) -> Any:
+        """The recorded environment's action spec."""
+        return self._spec("action_spec")
+
+    def reward_spec(self) -> Any:
+        """The recorded environment's reward spec."""
+        return self._spec("reward_spec")
+
+    def discount_spec(self) -> Any:
+        """The recorded environment's discount spec."""
+        return self._spec("discount_spec")
+
+    def close(self) -> None:
+        """Release cached data."""
+        self._rows.cache.clear()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Reader({os.fspath(self.store.path)!r}, run_id={self.run_id!r}, "
+                f"episodes={len(self._lengths)})")
+
+    # ------------------------------------------------------------------ columns
+
+    def episode_table(self, k: int | slice) -> pa.Table:
+        """Episode ``k`` (or a slice of episodes) as the ``steps`` rows, RLDS-aligned."""
+        ks = range(*k.indices(len(self._lengths))) if isinstance(k, slice) else [k]
+        pos = np.concatenate([self._positions[self._offsets[i]:self._offsets[i + 1]] for i in ks]) \
+            if ks else np.empty(0, np.int64)
+        return self._rows.take(pos)
+
+    def episode_columns(self, k: int | slice, columns: Sequence[str] = ("observation", "action", "reward",
+                                                                       "discount", "is_first", "is_last",
+                                                                       "is_terminal")) -> dict[str, Any]:
+        """Episode ``k`` (or several) as NumPy columns, RLDS-aligned (no per-step objects).
+
+        Tensor columns come back ``(steps, *shape)`` (dicts of those for dict observations);
+        null actions, rewards and discounts on last steps are NaN (floats) or 0.
+        """
+        table = self.episode_table(k)
+        out: dict[str, Any] = {}
+        for name in columns:
+            col = table.column(name)
+            if name in ("observation", "action"):
+                out[name] = to_numpy(col, fill_value=None if _is_float(col.type) else 0)
+            else:
+                out[name] = col.to_numpy(zero_copy_only=False)
+        return out
+
+    # ------------------------------------------------------------------ steps in dm_env order
+
+    def _build_steps(self, k: int, only: int | None = None) -> list[StepData]:
+        if self._dm_env is None:
+            from rlarrow._deps import require
+
+            self._dm_env = require("dm_env", feature="Reader steps (dm_env timesteps)")
+        dm_env = self._dm_env
+        start, stop = int(self._offsets[k]), int(self._offsets[k + 1])
+        lo = start if only is None else max(start, start + only - 1)
+        hi = stop if only is None else start + only + 1
+        table = self._rows.take(self._positions[lo:hi])
+        first = int(lo - start)
+        obs = _rows_of(table.column("observation"), self._env_specs.get("observation_spec"))
+        act = _rows_of(table.column("action"), self._env_specs.get("action_spec"))
+        reward = table.column("reward").to_pylist()
+        discount = table.column("discount").to_pylist()
+        is_first = table.column("is_first").to_pylist()
+        is_last = table.column("is_last").to_pylist()
+        meta_col = table.column("metadata")
+        custom = ([None] * table.num_rows if meta_col.null_count == table.num_rows else
+                  _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist()))
+        types = dm_env.StepType
+        out = []
+        for i in range(table.num_rows):
+            t = first + i
+            if is_first[i] and t == 0:
+                step_type, r, d, a = types.FIRST, None, None, None
+            else:
+                step_type = types.LAST if is_last[i] else types.MID
+                r, d, a = (reward[i - 1], discount[i - 1], act[i - 1]) if i > 0 else (None, None, None)
+            out.append(StepData(dm_env.TimeStep(step_type, r, d, obs[i]), a, custom[i]))
+        if only is not None:
+            return out[-1:] if first < only else out[:1]
+        return out
+
+
+def _is_float(type_: pa.DataType) -> bool:
+    while pa.types.is_fixed_size_list(type_):
+        type_ = type_.value_type
+    return bool(pa.types.is_floating(type_))
+
+
+def _rows_of(col: pa.ChunkedArray, spec: Any) -> list[Any]:
+    """Per-row values of a tensor column: arrays (scalars for shape ()), dicts or tuples as the spec."""
+    if col.null_count == len(col):
+        return [None] * len(col)
+    values = to_numpy(col, fill_value=0 if not _is_float(col.type) else None)
+    nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+    rows = _split(values, spec, len(col))
+    if nulls is not None:
+        rows = [None if nulls[i] else r for i, r in enumerate(rows)]
+    return rows
+
+
+def _split(values: Any, spec: Any, n: int) -> list[Any]:
+    if isinstance(values, dict):
+        parts = {k: _split(v, spec.get(k) if isinstance(spec, dict) else None, n) for k, v in values.items()}
+        if isinstance(spec, list):  # tuple observations were stored as {"0": ..., "1": ...}
+            return [tuple(parts[str(j)][i] for j in range(len(spec))) for i in range(n)]
+        return [{k: parts[k][i] for k in parts} for i in range(n)]
+    if values.ndim == 1:  # scalars per row (shape ())
+        return list(values)  # NumPy scalars, as dm_env gives them
+    return list(values)

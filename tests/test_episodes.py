@@ -1,0 +1,282 @@
+"""rlarrow.EnvLogger and rlarrow.Reader against envlogger itself, run side by side."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+import rlarrow
+
+HAVE_DM_ENV = importlib.util.find_spec("dm_env") is not None
+HAVE_ENVLOGGER = importlib.util.find_spec("envlogger") is not None
+pytestmark = pytest.mark.skipif(not HAVE_DM_ENV, reason="needs dm_env: pip install 'rlarrow[dm-env]'")
+needs_envlogger = pytest.mark.skipif(
+    not HAVE_ENVLOGGER, reason="needs envlogger (test-only peer): pip install 'rlarrow[envlogger]'")
+
+
+def import_envlogger():
+    if not hasattr(np, "unicode_"):
+        np.unicode_ = np.str_  # envlogger 1.2 uses the alias NumPy 2 removed
+    import envlogger
+    from envlogger.testing import catch_env
+
+    return envlogger, catch_env
+
+
+def play(env, episodes: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(episodes):
+        ts = env.reset()
+        while not ts.last():
+            ts = env.step(rng.randrange(3))
+
+
+def step_fn(timestep, action, env):
+    return {"note": "first" if timestep.first() else "mid", "global_step": np.int64(env._t)} \
+        if hasattr(env, "_t") else {"first": bool(timestep.first())}
+
+
+def episode_fn(timestep, action, env):
+    if timestep.last():
+        return {"last_reward": np.float64(timestep.reward), "last_step_type": int(timestep.step_type)}
+    return None
+
+
+def same_step(a, b) -> None:
+    assert a.timestep.step_type == b.timestep.step_type
+    assert (a.timestep.reward is None) == (b.timestep.reward is None)
+    if a.timestep.reward is not None:
+        assert float(a.timestep.reward) == float(b.timestep.reward)
+        assert float(a.timestep.discount) == float(b.timestep.discount)
+    assert np.array_equal(a.timestep.observation, b.timestep.observation)
+    assert a.timestep.observation.dtype == b.timestep.observation.dtype
+    assert (a.action is None) == (b.action is None)
+    if a.action is not None:
+        assert int(a.action) == int(b.action)
+    assert a.custom_data == b.custom_data
+
+
+@needs_envlogger
+def test_records_and_reads_what_envlogger_does(tmp_path):
+    envlogger, catch_env = import_envlogger()
+    meta = {"agent": "random", "params": {"lr": np.float64(3e-4)}, "seed": 1}
+    (tmp_path / "theirs").mkdir()
+    with envlogger.EnvLogger(catch_env.Catch(seed=1), data_directory=str(tmp_path / "theirs"),
+                             metadata=dict(meta), step_fn=step_fn, episode_fn=episode_fn) as env:
+        play(env, 6, seed=0)
+    with rlarrow.EnvLogger(catch_env.Catch(seed=1), tmp_path / "ours", metadata=meta,
+                           step_fn=step_fn, episode_fn=episode_fn) as env:
+        play(env, 6, seed=0)
+    with envlogger.Reader(data_directory=str(tmp_path / "theirs")) as theirs, \
+            rlarrow.Reader(tmp_path / "ours") as ours:
+        assert len(ours.episodes) == len(theirs.episodes) == 6
+        assert len(ours.steps) == len(theirs.steps)
+        for a, b in zip(theirs.steps, ours.steps, strict=True):
+            same_step(a, b)
+        for ea, eb in zip(theirs.episodes, ours.episodes, strict=True):
+            assert len(ea) == len(eb)
+            for a, b in zip(ea, eb, strict=True):
+                same_step(a, b)
+        assert ours.episode_metadata() == list(theirs.episode_metadata())
+        assert {k: v for k, v in ours.metadata().items() if k != "environment_specs"} == meta
+        assert ours.observation_spec() == theirs.observation_spec()
+        assert ours.action_spec() == theirs.action_spec()
+        assert ours.reward_spec() == theirs.reward_spec()
+        assert ours.discount_spec() == theirs.discount_spec()
+
+
+@needs_envlogger
+def test_random_access_and_independent_iterators(tmp_path):
+    _, catch_env = import_envlogger()
+    with rlarrow.EnvLogger(catch_env.Catch(seed=2), tmp_path / "s", flush_every_steps=7) as env:
+        play(env, 9, seed=1)
+    reader = rlarrow.Reader(tmp_path / "s")
+    everything = list(reader.steps)
+    assert len(rlarrow.Store.open(tmp_path / "s").files("steps")) > 3  # several commits
+    for n in [0, 1, 9, 10, 11, len(everything) - 1, -1, 37]:
+        same_step(reader.steps[n], everything[n])
+    assert [s.timestep.step_type for s in reader.steps[5:12]] == \
+        [s.timestep.step_type for s in everything[5:12]]
+    k = 4
+    start = sum(len(e) for e in reader.episodes[:k])
+    for i, step in enumerate(reader.episodes[k]):
+        same_step(step, everything[start + i])
+    one, two = iter(reader.steps), iter(reader.steps)  # envlogger's share one cursor
+    next(one)
+    next(one)
+    same_step(next(two), everything[0])
+    same_step(next(one), everything[2])
+    with pytest.raises(IndexError):
+        reader.steps[len(everything)]
+    cols = reader.episode_columns(slice(0, 3))
+    n = sum(len(reader.episodes[i]) for i in range(3))
+    assert cols["observation"].shape == (n, 10, 5) and cols["is_first"].sum() == 3
+    assert np.isnan(cols["reward"][cols["is_last"]]).all()
+
+
+class DictEnv:
+    """dm_env with a dict observation: a uint8 image and a nested dict; truncates at 4 steps."""
+
+    def __init__(self):
+        import dm_env
+
+        self.dm_env = dm_env
+        self.t = 0
+
+    def _obs(self):
+        return {"frame": np.full((84, 84), self.t, np.uint8),
+                "proprio": {"pos": np.array([self.t, -self.t], np.float64),
+                            "flag": np.array(self.t % 2 == 0)}}
+
+    def reset(self):
+        self.t = 0
+        return self.dm_env.restart(self._obs())
+
+    def step(self, action):
+        self.t += 1
+        if self.t == 4:
+            return self.dm_env.truncation(0.5, self._obs())
+        return self.dm_env.transition(np.float32(0.25), self._obs())
+
+    def observation_spec(self):
+        from dm_env import specs
+
+        return {"frame": specs.Array((84, 84), np.uint8, "frame"),
+                "proprio": {"pos": specs.Array((2,), np.float64, "pos"),
+                            "flag": specs.Array((), bool, "flag")}}
+
+    def action_spec(self):
+        from dm_env import specs
+
+        return specs.BoundedArray((2,), np.float32, -1.0, 1.0, "action")
+
+    def reward_spec(self):
+        from dm_env import specs
+
+        return specs.Array((), np.float64, "reward")
+
+    def discount_spec(self):
+        from dm_env import specs
+
+        return specs.BoundedArray((), np.float64, 0.0, 1.0, "discount")
+
+
+def test_dict_observations_images_truncation_and_partial_episodes(tmp_path):
+    env = rlarrow.EnvLogger(DictEnv(), tmp_path / "s")
+    for _ in range(2):
+        ts = env.reset()
+        while not ts.last():
+            ts = env.step(np.array([0.5, -0.5], np.float32))
+    env.reset()
+    env.step(np.array([0.1, 0.2], np.float32))  # an episode left running
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    episodes = store.read("episodes").to_pylist()
+    assert [(e["num_steps"], e["terminated"], e["truncated"], e["partial_end"]) for e in episodes] == [
+        (5, False, True, False), (5, False, True, False), (2, False, False, True)]
+    assert episodes[0]["return"] == 0.25 * 3 + 0.5
+    reader = rlarrow.Reader(tmp_path / "s")
+    steps = list(reader.episodes[0])
+    assert [int(s.timestep.step_type) for s in steps] == [0, 1, 1, 1, 2]
+    obs = steps[3].timestep.observation
+    assert obs["frame"].dtype == np.uint8 and obs["frame"].shape == (84, 84) and obs["frame"][0, 0] == 3
+    assert obs["proprio"]["pos"].tolist() == [3.0, -3.0] and bool(obs["proprio"]["flag"]) is False
+    assert steps[4].timestep.discount == 1.0 and steps[1].timestep.reward == 0.25
+    assert np.array_equal(steps[1].action, np.array([0.5, -0.5], np.float32))
+    partial = list(reader.episodes[2])
+    assert len(partial) == 2 and partial[-1].timestep.step_type == partial[-1].timestep.step_type.MID
+    assert reader.observation_spec()["proprio"]["pos"].shape == (2,)
+
+
+def test_flush_policy_commits_while_recording(tmp_path):
+    env = rlarrow.EnvLogger(DictEnv(), tmp_path / "s", flush_every_steps=3, flush_every_seconds=None)
+    env.reset()
+    for _ in range(2):
+        env.step(np.zeros(2, np.float32))
+    ro = rlarrow.Store.open(tmp_path / "s", readonly=True)
+    assert ro.row_count("steps") == 2  # 3 steps taken: the newest row waits for its action
+    env.step(np.zeros(2, np.float32))
+    env.step(np.zeros(2, np.float32))  # LAST: episode ended
+    env.reset()
+    ro.refresh()
+    assert ro.row_count("steps") == 5 and ro.row_count("episodes") == 1
+    env.close()
+    env2 = rlarrow.EnvLogger(DictEnv(), tmp_path / "s", flush_every_steps=None, flush_every_seconds=None,
+                             flush_on_episode_end=True)
+    ts = env2.reset()
+    while not ts.last():
+        ts = env2.step(np.zeros(2, np.float32))
+    ro.refresh()
+    assert ro.row_count("steps") == 6 + 5 and ro.row_count("runs") == 2
+    env2.close()
+
+
+RECORDER_CHILD = r"""
+import sys, numpy as np, dm_env, rlarrow
+from dm_env import specs
+
+class Walk(dm_env.Environment):
+    def reset(self):
+        self.t = 0
+        return dm_env.restart(np.zeros(3, np.float32))
+    def step(self, action):
+        self.t += 1
+        obs = np.full(3, self.t, np.float32)
+        return dm_env.termination(1.0, obs) if self.t == 7 else dm_env.transition(0.5, obs)
+    def observation_spec(self): return specs.Array((3,), np.float32, "obs")
+    def action_spec(self): return specs.DiscreteArray(2, name="action")
+
+env = rlarrow.EnvLogger(Walk(), sys.argv[1], flush_every_steps=5, flush_every_seconds=None,
+                        metadata={"child": True})
+print("ready", flush=True)
+while True:
+    ts = env.reset()
+    while not ts.last():
+        ts = env.step(1)
+"""
+
+
+def kill_recorder(tmp_path, kills: int, seed: int) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = random.Random(seed)
+    path = tmp_path / "store"
+    for i in range(kills):
+        child = subprocess.Popen([sys.executable, "-c", RECORDER_CHILD, str(path)], stdout=subprocess.PIPE,
+                                 text=True)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(child.pid, signal.SIGKILL)
+        child.communicate()
+        store = rlarrow.Store.open(path)
+        assert store.row_count("runs") == i + 1
+        for run in store.runs().column("run_id").to_pylist():
+            if store.read("steps", filter=pc.field("run_id") == run).num_rows == 0:
+                continue
+            reader = rlarrow.Reader(store, run_id=run)
+            for k, episode in enumerate(reader.episodes):
+                steps = list(episode)
+                obs = [float(s.timestep.observation[0]) for s in steps]
+                assert obs == list(range(len(steps))), obs  # no step lost or repeated inside
+                complete = k < len(reader.episodes) - 1
+                if complete:  # every episode before the last one was committed whole
+                    assert len(steps) == 8 and steps[-1].timestep.last()
+            ends = store.read("episodes").column("num_steps").to_pylist()
+            assert all(n == 8 for n in ends)
+
+
+def test_killed_recorder_leaves_a_readable_store(tmp_path):
+    kill_recorder(tmp_path, kills=3, seed=0)
+
+
+@pytest.mark.slow
+def test_killed_recorder_many_times(tmp_path):
+    kill_recorder(tmp_path, kills=30, seed=1)
