@@ -56,6 +56,8 @@ dm_env = require("dm_env", feature="rlarrow.EnvLogger")
 __all__ = ["EnvLogger"]
 
 StepFn = Callable[[Any, Any, Any], Any]
+_IMMUTABLE = (int, float, bool, np.int64, np.int32, np.float32, np.float64)  # stored as given
+_LAST = dm_env.StepType.LAST
 
 
 def _flat_obs(obs: Any, spec: Any) -> Any:
@@ -65,6 +67,33 @@ def _flat_obs(obs: Any, spec: Any) -> Any:
     if isinstance(spec, (list, tuple)):
         return {str(i): _flat_obs(obs[i], s) for i, s in enumerate(spec)}
     return np.array(obs, dtype=spec.dtype)  # a copy: envs may reuse their buffers
+
+
+def _scalars(values: list[Any]) -> Any:
+    """Rewards or discounts (NumPy or Python scalars, None) as one float64 column."""
+    import pyarrow as pa
+
+    mask = np.fromiter((v is None for v in values), bool, len(values))
+    if not mask.any():
+        return np.asarray(values, np.float64)
+    return pa.array(np.asarray([0.0 if v is None else v for v in values], np.float64), mask=mask)
+
+
+def _actions(values: list[Any], dtype: Any) -> Any:
+    """Actions (scalars or arrays, None where not taken) as one tensor column."""
+    from rlarrow.tensors import to_arrow, with_null_rows
+
+    mask = np.fromiter((v is None for v in values), bool, len(values))
+    present = [v for v in values if v is not None]
+    if not present:
+        return values
+    if isinstance(present[0], dict):
+        fill = present[0]
+        dense = _stack([fill if v is None else v for v in values])
+    else:
+        dense = np.asarray([present[0] if v is None else v for v in values], dtype=dtype)
+    arr = to_arrow(dense)
+    return with_null_rows(arr, mask) if mask.any() else arr
 
 
 def _stack(values: list[Any]) -> Any:
@@ -141,6 +170,10 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self._flush_on_episode_end = flush_on_episode_end
         self._obs_spec = env.observation_spec()
         self._action_spec = env.action_spec()
+        self._obs_plain = not isinstance(self._obs_spec, (Mapping, list, tuple))
+        self._action_plain = not isinstance(self._action_spec, (Mapping, list, tuple))
+        self._obs_dtype = None if not self._obs_plain else np.dtype(self._obs_spec.dtype)
+        self._action_dtype = None if not self._action_plain else np.dtype(self._action_spec.dtype)
         env_specs = {"observation_spec": _specs.to_dict(self._obs_spec),
                      "action_spec": _specs.to_dict(self._action_spec),
                      "reward_spec": _specs.to_dict(env.reward_spec()),
@@ -174,7 +207,8 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             value = self._episode_fn(timestep, None, self._env)
             if value is not None:
                 ep.meta = value
-        self._after_step()
+        self._unflushed += 1
+        self._maybe_flush()
         return timestep
 
     def step(self, action: Any) -> Any:
@@ -183,34 +217,46 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if ep is None or ep.ended:
             return self.reset()  # dm_env: a step after LAST starts a new episode
         timestep = self._env.step(action)
-        ep.action.append(np.array(action, dtype=self._action_dtype()) if not isinstance(action, dict)
-                         else _flat_obs(action, self._action_spec))
-        ep.reward.append(timestep.reward)
-        if timestep.reward is not None:
-            ep.ret += float(timestep.reward)
+        # the hot path: a few appends; columns are built when committed
+        if self._action_plain:
+            ep.action.append(action if type(action) in _IMMUTABLE else np.array(action, self._action_dtype))
+        else:
+            ep.action.append(_flat_obs(action, self._action_spec))
+        reward = timestep.reward
+        ep.reward.append(reward)
+        if reward is not None:
+            ep.ret += reward
         ep.discount.append(timestep.discount)
-        ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
-        ep.custom.append(self._step_fn(timestep, action, self._env) if self._step_fn else None)
+        if self._obs_plain:
+            ep.obs.append(np.array(timestep.observation, self._obs_dtype))
+        else:
+            ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
+        if self._step_fn is not None:
+            ep.custom.append(self._step_fn(timestep, action, self._env))
+        else:
+            ep.custom.append(None)
         if self._episode_fn is not None:
             value = self._episode_fn(timestep, action, self._env)
             if value is not None:
                 ep.meta = value
-        if timestep.last():
+        self._unflushed += 1
+        if timestep.step_type == _LAST:
             ep.ended = True
             ep.terminated = timestep.discount is not None and bool(np.all(np.asarray(timestep.discount) == 0))
             self._finished.append(ep)
-            self._after_step()
             if self._flush_on_episode_end:
                 self.flush()
+            else:
+                self._maybe_flush()
             return timestep
-        self._after_step()
+        if self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps:
+            self.flush()
+        elif self._flush_every_seconds is not None and not self._unflushed & 63:
+            self._maybe_flush()  # the clock is read every 64 steps
         return timestep
 
-    def _action_dtype(self) -> Any:
-        return getattr(self._action_spec, "dtype", None)
 
-    def _after_step(self) -> None:
-        self._unflushed += 1
+    def _maybe_flush(self) -> None:
         if ((self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps)
                 or (self._flush_every_seconds is not None
                     and time.monotonic() - self._last_flush >= self._flush_every_seconds)):
@@ -239,54 +285,60 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
 
     # ------------------------------------------------------------------ committing
 
-    def _rows(self, ep: _Episode, final: bool) -> dict[str, Any] | None:
-        """The episode's rows ready to commit.
+    def _take_rows(self, ep: _Episode, final: bool, out: dict[str, list[Any]]) -> None:
+        """Move the episode's rows that are ready into ``out`` (lists per column).
 
         All of them if it ended (or ``final``), else all but the newest, whose action is
         not known yet.
         """
         n = len(ep.obs) if (ep.ended or final) else len(ep.obs) - 1
         if n <= 0:
-            return None
-        steps = np.arange(ep.start, ep.start + n)
-        has_last = ep.ended
-        action = ep.action[:n] + [None] * (n - len(ep.action[:n]))
-        reward = ep.reward[:n] + [None] * (n - len(ep.reward[:n]))
-        discount = ep.discount[:n] + [None] * (n - len(ep.discount[:n]))
-        is_last = np.zeros(n, bool)
-        if has_last:
-            is_last[-1] = True
-        columns = {
-            "run_id": self.run_id, "episode_id": ep.episode_id, "step": steps, "env_index": 0,
-            "observation": _stack(ep.obs[:n]),
-            "action": action,
-            "reward": [None if r is None else float(np.asarray(r)) for r in reward],
-            "discount": [None if d is None else float(np.asarray(d)) for d in discount],
-            "is_first": steps == 0, "is_last": is_last, "is_terminal": is_last & ep.terminated,
-            "metadata": ep.custom[:n] if any(c is not None for c in ep.custom[:n]) else None,
-        }
-        del ep.obs[:n], ep.action[:n], ep.reward[:n], ep.discount[:n], ep.custom[:n]
+            return
+        acted = min(n, len(ep.action))
+        out["episode_id"].append(np.full(n, ep.episode_id, np.int64))
+        out["step"].append(np.arange(ep.start, ep.start + n, dtype=np.int64))
+        last = np.zeros(n, bool)
+        last[-1] = ep.ended
+        out["is_last"].append(last)
+        out["is_terminal"].append(last & ep.terminated)
+        out["observation"].extend(ep.obs[:n])
+        out["action"].extend(ep.action[:acted])
+        out["action"].extend([None] * (n - acted))
+        out["reward"].extend(ep.reward[:acted])
+        out["reward"].extend([None] * (n - acted))
+        out["discount"].extend(ep.discount[:acted])
+        out["discount"].extend([None] * (n - acted))
+        out["metadata"].extend(ep.custom[:n])
+        del ep.obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
         ep.start += n
-        return columns
 
     def flush(self, *, final: bool = False) -> None:
         """Commit every complete row recorded so far (and the episodes that ended).
 
         With ``final``, also the newest row of an unfinished episode and its ``episodes``
-        row (marked ``partial_end``): what :meth:`close` does.
+        row (marked ``partial_end``): what :meth:`close` does. One commit per call.
         """
         episodes = list(self._finished)
         current = self._episode if self._episode is not None and not self._episode.ended else None
-        blocks = [(ep, self._rows(ep, final=True)) for ep in episodes]
+        cols: dict[str, list[Any]] = {k: [] for k in ("episode_id", "step", "is_last", "is_terminal",
+                                                      "observation", "action", "reward", "discount",
+                                                      "metadata")}
+        for ep in episodes:
+            self._take_rows(ep, True, cols)
         if current is not None:
-            blocks.append((current, self._rows(current, final=final)))
-        established = self.store.schema("steps")
-        tables = [_schema.build("steps", cols, num_rows=len(cols["step"]), established=established)
-                  for _, cols in blocks if cols is not None]
-        if tables:
-            import pyarrow as pa
-
-            self.store.append("steps", pa.concat_tables(tables))
+            self._take_rows(current, final, cols)
+        if cols["observation"]:
+            step = np.concatenate(cols["step"])
+            table = _schema.build("steps", {
+                "run_id": self.run_id, "episode_id": np.concatenate(cols["episode_id"]), "step": step,
+                "env_index": 0, "observation": _stack(cols["observation"]),
+                "action": _actions(cols["action"], self._action_spec.dtype if self._action_plain else None),
+                "reward": _scalars(cols["reward"]), "discount": _scalars(cols["discount"]),
+                "is_first": step == 0, "is_last": np.concatenate(cols["is_last"]),
+                "is_terminal": np.concatenate(cols["is_terminal"]),
+                "metadata": cols["metadata"] if any(c is not None for c in cols["metadata"]) else None,
+            }, num_rows=len(step), established=self.store.schema("steps"))
+            self.store.append("steps", table)
         ended = [ep for ep in episodes if ep.start > 0] + ([current] if final and current is not None
                                                            and current.start > 0 else [])
         if ended:

@@ -1,0 +1,151 @@
+"""Recording and reading episodes: rlarrow.EnvLogger/Reader against envlogger, same process.
+
+Scenario (issue 4): envlogger's Catch env (10x5 float32 board) and an env with 84x84 uint8
+frames. For each: per-step recording overhead (wrapped minus bare env, close included),
+per-step reading through each Reader, rlarrow's batched read, and size on disk.
+
+Run: ``.venv/bin/python benchmarks/episodes_record.py`` (``--steps 20000`` by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+class Frames:
+    """A dm_env with 84x84 uint8 observations, episodes of 50 steps."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import dm_env
+
+        self.dm_env = dm_env
+        self.rng = np.random.default_rng(seed)
+        self.frames = self.rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
+        self.t = 0
+
+    def reset(self):  # noqa: ANN201
+        self.t = 0
+        return self.dm_env.restart(self.frames[0])
+
+    def step(self, action):  # noqa: ANN001, ANN201
+        self.t += 1
+        obs = self.frames[self.t % 64]
+        if self.t == 50:
+            return self.dm_env.termination(1.0, obs)
+        return self.dm_env.transition(0.0, obs)
+
+    def close(self) -> None:
+        pass
+
+    def observation_spec(self):  # noqa: ANN201
+        from dm_env import specs
+
+        return specs.Array((84, 84), np.uint8, "frame")
+
+    def action_spec(self):  # noqa: ANN201
+        from dm_env import specs
+
+        return specs.DiscreteArray(3, name="action")
+
+    def reward_spec(self):  # noqa: ANN201
+        from dm_env import specs
+
+        return specs.Array((), np.float64, "reward")
+
+    def discount_spec(self):  # noqa: ANN201
+        from dm_env import specs
+
+        return specs.BoundedArray((), np.float64, 0.0, 1.0, "discount")
+
+
+def drive(env, steps: int) -> None:  # noqa: ANN001
+    rng = random.Random(0)
+    ts = env.reset()
+    for _ in range(steps):
+        ts = env.reset() if ts.last() else env.step(rng.randrange(3))
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    sys.path.insert(0, os.fspath(HERE))
+    from _report import best_of, report
+
+    if not hasattr(np, "unicode_"):
+        np.unicode_ = np.str_  # envlogger 1.2 on NumPy 2
+    import envlogger
+    from envlogger.testing import catch_env
+
+    import rlarrow
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    args = parser.parse_args()
+    n = args.steps
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="episodes-"))
+    try:
+        for label, make in (("catch", lambda: catch_env.Catch(seed=1)), ("84x84 uint8", Frames)):
+            bare = best_of(lambda: drive(make(), n))  # noqa: B023
+
+            def theirs(d: Path = tmp / "theirs") -> None:
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir()
+                with envlogger.EnvLogger(make(), data_directory=str(d)) as env:  # noqa: B023
+                    drive(env, n)  # noqa: B023
+
+            def ours(d: Path = tmp / "ours") -> None:
+                shutil.rmtree(d, ignore_errors=True)
+                with rlarrow.EnvLogger(make(), d) as env:  # noqa: B023
+                    drive(env, n)  # noqa: B023
+
+            t_theirs = best_of(theirs)
+            t_ours = best_of(ours)
+            o_theirs = (t_theirs - bare) / n * 1e6
+            o_ours = (t_ours - bare) / n * 1e6
+            rows.append({"path": f"record overhead per step ({label})", "rlarrow": o_ours, "peer": o_theirs,
+                         "unit": "us/step", "ratio": o_ours / o_theirs,
+                         "note": f"target <= 0.1; bare env {bare / n * 1e6:.1f} us/step"})
+
+            def read_theirs() -> None:
+                with envlogger.Reader(data_directory=str(tmp / "theirs")) as r:
+                    for _ in r.steps:
+                        pass
+
+            def read_ours() -> None:
+                with rlarrow.Reader(tmp / "ours") as r:
+                    for _ in r.steps:
+                        pass
+
+            def read_batched() -> None:
+                with rlarrow.Reader(tmp / "ours") as r:
+                    r.episode_columns(slice(None))
+
+            r_theirs, r_ours, r_batch = best_of(read_theirs), best_of(read_ours), best_of(read_batched)
+            rows.append({"path": f"read steps/s ({label})", "rlarrow": n / r_ours, "peer": n / r_theirs,
+                         "unit": "steps/s", "ratio": r_theirs / r_ours, "note": "target >= 10"})
+            rows.append({"path": f"batched read steps/s ({label})", "rlarrow": n / r_batch, "peer": n / r_theirs,
+                         "unit": "steps/s", "ratio": r_theirs / r_batch, "note": "target > 10M steps/s"})
+            s_theirs, s_ours = du(tmp / "theirs"), du(tmp / "ours")
+            rows.append({"path": f"size on disk ({label})", "rlarrow": s_ours / 1e6, "peer": s_theirs / 1e6,
+                         "unit": "MB", "ratio": s_ours / s_theirs, "note": "target <= 1"})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report("episodes_record", rows)
+
+
+if __name__ == "__main__":
+    main()
