@@ -51,7 +51,10 @@ if TYPE_CHECKING:
         metadata,
         migrations,
         postprocessing,
+        reader,
+        recorder,
         schema,
+        specs,
         tensors,
         unroll,
     )
@@ -88,7 +91,10 @@ __all__ = [
     "migrations",
     "new_run_id",
     "postprocessing",
+    "reader",
+    "recorder",
     "schema",
+    "specs",
     "tensors",
     "unroll",
 ]

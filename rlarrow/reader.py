@@ -59,6 +59,7 @@ from rlarrow.tensors import to_numpy
 __all__ = ["Reader", "StepData"]
 
 _CACHED_ROW_GROUPS = 8
+_ITER_CHUNK = 65536  # steps built at a time when iterating
 
 
 class StepData(NamedTuple):
@@ -106,6 +107,11 @@ class _Rows:
 
     def take(self, positions: np.ndarray) -> pa.Table:
         """Rows at ``positions`` (global), in that order."""
+        if not len(positions):
+            return self.group(0).slice(0, 0)
+        if positions[-1] - positions[0] == len(positions) - 1 and \
+                (len(positions) < 2 or bool((np.diff(positions) == 1).all())):
+            return self.slice(int(positions[0]), int(positions[-1]) + 1)
         gidx = np.searchsorted(self.starts, positions, side="right") - 1
         if len(positions) and (gidx == gidx[0]).all():
             return self.group(int(gidx[0])).take(positions - self.starts[gidx[0]])
@@ -121,6 +127,18 @@ class _Rows:
         return table.take(inverse)
 
 
+    def slice(self, lo: int, hi: int) -> pa.Table:
+        """Rows ``lo`` to ``hi - 1`` (global), read from the row groups that hold them."""
+        first = int(np.searchsorted(self.starts, lo, side="right") - 1)
+        parts = []
+        g = first
+        while g < len(self.groups) and self.starts[g] < hi:
+            a, b = max(lo, int(self.starts[g])), min(hi, int(self.starts[g + 1]))
+            parts.append(self.group(g).slice(a - int(self.starts[g]), b - a))
+            g += 1
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
 class _Episode(Sequence[StepData]):
     """One episode's steps (dm_env order), built from its rows when first used."""
 
@@ -131,7 +149,8 @@ class _Episode(Sequence[StepData]):
 
     def _all(self) -> list[StepData]:
         if self._steps is None:
-            self._steps = self._reader._build_steps(self._k)
+            offsets = self._reader._offsets
+            self._steps = self._reader._build_range(int(offsets[self._k]), int(offsets[self._k + 1]))
         return self._steps
 
     def __len__(self) -> int:
@@ -190,12 +209,12 @@ class _Steps(Sequence[StepData]):
             n += len(self)
         if not 0 <= n < len(self):
             raise IndexError(f"step {n} out of range ({len(self)} steps)")
-        k = int(np.searchsorted(self._reader._offsets, n, side="right") - 1)
-        return self._reader._build_steps(k, int(n - self._reader._offsets[k]))[0]
+        return self._reader._build_range(n, n + 1)[0]
 
     def __iter__(self) -> Iterator[StepData]:
-        for k in range(len(self._reader._lengths)):
-            yield from self._reader._build_steps(k)
+        total = len(self)
+        for lo in range(0, total, _ITER_CHUNK):
+            yield from self._reader._build_range(lo, min(total, lo + _ITER_CHUNK))
 
 
 class Reader:
@@ -314,9 +333,13 @@ class Reader:
 
     def episode_table(self, k: int | slice) -> pa.Table:
         """Episode ``k`` (or a slice of episodes) as the ``steps`` rows, RLDS-aligned."""
-        ks = range(*k.indices(len(self._lengths))) if isinstance(k, slice) else [k]
-        pos = np.concatenate([self._positions[self._offsets[i]:self._offsets[i + 1]] for i in ks]) \
-            if ks else np.empty(0, np.int64)
+        ks = range(*k.indices(len(self._lengths))) if isinstance(k, slice) else range(k, k + 1)
+        if not ks:
+            return self._rows.take(np.empty(0, np.int64))
+        if ks.step == 1:  # consecutive episodes are consecutive in the index
+            pos = self._positions[self._offsets[ks.start]:self._offsets[ks.stop]]
+        else:
+            pos = np.concatenate([self._positions[self._offsets[i]:self._offsets[i + 1]] for i in ks])
         return self._rows.take(pos)
 
     def episode_columns(self, k: int | slice, columns: Sequence[str] = ("observation", "action", "reward",
@@ -339,45 +362,57 @@ class Reader:
 
     # ------------------------------------------------------------------ steps in dm_env order
 
-    def _build_steps(self, k: int, only: int | None = None) -> list[StepData]:
+    def _build_range(self, lo: int, hi: int) -> list[StepData]:
+        """Steps ``lo`` to ``hi - 1`` (in episode, step order) as :class:`StepData`, in bulk."""
         if self._dm_env is None:
             from rlarrow._deps import require
 
             self._dm_env = require("dm_env", feature="Reader steps (dm_env timesteps)")
         dm_env = self._dm_env
-        start, stop = int(self._offsets[k]), int(self._offsets[k + 1])
-        lo = start if only is None else max(start, start + only - 1)
-        hi = stop if only is None else start + only + 1
-        table = self._rows.take(self._positions[lo:hi])
-        first = int(lo - start)
+        if hi <= lo:
+            return []
+        offsets = self._offsets
+        k_lo = int(np.searchsorted(offsets, lo, side="right") - 1)
+        start = lo - 1 if lo > offsets[k_lo] else lo  # the row before: its action led here
+        table = self._rows.take(self._positions[start:hi])
+        n = table.num_rows
+        index = np.arange(start, hi)
+        k = np.searchsorted(offsets, index, side="right") - 1
+        t = index - offsets[k]  # step within its episode
         obs = _rows_of(table.column("observation"), self._env_specs.get("observation_spec"))
         act = _rows_of(table.column("action"), self._env_specs.get("action_spec"))
-        reward = table.column("reward").to_pylist()
-        discount = table.column("discount").to_pylist()
-        is_first = table.column("is_first").to_pylist()
-        is_last = table.column("is_last").to_pylist()
+        reward, discount = _scalar_rows(table.column("reward")), _scalar_rows(table.column("discount"))
+        is_first = table.column("is_first").to_numpy(zero_copy_only=False)
+        is_last = table.column("is_last").to_numpy(zero_copy_only=False)
         meta_col = table.column("metadata")
-        custom = ([None] * table.num_rows if meta_col.null_count == table.num_rows else
-                  _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist()))
-        types = dm_env.StepType
-        out = []
-        for i in range(table.num_rows):
-            t = first + i
-            if is_first[i] and t == 0:
-                step_type, r, d, a = types.FIRST, None, None, None
-            else:
-                step_type = types.LAST if is_last[i] else types.MID
-                r, d, a = (reward[i - 1], discount[i - 1], act[i - 1]) if i > 0 else (None, None, None)
-            out.append(StepData(dm_env.TimeStep(step_type, r, d, obs[i]), a, custom[i]))
-        if only is not None:
-            return out[-1:] if first < only else out[:1]
-        return out
+        if meta_col.null_count == n:
+            custom: list[Any] = [None] * n
+        else:
+            custom = _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist())
+        types = (dm_env.StepType.FIRST, dm_env.StepType.MID, dm_env.StepType.LAST)
+        kind = np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1)).tolist()
+        new_episode = (t == 0).tolist()  # no step before it in the episode: nothing led here
+        timestep, step_data = dm_env.TimeStep, StepData
+        out = [step_data(timestep(types[kind[i]], None, None, obs[i]), None, custom[i]) if new_episode[i]
+               else step_data(timestep(types[kind[i]], reward[i - 1], discount[i - 1], obs[i]), act[i - 1],
+                              custom[i])
+               for i in range(n)]
+        return out[lo - start:]
 
 
 def _is_float(type_: pa.DataType) -> bool:
     while pa.types.is_fixed_size_list(type_):
         type_ = type_.value_type
     return bool(pa.types.is_floating(type_))
+
+
+def _scalar_rows(col: pa.ChunkedArray) -> list[Any]:
+    """A float column as NumPy scalars per row (as dm_env gives them), None where null."""
+    values = list(col.to_numpy(zero_copy_only=False))
+    if col.null_count:
+        for i in np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)).tolist():
+            values[i] = None
+    return values
 
 
 def _rows_of(col: pa.ChunkedArray, spec: Any) -> list[Any]:

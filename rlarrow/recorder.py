@@ -139,6 +139,10 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         flush_every_seconds: commit when this many seconds passed since the last commit
             (checked at each step; None: never by time).
         flush_on_episode_end: commit at the end of every episode.
+        background: build and commit the automatic flushes in a writer thread, so the
+            environment loop does not wait for Parquet encoding (``close`` and an explicit
+            ``flush()`` wait for it). Off by default: with small observations the thread's
+            share of the interpreter costs more than the encoding it hides.
 
     Attributes:
         run_id: the run the steps are recorded under.
@@ -158,6 +162,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         flush_every_steps: int | None = 10_000,
         flush_every_seconds: float | None = 30.0,
         flush_on_episode_end: bool = False,
+        background: bool = False,
     ) -> None:
         self._env = env
         self._own_store = not isinstance(data_directory, Store)
@@ -189,6 +194,12 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._closed = False
+        self._pending: Any = None
+        self._pool: Any = None
+        if background:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
 
     # ------------------------------------------------------------------ dm_env.Environment
 
@@ -245,12 +256,12 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             ep.terminated = timestep.discount is not None and bool(np.all(np.asarray(timestep.discount) == 0))
             self._finished.append(ep)
             if self._flush_on_episode_end:
-                self.flush()
+                self.flush(wait=False)
             else:
                 self._maybe_flush()
             return timestep
         if self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps:
-            self.flush()
+            self.flush(wait=False)
         elif self._flush_every_seconds is not None and not self._unflushed & 63:
             self._maybe_flush()  # the clock is read every 64 steps
         return timestep
@@ -260,7 +271,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if ((self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps)
                 or (self._flush_every_seconds is not None
                     and time.monotonic() - self._last_flush >= self._flush_every_seconds)):
-            self.flush()
+            self.flush(wait=False)
 
     def observation_spec(self) -> Any:
         """The wrapped environment's observation spec."""
@@ -312,11 +323,17 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         del ep.obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
         ep.start += n
 
-    def flush(self, *, final: bool = False) -> None:
+    def flush(self, *, final: bool = False, wait: bool = True) -> None:
         """Commit every complete row recorded so far (and the episodes that ended).
 
         With ``final``, also the newest row of an unfinished episode and its ``episodes``
-        row (marked ``partial_end``): what :meth:`close` does. One commit per call.
+        row (marked ``partial_end``): what :meth:`close` does. One commit per call. The
+        automatic flushes (``flush_every_*``) pass ``wait=False``: with ``background``
+        the commit then runs in a writer thread while the environment steps on (one
+        commit in flight at a time, in order).
+
+        Raises:
+            StoreError: an earlier background commit failed (nothing after it was committed).
         """
         episodes = list(self._finished)
         current = self._episode if self._episode is not None and not self._episode.ended else None
@@ -327,6 +344,24 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             self._take_rows(ep, True, cols)
         if current is not None:
             self._take_rows(current, final, cols)
+        ended = [ep for ep in episodes if ep.start > 0] + ([current] if final and current is not None
+                                                           and current.start > 0 else [])
+        ep_rows = self._episode_rows(ended) if ended else None
+        self._finished = []
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        self._wait()  # one commit in flight at most: order kept, memory bounded
+        if self._pool is not None and not wait:
+            self._pending = self._pool.submit(self._commit, cols, ep_rows)
+        else:
+            self._commit(cols, ep_rows)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()  # re-raises a failed background commit
+
+    def _commit(self, cols: dict[str, list[Any]], ep_rows: dict[str, Any] | None) -> None:
         if cols["observation"]:
             step = np.concatenate(cols["step"])
             table = _schema.build("steps", {
@@ -339,15 +374,10 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                 "metadata": cols["metadata"] if any(c is not None for c in cols["metadata"]) else None,
             }, num_rows=len(step), established=self.store.schema("steps"))
             self.store.append("steps", table)
-        ended = [ep for ep in episodes if ep.start > 0] + ([current] if final and current is not None
-                                                           and current.start > 0 else [])
-        if ended:
-            self._append_episodes(ended)
-        self._finished = []
-        self._unflushed = 0
-        self._last_flush = time.monotonic()
+        if ep_rows is not None:
+            self.store.append("episodes", ep_rows)
 
-    def _append_episodes(self, eps: list[_Episode]) -> None:
+    def _episode_rows(self, eps: list[_Episode]) -> dict[str, Any]:
         rows: dict[str, list[Any]] = {k: [] for k in ("episode_id", "num_steps", "return", "terminated",
                                                       "truncated", "partial_end", "metadata")}
         for ep in eps:
@@ -362,14 +392,18 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                 meta = {"episode_fn": meta, "first_reward": ep.first_reward,
                         "first_discount": ep.first_discount}
             rows["metadata"].append(meta)
-        self.store.append("episodes", {"run_id": self.run_id, "env_index": 0, "partial_start": False, **rows})
+        return {"run_id": self.run_id, "env_index": 0, "partial_start": False, **rows}
 
     def close(self) -> None:
         """Commit everything (an unfinished episode as ``partial_end``) and close the store."""
         if self._closed:
             return
         self._closed = True
-        self.flush(final=True)
+        try:
+            self.flush(final=True)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
         self._episode = None
         if self._own_store:
             self.store.close()

@@ -193,7 +193,8 @@ def test_dict_observations_images_truncation_and_partial_episodes(tmp_path):
 
 
 def test_flush_policy_commits_while_recording(tmp_path):
-    env = rlarrow.EnvLogger(DictEnv(), tmp_path / "s", flush_every_steps=3, flush_every_seconds=None)
+    env = rlarrow.EnvLogger(DictEnv(), tmp_path / "s", flush_every_steps=3, flush_every_seconds=None,
+                            background=False)
     env.reset()
     for _ in range(2):
         env.step(np.zeros(2, np.float32))
@@ -206,7 +207,7 @@ def test_flush_policy_commits_while_recording(tmp_path):
     assert ro.row_count("steps") == 5 and ro.row_count("episodes") == 1
     env.close()
     env2 = rlarrow.EnvLogger(DictEnv(), tmp_path / "s", flush_every_steps=None, flush_every_seconds=None,
-                             flush_on_episode_end=True)
+                             flush_on_episode_end=True, background=False)
     ts = env2.reset()
     while not ts.last():
         ts = env2.step(np.zeros(2, np.float32))
@@ -280,3 +281,19 @@ def test_killed_recorder_leaves_a_readable_store(tmp_path):
 @pytest.mark.slow
 def test_killed_recorder_many_times(tmp_path):
     kill_recorder(tmp_path, kills=30, seed=1)
+
+
+def test_background_commits_give_the_same_rows(tmp_path):
+    tables = []
+    for background in (False, True):
+        env = rlarrow.EnvLogger(DictEnv(), tmp_path / f"s{background}", flush_every_steps=3,
+                                flush_every_seconds=None, background=background)
+        for _ in range(5):
+            ts = env.reset()
+            while not ts.last():
+                ts = env.step(np.zeros(2, np.float32))
+        env.close()
+        store = rlarrow.Store.open(tmp_path / f"s{background}")
+        tables.append(store.read("steps").drop_columns(["run_id"]))
+        assert store.row_count("episodes") == 5
+    assert tables[0].equals(tables[1])
