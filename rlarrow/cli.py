@@ -8,6 +8,8 @@ Examples (from a shell)::
     rlarrow migrate runs.rlarrow         # upgrade a store written by an older rlarrow
     rlarrow convert runs/*/memories -o runs.rlarrow --num-envs 16   # skrl memory exports in
     rlarrow export runs.rlarrow -o legacy --format pt                # and back out
+    rlarrow convert envlogger_dir minari_dataset -o runs.rlarrow     # episodes in
+    rlarrow export runs.rlarrow -o logs --format envlogger --run-id RUN
     rlarrow --version
 """
 
@@ -147,29 +149,48 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, episodes: bool) -> None:
-    """Import replay-memory exports (.pt, .npz, .csv; files, directories, globs) into STORE.
+    """Import recorded data into STORE: replay-memory exports, envlogger directories, Minari datasets.
 
-    Each file becomes one snapshot of the store's memory table, value for value.
+    Memory exports (.pt, .npz, .csv; files, directories, globs) become snapshots of the memory
+    table, one per file, under one run. An envlogger directory (with metadata.riegeli) or a
+    Minari dataset (arrow or parquet backend) becomes one run of episodes and steps.
     """
     from rlarrow.convert import convert_memory
+    from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
+    from rlarrow.io.minari import import_minari, is_minari_dir
 
-    report = convert_memory(list(inputs), store, run_id=run_id, name=name, num_envs=num_envs,
-                            memory_size=memory_size, dtype="float64" if float64 else "float32",
-                            episodes=episodes)
-    click.echo(str(report))
+    memory_inputs = []
+    for item in inputs:
+        if is_envlogger_dir(item):
+            click.echo(str(import_envlogger(item, store, run_id=run_id, name=name)))
+        elif is_minari_dir(item):
+            click.echo(str(import_minari(item, store, run_id=run_id, name=name)))
+        else:
+            memory_inputs.append(item)
+    if memory_inputs:
+        report = convert_memory(memory_inputs, store, run_id=run_id, name=name, num_envs=num_envs,
+                                memory_size=memory_size, dtype="float64" if float64 else "float32",
+                                episodes=episodes)
+        click.echo(str(report))
 
 
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
               help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
-@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet"]), default="pt",
-              show_default=True, help="File format.")
+@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet", "envlogger"]),
+              default="pt", show_default=True,
+              help="Memory export format, or envlogger (a run's episodes as an envlogger directory).")
 @click.option("--run-id", help="Only this run's snapshots.")
 @click.option("--overwrite", is_flag=True, help="Replace files that exist.")
 @_friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
-    """Write STORE's memory snapshots back out as skrl memory exports."""
+    """Write STORE's memory snapshots back out as skrl exports, or a run as an envlogger directory."""
+    if fmt == "envlogger":
+        from rlarrow.io.envlogger import export_envlogger
+
+        click.echo(f"wrote {export_envlogger(store, directory, run_id=run_id)}")
+        return
     from rlarrow.convert import export_memory
 
     paths = export_memory(store, directory, fmt, run_id=run_id, overwrite=overwrite)

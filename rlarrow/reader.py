@@ -258,6 +258,7 @@ class Reader:
         run = self.store.read("runs", filter=pc.field("run_id") == run_id).to_pylist()
         self._run = run[0] if run else {}
         self._env_specs = _metadata.decode(self._run.get("env_specs"), self._run.get("env_specs_types")) or {}
+        self.source: str | None = self._run.get("source")
         self._dm_env: Any = None
 
     # ------------------------------------------------------------------ envlogger's surface
@@ -276,7 +277,7 @@ class Reader:
         """The run's metadata, with ``environment_specs`` as envlogger adds it."""
         meta = _metadata.decode(self._run.get("metadata"), self._run.get("metadata_types"))
         out = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"metadata": meta})
-        out["environment_specs"] = self._env_specs
+        out.setdefault("environment_specs", self._env_specs)  # an envlogger import keeps its own
         return out
 
     def episode_metadata(self) -> list[Any]:

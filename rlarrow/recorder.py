@@ -47,6 +47,10 @@ import numpy as np
 
 from rlarrow import schema as _schema
 from rlarrow import specs as _specs
+from rlarrow._columns import actions as _actions
+from rlarrow._columns import flat_value as _flat_obs
+from rlarrow._columns import scalars as _scalars
+from rlarrow._columns import stack as _stack
 from rlarrow._deps import require
 from rlarrow._version import __version__
 from rlarrow.store import Store
@@ -58,48 +62,6 @@ __all__ = ["EnvLogger"]
 StepFn = Callable[[Any, Any, Any], Any]
 _IMMUTABLE = (int, float, bool, np.int64, np.int32, np.float32, np.float64)  # stored as given
 _LAST = dm_env.StepType.LAST
-
-
-def _flat_obs(obs: Any, spec: Any) -> Any:
-    """Tuple/list observations become dicts {"0": ..., "1": ...} (stored as structs)."""
-    if isinstance(spec, Mapping):
-        return {str(k): _flat_obs(obs[k], spec[k]) for k in spec}
-    if isinstance(spec, (list, tuple)):
-        return {str(i): _flat_obs(obs[i], s) for i, s in enumerate(spec)}
-    return np.array(obs, dtype=spec.dtype)  # a copy: envs may reuse their buffers
-
-
-def _scalars(values: list[Any]) -> Any:
-    """Rewards or discounts (NumPy or Python scalars, None) as one float64 column."""
-    import pyarrow as pa
-
-    mask = np.fromiter((v is None for v in values), bool, len(values))
-    if not mask.any():
-        return np.asarray(values, np.float64)
-    return pa.array(np.asarray([0.0 if v is None else v for v in values], np.float64), mask=mask)
-
-
-def _actions(values: list[Any], dtype: Any) -> Any:
-    """Actions (scalars or arrays, None where not taken) as one tensor column."""
-    from rlarrow.tensors import to_arrow, with_null_rows
-
-    mask = np.fromiter((v is None for v in values), bool, len(values))
-    present = [v for v in values if v is not None]
-    if not present:
-        return values
-    if isinstance(present[0], dict):
-        fill = present[0]
-        dense = _stack([fill if v is None else v for v in values])
-    else:
-        dense = np.asarray([present[0] if v is None else v for v in values], dtype=dtype)
-    arr = to_arrow(dense)
-    return with_null_rows(arr, mask) if mask.any() else arr
-
-
-def _stack(values: list[Any]) -> Any:
-    if isinstance(values[0], dict):
-        return {k: _stack([v[k] for v in values]) for k in values[0]}
-    return np.stack(values)
 
 
 class _Episode:

@@ -1,1 +1,19 @@
-"""Importers and exporters, one module per format (added by the format issues)."""
+"""Importers and exporters, one module per format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EpisodesReport"]
+
+
+@dataclass
+class EpisodesReport:
+    """What an episode importer (envlogger, Minari) wrote: one run, its episodes and steps."""
+
+    run_id: str
+    episodes: int = 0
+    steps: int = 0
+
+    def __str__(self) -> str:
+        return f"imported run {self.run_id}: {self.episodes} episodes, {self.steps} steps (RLDS rows)"

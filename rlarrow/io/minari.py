@@ -1,0 +1,218 @@
+"""Minari datasets (``arrow`` and ``parquet`` backends) into a store, without Minari.
+
+A Minari dataset directory holds ``data/metadata.json`` and, per episode,
+``data/<id>/part-<k>.<arrow|parquet>`` plus ``data/<id>/metadata.json``. An episode of N
+actions has N + 1 rows on disk (the last pads action and reward with 0/False); it becomes
+N + 1 RLDS steps whose last one holds the final observation with null action and reward
+(``docs/format.md``). Every part of an episode is read, in order, so long episodes come back
+whole; ``infos`` columns are kept as each step's metadata, the episode's ``metadata.json`` as
+the episode's, and the dataset's as the run's (its JSON-encoded spaces decoded).
+
+Example:
+    >>> from rlarrow.io.minari import import_minari  # doctest: +SKIP
+    >>> import_minari("~/.minari/datasets/cartpole/random-v0", "runs.rlarrow")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow import alignment
+from rlarrow import schema as _schema
+from rlarrow.errors import CorruptFileError, UnsupportedInputError
+from rlarrow.io import EpisodesReport
+from rlarrow.store import Store
+
+__all__ = ["import_minari", "is_minari_dir"]
+
+
+def _data_dir(path: str | os.PathLike[str]) -> Path | None:
+    p = Path(path)
+    for candidate in (p / "data", p):
+        meta = candidate / "metadata.json"
+        if meta.is_file():
+            try:
+                keys = json.loads(meta.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(keys, dict) and "data_format" in keys and "total_episodes" in keys:
+                return candidate
+    return None
+
+
+def is_minari_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Minari dataset (or its ``data`` directory)."""
+    return _data_dir(path) is not None
+
+
+def _space(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _read_part(path: Path) -> pa.Table:
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        with pa.memory_map(os.fspath(path)) as source:
+            try:
+                return pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptFileError(path, f"not a readable Minari episode file ({exc})") from exc
+
+
+def _part_number(path: Path) -> int:
+    m = re.search(r"part-(\d+)", path.name)
+    return int(m.group(1)) if m else 0
+
+
+def import_minari(
+    directory: str | os.PathLike[str],
+    store: Store | str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    progress: bool | None = None,
+) -> EpisodesReport:
+    """Import a Minari dataset into ``store`` as one run (see the module docs).
+
+    Raises:
+        UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet.
+        CorruptFileError: an episode file that cannot be read.
+    """
+    from rlarrow._progress import bar
+
+    data = _data_dir(directory)
+    if data is None:
+        raise UnsupportedInputError(
+            directory, "not a Minari dataset (no data/metadata.json with data_format and total_episodes)"
+        )
+    meta = json.loads((data / "metadata.json").read_text())
+    fmt = meta.get("data_format")
+    if fmt not in ("arrow", "parquet"):
+        raise UnsupportedInputError(
+            data,
+            f"Minari data format {fmt!r}; rlarrow reads 'arrow' and 'parquet' "
+            "(HDF5 datasets: convert them with minari first)",
+        )
+    run_meta = {k: _space(v) for k, v in meta.items()}
+    env_specs = {
+        "observation_space": run_meta.get("observation_space"),
+        "action_space": run_meta.get("action_space"),
+    }
+    episode_dirs = sorted(
+        (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+    )
+    own = not isinstance(store, Store)
+    st = Store.open(store, create=True) if not isinstance(store, Store) else store
+    try:
+        run = st.add_run(
+            source="minari",
+            run_id=run_id,
+            name=name or meta.get("dataset_id"),
+            source_path=os.fspath(directory),
+            source_version=f"minari {meta.get('minari_version')}",
+            alignment="minari",
+            num_envs=1,
+            metadata=run_meta,
+            env_specs=env_specs,
+        )
+        report = EpisodesReport(run_id=run)
+        ep_rows: dict[str, list[Any]] = {
+            k: [] for k in ("episode_id", "num_steps", "return", "terminated", "truncated", "metadata")
+        }
+        with (
+            st.writer("steps") as writer,
+            bar(len(episode_dirs), "import minari", "episode", progress) as pbar,
+        ):
+            for ep_dir in episode_dirs:
+                parts = sorted(
+                    ep_dir.glob(f"part-*.{'arrow' if fmt == 'arrow' else 'parquet'}"), key=_part_number
+                )
+                if not parts:
+                    raise CorruptFileError(ep_dir, "episode directory without part files")
+                table = pa.concat_tables([_read_part(p) for p in parts]).combine_chunks()
+                episode_id = int(ep_dir.name)
+                n = table.num_rows - 1  # N actions, N + 1 observations
+                if n < 0:
+                    raise CorruptFileError(parts[0], "an episode without rows")
+                action, reward = table.column("actions"), table.column("rewards")
+                term = table.column("terminations").slice(0, n).to_pylist()
+                trunc = table.column("truncations").slice(0, n).to_pylist()
+                rlds = alignment.minari_to_rlds(
+                    action=[0] * n, reward=[0] * n, termination=term, truncation=trunc, num_observations=n + 1
+                )
+                infos = table.column("infos").to_pylist() if "infos" in table.column_names else None
+                steps = _schema.build(
+                    "steps",
+                    {
+                        "run_id": run,
+                        "episode_id": episode_id,
+                        "step": np.arange(n + 1),
+                        "env_index": 0,
+                        "observation": table.column("observations"),
+                        "action": _with_last_null(action, n),
+                        "reward": _with_last_null(reward.cast(pa.float64()), n),
+                        "discount": pa.nulls(n + 1, pa.float64()),
+                        "is_first": rlds["is_first"],
+                        "is_last": rlds["is_last"],
+                        "is_terminal": rlds["is_terminal"],
+                        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
+                    },
+                    num_rows=n + 1,
+                    established=st.schema("steps"),
+                )
+                writer.write(steps)
+                ep_meta_path = ep_dir / "metadata.json"
+                ep_meta = json.loads(ep_meta_path.read_text()) if ep_meta_path.is_file() else None
+                ep_rows["episode_id"].append(episode_id)
+                ep_rows["num_steps"].append(n + 1)
+                ep_rows["return"].append(
+                    float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64))
+                )
+                ep_rows["terminated"].append(bool(rlds["is_terminal"][-1]))
+                ep_rows["truncated"].append(bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]))
+                ep_rows["metadata"].append(ep_meta)
+                report.episodes += 1
+                report.steps += n + 1
+                pbar.update(1)
+        if ep_rows["episode_id"]:
+            st.append(
+                "episodes",
+                {
+                    "run_id": run,
+                    "env_index": 0,
+                    "partial_start": False,
+                    "partial_end": [
+                        not t and not u
+                        for t, u in zip(ep_rows["terminated"], ep_rows["truncated"], strict=True)
+                    ],
+                    **ep_rows,
+                },
+            )
+        return report
+    finally:
+        if own:
+            st.close()
+
+
+def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:
+    """The first ``n`` values, then a null (RLDS: no action or reward on the last step)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])
