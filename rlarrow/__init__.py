@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from rlarrow import (
         alignment,
         convert,
+        gym,
         memory,
         metadata,
         migrations,
@@ -85,6 +86,7 @@ __all__ = [
     "__version__",
     "alignment",
     "convert",
+    "gym",
     "memory",
     "metadata",
     "migrate",
@@ -111,7 +113,7 @@ _LAZY = {
     "Reader": "rlarrow.reader",
     "StepData": "rlarrow.reader",
 }
-_SUBMODULES = {"alignment", "convert", "memory", "metadata", "migrations", "postprocessing", "reader",
+_SUBMODULES = {"alignment", "convert", "gym", "memory", "metadata", "migrations", "postprocessing", "reader",
                "recorder", "schema", "specs", "tensors", "store", "unroll", "errors", "cli"}
 
 

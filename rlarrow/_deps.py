@@ -14,6 +14,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "dm_env": ("dm-env", "recording dm_env environments"),
     "envlogger": ("envlogger", "reading and writing envlogger directories"),
     "matplotlib": ("plot", "plots"),
+    "gymnasium": ("gym", "recording gymnasium environments"),
 }
 
 

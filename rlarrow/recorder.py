@@ -39,19 +39,15 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from rlarrow import schema as _schema
 from rlarrow import specs as _specs
-from rlarrow._columns import actions as _actions
 from rlarrow._columns import flat_value as _flat_obs
-from rlarrow._columns import scalars as _scalars
-from rlarrow._columns import stack as _stack
 from rlarrow._deps import require
+from rlarrow._episodes import Episode, Sink
 from rlarrow._version import __version__
 from rlarrow.store import Store
 
@@ -62,28 +58,6 @@ __all__ = ["EnvLogger"]
 StepFn = Callable[[Any, Any, Any], Any]
 _IMMUTABLE = (int, float, bool, np.int64, np.int32, np.float32, np.float64)  # stored as given
 _LAST = dm_env.StepType.LAST
-
-
-class _Episode:
-    """The rows of one episode not yet committed (RLDS: row t = obs t + what followed it)."""
-
-    __slots__ = ("action", "custom", "discount", "ended", "episode_id", "first_discount", "first_reward",
-                 "meta", "obs", "ret", "reward", "start", "terminated")
-
-    def __init__(self, episode_id: int) -> None:
-        self.episode_id = episode_id
-        self.obs: list[Any] = []
-        self.action: list[Any] = []
-        self.reward: list[Any] = []
-        self.discount: list[Any] = []
-        self.custom: list[Any] = []
-        self.start = 0  # step index of obs[0] (rows before it are committed)
-        self.ret = 0.0
-        self.meta: Any = None
-        self.ended = False
-        self.terminated = False
-        self.first_reward: Any = None
-        self.first_discount: Any = None
 
 
 class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
@@ -132,8 +106,6 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                       else data_directory)
         self._step_fn = step_fn
         self._episode_fn = episode_fn
-        self._flush_every_steps = flush_every_steps
-        self._flush_every_seconds = flush_every_seconds
         self._flush_on_episode_end = flush_on_episode_end
         self._obs_spec = env.observation_spec()
         self._action_spec = env.action_spec()
@@ -150,28 +122,21 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self.run_id = self.store.add_run(source="rlarrow.EnvLogger", run_id=run_id, name=name,
                                          source_version=f"rlarrow {__version__}", alignment="dm_env",
                                          num_envs=1, metadata=metadata, env_specs=env_specs)
-        self._next_episode = 0
-        self._episode: _Episode | None = None
-        self._finished: list[_Episode] = []
-        self._unflushed = 0
-        self._last_flush = time.monotonic()
+        self._sink = Sink(self.store, self.run_id, own_store=self._own_store, action_dtype=self._action_dtype,
+                          flush_every_steps=flush_every_steps, flush_every_seconds=flush_every_seconds,
+                          background=background)
+        self._episode: Episode | None = None
         self._closed = False
-        self._pending: Any = None
-        self._pool: Any = None
-        if background:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
 
     # ------------------------------------------------------------------ dm_env.Environment
 
     def reset(self) -> Any:
         """Reset the environment and start a new episode (an unfinished one is kept, partial)."""
+        sink = self._sink
         if self._episode is not None and not self._episode.ended:
-            self._finished.append(self._episode)
+            sink.finished.append(self._episode)
         timestep = self._env.reset()
-        ep = _Episode(self._next_episode)
-        self._next_episode += 1
+        ep = sink.new_episode()
         self._episode = ep
         ep.first_reward, ep.first_discount = timestep.reward, timestep.discount
         ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
@@ -180,8 +145,9 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             value = self._episode_fn(timestep, None, self._env)
             if value is not None:
                 ep.meta = value
-        self._unflushed += 1
-        self._maybe_flush()
+        sink.unflushed += 1
+        if sink.due():
+            self.flush(wait=False)
         return timestep
 
     def step(self, action: Any) -> Any:
@@ -212,28 +178,21 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             value = self._episode_fn(timestep, action, self._env)
             if value is not None:
                 ep.meta = value
-        self._unflushed += 1
+        sink = self._sink
+        sink.unflushed += 1
         if timestep.step_type == _LAST:
             ep.ended = True
             ep.terminated = timestep.discount is not None and bool(np.all(np.asarray(timestep.discount) == 0))
-            self._finished.append(ep)
-            if self._flush_on_episode_end:
+            sink.finished.append(ep)
+            if self._flush_on_episode_end or sink.due():
                 self.flush(wait=False)
-            else:
-                self._maybe_flush()
             return timestep
-        if self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps:
+        if sink.flush_every_steps is not None and sink.unflushed >= sink.flush_every_steps:
             self.flush(wait=False)
-        elif self._flush_every_seconds is not None and not self._unflushed & 63:
-            self._maybe_flush()  # the clock is read every 64 steps
+        elif sink.flush_every_seconds is not None and not sink.unflushed & 63 and sink.due():
+            self.flush(wait=False)  # the clock is read every 64 steps
         return timestep
 
-
-    def _maybe_flush(self) -> None:
-        if ((self._flush_every_steps is not None and self._unflushed >= self._flush_every_steps)
-                or (self._flush_every_seconds is not None
-                    and time.monotonic() - self._last_flush >= self._flush_every_seconds)):
-            self.flush(wait=False)
 
     def observation_spec(self) -> Any:
         """The wrapped environment's observation spec."""
@@ -258,33 +217,6 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
 
     # ------------------------------------------------------------------ committing
 
-    def _take_rows(self, ep: _Episode, final: bool, out: dict[str, list[Any]]) -> None:
-        """Move the episode's rows that are ready into ``out`` (lists per column).
-
-        All of them if it ended (or ``final``), else all but the newest, whose action is
-        not known yet.
-        """
-        n = len(ep.obs) if (ep.ended or final) else len(ep.obs) - 1
-        if n <= 0:
-            return
-        acted = min(n, len(ep.action))
-        out["episode_id"].append(np.full(n, ep.episode_id, np.int64))
-        out["step"].append(np.arange(ep.start, ep.start + n, dtype=np.int64))
-        last = np.zeros(n, bool)
-        last[-1] = ep.ended
-        out["is_last"].append(last)
-        out["is_terminal"].append(last & ep.terminated)
-        out["observation"].extend(ep.obs[:n])
-        out["action"].extend(ep.action[:acted])
-        out["action"].extend([None] * (n - acted))
-        out["reward"].extend(ep.reward[:acted])
-        out["reward"].extend([None] * (n - acted))
-        out["discount"].extend(ep.discount[:acted])
-        out["discount"].extend([None] * (n - acted))
-        out["metadata"].extend(ep.custom[:n])
-        del ep.obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
-        ep.start += n
-
     def flush(self, *, final: bool = False, wait: bool = True) -> None:
         """Commit every complete row recorded so far (and the episodes that ended).
 
@@ -293,82 +225,16 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         automatic flushes (``flush_every_*``) pass ``wait=False``: with ``background``
         the commit then runs in a writer thread while the environment steps on (one
         commit in flight at a time, in order).
-
-        Raises:
-            StoreError: an earlier background commit failed (nothing after it was committed).
         """
-        episodes = list(self._finished)
-        current = self._episode if self._episode is not None and not self._episode.ended else None
-        cols: dict[str, list[Any]] = {k: [] for k in ("episode_id", "step", "is_last", "is_terminal",
-                                                      "observation", "action", "reward", "discount",
-                                                      "metadata")}
-        for ep in episodes:
-            self._take_rows(ep, True, cols)
-        if current is not None:
-            self._take_rows(current, final, cols)
-        ended = [ep for ep in episodes if ep.start > 0] + ([current] if final and current is not None
-                                                           and current.start > 0 else [])
-        ep_rows = self._episode_rows(ended) if ended else None
-        self._finished = []
-        self._unflushed = 0
-        self._last_flush = time.monotonic()
-        self._wait()  # one commit in flight at most: order kept, memory bounded
-        if self._pool is not None and not wait:
-            self._pending = self._pool.submit(self._commit, cols, ep_rows)
-        else:
-            self._commit(cols, ep_rows)
-
-    def _wait(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()  # re-raises a failed background commit
-
-    def _commit(self, cols: dict[str, list[Any]], ep_rows: dict[str, Any] | None) -> None:
-        if cols["observation"]:
-            step = np.concatenate(cols["step"])
-            table = _schema.build("steps", {
-                "run_id": self.run_id, "episode_id": np.concatenate(cols["episode_id"]), "step": step,
-                "env_index": 0, "observation": _stack(cols["observation"]),
-                "action": _actions(cols["action"], self._action_spec.dtype if self._action_plain else None),
-                "reward": _scalars(cols["reward"]), "discount": _scalars(cols["discount"]),
-                "is_first": step == 0, "is_last": np.concatenate(cols["is_last"]),
-                "is_terminal": np.concatenate(cols["is_terminal"]),
-                "metadata": cols["metadata"] if any(c is not None for c in cols["metadata"]) else None,
-            }, num_rows=len(step), established=self.store.schema("steps"))
-            self.store.append("steps", table)
-        if ep_rows is not None:
-            self.store.append("episodes", ep_rows)
-
-    def _episode_rows(self, eps: list[_Episode]) -> dict[str, Any]:
-        rows: dict[str, list[Any]] = {k: [] for k in ("episode_id", "num_steps", "return", "terminated",
-                                                      "truncated", "partial_end", "metadata")}
-        for ep in eps:
-            rows["episode_id"].append(ep.episode_id)
-            rows["num_steps"].append(ep.start)
-            rows["return"].append(ep.ret)
-            rows["terminated"].append(ep.terminated)
-            rows["truncated"].append(ep.ended and not ep.terminated)
-            rows["partial_end"].append(not ep.ended)
-            meta = ep.meta
-            if ep.first_reward is not None or ep.first_discount is not None:
-                meta = {"episode_fn": meta, "first_reward": ep.first_reward,
-                        "first_discount": ep.first_discount}
-            rows["metadata"].append(meta)
-        return {"run_id": self.run_id, "env_index": 0, "partial_start": False, **rows}
+        self._sink.flush([self._episode] if self._episode is not None else [], final=final, wait=wait)
 
     def close(self) -> None:
         """Commit everything (an unfinished episode as ``partial_end``) and close the store."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self.flush(final=True)
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+        self._sink.close([self._episode] if self._episode is not None else [])
         self._episode = None
-        if self._own_store:
-            self.store.close()
         if hasattr(self._env, "close"):
             self._env.close()
 

@@ -1,0 +1,110 @@
+"""rlarrow.gym records gymnasium envs; a vector env's episodes equal each sub-env run alone."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+import rlarrow
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
+                                reason="needs gymnasium: pip install gymnasium")
+
+
+def episodes_of(store, run_id):
+    steps = store.read("steps", filter=pc.field("run_id") == run_id)
+    out = {}
+    for row in store.read("episodes", filter=pc.field("run_id") == run_id).to_pylist():
+        ep = steps.filter(pc.equal(steps.column("episode_id"), row["episode_id"]))
+        out[row["episode_id"]] = (row, ep)
+    return out
+
+
+def test_single_env_episodes(tmp_path):
+    import gymnasium as gym
+
+    from rlarrow.gym import RecordEpisodes
+
+    env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s", metadata={"agent": "left"}, keep_infos=True)
+    obs, _ = env.reset(seed=3)
+    first_obs = obs.copy()
+    lengths = []
+    n = 0
+    for _ in range(3):
+        done = False
+        while not done:
+            obs, reward, term, trunc, _ = env.step(0)
+            n += 1
+            done = term or trunc
+        lengths.append(n)
+        n = 0
+        obs, _ = env.reset()
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    eps = episodes_of(store, env.run_id)
+    assert [row["num_steps"] for row, _ in eps.values()][:3] == [k + 1 for k in lengths]
+    row, steps = eps[0]
+    assert row["terminated"] and row["return"] == lengths[0]
+    assert np.array_equal(rlarrow.tensors.to_numpy(steps.column("observation"))[0], first_obs)
+    assert steps.column("action").to_pylist() == [0] * lengths[0] + [None]
+    assert steps.column("discount").null_count == steps.num_rows  # gymnasium has no discount
+    assert steps.column("is_terminal").to_pylist()[-1] is True
+    assert list(eps)[-1] == 3 and eps[3][0]["partial_end"]  # the episode left open at close
+    run = store.runs().to_pylist()[0]
+    assert run["source"] == "rlarrow.gym" and run["name"] == "CartPole-v1"
+
+
+@pytest.mark.parametrize("mode", ["NEXT_STEP", "SAME_STEP"])
+def test_vector_env_episodes_equal_each_sub_env_alone(tmp_path, mode):
+    import gymnasium as gym
+
+    from rlarrow.gym import RecordEpisodes, RecordVectorEpisodes
+
+    seeds = [10, 11, 12]
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, (120, 3))
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3,
+                                   autoreset_mode=getattr(gym.vector.AutoresetMode, mode))
+    with pytest.raises(TypeError, match="RecordVectorEpisodes"):
+        RecordEpisodes(vec, tmp_path / "x")
+    rec = RecordVectorEpisodes(vec, tmp_path / "s", flush_every_steps=50)
+    rec.reset(seed=seeds)
+    used = [[] for _ in seeds]  # the actions each sub-env really took
+    pending_reset = [False] * 3
+    for t in range(len(actions)):
+        _, _, term, trunc, _ = rec.step(actions[t])
+        for i in range(3):
+            if pending_reset[i]:  # NEXT_STEP: this step reset sub-env i, its action unused
+                pending_reset[i] = False
+                used[i].append("reset")
+                continue
+            used[i].append(int(actions[t, i]))
+            if term[i] or trunc[i]:
+                if mode == "NEXT_STEP":
+                    pending_reset[i] = True
+                else:  # SAME_STEP: reset in the same step
+                    used[i].append("reset")
+    rec.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    vec_eps = episodes_of(store, rec.run_id)
+    # every sub-env alone, same seed, same actions, resetting where the vector env did
+    for i, seed in enumerate(seeds):
+        alone = RecordEpisodes(gym.make("CartPole-v1"), store)
+        alone.reset(seed=seed)
+        for a in used[i]:
+            if a == "reset":
+                alone.reset()
+            else:
+                alone.step(a)
+        alone.close()
+        mine = [(row, ep) for row, ep in vec_eps.values() if row["env_index"] == i]
+        theirs = list(episodes_of(rlarrow.Store.open(tmp_path / "s"), alone.run_id).values())
+        assert len(mine) == len(theirs) > 1
+        for (r1, e1), (r2, e2) in zip(mine, theirs, strict=True):
+            assert (r1["num_steps"], r1["terminated"], r1["truncated"], r1["partial_end"]) == \
+                (r2["num_steps"], r2["terminated"], r2["truncated"], r2["partial_end"])
+            for col in ("observation", "action", "reward", "is_first", "is_last", "is_terminal"):
+                assert e1.column(col).to_pylist() == e2.column(col).to_pylist(), col
