@@ -12,7 +12,9 @@ Then it prints ``rlarrow info`` and answers questions with plain DuckDB and Pola
 the Parquet files, without rlarrow. Last, it plays the corridor into skrl replay memories
 (skrl's own ``RandomMemory`` when skrl is installed, else rlarrow's drop-in) that export
 themselves as legacy ``.pt``, ``.npz`` and ``.csv`` files, converts those with
-``rlarrow convert --episodes``, and queries the episodes recovered from them.
+``rlarrow convert --episodes``, and queries the episodes recovered from them; and it records
+the corridor as a ``dm_env`` environment with ``rlarrow.EnvLogger``, read back with
+``rlarrow.Reader``.
 
 Run it with ``python -m rlarrow.demo OUTPUT_DIR`` (``make demo`` does).
 """
@@ -224,6 +226,61 @@ def write_legacy_exports(directory: Path, *, seed: int = 2) -> str:
     return who
 
 
+def record_with_envlogger(out: Path) -> None:
+    """Stage 6: the corridor as a dm_env environment, recorded by rlarrow.EnvLogger, read back."""
+    import importlib.util
+
+    if importlib.util.find_spec("dm_env") is None:
+        print("   (skipped: needs dm_env; pip install 'rlarrow[dm-env]')")
+        return
+    import dm_env
+    from dm_env import specs
+
+    from rlarrow.reader import Reader
+    from rlarrow.recorder import EnvLogger
+
+    class DmCorridor(dm_env.Environment):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.env = Corridor(1, seed=3)
+
+        def reset(self) -> Any:
+            return dm_env.restart(self.env.reset(0)["image"])
+
+        def step(self, action: Any) -> Any:
+            obs, reward, terminated, truncated = self.env.step(0, int(action))
+            if terminated:
+                return dm_env.termination(reward, obs["image"])
+            if truncated:
+                return dm_env.truncation(reward, obs["image"])
+            return dm_env.transition(reward, obs["image"])
+
+        def observation_spec(self) -> Any:
+            return specs.Array((1, CORRIDOR), np.uint8, "image")
+
+        def action_spec(self) -> Any:
+            return specs.DiscreteArray(2, name="move")
+
+    path = out / "envlogger.rlarrow"
+    if path.exists():
+        shutil.rmtree(path)
+    rng = np.random.default_rng(3)
+    with EnvLogger(DmCorridor(), path, metadata={"agent": "mostly-right"},
+                   step_fn=lambda ts, action, env: {"t": int(env.env.t[0])},
+                   episode_fn=lambda ts, action, env: {"final_t": int(env.env.t[0])} if ts.last() else None,
+                   flush_every_steps=200) as env:
+        for _ in range(50):
+            ts = env.reset()
+            while not ts.last():
+                ts = env.step(int(rng.random() < 0.8))
+    reader = Reader(path)
+    step = reader.steps[len(reader.steps) // 2]
+    print(f"   recorded {len(reader.episodes)} episodes, {len(reader.steps)} steps into {path}")
+    print(f"   reader.steps[{len(reader.steps) // 2}]: step_type={step.timestep.step_type.name}, "
+          f"reward={step.timestep.reward}, action={step.action}, custom_data={step.custom_data}")
+    print(f"   episode 0 metadata: {reader.episode_metadata()[0]}; "
+          f"whole episodes as columns: {reader.episode_columns(slice(0, 5))['observation'].shape}")
+
+
 def convert_legacy(out: Path) -> None:
     """Stage 5 of the demo: legacy memory exports -> a store, unrolled into episodes."""
     import importlib.util
@@ -327,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== 5. legacy replay-memory exports -> Parquet, episodes recovered")
     convert_legacy(out)
+
+    print("\n== 6. a dm_env environment recorded with rlarrow.EnvLogger, read with rlarrow.Reader")
+    record_with_envlogger(out)
 
     print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
     print(f"Look at it with:  .venv/bin/rlarrow info {store_path}")

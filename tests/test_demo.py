@@ -34,3 +34,8 @@ def test_demo_runs_and_builds_a_store(tmp_path):
         assert legacy.row_count("memory") == 3 * 64 * 4
         assert legacy.row_count("episodes") > 0
         assert legacy.row_count("steps") == 3 * 64 * 4 + legacy.row_count("episodes")
+    # Stage 6: the EnvLogger recording reads back.
+    if "skipped: needs dm_env" not in out.stdout:
+        assert "recorded 50 episodes" in out.stdout
+        reader = rlarrow.Reader(tmp_path / "out" / "envlogger.rlarrow")
+        assert len(reader.episodes) == 50 and reader.metadata()["agent"] == "mostly-right"
