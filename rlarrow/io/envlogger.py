@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from rlarrow import alignment
-from rlarrow import schema as _schema
 from rlarrow import specs as _specs
-from rlarrow._columns import actions, flat_value, scalars, stack
+from rlarrow._columns import flat_value
 from rlarrow._deps import require
+from rlarrow._episodes import Sink
 from rlarrow.errors import UnsupportedInputError
 from rlarrow.io import EpisodesReport
 from rlarrow.store import Store
@@ -108,72 +108,44 @@ def import_envlogger(
             )
             report = EpisodesReport(run_id=run)
             episode_meta = list(reader.episode_metadata())
-            cols = _empty()
-            ep_rows: dict[str, list[Any]] = {
-                k: []
-                for k in (
-                    "episode_id",
-                    "num_steps",
-                    "return",
-                    "terminated",
-                    "truncated",
-                    "partial_end",
-                    "metadata",
-                )
-            }
-            action_dtype = None if isinstance(action_spec, (dict, list, tuple)) else action_spec.dtype
-            with (
-                st.writer("steps") as writer,
-                bar(len(reader.episodes), "import envlogger", "episode", progress) as pbar,
-            ):
+            plain = not isinstance(action_spec, (dict, list, tuple))
+            sink = Sink(
+                st,
+                run,
+                own_store=False,
+                action_dtype=action_spec.dtype if plain else None,
+                flush_every_steps=_STEPS_PER_COMMIT,
+                flush_every_seconds=None,
+                background=False,
+            )
+            with bar(len(reader.episodes), "import envlogger", "episode", progress) as pbar:
                 for k, episode in enumerate(reader.episodes):
                     steps = list(episode)
+                    # checks the dm_env order (FIRST first, no action on it) and what FIRST carried
                     rlds = alignment.dm_env_to_rlds(
                         step_type=[int(s.timestep.step_type) for s in steps],
                         action=[s.action for s in steps],
                         reward=[s.timestep.reward for s in steps],
                         discount=[s.timestep.discount for s in steps],
                     )
-                    n = len(steps)
-                    cols["episode_id"].append(np.full(n, k, np.int64))
-                    cols["step"].append(np.arange(n, dtype=np.int64))
-                    cols["observation"].extend(flat_value(s.timestep.observation, obs_spec) for s in steps)
-                    cols["action"].extend(
-                        None if a is None else (flat_value(a, action_spec) if action_dtype is None else a)
-                        for a in rlds["action"]
-                    )
-                    cols["reward"].extend(rlds["reward"])
-                    cols["discount"].extend(rlds["discount"])
-                    cols["is_last"].append(np.asarray(rlds["is_last"], bool))
-                    cols["is_terminal"].append(np.asarray(rlds["is_terminal"], bool))
-                    cols["metadata"].extend(s.custom_data for s in steps)
-                    meta = episode_meta[k] if k < len(episode_meta) else None
-                    if rlds["first_reward"] is not None or rlds["first_discount"] is not None:
-                        meta = {
-                            "episode_fn": meta,
-                            "first_reward": rlds["first_reward"],
-                            "first_discount": rlds["first_discount"],
-                        }
-                    rewards = [r for r in rlds["reward"] if r is not None]
-                    ep_rows["episode_id"].append(k)
-                    ep_rows["num_steps"].append(n)
-                    ep_rows["return"].append(
-                        float(np.sum(np.asarray(rewards, np.float64))) if rewards else None
-                    )
-                    ep_rows["terminated"].append(bool(rlds["is_terminal"][-1]))
-                    ep_rows["truncated"].append(bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]))
-                    ep_rows["partial_end"].append(not rlds["is_last"][-1])
-                    ep_rows["metadata"].append(meta)
+                    ep = sink.new_episode()
+                    ep.obs = [flat_value(s.timestep.observation, obs_spec) for s in steps]
+                    ep.action = [s.action if plain else flat_value(s.action, action_spec) for s in steps[1:]]
+                    ep.reward = [s.timestep.reward for s in steps[1:]]
+                    ep.discount = [s.timestep.discount for s in steps[1:]]
+                    ep.custom = [s.custom_data for s in steps]
+                    ep.ret = float(np.sum(np.asarray([r for r in ep.reward if r is not None], np.float64)))
+                    ep.ended, ep.terminated = bool(rlds["is_last"][-1]), bool(rlds["is_terminal"][-1])
+                    ep.meta = episode_meta[k] if k < len(episode_meta) else None
+                    ep.first_reward, ep.first_discount = rlds["first_reward"], rlds["first_discount"]
+                    sink.finished.append(ep)
+                    sink.unflushed += len(steps)
+                    if sink.due():
+                        sink.flush([])
                     report.episodes += 1
-                    report.steps += n
-                    if len(cols["observation"]) >= _STEPS_PER_COMMIT:
-                        writer.write(_table(run, cols, action_dtype, st))
-                        cols = _empty()
+                    report.steps += len(steps)
                     pbar.update(1)
-                if cols["observation"]:
-                    writer.write(_table(run, cols, action_dtype, st))
-            if ep_rows["episode_id"]:
-                st.append("episodes", {"run_id": run, "env_index": 0, "partial_start": False, **ep_rows})
+            sink.close([])
         return report
     finally:
         if own:
@@ -187,46 +159,6 @@ def _dist_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _empty() -> dict[str, list[Any]]:
-    return {
-        k: []
-        for k in (
-            "episode_id",
-            "step",
-            "is_last",
-            "is_terminal",
-            "observation",
-            "action",
-            "reward",
-            "discount",
-            "metadata",
-        )
-    }
-
-
-def _table(run: str, cols: dict[str, list[Any]], action_dtype: Any, st: Store) -> Any:
-    step = np.concatenate(cols["step"])
-    return _schema.build(
-        "steps",
-        {
-            "run_id": run,
-            "episode_id": np.concatenate(cols["episode_id"]),
-            "step": step,
-            "env_index": 0,
-            "observation": stack(cols["observation"]),
-            "action": actions(cols["action"], action_dtype),
-            "reward": scalars(cols["reward"]),
-            "discount": scalars(cols["discount"]),
-            "is_first": step == 0,
-            "is_last": np.concatenate(cols["is_last"]),
-            "is_terminal": np.concatenate(cols["is_terminal"]),
-            "metadata": cols["metadata"] if any(c is not None for c in cols["metadata"]) else None,
-        },
-        num_rows=len(step),
-        established=st.schema("steps"),
-    )
 
 
 def export_envlogger(
