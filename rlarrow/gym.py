@@ -54,7 +54,7 @@ def space_type(space: Any) -> pa.DataType:
         return tensor_type(space.dtype)
     if space.shape is None:
         raise TypeError(f"cannot store observations of {space}: it has no fixed shape")
-    return tensor_type(space.dtype, space.shape)
+    return tensor_type(space.dtype, space.shape, layout="auto")
 
 
 def _space_dict(space: Any) -> Any:

@@ -333,7 +333,13 @@ def build(
                 continue
             if isinstance(value, (int, float, bool, np.generic)):
                 value = np.full(num_rows, value)
-            arrays[name] = _tensors.to_arrow(value)
+            want = None
+            if established is not None and name in established.names:
+                want = established.field(name).type
+            try:
+                arrays[name] = _tensors.to_arrow(value, want)  # in the store's layout
+            except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                arrays[name] = _tensors.to_arrow(value)  # conform() says what does not fit
             continue
         if spec.is_json:
             if isinstance(value, (str, int, float, bool, dict)) or value is None:
@@ -404,6 +410,12 @@ def conform(
                 return col
             if pa.types.is_null(type_):
                 return pa.chunked_array([pa.nulls(n, want)])
+            if (isinstance(want, _tensors.TensorType) or isinstance(type_, _tensors.TensorType)) and (
+                    not pa.types.is_struct(type_) and not pa.types.is_struct(want)
+                    and _tensors.tensor_shape(type_) == _tensors.tensor_shape(want)
+                    and _tensors.tensor_dtype(type_) == _tensors.tensor_dtype(want)):
+                # the same tensors in the other layout (nested lists <-> binary): convert
+                return pa.chunked_array([_tensors.to_arrow(c, want) for c in col.chunks], type=want)
             problems.append(
                 f"tensor column {name!r}: the store holds {want}, got {type_} (a store keeps one "
                 "dtype and shape per tensor column; convert the data or use another store)"

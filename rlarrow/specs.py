@@ -74,9 +74,12 @@ def from_dict(data: Any) -> Any:
 
 
 def tensor_type(spec: Any) -> pa.DataType:
-    """The tensor column type for a spec; nested specs become structs (dicts) of them."""
+    """The tensor column type for a spec; nested specs become structs (dicts) of them.
+
+    Large tensors (images) get the binary layout (see :mod:`rlarrow.tensors`).
+    """
     if isinstance(spec, Mapping):
         return pa.struct([pa.field(str(k), tensor_type(v)) for k, v in spec.items()])
     if isinstance(spec, (list, tuple)):
         return pa.struct([pa.field(str(i), tensor_type(v)) for i, v in enumerate(spec)])
-    return _tensor_type(np.dtype(spec.dtype), tuple(int(d) for d in spec.shape))
+    return _tensor_type(np.dtype(spec.dtype), tuple(int(d) for d in spec.shape), layout="auto")

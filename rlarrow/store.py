@@ -1044,6 +1044,10 @@ def _leaves(name: str, arr: pa.Array | None, type_: pa.DataType) -> Iterator[tup
         yield name, arr
 
 
+def _is_tensor_field(field: pa.Field) -> bool:
+    return pa.types.is_nested(field.type) or isinstance(field.type, pa.ExtensionType)
+
+
 def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> dict[str, str]:
     """Codec per Parquet leaf: zstd, except noise-like float tensor leaves.
 
@@ -1056,11 +1060,15 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> dict[str, str]:
         col = sample.column(field.name).combine_chunks() if sample.num_rows else None
         for path, leaf in _leaves(field.name, col, field.type):
             codec = _COMPRESSION
-            if pa.types.is_nested(field.type) and leaf is not None and pa.types.is_floating(leaf.type):
-                raw = leaf.slice(0, min(len(leaf), 1 << 16))
+            if isinstance(leaf, pa.ExtensionArray):
+                leaf = leaf.storage  # the binary layout: judge its bytes, whatever the dtype
+            binary = leaf is not None and pa.types.is_fixed_size_binary(leaf.type)
+            if _is_tensor_field(field) and leaf is not None and (binary or pa.types.is_floating(leaf.type)):
+                limit = max(1, (1 << 20) // leaf.type.byte_width) if binary else 1 << 16
+                raw = leaf.slice(0, min(len(leaf), limit))
                 data = raw.buffers()[1]
                 if data is not None and data.size >= 4096:
-                    width = raw.type.bit_width // 8
+                    width = raw.type.byte_width if binary else raw.type.bit_width // 8
                     data = data.slice(raw.offset * width, len(raw) * width)
                     if zstd.compress(data).size > 0.8 * data.size:
                         codec = "none"
@@ -1072,9 +1080,9 @@ def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None)
     """A Parquet writer for a store file; ``sample`` (the first rows) picks tensor codecs."""
     # Statistics and dictionaries for the flat columns (keys, flags, scalars) only: for
     # tensor columns they cost write time and no reader uses them.
-    flat = [f.name for f in schema if not pa.types.is_nested(f.type)]
+    flat = [f.name for f in schema if not _is_tensor_field(f)]
     compression: str | dict[str, str] = _COMPRESSION
-    if sample is not None and any(pa.types.is_nested(f.type) for f in schema):
+    if sample is not None and any(_is_tensor_field(f) for f in schema):
         compression = _tensor_codecs(schema, sample)
     return pq.ParquetWriter(
         path,

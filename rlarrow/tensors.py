@@ -1,8 +1,8 @@
 """Tensors as native Arrow columns.
 
 A tensor column holds one tensor per row. Its Arrow type keeps the dtype and the
-shape, with no extension type and no blob, so DuckDB, Polars, Spark and Ray read it
-as nested arrays:
+shape. In the default *list layout* there is no extension type and no blob, so DuckDB,
+Polars, Spark and Ray read it as nested arrays:
 
 * shape ``()``: the primitive type itself (``float32``, ``uint8``, ``bool``, ...);
 * shape ``(d0, d1, ...)``: nested fixed-size lists,
@@ -11,6 +11,13 @@ as nested arrays:
 
 The canonical ``arrow.fixed_shape_tensor`` extension type is accepted as input and
 stored as the equivalent nested fixed-size lists.
+
+Large tensors (images) may instead use the *binary layout*: :class:`TensorType`, the
+extension type ``rlarrow.tensor``, one ``fixed_size_binary`` value per row holding the
+tensor's bytes (C order, little-endian) with dtype and shape in the type's metadata.
+Parquet then stores one value per row instead of one per element with its levels, which
+writes and reads tens of times faster and compresses better; DuckDB sees a BLOB, Polars
+an extension of Binary, pyarrow with rlarrow imported the tensor type.
 
 Example:
     >>> import numpy as np
@@ -33,7 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "BINARY_MIN_ELEMENTS",
     "TensorLike",
+    "TensorType",
     "is_tensor_type",
     "tensor_problems",
     "tensor_type",
@@ -48,6 +57,50 @@ __all__ = [
 #: observations), or a sequence of per-row arrays of one shape.
 TensorLike: TypeAlias = "np.ndarray | Mapping[str, Any] | Sequence[Any] | pa.Array | pa.ChunkedArray"
 
+#: Tensors with at least this many elements per row use the binary layout where rlarrow
+#: chooses the layout (recorders, importers); smaller ones stay nested fixed-size lists.
+BINARY_MIN_ELEMENTS = 1024
+
+
+class TensorType(pa.ExtensionType):  # type: ignore[misc]
+    """``rlarrow.tensor``: a tensor per row as ``fixed_size_binary`` bytes (the binary layout).
+
+    Example:
+        >>> t = TensorType("uint8", (84, 84))
+        >>> t.storage_type, t.shape, t.numpy_dtype
+        (FixedSizeBinaryType(fixed_size_binary[7056]), (84, 84), dtype('uint8'))
+    """
+
+    def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
+        np_dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
+        if np_dtype.kind not in "biuf":
+            raise TypeError(f"the binary layout holds bool, integer and float tensors, not {np_dtype}")
+        self.numpy_dtype = np_dtype
+        self.shape = tuple(int(d) for d in shape)
+        super().__init__(pa.binary(int(np_dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))),
+                         "rlarrow.tensor")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        import json
+
+        return json.dumps({"dtype": self.numpy_dtype.str, "shape": list(self.shape)}).encode()
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> TensorType:
+        import json
+
+        meta = json.loads(serialized)
+        return cls(meta["dtype"], meta["shape"])
+
+    def __reduce__(self) -> Any:
+        return TensorType, (self.numpy_dtype.str, self.shape)
+
+
+try:
+    pa.register_extension_type(TensorType("uint8", ()))
+except pa.ArrowKeyError:  # registered already (a module reload)
+    pass
+
 _LEAF_CHECKS = (
     pa.types.is_boolean,
     pa.types.is_integer,
@@ -61,6 +114,8 @@ _LEAF_CHECKS = (
 
 def tensor_problems(type_: pa.DataType, where: str = "") -> list[str]:
     """List why ``type_`` is not a tensor type (empty when it is one)."""
+    if isinstance(type_, TensorType):
+        return []
     if isinstance(type_, pa.ExtensionType):
         return tensor_problems(type_.storage_type, where)
     if any(check(type_) for check in _LEAF_CHECKS):
@@ -96,7 +151,7 @@ def tensor_shape(type_: pa.DataType) -> tuple[int, ...]:
     >>> tensor_shape(pa.list_(pa.list_(pa.float32(), 5), 10))
     (10, 5)
     """
-    if isinstance(type_, pa.FixedShapeTensorType):
+    if isinstance(type_, (pa.FixedShapeTensorType, TensorType)):
         return tuple(type_.shape)
     shape: list[int] = []
     while pa.types.is_fixed_size_list(type_):
@@ -111,17 +166,29 @@ def tensor_dtype(type_: pa.DataType) -> pa.DataType:
     """Element type of a (non-struct) tensor type."""
     if isinstance(type_, pa.FixedShapeTensorType):
         return type_.value_type
+    if isinstance(type_, TensorType):
+        return pa.from_numpy_dtype(type_.numpy_dtype)
     while pa.types.is_fixed_size_list(type_):
         type_ = type_.value_type
     return type_
 
 
-def tensor_type(dtype: Any, shape: Sequence[int] = ()) -> pa.DataType:
+def tensor_type(dtype: Any, shape: Sequence[int] = (), *, layout: str = "list") -> pa.DataType:
     """The tensor column type for a NumPy/Arrow dtype and a per-row shape.
+
+    ``layout="binary"`` gives the binary layout (:class:`TensorType`); ``"auto"`` gives it
+    for tensors of :data:`BINARY_MIN_ELEMENTS` elements or more, nested lists otherwise.
 
     >>> tensor_type("uint8", (84, 84))
     FixedSizeListType(fixed_size_list<item: fixed_size_list<item: uint8>[84]>[84])
     """
+    if layout == "auto":
+        big = int(np.prod(tuple(shape), dtype=np.int64)) >= BINARY_MIN_ELEMENTS
+        layout = "binary" if big and np.dtype(_np_dtype(dtype)).kind in "biuf" else "list"
+    if layout == "binary":
+        return TensorType(_np_dtype(dtype), shape)
+    if layout != "list":
+        raise ValueError(f"layout must be 'list', 'binary' or 'auto', not {layout!r}")
     if isinstance(dtype, pa.DataType):
         t = dtype
     else:
@@ -135,6 +202,24 @@ def tensor_type(dtype: Any, shape: Sequence[int] = ()) -> pa.DataType:
     for dim in reversed(tuple(shape)):
         t = pa.list_(t, int(dim))
     return t
+
+
+def _np_dtype(dtype: Any) -> np.dtype:
+    out: np.dtype = np.dtype(dtype.to_pandas_dtype() if isinstance(dtype, pa.DataType) else dtype)
+    return out
+
+
+def _binary_from_numpy(arr: np.ndarray, type_: TensorType) -> pa.Array:
+    if tuple(arr.shape[1:]) != type_.shape:
+        raise TypeError(f"tensor shape {tuple(arr.shape[1:])} does not match {type_.shape} of {type_}")
+    if arr.dtype != type_.numpy_dtype:
+        cast = arr.astype(type_.numpy_dtype)
+        if not np.array_equal(cast, arr, equal_nan=arr.dtype.kind == "f"):
+            raise TypeError(f"{arr.dtype} values do not fit {type_.numpy_dtype} exactly")
+        arr = cast
+    arr = np.ascontiguousarray(arr)
+    storage = pa.FixedSizeBinaryArray.from_buffers(type_.storage_type, len(arr), [None, pa.py_buffer(arr)])
+    return pa.ExtensionArray.from_storage(type_, storage)
 
 
 def _leaf_from_numpy(flat: np.ndarray, type_: pa.DataType | None) -> pa.Array:
@@ -166,6 +251,12 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
         if isinstance(arr.type, pa.FixedShapeTensorType):
             arr = to_arrow(arr.to_numpy_ndarray())
         if type is not None and arr.type != type:
+            if isinstance(type, TensorType) or isinstance(arr.type, TensorType):  # change of layout
+                dense = to_numpy(arr, fill_value=0)
+                out = to_arrow(dense, type)
+                if arr.null_count:
+                    return with_null_rows(out, arr.is_null().to_numpy(zero_copy_only=False))
+                return out
             arr = arr.cast(type)
         return arr
     if isinstance(values, Mapping):
@@ -209,8 +300,14 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
             "the rows do not form one array (ragged shapes or mixed types); "
             "tensors in a column must all have the same shape and dtype"
         )
+    if isinstance(type, TensorType):
+        return _binary_from_numpy(arr_np, type)
     rows, shape = arr_np.shape[0], arr_np.shape[1:]
     leaf_type = tensor_dtype(type) if type is not None else None
+    if (leaf_type is not None and arr_np.dtype.kind in "biuf"
+            and pa.from_numpy_dtype(arr_np.dtype) != leaf_type):
+        raise TypeError(f"{arr_np.dtype} tensors are not {leaf_type}; convert them first "
+                        "(nothing is cast silently)")
     if type is not None and tensor_shape(type) != tuple(shape):
         raise TypeError(f"tensor shape {tuple(shape)} does not match {tensor_shape(type)} of {type}")
     flat = arr_np.reshape(-1) if arr_np.flags.c_contiguous else np.ascontiguousarray(arr_np).reshape(-1)
@@ -224,6 +321,12 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
 def with_null_rows(arr: pa.Array, mask: np.ndarray) -> pa.Array:
     """The same array with the rows where ``mask`` is true set to null."""
     pa_mask = pa.array(mask, pa.bool_())
+    if isinstance(arr.type, TensorType):
+        storage = arr.storage
+        masked = pa.FixedSizeBinaryArray.from_buffers(
+            storage.type, len(storage), [pc.invert(pa_mask).buffers()[1], storage.buffers()[1]],
+            offset=storage.offset)
+        return pa.ExtensionArray.from_storage(arr.type, masked)
     if pa.types.is_fixed_size_list(arr.type):
         return pa.FixedSizeListArray.from_arrays(arr.values, type=arr.type, mask=pa_mask)
     return pc.if_else(pa_mask, pa.nulls(len(arr), arr.type), arr)
@@ -245,6 +348,8 @@ def to_numpy(
     """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if isinstance(column.type, TensorType):
+        return _binary_to_numpy(column, fill_value)
     if isinstance(column.type, pa.ExtensionType):
         column = column.storage
     type_ = column.type
@@ -294,4 +399,24 @@ def to_numpy(
                 f"column of {type_} has {int(null_mask.sum())} null row(s) and no NaN to stand "
                 "for them; pass fill_value=... or filter the nulls out first"
             )
+    return result
+
+
+def _binary_to_numpy(column: pa.Array, fill_value: Any) -> np.ndarray:
+    """The binary layout back to ``(rows, *shape)``: zero-copy when there are no nulls."""
+    type_: TensorType = column.type
+    storage = column.storage
+    rows = len(storage)
+    width = type_.storage_type.byte_width
+    data = storage.buffers()[1]
+    flat = np.frombuffer(data, dtype=type_.numpy_dtype, count=rows * width // type_.numpy_dtype.itemsize,
+                         offset=storage.offset * width) if rows else np.empty(0, type_.numpy_dtype)
+    result = flat.reshape((rows, *type_.shape))
+    if storage.null_count:
+        mask = np.asarray(storage.is_null().to_numpy(zero_copy_only=False))
+        if fill_value is None and type_.numpy_dtype.kind != "f":
+            raise ValueError(f"column of {type_} has {int(mask.sum())} null row(s) and no NaN to stand "
+                             "for them; pass fill_value=... or filter the nulls out first")
+        result = result.copy()
+        result[mask] = np.nan if fill_value is None else fill_value
     return result
