@@ -123,3 +123,52 @@ def test_any_dtype_and_shape_roundtrips_through_parquet(tmp_path_factory, values
     store = rlarrow.Store.create(tmp_path_factory.mktemp("h") / "s")
     back = roundtrip(store, x=values)["x"]
     assert exact_equal(values, back)
+
+
+def test_binary_layout_round_trips_and_converts():
+    frames = np.random.default_rng(0).integers(0, 256, (6, 84, 84), dtype=np.uint8)
+    t = tensors.tensor_type("uint8", (84, 84), layout="auto")
+    assert isinstance(t, tensors.TensorType) and t.storage_type == pa.binary(7056)
+    assert tensors.tensor_type("float32", (8,), layout="auto") == pa.list_(pa.float32(), 8)
+    col = tensors.to_arrow(frames, t)
+    back = tensors.to_numpy(col)
+    assert back.dtype == np.uint8 and np.array_equal(back, frames)
+    assert tensors.tensor_shape(t) == (84, 84) and tensors.tensor_dtype(t) == pa.uint8()
+    # layouts convert both ways, nulls kept
+    nested = tensors.to_arrow(frames)
+    assert tensors.to_arrow(nested, t).equals(col)
+    masked = tensors.with_null_rows(col, np.array([0, 1, 0, 0, 0, 1], bool))
+    assert masked.null_count == 2
+    assert tensors.to_numpy(tensors.to_arrow(masked, nested.type), fill_value=0)[1].sum() == 0
+    with pytest.raises(ValueError, match="null row"):
+        tensors.to_numpy(masked)
+    binary_f32 = tensors.tensor_type("float32", (40, 40), layout="binary")
+    floats = tensors.to_arrow(np.ones((3, 40, 40), np.float32), binary_f32)
+    assert np.isnan(tensors.to_numpy(tensors.with_null_rows(floats, np.array([1, 0, 0], bool)))[0]).all()
+    with pytest.raises(TypeError, match="do not fit"):
+        tensors.to_arrow(np.full((1, 2), 300, np.int64), tensors.tensor_type("uint8", (2,), layout="binary"))
+    with pytest.raises(TypeError, match="binary layout holds"):
+        tensors.TensorType("U3", (2,))
+
+
+def test_binary_layout_in_a_store_reads_in_every_engine(tmp_path):
+    import duckdb
+    import polars as pl
+
+    store = rlarrow.Store.create(tmp_path / "s")
+    frames = np.random.default_rng(1).integers(0, 256, (5, 64, 64), dtype=np.uint8)
+    store.declare("steps", {"observation": tensors.tensor_type("uint8", (64, 64), layout="binary"),
+                            "action": pa.int64()})
+    store.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(5), "env_index": 0,
+                           "observation": frames, "action": [0, 1, 0, 1, None],
+                           "is_first": np.arange(5) == 0, "is_last": np.arange(5) == 4,
+                           "is_terminal": np.zeros(5, bool)})
+    back = tensors.to_numpy(store.read("steps").column("observation"))
+    assert np.array_equal(back, frames)
+    files = [str(p) for p in store.files("steps")]
+    blobs = duckdb.execute(f"select observation, octet_length(observation) from read_parquet({files}) "
+                           "order by step").fetchall()
+    assert [n for _, n in blobs] == [4096] * 5
+    assert np.frombuffer(blobs[2][0], np.uint8).reshape(64, 64).tolist() == frames[2].tolist()
+    df = pl.read_parquet(files).select("step", "observation")
+    assert df.height == 5 and df["step"].to_list() == [0, 1, 2, 3, 4]
