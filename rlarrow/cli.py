@@ -143,12 +143,16 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 @click.option("--float64", "float64", is_flag=True, help="Read csv floats as float64 (default float32).")
 @click.option("--run-id", help="File the snapshots under this run (new or existing).")
 @click.option("--name", help="A name for the new run.")
+@click.option("--layout", type=click.Choice(["binary", "list", "auto"]), default="binary",
+              show_default=True,
+              help="How a new memory table stores tensors: binary (fast, compact) or list (SQL reaches "
+                   "elements).")
 @click.option("--episodes", is_flag=True,
               help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
                    "rewards, terminated tensors).")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
-            float64: bool, run_id: str | None, name: str | None, episodes: bool) -> None:
+            float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool) -> None:
     """Import recorded data into STORE: replay-memory exports, envlogger directories, Minari datasets.
 
     Memory exports (.pt, .npz, .csv; files, directories, globs) become snapshots of the memory
@@ -170,7 +174,7 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     if memory_inputs:
         report = convert_memory(memory_inputs, store, run_id=run_id, name=name, num_envs=num_envs,
                                 memory_size=memory_size, dtype="float64" if float64 else "float32",
-                                episodes=episodes)
+                                episodes=episodes, layout=layout)
         click.echo(str(report))
 
 

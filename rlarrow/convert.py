@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from rlarrow import schema as _schema
@@ -40,8 +41,18 @@ from rlarrow.errors import AssumptionWarning, UnsupportedInputError
 from rlarrow.io.memory import MemorySnapshot
 from rlarrow.store import Store
 
-__all__ = ["MEMORY_FORMATS", "ConvertReport", "convert_memory", "detect_format", "expand_inputs",
-           "export_memory", "iter_memory_tables", "read_memory", "snapshots", "write_memory"]
+__all__ = [
+    "MEMORY_FORMATS",
+    "ConvertReport",
+    "convert_memory",
+    "detect_format",
+    "expand_inputs",
+    "export_memory",
+    "iter_memory_tables",
+    "read_memory",
+    "snapshots",
+    "write_memory",
+]
 
 #: The memory export formats, by file extension.
 MEMORY_FORMATS = ("pt", "npz", "csv", "parquet")
@@ -72,8 +83,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return "pt"
     elif head and b"\x00" not in head and head.split(b"\n", 1)[0].count(b".") >= 1:
         return "csv"
-    raise UnsupportedInputError(path, "not a memory export (expected .pt, .npz, .csv or an rlarrow "
-                                ".parquet memory file)")
+    raise UnsupportedInputError(
+        path, "not a memory export (expected .pt, .npz, .csv or an rlarrow .parquet memory file)"
+    )
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -92,19 +104,30 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if path.is_file():
             found = [path]
         elif path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file()
-                           and p.suffix.lower().lstrip(".") in MEMORY_FORMATS and not p.name.startswith("."))
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and p.suffix.lower().lstrip(".") in MEMORY_FORMATS
+                and not p.name.startswith(".")
+            )
         else:
             found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
         if not found:
-            raise FileNotFoundError(f"{text}: no such file, or no memory exports (.pt, .npz, .csv, "
-                                    ".parquet) in it")
+            raise FileNotFoundError(
+                f"{text}: no such file, or no memory exports (.pt, .npz, .csv, .parquet) in it"
+            )
         files.extend(p for p in found if p not in files)
     return files
 
 
-def read_memory(path: str | os.PathLike[str], *, num_envs: int | None = None,
-                memory_size: int | None = None, dtype: str = "float32") -> MemorySnapshot:
+def read_memory(
+    path: str | os.PathLike[str],
+    *,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+) -> MemorySnapshot:
     """Read one memory export of any format into a snapshot (whole, in memory).
 
     ``num_envs``, ``memory_size`` and ``dtype`` matter for csv only (see
@@ -130,8 +153,9 @@ def read_memory(path: str | os.PathLike[str], *, num_envs: int | None = None,
     return MemorySnapshot.from_table(table, name=Path(path).stem, path=os.fspath(path))
 
 
-def write_memory(snapshot: MemorySnapshot, path: str | os.PathLike[str], fmt: str | None = None, *,
-                 overwrite: bool = False) -> Path:
+def write_memory(
+    snapshot: MemorySnapshot, path: str | os.PathLike[str], fmt: str | None = None, *, overwrite: bool = False
+) -> Path:
     """Write one snapshot as ``fmt`` (default: from ``path``'s extension).
 
     ``"parquet"`` writes one rlarrow ``memory`` file that keeps the write pointer, fill
@@ -179,22 +203,37 @@ class ConvertReport:
 
     def __str__(self) -> str:
         mb = self.bytes_read / 1e6
-        lines = [f"converted {len(self.files)} file(s), {mb:.1f} MB, into {self.store} in "
-                 f"{self.seconds:.1f} s: run {self.run_id}, {self.snapshots} snapshot(s), "
-                 f"{self.rows} memory rows"
-                 + (f", unrolled into {self.episodes} episodes, {self.steps} steps" if self.steps else "")]
+        lines = [
+            f"converted {len(self.files)} file(s), {mb:.1f} MB, into {self.store} in "
+            f"{self.seconds:.1f} s: run {self.run_id}, {self.snapshots} snapshot(s), "
+            f"{self.rows} memory rows"
+            + (f", unrolled into {self.episodes} episodes, {self.steps} steps" if self.steps else "")
+        ]
         lines += [f"assumed: {a}" for a in self.assumptions]
         return "\n".join(lines)
 
 
-def iter_memory_tables(path: Path, fmt: str, run_id: str, snapshot_id: int, num_envs: int | None = None,
-                       memory_size: int | None = None, dtype: str = "float32") -> Iterator[pa.Table]:
+def iter_memory_tables(
+    path: Path,
+    fmt: str,
+    run_id: str,
+    snapshot_id: int,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+) -> Iterator[pa.Table]:
     """One export file as ``memory``-table rows: streamed for csv, one table otherwise."""
     if fmt == "csv":
         from rlarrow.io.csv import iter_csv_tables
 
-        yield from iter_csv_tables(path, run_id=run_id, snapshot_id=snapshot_id, num_envs=num_envs,
-                                   memory_size=memory_size, dtype=dtype)
+        yield from iter_csv_tables(
+            path,
+            run_id=run_id,
+            snapshot_id=snapshot_id,
+            num_envs=num_envs,
+            memory_size=memory_size,
+            dtype=dtype,
+        )
         return
     if fmt == "pt":
         from rlarrow.io.pt import read_pt
@@ -216,6 +255,7 @@ def convert_memory(
     dtype: str = "float32",
     episodes: bool = False,
     names: Mapping[str, str] | None = None,
+    layout: str = "binary",
     progress: bool | None = None,
 ) -> ConvertReport:
     """Import memory exports into ``store``'s ``memory`` table, one snapshot per file.
@@ -232,6 +272,10 @@ def convert_memory(
         episodes: also unroll each snapshot into ``episodes`` and ``steps`` rows (see
             :func:`rlarrow.unroll.memory_to_episodes`).
         names: role -> tensor name for the unrolling, when the memory names them otherwise.
+        layout: how a store without memory data yet stores the tensors: ``"binary"`` (the
+            default: bulk data, written and read back at memory speed), ``"list"`` (SQL reaches
+            every element) or ``"auto"`` (see :mod:`rlarrow.tensors`). A store keeps the
+            layout its memory table already has.
         progress: a progress bar over the bytes read (None: when stderr is a terminal).
 
     Each file is one commit, made when the whole file has been read: a file that fails
@@ -249,13 +293,18 @@ def convert_memory(
         if run_id is not None and st._run_exists(run_id):
             import pyarrow.compute as pc
 
-            ids = st.read("memory", columns=["snapshot_id"],
-                          filter=pc.field("run_id") == run_id).column("snapshot_id")
+            ids = st.read("memory", columns=["snapshot_id"], filter=pc.field("run_id") == run_id).column(
+                "snapshot_id"
+            )
             next_snapshot = (pc.max(ids).as_py() + 1) if len(ids) else 0
         else:
-            run_id = st.add_run(source="memory-export", run_id=run_id, name=name,
-                                source_path=os.path.commonpath([os.path.abspath(f) for f in files]),
-                                num_envs=num_envs)
+            run_id = st.add_run(
+                source="memory-export",
+                run_id=run_id,
+                name=name,
+                source_path=os.path.commonpath([os.path.abspath(f) for f in files]),
+                num_envs=num_envs,
+            )
         report = ConvertReport(store=st.path, run_id=run_id)
         total = sum(f.stat().st_size for f in files)
         with bar(total, "convert", "B", progress) as pbar:
@@ -265,8 +314,13 @@ def convert_memory(
                 done = 0
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", AssumptionWarning)
-                    tables = iter_memory_tables(path, fmt, run_id, next_snapshot + i, num_envs,
-                                                memory_size, dtype)
+                    tables = _declaring(
+                        st,
+                        layout,
+                        iter_memory_tables(
+                            path, fmt, run_id, next_snapshot + i, num_envs, memory_size, dtype
+                        ),
+                    )
                     if fmt != "csv":  # one table: written as parallel files, one commit
                         for table in tables:
                             st.append("memory", table)
@@ -283,8 +337,9 @@ def convert_memory(
                     if episodes:
                         from rlarrow.unroll import unroll_store
 
-                        eps, steps = unroll_store(st, run_id=run_id, snapshot_id=next_snapshot + i,
-                                                  names=names)
+                        eps, steps = unroll_store(
+                            st, run_id=run_id, snapshot_id=next_snapshot + i, names=names
+                        )
                         report.episodes += eps
                         report.steps += steps
                 for w in caught:
@@ -327,8 +382,37 @@ def _file_key(path: Path) -> tuple[str, int] | None:
     return key
 
 
-def snapshots(store: Store | str | os.PathLike[str], *, run_id: str | None = None,
-              snapshot_id: int | None = None, with_keys: bool = False) -> Iterator[Any]:
+def _declaring(st: Store, layout: str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """Pass ``tables`` on; before the first, fix the memory tensors' layout if the store has none."""
+    from rlarrow import tensors as _tensors
+
+    declared = set(_schema.table("memory").column_names)
+    for table in tables:
+        if layout != "list" and st.schema("memory") is None:
+            types = {}
+            for field in table.schema:
+                if field.name in declared:
+                    continue
+                if pa.types.is_struct(field.type) or not _tensors.is_tensor_type(field.type):
+                    types[field.name] = field.type
+                    continue
+                np_dtype = np.dtype(_tensors.tensor_dtype(field.type).to_pandas_dtype())
+                types[field.name] = (
+                    _tensors.tensor_type(np_dtype, _tensors.tensor_shape(field.type), layout=layout)
+                    if np_dtype.kind in "biuf"
+                    else field.type
+                )
+            st.declare("memory", types)
+        yield table
+
+
+def snapshots(
+    store: Store | str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    snapshot_id: int | None = None,
+    with_keys: bool = False,
+) -> Iterator[Any]:
     """The store's memory snapshots, one at a time.
 
     Each snapshot's ``name`` is the name it was imported under (the export's file stem).
@@ -414,7 +498,7 @@ def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iter
 
     with ThreadPoolExecutor(workers) as pool:
         for start in range(0, len(tasks), workers):
-            yield from pool.map(read, tasks[start:start + workers])
+            yield from pool.map(read, tasks[start : start + workers])
 
 
 def export_memory(
