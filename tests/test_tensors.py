@@ -172,3 +172,26 @@ def test_binary_layout_in_a_store_reads_in_every_engine(tmp_path):
     assert np.frombuffer(blobs[2][0], np.uint8).reshape(64, 64).tolist() == frames[2].tolist()
     df = pl.read_parquet(files).select("step", "observation")
     assert df.height == 5 and df["step"].to_list() == [0, 1, 2, 3, 4]
+
+
+def test_binary_layout_survives_compaction_and_info(tmp_path):
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)
+    t = tensors.tensor_type("float32", (32, 32), layout="binary")
+    store.declare("steps", {"observation": t, "action": pa.int64()})
+    rng = np.random.default_rng(2)
+    frames = rng.standard_normal((12, 32, 32)).astype(np.float32)
+    for i in range(4):
+        store.append("steps", {"run_id": "r", "episode_id": i, "step": np.arange(3), "env_index": 0,
+                               "observation": frames[3 * i:3 * i + 3], "action": [0, 1, None],
+                               "is_first": [True, False, False], "is_last": [False, False, True],
+                               "is_terminal": [False, False, True]})
+    assert store.compact("steps") == {"steps": (4, 1)}
+    back = store.read("steps")
+    assert back.schema.field("observation").type == t
+    assert tensors.to_numpy(back.column("observation")).tobytes() == frames.tobytes()
+    out = CliRunner().invoke(cli, ["info", str(tmp_path / "s")])
+    assert out.exit_code == 0 and "steps.observation" in out.output and "rlarrow.tensor" in out.output
