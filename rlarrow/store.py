@@ -78,6 +78,7 @@ FILE_BYTES = 1 << 30
 #: Auto-compaction starts when a table has more small files than this.
 AUTO_COMPACT_FILES = 64
 _COMPRESSION = "zstd"
+_BINARY_ZSTD_LEVEL = 3
 _READ_ATTEMPTS = 5
 
 
@@ -1048,13 +1049,16 @@ def _is_tensor_field(field: pa.Field) -> bool:
     return pa.types.is_nested(field.type) or isinstance(field.type, pa.ExtensionType)
 
 
-def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> dict[str, str]:
-    """Codec per Parquet leaf: zstd, except noise-like float tensor leaves.
+def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str], dict[str, int]]:
+    """Codec (and zstd level) per Parquet leaf: zstd, except noise-like tensor leaves.
 
-    A float tensor leaf whose first values zstd does not shrink by a fifth is stored plain:
-    zstd would double its read time for a few percent.
+    A float (or binary-layout) tensor leaf whose first values zstd does not shrink by a
+    fifth is stored plain: zstd would double its read time for a few percent. Binary-layout
+    leaves that do compress get zstd level 3, which shrinks frames about a sixth more than
+    level 1 at the same speed.
     """
     codecs: dict[str, str] = {}
+    levels: dict[str, int] = {}
     zstd = pa.Codec(_COMPRESSION)
     for field in schema:
         col = sample.column(field.name).combine_chunks() if sample.num_rows else None
@@ -1072,8 +1076,10 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> dict[str, str]:
                     data = data.slice(raw.offset * width, len(raw) * width)
                     if zstd.compress(data).size > 0.8 * data.size:
                         codec = "none"
+                    elif binary:
+                        levels[path] = _BINARY_ZSTD_LEVEL
             codecs[path] = codec
-    return codecs
+    return codecs, levels
 
 
 def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None) -> pq.ParquetWriter:
@@ -1082,12 +1088,16 @@ def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None)
     # tensor columns they cost write time and no reader uses them.
     flat = [f.name for f in schema if not _is_tensor_field(f)]
     compression: str | dict[str, str] = _COMPRESSION
+    levels: dict[str, int] | None = None
     if sample is not None and any(_is_tensor_field(f) for f in schema):
-        compression = _tensor_codecs(schema, sample)
+        compression, levels = _tensor_codecs(schema, sample)
+        if levels:  # a level for every zstd leaf: pyarrow wants the dict to cover them
+            levels = {path: levels.get(path, 1) for path, codec in compression.items() if codec == "zstd"}
     return pq.ParquetWriter(
         path,
         schema,
         compression=compression,
+        compression_level=levels or None,
         use_dictionary=flat,
         write_statistics=flat,
         store_schema=True,
