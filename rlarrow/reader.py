@@ -89,18 +89,25 @@ class _Rows:
                 starts.append(starts[-1] + meta.row_group(i).num_rows)
         self.starts = np.asarray(starts, np.int64)
         self.cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self.pinned = 0  # while a slice is assembled, keep all of its row groups
 
-    def group(self, g: int) -> pa.Table:
+    def _read(self, g: int) -> pa.Table:
         import pyarrow.parquet as pq
 
+        path, i = self.groups[g]
+        with pq.ParquetFile(path) as pf:
+            return pf.read_row_group(i)
+
+    def _remember(self, g: int, table: pa.Table) -> None:
+        self.cache[g] = table
+        while len(self.cache) > max(_CACHED_ROW_GROUPS, self.pinned):
+            self.cache.popitem(last=False)
+
+    def group(self, g: int) -> pa.Table:
         table = self.cache.get(g)
         if table is None:
-            path, i = self.groups[g]
-            with pq.ParquetFile(path) as pf:
-                table = pf.read_row_group(i)
-            self.cache[g] = table
-            if len(self.cache) > _CACHED_ROW_GROUPS:
-                self.cache.popitem(last=False)
+            table = self._read(g)
+            self._remember(g, table)
         else:
             self.cache.move_to_end(g)
         return table
@@ -130,12 +137,24 @@ class _Rows:
     def slice(self, lo: int, hi: int) -> pa.Table:
         """Rows ``lo`` to ``hi - 1`` (global), read from the row groups that hold them."""
         first = int(np.searchsorted(self.starts, lo, side="right") - 1)
+        last = int(np.searchsorted(self.starts, hi, side="left") - 1)
+        missing = [g for g in range(first, min(last, len(self.groups) - 1) + 1) if g not in self.cache]
+        self.pinned = last - first + 1
+        if len(missing) > 1:  # decode the row groups in parallel (Parquet decoding releases the GIL)
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
+                for g, table in zip(missing, pool.map(self._read, missing), strict=True):
+                    self._remember(g, table)
         parts = []
         g = first
         while g < len(self.groups) and self.starts[g] < hi:
             a, b = max(lo, int(self.starts[g])), min(hi, int(self.starts[g + 1]))
             parts.append(self.group(g).slice(a - int(self.starts[g]), b - a))
             g += 1
+        self.pinned = 0
+        while len(self.cache) > _CACHED_ROW_GROUPS:
+            self.cache.popitem(last=False)
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 

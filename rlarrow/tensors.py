@@ -57,8 +57,10 @@ __all__ = [
 #: observations), or a sequence of per-row arrays of one shape.
 TensorLike: TypeAlias = "np.ndarray | Mapping[str, Any] | Sequence[Any] | pa.Array | pa.ChunkedArray"
 
-#: Tensors with at least this many elements per row use the binary layout where rlarrow
-#: chooses the layout (recorders, importers); smaller ones stay nested fixed-size lists.
+#: Where rlarrow chooses the layout (recorders, importers: ``layout="auto"``), tensors of two
+#: or more dimensions (images, boards, grids) and vectors of at least this many elements use
+#: the binary layout; shorter vectors stay nested fixed-size lists, so SQL reaches their
+#: elements.
 BINARY_MIN_ELEMENTS = 1024
 
 
@@ -177,13 +179,14 @@ def tensor_type(dtype: Any, shape: Sequence[int] = (), *, layout: str = "list") 
     """The tensor column type for a NumPy/Arrow dtype and a per-row shape.
 
     ``layout="binary"`` gives the binary layout (:class:`TensorType`); ``"auto"`` gives it
-    for tensors of :data:`BINARY_MIN_ELEMENTS` elements or more, nested lists otherwise.
+    for tensors of two or more dimensions and for vectors of :data:`BINARY_MIN_ELEMENTS`
+    elements or more, nested lists otherwise.
 
     >>> tensor_type("uint8", (84, 84))
     FixedSizeListType(fixed_size_list<item: fixed_size_list<item: uint8>[84]>[84])
     """
     if layout == "auto":
-        big = int(np.prod(tuple(shape), dtype=np.int64)) >= BINARY_MIN_ELEMENTS
+        big = len(tuple(shape)) >= 2 or int(np.prod(tuple(shape), dtype=np.int64)) >= BINARY_MIN_ELEMENTS
         layout = "binary" if big and np.dtype(_np_dtype(dtype)).kind in "biuf" else "list"
     if layout == "binary":
         return TensorType(_np_dtype(dtype), shape)

@@ -130,6 +130,8 @@ def test_binary_layout_round_trips_and_converts():
     t = tensors.tensor_type("uint8", (84, 84), layout="auto")
     assert isinstance(t, tensors.TensorType) and t.storage_type == pa.binary(7056)
     assert tensors.tensor_type("float32", (8,), layout="auto") == pa.list_(pa.float32(), 8)
+    assert isinstance(tensors.tensor_type("float32", (10, 5), layout="auto"), tensors.TensorType)
+    assert isinstance(tensors.tensor_type("float32", (2048,), layout="auto"), tensors.TensorType)
     col = tensors.to_arrow(frames, t)
     back = tensors.to_numpy(col)
     assert back.dtype == np.uint8 and np.array_equal(back, frames)
