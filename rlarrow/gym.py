@@ -82,12 +82,12 @@ def _copy(value: Any, space: Any) -> Any:
     return np.array(value, dtype=space.dtype)
 
 
-def _index(batch: Any, i: int, space: Any) -> Any:
+def _index(batch: Any, i: int) -> Any:
     """Sub-env ``i``'s value in a vector env's batch (dicts and tuples of arrays)."""
     if isinstance(batch, Mapping):
-        return {k: _index(v, i, space[k] if space is not None else None) for k, v in batch.items()}
+        return {k: _index(v, i) for k, v in batch.items()}
     if isinstance(batch, tuple):
-        return tuple(_index(v, i, None) for v in batch)
+        return tuple(_index(v, i) for v in batch)
     return batch[i]
 
 
@@ -206,7 +206,7 @@ class _Recorder:
         obs, info = self.env.reset(seed=seed, options=options)
         if self.is_vector:
             for i in range(self._n):
-                self._start(i, _index(obs, i, None), self._sub_info(info, i))
+                self._start(i, _index(obs, i), self._sub_info(info, i))
         else:
             self._start(0, obs, info)
         return obs, info
@@ -220,17 +220,17 @@ class _Recorder:
         else:
             for i in range(self._n):
                 if self._needs_reset[i]:  # NEXT_STEP: this step reset sub-env i, its action unused
-                    self._start(i, _index(obs, i, None), self._sub_info(info, i))
+                    self._start(i, _index(obs, i), self._sub_info(info, i))
                     continue
                 ended = bool(terminated[i]) or bool(truncated[i])
                 final = obs
                 if ended and self._autoreset == "SAME_STEP":
                     final = info["final_obs"]
-                self._transition(i, _index(action, i, None), _index(final, i, None), reward[i],
+                self._transition(i, _index(action, i), _index(final, i), reward[i],
                                  bool(terminated[i]), bool(truncated[i]), self._sub_info(info, i))
                 if ended:
                     if self._autoreset == "SAME_STEP":
-                        self._start(i, _index(obs, i, None), None)
+                        self._start(i, _index(obs, i), None)
                     else:
                         self._needs_reset[i] = True
         if self._sink.due() or (self._flush_on_episode_end and self._sink.finished):

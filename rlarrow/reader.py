@@ -448,11 +448,11 @@ def _rows_of(col: pa.ChunkedArray, spec: Any) -> list[Any]:
 
 
 def _split(values: Any, spec: Any, n: int) -> list[Any]:
+    """Per-row values: array views (NumPy scalars for shape ()), dicts, or tuples as the spec says."""
     if isinstance(values, dict):
-        parts = {k: _split(v, spec.get(k) if isinstance(spec, dict) else None, n) for k, v in values.items()}
         if isinstance(spec, list):  # tuple observations were stored as {"0": ..., "1": ...}
-            return [tuple(parts[str(j)][i] for j in range(len(spec))) for i in range(n)]
+            items = [_split(values[str(j)], sub, n) for j, sub in enumerate(spec)]
+            return [tuple(item[i] for item in items) for i in range(n)]
+        parts = {k: _split(v, spec.get(k) if isinstance(spec, dict) else None, n) for k, v in values.items()}
         return [{k: parts[k][i] for k in parts} for i in range(n)]
-    if values.ndim == 1:  # scalars per row (shape ())
-        return list(values)  # NumPy scalars, as dm_env gives them
     return list(values)

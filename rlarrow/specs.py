@@ -76,7 +76,8 @@ def from_dict(data: Any) -> Any:
 def tensor_type(spec: Any) -> pa.DataType:
     """The tensor column type for a spec; nested specs become structs (dicts) of them.
 
-    Large tensors (images) get the binary layout (see :mod:`rlarrow.tensors`).
+    Tensors of two or more dimensions and long vectors get the binary layout
+    (``layout="auto"``, see :mod:`rlarrow.tensors`).
     """
     if isinstance(spec, Mapping):
         return pa.struct([pa.field(str(k), tensor_type(v)) for k, v in spec.items()])
