@@ -40,6 +40,7 @@ from rlarrow.errors import (
     RLArrowWarning,
     SchemaMismatchError,
     StoreError,
+    TruncatedInputWarning,
     UnsupportedInputError,
 )
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         alignment,
         convert,
         gym,
+        logger,
         memory,
         metadata,
         migrations,
@@ -82,11 +84,13 @@ __all__ = [
     "StoreError",
     "StoreInfo",
     "TableWriter",
+    "TruncatedInputWarning",
     "UnsupportedInputError",
     "__version__",
     "alignment",
     "convert",
     "gym",
+    "logger",
     "memory",
     "metadata",
     "migrate",
@@ -113,8 +117,8 @@ _LAZY = {
     "Reader": "rlarrow.reader",
     "StepData": "rlarrow.reader",
 }
-_SUBMODULES = {"alignment", "convert", "gym", "memory", "metadata", "migrations", "postprocessing", "reader",
-               "recorder", "schema", "specs", "tensors", "store", "unroll", "errors", "cli"}
+_SUBMODULES = {"alignment", "convert", "gym", "logger", "memory", "metadata", "migrations", "postprocessing",
+               "reader", "recorder", "schema", "specs", "tensors", "store", "unroll", "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:

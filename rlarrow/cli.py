@@ -150,18 +150,25 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 @click.option("--episodes", is_flag=True,
               help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
                    "rewards, terminated tensors).")
+@click.option("--skip-corrupt", is_flag=True,
+              help="tfevents: skip records whose checksum fails (counted) instead of stopping.")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
-            float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool) -> None:
-    """Import recorded data into STORE: replay-memory exports, envlogger directories, Minari datasets.
+            float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
+            skip_corrupt: bool) -> None:
+    """Import into STORE: replay-memory exports, envlogger dirs, Minari datasets, TensorBoard logs.
 
     Memory exports (.pt, .npz, .csv; files, directories, globs) become snapshots of the memory
     table, one per file, under one run. An envlogger directory (with metadata.riegeli) or a
-    Minari dataset (arrow or parquet backend) becomes one run of episodes and steps.
+    Minari dataset (arrow or parquet backend) becomes one run of episodes and steps. An event
+    file, or a directory with event files below it (tianshou, skrl, torch logs), becomes runs
+    of the scalars table, one per TensorBoard run (sub-runs such as add_scalars folders are
+    runs RUN_ID/<folder>).
     """
     from rlarrow.convert import convert_memory
     from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
     from rlarrow.io.minari import import_minari, is_minari_dir
+    from rlarrow.io.tfevents import import_tfevents, is_tfevents_source
 
     memory_inputs = []
     for item in inputs:
@@ -169,6 +176,12 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
             click.echo(str(import_envlogger(item, store, run_id=run_id, name=name)))
         elif is_minari_dir(item):
             click.echo(str(import_minari(item, store, run_id=run_id, name=name)))
+        elif is_tfevents_source(item):
+            tf_report = import_tfevents(item, store, run_id=run_id, name=name,
+                                        on_corrupt="skip" if skip_corrupt else "raise")
+            click.echo(f"imported {tf_report}")
+            for rid in tf_report.runs:
+                click.echo(f"  run {rid}")
         else:
             memory_inputs.append(item)
     if memory_inputs:
@@ -182,14 +195,28 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
               help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
-@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet", "envlogger"]),
+@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet", "envlogger", "tfevents"]),
               default="pt", show_default=True,
-              help="Memory export format, or envlogger (a run's episodes as an envlogger directory).")
+              help="Memory export format, envlogger (a run's episodes as an envlogger directory), or "
+                   "tfevents (the scalars as TensorBoard event files, DIR/<run_id>/).")
 @click.option("--run-id", help="Only this run's snapshots.")
 @click.option("--overwrite", is_flag=True, help="Replace files that exist.")
 @_friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
-    """Write STORE's memory snapshots back out as skrl exports, or a run as an envlogger directory."""
+    """Write STORE back out: memory snapshots, an envlogger run, or scalars as event files.
+
+    Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
+    envlogger directory, the scalars as TensorBoard event files (DIR/<run_id>/).
+    """
+    if fmt == "tfevents":
+        from rlarrow.io.tfevents import export_tfevents
+
+        files = export_tfevents(store, directory, run_id=run_id, overwrite=overwrite)
+        if not files:
+            click.echo("no scalars in the store")
+        for f in files:
+            click.echo(f"wrote {f}")
+        return
     if fmt == "envlogger":
         from rlarrow.io.envlogger import export_envlogger
 

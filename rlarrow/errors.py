@@ -14,7 +14,8 @@ Every error rlarrow raises on purpose derives from :class:`RLArrowError`, so one
 
     RLArrowWarning
     ├── FormatVersionWarning     written by a newer minor format version
-    └── AssumptionWarning        an importer had to assume something the input does not say
+    ├── AssumptionWarning        an importer had to assume something the input does not say
+    └── TruncatedInputWarning    an input ends in an incomplete record (what came before was read)
 
 Errors from pyarrow, DuckDB and the file system are translated at the boundary
 (``raise ... from exc``) and carry the path of the file involved.
@@ -43,6 +44,7 @@ __all__ = [
     "RLArrowWarning",
     "SchemaMismatchError",
     "StoreError",
+    "TruncatedInputWarning",
     "UnsupportedInputError",
 ]
 
@@ -138,6 +140,17 @@ class FormatVersionWarning(RLArrowWarning):
 
 class AssumptionWarning(RLArrowWarning):
     """An importer assumed something its input does not say (the message says what)."""
+
+
+class TruncatedInputWarning(RLArrowWarning):
+    """An input ends in an incomplete record (a writer still running, or killed).
+
+    Every complete record before it was read. Attributes: ``path``, the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {message}")
 
 
 def _indent(text: str, prefix: str = "    ") -> str:

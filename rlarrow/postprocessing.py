@@ -1,4 +1,4 @@
-"""Drop-in replacements for skrl's ``skrl.utils.postprocessing`` memory iterators.
+"""Drop-in replacements for skrl's ``skrl.utils.postprocessing`` iterators.
 
 :class:`MemoryFileIterator` yields ``(filename, data)`` for each file matching a glob
 pattern, as skrl's does: a dict of torch tensors ``(memory_size, num_envs, size)`` for
@@ -10,6 +10,10 @@ yielding an empty dict.
 
 :class:`ArrowMemoryFileIterator` yields ``(filename, pyarrow.RecordBatch)`` in the store's
 ``memory`` layout, streaming: a large csv never sits in memory whole.
+
+:class:`TensorboardFileIterator` yields ``(dirname, {tag: [[step, value], ...]})`` per event
+file, as skrl's does, but without TensorFlow and for every scalar encoding (skrl's reads
+only ``simple_value``, so tensor-encoded scalars come back as 0.0).
 
 Example:
     >>> import numpy as np, tempfile
@@ -35,7 +39,7 @@ import pyarrow as pa
 
 from rlarrow.errors import UnsupportedInputError
 
-__all__ = ["ArrowMemoryFileIterator", "MemoryFileIterator"]
+__all__ = ["ArrowMemoryFileIterator", "MemoryFileIterator", "TensorboardFileIterator"]
 
 
 class MemoryFileIterator:
@@ -141,3 +145,55 @@ class ArrowMemoryFileIterator:
                                  self.dtype):
                 for batch in table.to_batches(max_chunksize=self.batch_rows):
                     yield p.name, batch
+
+
+class TensorboardFileIterator:
+    """skrl's ``TensorboardFileIterator`` without TensorFlow, for every scalar encoding.
+
+    Each event file matching ``pathname`` (a glob; sorted) yields ``(dirname, data)``:
+    ``dirname`` is the name of the file's folder, ``data`` maps each requested tag found in
+    the file to ``[[step, value], ...]`` in file order. Values are Python floats (ints for
+    integer-encoded scalars, exact beyond 2^53). Unlike skrl's, every value of an event
+    counts (not only the first), and a damaged file raises
+    :class:`~rlarrow.errors.CorruptFileError` instead of being cut short silently.
+
+    Example:
+        >>> from rlarrow.io.tfevents import EventFileWriter
+        >>> import tempfile
+        >>> tmp = tempfile.mkdtemp()
+        >>> with EventFileWriter(f"{tmp}/run1") as w:
+        ...     w.add_scalar("Reward / Total reward (mean)", 1.5, step=10)
+        >>> for dirname, data in TensorboardFileIterator(f"{tmp}/*/events.*", "Reward / Total reward (mean)"):
+        ...     print(dirname, data)
+        run1 {'Reward / Total reward (mean)': [[10, 1.5]]}
+    """
+
+    def __init__(self, pathname: str, tags: str | list[str]) -> None:
+        from rlarrow.io.tfevents import is_event_file
+
+        self.n = 0
+        self.file_paths = sorted(p for p in glob.glob(pathname) if is_event_file(p))
+        self.tags = [tags] if isinstance(tags, str) else list(tags)
+
+    def __iter__(self) -> TensorboardFileIterator:
+        return self
+
+    def __next__(self) -> tuple[str, dict[str, list[list[Any]]]]:
+        from rlarrow.io.tfevents import TfeventsReader
+
+        if self.n >= len(self.file_paths):
+            raise StopIteration
+        file_path = self.file_paths[self.n]
+        self.n += 1
+        import pyarrow.compute as pc
+
+        data: dict[str, list[list[Any]]] = {}
+        for batch in TfeventsReader(file_path):
+            batch = batch.filter(pc.is_in(batch.column("tag"), pa.array(self.tags, pa.string())))
+            tags = batch.column("tag").to_pylist()
+            steps = batch.column("step").to_pylist()
+            values = batch.column("value").to_pylist()
+            ints = batch.column("value_int").to_pylist()
+            for tag, step, value, as_int in zip(tags, steps, values, ints, strict=True):
+                data.setdefault(tag, []).append([step, value if as_int is None else as_int])
+        return os.path.dirname(file_path).split(os.sep)[-1], data
