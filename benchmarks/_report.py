@@ -25,6 +25,29 @@ def machine() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_child(script: str, args: list[str]) -> dict[str, Any]:
+    """Run ``script --child ARGS`` in a fresh process; its last stdout line is a JSON result."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed:\n{out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def best_of(fn, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):

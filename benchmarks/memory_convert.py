@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -109,14 +107,6 @@ def task(name: str, path: str, num_envs: int, memory_size: int) -> None:
         raise SystemExit(f"unknown task {name}")
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited across exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def child(argv: list[str]) -> None:
     name, path, num_envs, memory_size, repeat = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
     best = float("inf")
@@ -124,16 +114,17 @@ def child(argv: list[str]) -> None:
         t0 = time.perf_counter()
         task(name, path, num_envs, memory_size)
         best = min(best, time.perf_counter() - t0)
+    sys.path.insert(0, os.fspath(HERE))
+    from _report import peak_rss_mb
+
     rss_mb = peak_rss_mb()
     print(json.dumps({"seconds": best, "peak_rss_mb": rss_mb}))
 
 
 def measure(name: str, path: Path, num_envs: int, memory_size: int, repeat: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", name, os.fspath(path), str(num_envs),
-                          str(memory_size), str(repeat)], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{out.stderr}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    from _report import run_child
+
+    result = run_child(__file__, [name, os.fspath(path), str(num_envs), str(memory_size), str(repeat)])
     print(f"  {name:<18} {path.suffix or 'store':<6} {result['seconds']:8.2f} s  "
           f"peak RSS {result['peak_rss_mb']:7.0f} MB", file=sys.stderr)
     return result

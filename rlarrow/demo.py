@@ -14,7 +14,8 @@ the Parquet files, without rlarrow. Last, it plays the corridor into skrl replay
 themselves as legacy ``.pt``, ``.npz`` and ``.csv`` files, converts those with
 ``rlarrow convert --episodes``, and queries the episodes recovered from them; and it records
 the corridor as a ``dm_env`` environment with ``rlarrow.EnvLogger``, read back with
-``rlarrow.Reader``.
+``rlarrow.Reader``. Last, the runs' logged points are written as TensorBoard event files
+(torch's ``SummaryWriter``), imported with ``rlarrow convert`` and queried with SQL.
 
 Run it with ``python -m rlarrow.demo OUTPUT_DIR`` (``make demo`` does).
 """
@@ -281,6 +282,18 @@ def record_with_envlogger(out: Path) -> None:
           f"whole episodes as columns: {reader.episode_columns(slice(0, 5))['observation'].shape}")
 
 
+def _rlarrow_cli(argv: list[str]) -> None:
+    """Show and run one ``rlarrow`` command in this process (a failure stops the demo)."""
+    from rlarrow.cli import main as cli_main
+
+    print("   $ rlarrow " + " ".join(argv))
+    try:
+        cli_main(argv)
+    except SystemExit as exc:
+        if exc.code:
+            raise
+
+
 def convert_legacy(out: Path) -> None:
     """Stage 5 of the demo: legacy memory exports -> a store, unrolled into episodes."""
     import importlib.util
@@ -297,16 +310,8 @@ def convert_legacy(out: Path) -> None:
     store_path = out / "legacy.rlarrow"
     if store_path.exists():
         shutil.rmtree(store_path)
-    from rlarrow.cli import main as cli_main
-
-    argv = ["convert", str(legacy / "memories"), "-o", str(store_path), "--num-envs", str(NUM_ENVS),
-            "--episodes", "--name", "legacy-corridor"]
-    print("   $ rlarrow " + " ".join(argv))
-    try:
-        cli_main(argv)
-    except SystemExit as exc:
-        if exc.code:
-            raise
+    _rlarrow_cli(["convert", str(legacy / "memories"), "-o", str(store_path), "--num-envs", str(NUM_ENVS),
+                  "--episodes", "--name", "legacy-corridor"])
     import duckdb
 
     query = f"""
@@ -318,6 +323,64 @@ def convert_legacy(out: Path) -> None:
               from read_parquet('{store_path}/memory/*.parquet')) m
           on m.run_id = e.run_id and m.snapshot_id = (e.metadata->>'snapshot_id')::bigint
         group by all order by export"""
+    print(query.strip())
+    print(duckdb.sql(query))
+
+
+def import_training_logs(out: Path, demo_store: Path) -> None:
+    """Stage 7 of the demo: TensorBoard event files -> the scalars table, queried with SQL.
+
+    The corridor runs' logged points are written as event files the way a training script
+    does it (torch's ``SummaryWriter`` when torch is installed, with ``add_scalars`` making
+    sub-runs; else rlarrow's ``EventFileWriter``), then imported with ``rlarrow convert``.
+    """
+    import importlib.util
+
+    import duckdb
+
+    logs = out / "tb-logs"
+    if logs.exists():
+        shutil.rmtree(logs)
+    rows = duckdb.execute(f"""select r.name, s.tag, s.step, s.value, s.wall_time
+                          from read_parquet('{demo_store}/scalars/*.parquet') s
+                          join read_parquet('{demo_store}/runs/*.parquet') r using (run_id)
+                          order by r.name, s.step, s.tag""").fetchall()
+    if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("tensorboard") is not None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writers: dict[str, Any] = {}
+        extra = 0
+        for name, tag, step, value, wall in rows:
+            w = writers.get(name) or writers.setdefault(name, SummaryWriter(str(logs / name)))
+            w.add_scalar(tag, value, step, walltime=wall)
+            if tag == "train/episode_return" and step % 50 == 0:
+                w.add_scalars("return", {"raw": value, "clipped": min(value, 0.5)}, step, walltime=wall)
+                extra += 2
+        for w in writers.values():
+            w.close()
+        who = f"torch's SummaryWriter (add_scalar, and add_scalars for {extra} points in sub-runs)"
+    else:
+        from rlarrow.io.tfevents import EventFileWriter
+
+        files: dict[str, EventFileWriter] = {}
+        for name, tag, step, value, wall in rows:
+            f = files.get(name) or files.setdefault(name, EventFileWriter(logs / name))
+            f.add_scalar(tag, value, step, wall)
+        for f in files.values():
+            f.close()
+        who = "rlarrow's EventFileWriter (torch is not installed)"
+    n_files = sum(1 for p in logs.rglob("*") if "tfevents" in p.name)
+    print(f"   {who} wrote {len(rows)} points into {n_files} event files under {logs}")
+    store_path = out / "logs.rlarrow"
+    if store_path.exists():
+        shutil.rmtree(store_path)
+    _rlarrow_cli(["convert", str(logs), "-o", str(store_path), "--run-id", "corridor"])
+    query = f"""
+        select run_id, tag, count(*) as points, max(step) as last_step,
+               round(avg(value) filter (where step > max_step - 200), 3) as mean_last_200_steps
+        from (select *, max(step) over (partition by run_id, tag) as max_step
+              from read_parquet('{store_path}/scalars/*.parquet'))
+        group by all order by run_id, tag"""
     print(query.strip())
     print(duckdb.sql(query))
 
@@ -387,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== 6. a dm_env environment recorded with rlarrow.EnvLogger, read with rlarrow.Reader")
     record_with_envlogger(out)
+
+    print("\n== 7. training logs: TensorBoard event files -> the scalars table, asked with SQL")
+    import_training_logs(out, store_path)
 
     print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
     print(f"Look at it with:  .venv/bin/rlarrow info {store_path}")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import duckdb
+import pyarrow.compute as pc
 
 import rlarrow
 
@@ -39,3 +40,11 @@ def test_demo_runs_and_builds_a_store(tmp_path):
         assert "recorded 50 episodes" in out.stdout
         reader = rlarrow.Reader(tmp_path / "out" / "envlogger.rlarrow")
         assert len(reader.episodes) == 50 and reader.metadata()["agent"] == "mostly-right"
+    # Stage 7: event files imported into the scalars table, sub-runs of add_scalars kept apart.
+    logs = rlarrow.Store.open(tmp_path / "out" / "logs.rlarrow")
+    runs = set(logs.read("runs", columns=["run_id"])["run_id"].to_pylist())
+    assert {"corridor/corridor-seed0", "corridor/corridor-seed1"} <= runs
+    # every logged point of the demo store came through the event files
+    assert logs.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows == \
+        store.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows
+    assert "mean_last_200_steps" in out.stdout

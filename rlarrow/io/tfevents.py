@@ -680,7 +680,7 @@ class TfeventsReader:
                                            offset=int(offs[i])) from None
                 self.report.corrupt.append((os.fspath(path), int(offs[i])))
         idx = np.flatnonzero(ok)
-        tags = _strings(buf, fast["tag_start"][idx], fast["tag_len"][idx])
+        tags, scopes = _tags_and_scopes(buf, fast["tag_start"][idx], fast["tag_len"][idx])
         n = len(idx)
         cols: dict[str, Any] = {
             "tag": tags,
@@ -709,8 +709,9 @@ class TfeventsReader:
             order = np.argsort(np.concatenate([order_fast, order_slow]), kind="stable")
             take = pa.array(order)
             cols = {k: pa.concat_arrays([cols[k], extra[k]]).take(take) for k in cols}
+            scopes = _scopes(cols["tag"])
         n = len(cols["tag"])
-        cols["scope"] = _scopes(cols["tag"])
+        cols["scope"] = scopes
         cols["run_id"] = _const(run_id, n)
         return pa.RecordBatch.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
 
@@ -725,6 +726,45 @@ def _scopes(tags: pa.Array) -> pa.Array:
     enc = pc.dictionary_encode(tags)
     scopes = pa.array([scope_of(t) for t in enc.dictionary.to_pylist()], pa.string())
     return pa.DictionaryArray.from_arrays(enc.indices, scopes).cast(pa.string())
+
+
+_KEY_WORDS = 8  # tags up to 64 bytes are deduplicated by their bytes; longer ones taken one by one
+
+
+def _tags_and_scopes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """The tag and scope columns of the fast-path rows.
+
+    A tag's bytes (zero-padded to whole words) and its length form an exact key; hashing
+    the keys finds the few distinct tags, which are decoded once each.
+    """
+    n = len(starts)
+    if not n or int(lengths.max()) > 8 * _KEY_WORDS:
+        tags = _strings(buf, starts, lengths)
+        return tags, _scopes(tags)
+    words = -(-int(lengths.max()) // 8) or 1
+    u64 = unaligned(buf, "<u8")
+    key = np.empty((n, words + 1), dtype=np.uint64)
+    key[:, 0] = lengths
+    last = len(u64) - 1
+    for j in range(words):
+        rem = lengths - 8 * j
+        w = u64[np.minimum(starts + 8 * j, last)]
+        full = np.uint64(0xFFFFFFFFFFFFFFFF)
+        keep = np.where(rem >= 8, full, (np.uint64(1) << (8 * np.clip(rem, 0, 7)).astype(np.uint64)) - np.uint64(1))
+        key[:, j + 1] = w & keep
+    width = 8 * (words + 1)
+    keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(key)])
+    enc = pc.dictionary_encode(keys)
+    texts: list[str] = []
+    for k in enc.dictionary.to_pylist():
+        size = int.from_bytes(k[:8], "little")
+        try:
+            texts.append(k[8:8 + size].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise _Malformed(f"a tag is not valid UTF-8 ({exc})") from None
+    tags = pa.DictionaryArray.from_arrays(enc.indices, pa.array(texts, pa.string())).cast(pa.string())
+    scopes = pa.DictionaryArray.from_arrays(enc.indices, pa.array([scope_of(t) for t in texts], pa.string()))
+    return tags, scopes.cast(pa.string())
 
 
 def _strings(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -1010,6 +1050,7 @@ class EventFileWriter:
             pending.append(_event_bytes(0.0 if wt is None else wt, steps[i], msg))
             if len(pending) >= self.flush_every:
                 self.flush()
+                pending = self._pending
 
     def flush(self) -> None:
         """Write the buffered records (complete records only) and flush the file."""

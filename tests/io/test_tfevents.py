@@ -360,6 +360,18 @@ def test_import_then_export_round_trips_through_the_cli(tmp_path: Path) -> None:
     assert done.value.code != 0  # files exist: refused without --overwrite
 
 
+def test_many_rows_survive_the_writers_periodic_flushes(tmp_path: Path) -> None:
+    n = 10_000
+    tags = [f"t{i % 7}" for i in range(n)]
+    table = rlarrow.schema.build("scalars", {"run_id": "r", "scope": "", "tag": tags, "step": np.arange(n),
+                                             "value": np.arange(n) / 3})
+    with tfe.EventFileWriter(tmp_path, flush_every=1000) as w:
+        w.write_batch(table)
+    back = tfe.read_tfevents(tmp_path)
+    assert back["step"].to_pylist() == list(range(n))
+    assert np.array_equal(back["value"].to_numpy(), (np.arange(n) / 3).astype(np.float32))
+
+
 def test_event_file_writer_output_is_readable_while_still_open(tmp_path: Path) -> None:
     w = tfe.EventFileWriter(tmp_path)
     for i in range(10):
