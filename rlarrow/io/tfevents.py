@@ -749,8 +749,8 @@ def _tags_and_scopes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
     for j in range(words):
         rem = lengths - 8 * j
         w = u64[np.minimum(starts + 8 * j, last)]
-        full = np.uint64(0xFFFFFFFFFFFFFFFF)
-        keep = np.where(rem >= 8, full, (np.uint64(1) << (8 * np.clip(rem, 0, 7)).astype(np.uint64)) - np.uint64(1))
+        partial = (np.uint64(1) << (8 * np.clip(rem, 0, 7)).astype(np.uint64)) - np.uint64(1)
+        keep = np.where(rem >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), partial)
         key[:, j + 1] = w & keep
     width = 8 * (words + 1)
     keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(key)])
