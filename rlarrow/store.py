@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rlarrow import schema as _schema
@@ -1049,16 +1050,19 @@ def _is_tensor_field(field: pa.Field) -> bool:
     return pa.types.is_nested(field.type) or isinstance(field.type, pa.ExtensionType)
 
 
-def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str], dict[str, int]]:
-    """Codec (and zstd level) per Parquet leaf: zstd, except noise-like tensor leaves.
+def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str], dict[str, int], list[str]]:
+    """Codec (and zstd level) per Parquet leaf, and the tensor leaves worth a dictionary.
 
     A float (or binary-layout) tensor leaf whose first values zstd does not shrink by a
     fifth is stored plain: zstd would double its read time for a few percent. Binary-layout
     leaves that do compress get zstd level 3, which shrinks frames about a sixth more than
-    level 1 at the same speed.
+    level 1 at the same speed. A binary-layout leaf whose sample repeats values (at most one
+    distinct value in four rows: board games, small grids) is dictionary-encoded, which
+    stores each distinct tensor once (Catch's boards: 7x smaller).
     """
     codecs: dict[str, str] = {}
     levels: dict[str, int] = {}
+    dictionary: list[str] = []
     zstd = pa.Codec(_COMPRESSION)
     for field in schema:
         col = sample.column(field.name).combine_chunks() if sample.num_rows else None
@@ -1071,7 +1075,10 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
                 limit = max(1, (1 << 20) // leaf.type.byte_width) if binary else 1 << 16
                 raw = leaf.slice(0, min(len(leaf), limit))
                 data = raw.buffers()[1]
-                if data is not None and data.size >= 4096:
+                if binary and len(raw) >= 64 and pc.count_distinct(raw).as_py() * 4 <= len(raw):
+                    dictionary.append(path)
+                    levels[path] = _BINARY_ZSTD_LEVEL
+                elif data is not None and data.size >= 4096:
                     width = raw.type.byte_width if binary else raw.type.bit_width // 8
                     data = data.slice(raw.offset * width, len(raw) * width)
                     if zstd.compress(data).size > 0.8 * data.size:
@@ -1079,7 +1086,7 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
                     elif binary:
                         levels[path] = _BINARY_ZSTD_LEVEL
             codecs[path] = codec
-    return codecs, levels
+    return codecs, levels, dictionary
 
 
 def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None) -> pq.ParquetWriter:
@@ -1089,8 +1096,9 @@ def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None)
     flat = [f.name for f in schema if not _is_tensor_field(f)]
     compression: str | dict[str, str] = _COMPRESSION
     levels: dict[str, int] | None = None
+    dictionary: list[str] = []
     if sample is not None and any(_is_tensor_field(f) for f in schema):
-        compression, levels = _tensor_codecs(schema, sample)
+        compression, levels, dictionary = _tensor_codecs(schema, sample)
         if levels:  # a level for every zstd leaf: pyarrow wants the dict to cover them
             levels = {path: levels.get(path, 1) for path, codec in compression.items() if codec == "zstd"}
     return pq.ParquetWriter(
@@ -1098,7 +1106,7 @@ def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None)
         schema,
         compression=compression,
         compression_level=levels or None,
-        use_dictionary=flat,
+        use_dictionary=flat + dictionary,
         write_statistics=flat,
         store_schema=True,
     )

@@ -380,3 +380,30 @@ def test_codecs_zstd_where_it_pays_and_plain_for_noise(tmp_path):
     assert stats["step"] and not stats["observation.noise.list.element"]
     back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
     assert back["noise"].tobytes() == noise.tobytes() and back["frame"].dtype == np.uint8
+
+
+def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
+    """Board-like tensors that repeat (Catch's 10x5 grids) are stored once each; noise is not."""
+    store = rlarrow.Store.create(tmp_path / "s")
+    rng = np.random.default_rng(0)
+    n = 20000
+    boards = np.zeros((50, 10, 5), np.float32)
+    boards[np.arange(50), np.arange(50) % 10, np.arange(50) % 5] = 1.0
+    obs = boards[rng.integers(0, 50, n)]
+    frames = rng.integers(0, 256, (n, 8, 8), np.uint8)
+    store.declare("steps", {"observation": pa.struct([
+        ("board", rlarrow.tensors.tensor_type(np.float32, (10, 5), layout="binary")),
+        ("frame", rlarrow.tensors.tensor_type(np.uint8, (8, 8), layout="binary"))])})
+    store.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(n), "env_index": 0,
+                           "observation": {"board": obs, "frame": frames},
+                           "is_first": np.arange(n) == 0, "is_last": np.arange(n) == n - 1,
+                           "is_terminal": np.zeros(n, bool)})
+    [path] = store.files("steps")
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    enc = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    size = {meta.column(i).path_in_schema: meta.column(i).total_compressed_size for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in enc["observation.board"]
+    assert "RLE_DICTIONARY" not in enc["observation.frame"]
+    assert size["observation.board"] < n  # under a byte a row for 200-byte boards
+    back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    assert back["board"].tobytes() == obs.tobytes() and back["frame"].tobytes() == frames.tobytes()
