@@ -400,8 +400,9 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
                            "is_terminal": np.zeros(n, bool)})
     [path] = store.files("steps")
     meta = pq.ParquetFile(path).metadata.row_group(0)
-    enc = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
-    size = {meta.column(i).path_in_schema: meta.column(i).total_compressed_size for i in range(meta.num_columns)}
+    cols = [meta.column(i) for i in range(meta.num_columns)]
+    enc = {c.path_in_schema: c.encodings for c in cols}
+    size = {c.path_in_schema: c.total_compressed_size for c in cols}
     assert "RLE_DICTIONARY" in enc["observation.board"]
     assert "RLE_DICTIONARY" not in enc["observation.frame"]
     assert size["observation.board"] < n  # under a byte a row for 200-byte boards
