@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         metadata,
         migrations,
         postprocessing,
+        query,
         reader,
         recorder,
         schema,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
         unroll,
     )
     from rlarrow.migrations import migrate
+    from rlarrow.query import connect, scan, sql
     from rlarrow.reader import Reader, StepData
     from rlarrow.recorder import EnvLogger
     from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
@@ -88,6 +90,7 @@ __all__ = [
     "UnsupportedInputError",
     "__version__",
     "alignment",
+    "connect",
     "convert",
     "gym",
     "logger",
@@ -97,10 +100,13 @@ __all__ = [
     "migrations",
     "new_run_id",
     "postprocessing",
+    "query",
     "reader",
     "recorder",
+    "scan",
     "schema",
     "specs",
+    "sql",
     "tensors",
     "unroll",
 ]
@@ -113,12 +119,16 @@ _LAZY = {
     "CommitInfo": "rlarrow.store",
     "new_run_id": "rlarrow.store",
     "migrate": "rlarrow.migrations",
+    "connect": "rlarrow.query",
+    "sql": "rlarrow.query",
+    "scan": "rlarrow.query",
     "EnvLogger": "rlarrow.recorder",
     "Reader": "rlarrow.reader",
     "StepData": "rlarrow.reader",
 }
 _SUBMODULES = {"alignment", "convert", "gym", "logger", "memory", "metadata", "migrations", "postprocessing",
-               "reader", "recorder", "schema", "specs", "tensors", "store", "unroll", "errors", "cli"}
+               "query", "reader", "recorder", "schema", "specs", "tensors", "store", "unroll", "errors",
+               "cli"}
 
 
 def __getattr__(name: str) -> Any:

@@ -16,9 +16,11 @@ Examples (from a shell)::
 from __future__ import annotations
 
 import functools
+import io
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -229,6 +231,86 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
         click.echo("no memory snapshots in the store")
     for p in paths:
         click.echo(f"wrote {p}")
+
+
+@cli.command("sql")
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="table: a readable box; csv/json: to stdout or -o; parquet: needs -o.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to this file.")
+@click.option("--max-rows", type=int, default=40, show_default=True, help="Rows shown by --format table.")
+@_friendly_errors
+def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int) -> None:
+    r"""Run a SQL QUERY over STORE with DuckDB.
+
+    Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
+    discounted_return(rewards, gamma), success_rate(flag), smoothed(n), ema(weight),
+    steps_to_threshold(tag, threshold). See docs/format.md for the columns.
+
+    \b
+    Example:
+      rlarrow sql runs.rlarrow "select run_id, avg(\"return\") from episodes group by all"
+    """
+    import duckdb
+
+    from rlarrow.query import connect
+
+    con = connect(store)
+    try:
+        try:
+            rel = con.sql(query)
+        except duckdb.Error as exc:
+            raise click.ClickException(f"{exc}\n(views: runs, episodes, steps, scalars, memory, "
+                                       "transitions; `rlarrow info STORE` lists the columns)") from None
+        if rel is None:
+            click.echo("ok")
+            return
+        if fmt == "table" and output is None:
+            click.echo(_box(rel, max_rows))
+            return
+        table = rel.to_arrow_table()
+    finally:
+        con.close()
+    if fmt == "parquet":
+        if output is None:
+            raise click.UsageError("--format parquet needs -o FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, output)
+    elif fmt in ("csv", "table"):
+        import pyarrow.csv as pacsv
+
+        if output is None:
+            sink = io.BytesIO()
+            pacsv.write_csv(table, sink)
+            click.echo(sink.getvalue().decode(), nl=False)
+        else:
+            pacsv.write_csv(table, output)
+    else:
+        text = "\n".join(json.dumps(row, default=_json_default) for row in table.to_pylist())
+        if output is None:
+            click.echo(text)
+        else:
+            Path(output).write_text(text + "\n")
+    if output is not None:
+        click.echo(f"wrote {table.num_rows} rows to {output}", err=True)
+
+
+def _box(rel: Any, max_rows: int) -> str:
+    """DuckDB's own readable table, cut at ``max_rows`` rows."""
+    total = rel.count("*").fetchall()[0][0] if max_rows else 0
+    shown = rel.limit(max_rows) if max_rows and total > max_rows else rel
+    text = str(shown)
+    if max_rows and total > max_rows:
+        text += f"({total} rows; {max_rows} shown: --max-rows N for more, or --format csv)\n"
+    return text
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
 
 
 def main(argv: list[str] | None = None) -> None:

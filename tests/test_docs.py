@@ -16,7 +16,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 MODULES = ["rlarrow", "rlarrow.errors", "rlarrow.tensors", "rlarrow.metadata", "rlarrow.schema",
            "rlarrow.store", "rlarrow.migrations", "rlarrow.io.tfevents", "rlarrow.io._crc32c",
-           "rlarrow.logger", "rlarrow.postprocessing"]
+           "rlarrow.logger", "rlarrow.postprocessing", "rlarrow.query"]
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
@@ -29,6 +29,7 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
     assert "4 100" in out  # the row counts the first block prints
     assert "cartpole-ppo" in out and "0.0003" in out
     assert "dqn {'training/env_step': [[1000, 1000], [2000, 2000]]}" in out
+    assert "0 (4, 4) [ 1.  1.  1. nan]" in out
 
 
 def test_readme_quickstart_has_exactly_the_two_commands():

@@ -1,0 +1,294 @@
+"""SQL over a store with DuckDB, lazy frames with Polars, and episodes as arrays.
+
+:func:`connect` opens a DuckDB connection with one view per table over the store's
+committed Parquet files (``runs``, ``episodes``, ``steps``, ``scalars``, ``memory``), the
+derived view ``transitions``, and macros for common RL measures:
+
+==========================================  ====================================================
+``transitions``                             one row per step that has a next step in its
+                                            episode: ``observation, action, reward, discount,
+                                            next_observation, done`` (the next step is
+                                            terminal), ``truncated`` (last but not terminal)
+``episode_returns(gamma)``                  per episode: ``steps`` (actions), ``return``,
+                                            ``discounted_return``, ``terminated``
+``discounted_return(rewards, gamma)``       a list of rewards (in step order) discounted
+``success_rate(flag)``                      aggregate: the fraction of true values
+``smoothed(n)``                             ``scalars`` with ``moving_average``: the mean of
+                                            the last ``n`` points of each run and tag
+``ema(weight)``                             ``scalars`` with ``ema``: TensorBoard's debiased
+                                            exponential smoothing (weight 0.6 ... 0.999)
+``steps_to_threshold(tag, threshold)``      per run: the first step at which ``tag`` reached
+                                            ``threshold`` (null if never)
+==========================================  ====================================================
+
+The views read the files directly, so DuckDB pushes filters and column selections down to
+Parquet: a query on one run reads only the row groups whose statistics can hold it.
+Metadata columns are JSON: ``metadata->>'key'`` reaches any key.
+
+Example:
+    >>> import numpy as np, rlarrow, tempfile
+    >>> path = tempfile.mkdtemp() + "/runs.rlarrow"
+    >>> with rlarrow.Store.create(path) as st:
+    ...     _ = st.append("scalars", {"run_id": "a", "scope": "train", "tag": "return",
+    ...                               "step": np.arange(5), "value": [0.0, 1, 2, 3, 4]})
+    >>> sql(path, "select * from steps_to_threshold('return', 2.5)").to_pylist()
+    [{'run_id': 'a', 'step': 3}]
+    >>> con = connect(path)
+    >>> con.sql("select step, moving_average from smoothed(2) order by step").fetchall()[:3]
+    [(0, 0.0), (1, 0.5), (2, 1.5)]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow import schema as _schema
+
+__all__ = ["connect", "iter_episodes", "scan", "sql"]
+
+# EMA weights below this fraction of the newest point's are left out of the window
+_EMA_EPS = 1e-12
+
+
+def _store(store: Any) -> Any:
+    from rlarrow.store import Store
+
+    return store if isinstance(store, Store) else Store.open(store, readonly=True)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(_quote(os.fspath(f)) for f in files) + "]"
+
+
+_TRANSITIONS = """
+create or replace view transitions as
+select run_id, episode_id, env_index, step, observation, action, reward, discount,
+       next_observation, coalesce(next_is_terminal, false) as done,
+       coalesce(next_is_last and not next_is_terminal, false) as truncated
+from (select *,
+             lead(observation) over w as next_observation,
+             lead(is_terminal) over w as next_is_terminal,
+             lead(is_last) over w as next_is_last,
+             lead(step) over w as next_step
+      from steps
+      window w as (partition by run_id, episode_id order by step))
+where next_step is not null and action is not null
+"""
+
+_MACROS = [
+    """create or replace macro discounted_return(rewards, gamma) as
+       list_sum(list_transform(rewards, lambda x, i: coalesce(x, 0) * pow(gamma, i - 1)))""",
+    "create or replace macro success_rate(flag) as avg(case when flag then 1.0 else 0.0 end)",
+    """create or replace macro episode_returns(gamma) as table
+       select run_id, episode_id, steps, "return", discounted_return(rewards, gamma) as discounted_return,
+              terminated
+       from (select run_id, episode_id, count(action) as steps, sum(reward) as "return",
+                    list(reward order by step) as rewards, bool_or(is_terminal) as terminated
+             from steps group by run_id, episode_id)""",
+    """create or replace macro smoothed(n) as table
+       select *, avg(value) over (partition by run_id, tag order by step, wall_time
+                                  rows between n - 1 preceding and current row) as moving_average
+       from scalars""",
+    """create or replace macro steps_to_threshold(tag_name, threshold) as table
+       select r.run_id, min(s.step) filter (where s.value >= threshold) as step
+       from (select distinct run_id from scalars where tag = tag_name) r
+       join scalars s on s.run_id = r.run_id and s.tag = tag_name
+       group by r.run_id order by r.run_id""",
+]
+
+
+def _ema_macro(max_window: int) -> str:
+    # s_t = sum_{k<=t} (1-w) w^(t-k) x_k / (1 - w^(t+1)): the last `window` points carry all
+    # but 1e-12 of the weight, so each row takes a dot product over that window.
+    return f"""create or replace macro ema(weight) as table
+       select * exclude (_recent, _i),
+              list_sum(list_transform(_recent, lambda x, j: x * pow(weight, len(_recent) - j)))
+                * (1 - weight) / (1 - pow(weight, _i)) as ema
+       from (select *, row_number() over w as _i,
+                    list(value) over (w rows between {max_window - 1} preceding and current row) as _recent
+             from scalars window w as (partition by run_id, tag order by step, wall_time))"""
+
+
+def connect(store: Any, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
+    r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
+
+    The views see the files committed when it was called (call again to see later
+    commits). ``ema_window`` bounds the rows the ``ema`` macro weighs per point (default:
+    enough for weights up to 0.999 to leave out less than 1e-12 of the weight).
+
+    Example:
+        >>> con = connect("runs.rlarrow")  # doctest: +SKIP
+        >>> con.sql('select run_id, avg("return") from episodes group by all').pl()  # doctest: +SKIP
+    """
+    import duckdb
+
+    st = _store(store)
+    con = duckdb.connect(database)
+    for table in _schema.TABLE_NAMES:
+        files = st.files(table)
+        if files:
+            source = f"read_parquet({_file_list(files)})"
+            names = set(st.schema(table).names)
+        else:
+            empty = st.schema(table) or _schema.table(table).arrow_schema()
+            con.register(f"_rlarrow_empty_{table}", _plain(empty).empty_table())
+            source, names = f"_rlarrow_empty_{table}", set(empty.names)
+        # steps before their first commit have no tensor columns: null ones keep the SQL valid
+        extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
+                        if table == "steps" and c not in names)
+        con.execute(f"create or replace view {table} as select *{extra} from {source}")
+    con.execute(_TRANSITIONS)
+    for macro in _MACROS:
+        con.execute(macro)
+    window = ema_window or int(math.ceil(math.log(_EMA_EPS) / math.log(0.999)))
+    con.execute(_ema_macro(window))
+    return con
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """The schema with extension types replaced by their storage (what DuckDB reads from files)."""
+    fields = []
+    for f in schema:
+        t = f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type
+        if pa.types.is_struct(t):
+            t = pa.struct(list(_plain(pa.schema(list(t)))))
+        fields.append(pa.field(f.name, t, f.nullable))
+    return pa.schema(fields)
+
+
+def sql(store: Any, query: str, *, params: Sequence[Any] | None = None) -> pa.Table:
+    """Run ``query`` over ``store`` (see :func:`connect`) and return a pyarrow Table.
+
+    Example:
+        >>> sql("runs.rlarrow", "select * from episode_returns(0.99) limit 5")  # doctest: +SKIP
+    """
+    con = connect(store)
+    try:
+        rel = con.sql(query, params=params) if params else con.sql(query)
+        if rel is None:
+            return pa.table({})
+        table: pa.Table = rel.to_arrow_table()
+        return table
+    finally:
+        con.close()
+
+
+def scan(store: Any, table: str) -> Any:
+    """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
+
+    Example:
+        >>> import polars as pl
+        >>> scan("runs.rlarrow", "scalars").filter(pl.col("tag") == "train/loss").collect()  # doctest: +SKIP
+    """
+    import polars as pl
+
+    st = _store(store)
+    files = [os.fspath(f) for f in st.files(table)]
+    if not files:
+        empty = st.schema(table) or _schema.table(table).arrow_schema()
+        return pl.DataFrame(_plain(empty).empty_table()).lazy()
+    return pl.scan_parquet(files)
+
+
+def iter_episodes(
+    store: Any,
+    where: str | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    run_id: str | None = None,
+    as_torch: bool = False,
+    batch_episodes: int = 256,
+) -> Iterator[dict[str, Any]]:
+    r"""Each episode of ``store`` as a dict of arrays (NumPy, or torch tensors), in step order.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        where: a SQL predicate on the ``episodes`` table choosing episodes, e.g.
+            ``"\\"return\\" > 0.5 and not truncated"`` or ``"metadata->>'seed' = '3'"``; every
+            episode of ``steps`` when None.
+        columns: the ``steps`` columns to read (default: observation, action, reward,
+            discount, is_first, is_last, is_terminal); unselected columns are never read.
+        run_id: only this run.
+        as_torch: torch tensors instead of NumPy arrays (needs the ``torch`` extra).
+        batch_episodes: episodes read per Parquet scan.
+
+    Each dict also has ``run_id`` and ``episode_id``. Tensor columns come back with their
+    dtype and shape, dict observations as dicts; nullable columns (the last step's action
+    and reward) as float arrays with NaN, or object arrays where no NaN fits.
+
+    Example:
+        >>> for ep in iter_episodes("runs.rlarrow", "\\"return\\" > 0", columns=["reward"]):  # doctest: +SKIP
+        ...     print(ep["episode_id"], ep["reward"].sum())
+    """
+    import pyarrow.compute as pc
+
+    from rlarrow.tensors import to_numpy
+
+    st = _store(store)
+    cols = list(columns or ["observation", "action", "reward", "discount", "is_first", "is_last",
+                            "is_terminal"])
+    keys_source = "episodes" if where is not None else "steps"
+    query = f"select distinct run_id, episode_id from {keys_source}"
+    conds = [f"({where})"] if where is not None else []
+    if run_id is not None:
+        conds.append(f"run_id = {_quote(run_id)}")
+    if conds:
+        query += " where " + " and ".join(conds)
+    query += " order by run_id, episode_id"
+    con = connect(st)
+    try:
+        keys = con.sql(query).fetchall()
+    finally:
+        con.close()
+    if as_torch:
+        from rlarrow._deps import require
+
+        torch = require("torch", feature="iter_episodes(as_torch=True)")
+    dataset = st.dataset("steps")
+    for start in range(0, len(keys), batch_episodes):
+        chunk = keys[start:start + batch_episodes]
+        by_run: dict[str, list[int]] = {}
+        for rid, eid in chunk:
+            by_run.setdefault(rid, []).append(eid)
+        for rid, eids in by_run.items():
+            flt = (pc.field("run_id") == rid) & pc.field("episode_id").isin(eids)
+            table = dataset.to_table(columns=["episode_id", "step", *cols], filter=flt)
+            table = table.sort_by([("episode_id", "ascending"), ("step", "ascending")])
+            ids = table.column("episode_id").to_numpy()
+            cuts = np.flatnonzero(np.diff(ids)) + 1
+            bounds = np.concatenate([[0], cuts, [len(ids)]])
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+                part = table.slice(a, b - a)
+                out: dict[str, Any] = {"run_id": rid, "episode_id": int(ids[a])}
+                for name in ["step", *cols]:
+                    value = _column_numpy(part.column(name), to_numpy)
+                    out[name] = _to_torch(value, torch) if as_torch else value
+                yield out
+
+
+def _column_numpy(col: pa.ChunkedArray, to_numpy: Any) -> Any:
+    try:
+        return to_numpy(col)
+    except ValueError:  # nulls where NaN does not fit (the last step's integer action)
+        return np.array(col.to_pylist(), dtype=object)
+
+
+def _to_torch(value: Any, torch: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_torch(v, torch) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        if not value.flags.writeable or not value.flags.c_contiguous:
+            value = np.array(value)  # Arrow's buffers are read-only; torch wants its own
+        return torch.from_numpy(value)
+    return value
