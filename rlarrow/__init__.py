@@ -108,6 +108,7 @@ __all__ = [
     "specs",
     "sql",
     "tensors",
+    "torch",
     "unroll",
 ]
 
@@ -127,8 +128,8 @@ _LAZY = {
     "StepData": "rlarrow.reader",
 }
 _SUBMODULES = {"alignment", "convert", "gym", "logger", "memory", "metadata", "migrations", "postprocessing",
-               "query", "reader", "recorder", "schema", "specs", "tensors", "store", "unroll", "errors",
-               "cli"}
+               "query", "reader", "recorder", "schema", "specs", "tensors", "torch", "store", "unroll",
+               "errors", "cli"}
 
 
 def __getattr__(name: str) -> Any:

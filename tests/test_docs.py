@@ -30,6 +30,7 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
     assert "cartpole-ppo" in out and "0.0003" in out
     assert "dqn {'training/env_step': [[1000, 1000], [2000, 2000]]}" in out
     assert "0 (4, 4) [ 1.  1.  1. nan]" in out
+    assert out.count("torch.Size([2, 4]) torch.Size([2, 4]) tensor([") == 2  # 3 transitions, 2 epochs
 
 
 def test_readme_quickstart_has_exactly_the_two_commands():

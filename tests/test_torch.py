@@ -1,0 +1,188 @@
+"""rlarrow.torch: streaming (shuffle, windows, sharding, resume) and map-style datasets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from conftest import episode_columns
+
+import rlarrow
+
+torch = pytest.importorskip("torch", reason="rlarrow.torch needs the torch extra")
+from rlarrow.torch import DataLoader, StreamingDataset, TableDataset  # noqa: E402
+
+LENGTHS = [5 + (e * 7) % 13 for e in range(40)]  # uneven episodes
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("torch") / "s.rlarrow"
+    st = rlarrow.Store.create(path)
+    # small row groups and several files: episodes straddle row groups, files divide unevenly
+    for part in range(3):
+        with st.writer("steps", row_group_bytes=6000) as w:
+            for e in range(part * 14, min(40, (part + 1) * 14)):
+                w.write(episode_columns("r", e, LENGTHS[e]))
+    return path
+
+
+def ids(batches) -> list[tuple[int, int]]:
+    out = []
+    for b in batches:
+        out += list(zip(b["episode_id"].tolist(), b["step"].tolist(), strict=True))
+    return out
+
+
+def all_ids(store) -> list[tuple[int, int]]:
+    t = rlarrow.Store.open(store).read("steps", columns=["episode_id", "step"])
+    return list(zip(t["episode_id"].to_pylist(), t["step"].to_pylist(), strict=True))
+
+
+def test_every_row_once_per_epoch_shuffled_across_row_groups(store):
+    ds = StreamingDataset(store, columns=["episode_id", "step", "observation"], batch_size=32,
+                          buffer_rows=256)
+    assert len(ds.units) > 10
+    first = ids(ds)
+    assert sorted(first) == sorted(all_ids(store))
+    assert len({e for e, _ in first[:32]}) > 5  # one batch mixes many episodes
+    again = ids(ds)
+    assert again == first  # same seed, same epoch: same order
+    ds.set_epoch(1)
+    assert ids(ds) != first and sorted(ids(ds)) == sorted(first)
+
+
+def test_workers_and_ranks_see_each_row_exactly_once(store):
+    seen: list[tuple[int, int]] = []
+    for rank in range(3):  # 3 ranks x 2 workers: 6 readers for an uneven number of row groups
+        ds = StreamingDataset(store, columns=["episode_id", "step"], batch_size=16, rank=rank, world_size=3)
+        seen += ids(DataLoader(ds, num_workers=2))
+    assert Counter(seen) == Counter(all_ids(store))
+
+
+def test_torch_distributed_ranks_share_the_data(store, tmp_path):
+    """Two real gloo ranks, each with two DataLoader workers."""
+    script = textwrap.dedent(f"""
+        import sys, torch, torch.distributed as dist
+        from rlarrow.torch import DataLoader, StreamingDataset
+        rank = int(sys.argv[1])
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/rendezvous", rank=rank, world_size=2)
+        ds = StreamingDataset({str(store)!r}, columns=["episode_id", "step"], batch_size=16)
+        with open(f"{tmp_path}/seen-{{rank}}.txt", "w") as f:
+            for b in DataLoader(ds, num_workers=2):
+                for e, s in zip(b["episode_id"].tolist(), b["step"].tolist()):
+                    f.write(f"{{e}} {{s}}\\n")
+        dist.destroy_process_group()
+    """)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=env) for r in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    seen = []
+    for r in range(2):
+        lines = (tmp_path / f"seen-{r}.txt").read_text().split("\n")
+        seen += [tuple(map(int, line.split())) for line in lines if line]
+    assert Counter(seen) == Counter(all_ids(store))
+
+
+def test_sequence_windows_stay_inside_episodes(store):
+    L = 4
+    ds = StreamingDataset(store, columns=["episode_id", "step", "reward"], sequence_length=L, batch_size=8)
+    n = 0
+    for b in ds:
+        ep, step = b["episode_id"].numpy(), b["step"].numpy()
+        assert ep.shape[1] == L and (ep == ep[:, :1]).all()
+        assert (np.diff(step, axis=1) == 1).all()
+        n += len(ep)
+    # one window per start that leaves L rows in its episode (episodes cross row groups, not files)
+    assert n == sum(length + 1 - (L - 1) for length in LENGTHS)
+
+
+def test_transitions_pair_observations_with_the_next(store):
+    ds = StreamingDataset(store, "transitions", columns=["observation", "action", "reward"], batch_size=64)
+    table = rlarrow.Store.open(store).read("steps")
+    by_key = {}
+    pos = rlarrow.tensors.to_numpy(table["observation"])["position"]
+    for i, (e, s) in enumerate(zip(table["episode_id"].to_pylist(), table["step"].to_pylist(), strict=True)):
+        by_key[pos[i].tobytes()] = (e, s)
+    total = 0
+    for b in ds:
+        assert set(b) == {"observation", "next_observation", "action", "reward", "done", "truncated"}
+        obs, nxt_obs = b["observation"]["position"].numpy(), b["next_observation"]["position"].numpy()
+        for o, nxt, done in zip(obs, nxt_obs, b["done"].tolist(), strict=True):
+            e, s = by_key[o.tobytes()]
+            assert by_key[nxt.tobytes()] == (e, s + 1)
+            assert done == (s + 1 == LENGTHS[e])
+        total += len(b["done"])
+    assert total == sum(LENGTHS)
+
+
+def test_filters_as_expression_or_sql(store):
+    want = sorted(k for k in all_ids(store) if k[0] % 4 == 0)
+    every_4th = pc.equal(pc.bit_wise_and(pc.field("episode_id"), 3), 0)
+    expr = StreamingDataset(store, columns=["episode_id", "step"], filter=every_4th)
+    sql = StreamingDataset(store, columns=["episode_id", "step"], filter="episode_id % 4 = 0")
+    assert sorted(ids(expr)) == want == sorted(ids(sql))
+
+
+def test_resume_mid_epoch_single_process_and_with_workers(store):
+    kw = {"columns": ["episode_id", "step"], "batch_size": 16, "buffer_rows": 128, "seed": 3}
+    full = ids(StreamingDataset(store, **kw))
+    ds = StreamingDataset(store, **kw)
+    it = iter(ds)
+    head = ids([next(it) for _ in range(5)])
+    state = ds.state_dict()
+    resumed = StreamingDataset(store, **kw)
+    resumed.load_state_dict(state)
+    assert head + ids(resumed) == full
+
+    ds = StreamingDataset(store, **kw)
+    loader = DataLoader(ds, num_workers=2)
+    it = iter(loader)
+    head = ids([next(it) for _ in range(7)])
+    state = ds.state_dict()
+    del it
+    again = StreamingDataset(store, **kw)
+    again.load_state_dict(state)
+    rest = ids(DataLoader(again, num_workers=2))
+    assert Counter(head + rest) == Counter(full)
+
+
+def test_drop_last_and_batch_sizes(store):
+    ds = StreamingDataset(store, columns=["step"], batch_size=50, buffer_rows=200)
+    sizes = [len(b["step"]) for b in ds]
+    assert all(s == 50 for s in sizes[:-1]) and sum(sizes) == len(all_ids(store))
+    ds = StreamingDataset(store, columns=["step"], batch_size=50, drop_last=True)
+    dropped = [len(b["step"]) for b in ds]
+    assert set(dropped) == {50}
+
+
+def test_table_dataset_random_access(store):
+    ds = TableDataset(store, columns=["episode_id", "step", "observation"])
+    keys = all_ids(store)
+    assert len(ds) == len(keys)
+    for i in (0, 17, len(ds) - 1, -1):
+        row = ds[i]
+        assert (int(row["episode_id"]), int(row["step"])) == keys[i]
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True,
+                                         generator=torch.Generator().manual_seed(0))
+    assert Counter(ids(loader)) == Counter(keys)
+    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(ds), 64, drop_last=False)
+    fast = torch.utils.data.DataLoader(ds, sampler=batches, batch_size=None)
+    assert Counter(ids(fast)) == Counter(keys)
+    assert ds[[3, 1]]["observation"]["grid"].shape == (2, 4, 5)
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+def test_batches_land_on_the_gpu_pinned(store):
+    ds = StreamingDataset(store, columns=["observation", "reward"], batch_size=32, device="cuda",
+                          pin_memory=True)
+    b = next(iter(DataLoader(ds, num_workers=1)))
+    assert b["reward"].is_cuda and b["observation"]["grid"].device.type == "cuda"
