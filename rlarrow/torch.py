@@ -272,7 +272,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         for name in self.columns:
             col = table.column(name)
             if L == 1:
-                _flat(name, _numpy(col.take(pa.array(starts))), out)
+                whole_table = len(starts) == own == table.num_rows
+                _flat(name, _numpy(col if whole_table else col.take(pa.array(starts))), out)
             else:
                 whole: dict[str, np.ndarray] = {}
                 _flat(name, _numpy(col), whole)
@@ -329,7 +330,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             n = len(next(iter(buf.values())))
             if self.shuffle:
                 perm = rng.permutation(n)
-                buf = {k: v[perm] for k, v in buf.items()}
+                buf = {k: np.take(v, perm, axis=0) for k, v in buf.items()}
             else:
                 buf = {k: np.ascontiguousarray(v) for k, v in buf.items()}
             full = (n // bs) * bs
@@ -362,6 +363,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             n += 1
             if n <= skip:
                 continue
+            if self._tag_worker:  # sent to the main process: a slice would send its whole buffer
+                batch = {k: np.array(v) for k, v in batch.items()}
             out = _nest({k: _tensor(v) for k, v in batch.items()})
             if self._tag_worker:
                 out["_rlarrow_reader"] = index
