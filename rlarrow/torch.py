@@ -149,7 +149,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         filter: Any = None,  # noqa: A002 - pyarrow's name
         batch_size: int = 256,
         shuffle: bool = True,
-        buffer_rows: int = 1 << 16,
+        buffer_rows: int = 1 << 19,
         sequence_length: int = 1,
         drop_last: bool = False,
         seed: int = 0,
@@ -236,6 +236,10 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     def _read(self, unit: _Unit, files: dict[str, pq.ParquetFile]) -> dict[str, np.ndarray] | None:
         pf = files.get(unit.file)
         if pf is None:
+            # one open file at a time: a reader keeps what it read, which would add up
+            for old in files.values():
+                old.close()
+            files.clear()
             pf = files[unit.file] = pq.ParquetFile(unit.file)
         cols = list(dict.fromkeys((_KEYS if self.needs_keys else []) + self.columns))
         flt_cols: list[str] = []
@@ -359,19 +363,62 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         skip = self._resume.get(index, 0)
         self._resume.pop(index, None)
         n = 0
+        parcel: list[dict[str, np.ndarray]] = []
         for batch in self._batches():
             n += 1
             if n <= skip:
                 continue
-            if self._tag_worker:  # sent to the main process: a slice would send its whole buffer
-                batch = {k: np.array(v) for k, v in batch.items()}
-            out = _nest({k: _tensor(v) for k, v in batch.items()})
-            if self._tag_worker:
-                out["_rlarrow_reader"] = index
-            else:
-                self._delivered[index] = n
-                out = _to_device(out, self.device, self.pin_memory)
-            yield out
+            if self._tag_worker:  # to the main process: several batches in one shared buffer
+                parcel.append(batch)
+                if len(parcel) >= _PARCEL_BATCHES:
+                    yield _pack(parcel, index)
+                    parcel = []
+                continue
+            self._delivered[index] = n
+            yield _to_device(_nest({k: _tensor(v) for k, v in batch.items()}), self.device, self.pin_memory)
+        if parcel:
+            yield _pack(parcel, index)
+
+
+# Batches a DataLoader worker sends at once: each message crossing processes costs about a
+# millisecond, whatever its size.
+_PARCEL_BATCHES = 16
+
+
+def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:
+    """Batches as one byte tensor (one shared-memory segment) and their layout."""
+    if any(v.dtype == object for b in batches for v in b.values()):  # text: no bytes to share
+        return {"_rlarrow_batches": [_nest({k: _tensor(np.array(v)) for k, v in b.items()}) for b in batches],
+                "_rlarrow_reader": reader}
+    layout: list[dict[str, tuple[int, str, tuple[int, ...]]]] = []
+    offset = 0
+    for b in batches:
+        entry = {}
+        for k, v in b.items():
+            entry[k] = (offset, v.dtype.str, v.shape)
+            offset += -(-v.nbytes // 64) * 64
+        layout.append(entry)
+    buf = np.empty(offset, dtype=np.uint8)
+    for b, entry in zip(batches, layout, strict=True):
+        for k, v in b.items():
+            start = entry[k][0]
+            buf[start:start + v.nbytes].view(v.dtype).reshape(v.shape)[...] = v
+    return {"_rlarrow_packed": torch.from_numpy(buf), "_rlarrow_layout": layout, "_rlarrow_reader": reader}
+
+
+def _unpack(message: dict[str, Any]) -> list[dict[str, Any]]:
+    if "_rlarrow_batches" in message:
+        return list(message["_rlarrow_batches"])
+    buf = message["_rlarrow_packed"].numpy()
+    out = []
+    for entry in message["_rlarrow_layout"]:
+        arrays = {}
+        for k, (start, dtype, shape) in entry.items():
+            dt = np.dtype(dtype)
+            size = int(np.prod(shape)) * dt.itemsize
+            arrays[k] = torch.from_numpy(buf[start:start + size].view(dt).reshape(shape))
+        out.append(_nest(arrays))
+    return out
 
 
 def _is_text(type_: pa.DataType) -> bool:
@@ -423,10 +470,11 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         assert isinstance(ds, StreamingDataset)
         ds._tag_worker = True
         try:
-            for batch in super().__iter__():
-                reader = int(batch.pop("_rlarrow_reader"))
-                ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
-                yield _to_device(batch, ds.device, ds.pin_memory)
+            for message in super().__iter__():
+                reader = int(message["_rlarrow_reader"])
+                for batch in _unpack(message):
+                    ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
+                    yield _to_device(batch, ds.device, ds.pin_memory)
         finally:
             ds._tag_worker = False
 
