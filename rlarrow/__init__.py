@@ -99,6 +99,7 @@ __all__ = [
     "migrate",
     "migrations",
     "new_run_id",
+    "plot",
     "postprocessing",
     "query",
     "reader",
@@ -127,9 +128,11 @@ _LAZY = {
     "Reader": "rlarrow.reader",
     "StepData": "rlarrow.reader",
 }
-_SUBMODULES = {"alignment", "convert", "gym", "logger", "memory", "metadata", "migrations", "postprocessing",
-               "query", "reader", "recorder", "schema", "specs", "tensors", "torch", "store", "unroll",
-               "errors", "cli"}
+_SUBMODULES = {
+    "alignment", "cli", "convert", "errors", "gym", "logger", "memory", "metadata", "migrations",
+    "plot", "postprocessing", "query", "reader", "recorder", "schema", "specs", "store", "tensors",
+    "torch", "unroll",
+}
 
 
 def __getattr__(name: str) -> Any:

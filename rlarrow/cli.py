@@ -297,6 +297,33 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         click.echo(f"wrote {table.num_rows} rows to {output}", err=True)
 
 
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--tag", "tags", multiple=True, help="A scalar tag to draw (repeat for more panels).")
+@click.option("--run", "runs", multiple=True, help="Only this run (repeat for more); default: all.")
+@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Moving average over this many points.")
+@click.option("--episodes", is_flag=True, help="Draw episode returns (curve and histogram) instead of tags.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The image to write (png, svg, pdf).")
+@_friendly_errors
+def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], smooth: int, episodes: bool,
+         output: str) -> None:
+    """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes)."""
+    from rlarrow.plot import plot_episodes, plot_scalars
+
+    if episodes == bool(tags):
+        raise click.UsageError("give --tag TAG (one or more), or --episodes")
+    try:
+        if episodes:
+            plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, output=output)
+        else:
+            plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, output=output)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {output}")
+
+
 def _box(rel: Any, max_rows: int) -> str:
     """DuckDB's own readable table, cut at ``max_rows`` rows."""
     total = rel.count("*").fetchall()[0][0] if max_rows else 0

@@ -385,6 +385,36 @@ def import_training_logs(out: Path, demo_store: Path) -> None:
     print(duckdb.sql(query))
 
 
+def curves_and_questions(out: Path, store_path: Path) -> Path | None:
+    """Stage 8 of the demo: RL questions with rlarrow's SQL macros, and learning curves."""
+    import importlib.util
+
+    import rlarrow
+
+    query = """
+        select e.run_id, count(*) as episodes, round(avg(e.discounted_return), 3) as mean_discounted_return,
+               round(avg(e."return") filter (where e.episode_id >= 100), 3) as mean_return_after_100,
+               any_value(t.step) as first_step_return_at_least_0_9
+        from episode_returns(0.99) e
+        join steps_to_threshold('train/episode_return', 0.9) t using (run_id)
+        group by all order by e.run_id"""
+    print(f"   rlarrow.sql({str(store_path)!r}, ...):")
+    print(query.strip())
+    print(rlarrow.connect(store_path).sql(query))
+    if importlib.util.find_spec("matplotlib") is None:
+        print("   (plot skipped: needs matplotlib; pip install 'rlarrow[plot]')")
+        return None
+    from rlarrow.plot import plot_episodes, plot_scalars
+
+    curves = out / "curves.png"
+    plot_scalars(store_path, ["train/episode_return", "info/epsilon"], smooth=10, output=curves)
+    plot_episodes(store_path, smooth=10, output=out / "returns.png")
+    print(f"   $ rlarrow plot {store_path} --tag train/episode_return --tag info/epsilon --smooth 10 "
+          f"-o {curves}")
+    print(f"   wrote {curves} and {out / 'returns.png'}")
+    return curves
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the demo store in OUTPUT_DIR (default ``demo-output``) and query it."""
     args = sys.argv[1:] if argv is None else argv
@@ -454,7 +484,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== 7. training logs: TensorBoard event files -> the scalars table, asked with SQL")
     import_training_logs(out, store_path)
 
+    print("\n== 8. RL questions with rlarrow's SQL macros, and learning curves")
+    curves = curves_and_questions(out, store_path)
+
     print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
+    if curves is not None:
+        print(f"Learning curves: {curves}")
     print(f"Look at it with:  .venv/bin/rlarrow info {store_path}")
     print("or any engine:    .venv/bin/python -c \"import duckdb; "
           f"print(duckdb.sql(\\\"select * from '{store_path}/steps/*.parquet' limit 5\\\"))\"")

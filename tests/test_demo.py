@@ -48,3 +48,8 @@ def test_demo_runs_and_builds_a_store(tmp_path):
     assert logs.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows == \
         store.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows
     assert "mean_last_200_steps" in out.stdout
+    # Stage 8: SQL macros answer, and the curves are drawn
+    assert "first_step_return_at_least_0_9" in out.stdout
+    if "plot skipped" not in out.stdout:
+        assert (tmp_path / "out" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+        assert f"Learning curves: {tmp_path / 'out' / 'curves.png'}" in out.stdout

@@ -16,7 +16,8 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 MODULES = ["rlarrow", "rlarrow.errors", "rlarrow.tensors", "rlarrow.metadata", "rlarrow.schema",
            "rlarrow.store", "rlarrow.migrations", "rlarrow.io.tfevents", "rlarrow.io._crc32c",
-           "rlarrow.logger", "rlarrow.postprocessing", "rlarrow.query"]
+           "rlarrow.logger", "rlarrow.postprocessing", "rlarrow.query",
+           "rlarrow.plot"]
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
