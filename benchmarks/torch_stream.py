@@ -7,7 +7,11 @@ written once into a store under ``benchmarks/data/`` (binary-layout tensors, as
 - rlarrow: ``StreamingDataset(..., shuffle=True)`` read in this process, and through
   ``rlarrow.torch.DataLoader`` with 2 workers;
 - peer: the same data held in memory as one torch tensor, indexed with a random permutation
-  batch by batch (``data[perm[i:i + 256]]``), the ceiling of any loader.
+  batch by batch (``data[perm[i:i + 256]]``), the ceiling of any loader;
+- peer: Hugging Face ``datasets`` streaming the same Parquet files (``load_dataset("parquet",
+  streaming=True).shuffle(buffer_size=65536)``, batches of 256 as NumPy), on its first
+  ``--hf-rows`` rows. It is installed by this script into its own environment,
+  ``benchmarks/.peer-venv`` (``--skip-hf`` skips it).
 
 Peak RSS is reported per epoch: it must stay flat.
 
@@ -55,6 +59,41 @@ def generate(rows: int) -> Path:
     return path
 
 
+HF_CHILD = r"""
+import json, sys, time
+from datasets import load_dataset
+files, rows = sys.argv[1].split(","), int(sys.argv[2])
+ds = load_dataset("parquet", data_files=files, split="train", streaming=True)
+ds = ds.select_columns(["observation", "action", "reward", "is_terminal"]).shuffle(seed=0, buffer_size=65536)
+ds = ds.take(rows).with_format("numpy")
+t0, n = time.perf_counter(), 0
+for batch in ds.iter(batch_size=256):
+    n += len(batch["reward"])
+print(json.dumps({"seconds": time.perf_counter() - t0, "rows": n}))
+"""
+
+
+def hf_rate(path: Path, rows: int) -> float:
+    """Rows per second of Hugging Face datasets streaming the store's steps files."""
+    import json
+    import subprocess
+    import venv
+
+    import rlarrow
+
+    env = HERE / ".peer-venv"
+    python = env / "bin" / "python"
+    if not python.exists():
+        venv.create(env, with_pip=True)
+        subprocess.run([os.fspath(python), "-m", "pip", "install", "-q", "datasets"], check=True)
+    files = ",".join(os.fspath(f) for f in rlarrow.Store.open(path, readonly=True).files("steps"))
+    out = subprocess.run([os.fspath(python), "-c", HF_CHILD, files, str(rows)], capture_output=True,
+                         text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["rows"] == rows, result
+    return float(rows / result["seconds"])
+
+
 def main() -> None:
     sys.path.insert(0, os.fspath(HERE))
     import torch
@@ -65,6 +104,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--skip-hf", action="store_true", help="skip the Hugging Face datasets peer")
+    parser.add_argument("--hf-rows", type=int, default=1_000_000, help="rows HF datasets streams (slow)")
     args = parser.parse_args()
     path = generate(args.rows)
     cols = ["observation", "action", "reward", "is_terminal"]
@@ -109,6 +150,12 @@ def main() -> None:
          "peer": rate(t_mem), "unit": "rows/s", "ratio": t_mem / t_workers,
          "note": "workers decode in parallel; batches cross processes"},
     ]
+    if not args.skip_hf:
+        hf = hf_rate(path, min(args.hf_rows, args.rows))
+        rows.append({"path": "same, vs Hugging Face datasets streaming the files", "rlarrow": rate(t_ours),
+                     "peer": hf, "unit": "rows/s", "ratio": hf / rate(t_ours),
+                     "note": f"speedup {rate(t_ours) / hf:.1f}x (target >= 5x); HF on its first "
+                             f"{min(args.hf_rows, args.rows):,} rows, tensors as raw bytes"})
     report("torch_stream", rows)
 
 
