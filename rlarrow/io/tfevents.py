@@ -1148,7 +1148,9 @@ def import_tfevents(source: Any, store: Any, *, run_id: str | None = None, name:
     a new id), a sub-run ``run_id/<its path>`` (an ``add_scalars`` folder, a tianshou
     ``test/`` run...). The ``runs`` rows record ``source = 'tfevents'``, the directory, and
     the event files. Tags keep their prefixes; ``scope`` maps tianshou's ``training/``,
-    ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info.
+    ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info. The scalars
+    are one commit, made when every file has been read (the runs rows follow it): a damaged
+    file stops the import with nothing written.
 
     Returns:
         A :class:`TfeventsReport` (scalars, skipped summaries by kind, damage found).
@@ -1168,16 +1170,17 @@ def import_tfevents(source: Any, store: Any, *, run_id: str | None = None, name:
             rid = reader.run_id(run_name)
             if st._run_exists(rid):
                 raise InvalidInputError(st.path, f"run {rid!r} already exists; choose another run_id")
+        with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
+            reader.progress = pbar
+            # one commit at the end: a damaged file stops the import with nothing written
+            with st.writer("scalars", file_bytes=1 << 62) as w:
+                for batch in reader:
+                    w.write(batch)
         for run_name, files in reader.runs:
             st.add_run(source="tfevents", run_id=reader.run_id(run_name),
                        name=name if run_name == "." else (f"{name}/{run_name}" if name else run_name),
                        source_path=files[0].parent,
                        metadata={"tensorboard_run": run_name, "files": [f.name for f in files]})
-        with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
-            reader.progress = pbar
-            with st.writer("scalars") as w:
-                for batch in reader:
-                    w.write(batch)
     finally:
         if own:
             st.close()

@@ -409,6 +409,7 @@ def test_damaged_input_never_touches_the_store(tmp_path: Path) -> None:
     with rlarrow.Store.open(store) as st:
         assert st.read("scalars")["run_id"].unique().to_pylist() == ["good"]
         assert st.row_count("scalars") == 20
+        assert st.read("runs")["run_id"].to_pylist() == ["good"]  # no run row for the failed import
 
 
 def test_import_maps_tianshou_prefixes_to_scopes(tmp_path: Path) -> None:
