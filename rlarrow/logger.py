@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from rlarrow import schema as _schema
 from rlarrow.errors import InvalidInputError
+from rlarrow.io.tfevents import scope_of
 
 __all__ = ["ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries"]
 
@@ -289,7 +290,7 @@ class ArrowLogger(_BaseLogger):
         v, as_int, dtype = _dtype_of(value)
         rows = self._rows
         rows["run_id"].append(self.run_id)
-        rows["scope"].append(_scope(tag))
+        rows["scope"].append(scope_of(tag))
         rows["tag"].append(tag)
         rows["step"].append(int(step))
         rows["value"].append(v)
@@ -443,8 +444,3 @@ class ArrowLogger(_BaseLogger):
             node[leaf] = LoggedSeries(values[s:e], steps[s:e], walls[s:e])
         return out
 
-
-def _scope(tag: str) -> str:
-    from rlarrow.io.tfevents import scope_of
-
-    return scope_of(tag)

@@ -243,12 +243,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             pf = files[unit.file] = pq.ParquetFile(unit.file)
         cols = list(dict.fromkeys((_KEYS if self.needs_keys else []) + self.columns))
         flt_cols: list[str] = []
-        if isinstance(self.filter, str):
-            flat_names = [f.name for f in pf.schema_arrow if not pa.types.is_nested(f.type)
-                          and not isinstance(f.type, pa.ExtensionType)]
-            flt_cols = [c for c in flat_names if c not in cols]
-        elif self.filter is not None:
-            flt_cols = [c for c in pf.schema_arrow.names if c not in cols]  # the expression picks
+        if self.filter is not None:  # filters see the flat columns: never read tensors for them
+            flt_cols = [f.name for f in pf.schema_arrow if f.name not in cols
+                        and not pa.types.is_nested(f.type) and not isinstance(f.type, pa.ExtensionType)]
         table = pf.read_row_group(unit.group, columns=cols + flt_cols)
         own = table.num_rows
         L = self.sequence_length
