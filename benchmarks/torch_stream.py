@@ -38,7 +38,7 @@ def generate(rows: int) -> Path:
     import rlarrow
     from rlarrow.tensors import tensor_type
 
-    path = DATA / f"transitions-{rows}"
+    path = DATA / f"transitions-v2-{rows}"  # v2: episodes end with is_last
     if (path / "_rlarrow_store.json").is_file():
         return path
     rng = np.random.default_rng(0)
@@ -54,7 +54,7 @@ def generate(rows: int) -> Path:
                 "observation": rng.standard_normal((n, 32)).astype(np.float32),
                 "action": rng.standard_normal((n, 8)).astype(np.float32),
                 "reward": rng.standard_normal(n), "discount": np.ones(n),
-                "is_first": i % 1000 == 0, "is_last": np.zeros(n, bool),
+                "is_first": i % 1000 == 0, "is_last": i % 1000 == 999,
                 "is_terminal": pa.array(rng.random(n) < 0.001)}))
     return path
 

@@ -167,21 +167,38 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def sql(store: Any, query: str, *, params: Sequence[Any] | None = None) -> pa.Table:
-    """Run ``query`` over ``store`` (see :func:`connect`) and return a pyarrow Table.
+def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow") -> Any:
+    """Run ``query`` over ``store`` (see :func:`connect`) and return its result.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        query: DuckDB SQL over the store's views and macros.
+        params: values for ``?`` / ``$1`` placeholders in ``query``.
+        output: ``"arrow"`` (a ``pyarrow.Table``, the default), ``"polars"`` (a Polars
+            DataFrame) or ``"pandas"`` (a pandas DataFrame; pandas must be installed). The
+            conversions keep dtypes, nulls and NaN; tensor columns arrive as lists (of
+            lists) in every form. For DuckDB's lazy relation, with ``.pl()``/``.df()``,
+            query :func:`connect`'s connection instead.
 
     Example:
         >>> sql("runs.rlarrow", "select * from episode_returns(0.99) limit 5")  # doctest: +SKIP
+        >>> sql("runs.rlarrow", "select * from episodes", output="polars")  # doctest: +SKIP
     """
+    if output not in ("arrow", "polars", "pandas"):
+        raise ValueError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
     con = connect(store)
     try:
         rel = con.sql(query, params=params) if params else con.sql(query)
-        if rel is None:
-            return pa.table({})
-        table: pa.Table = rel.to_arrow_table()
-        return table
+        table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     finally:
         con.close()
+    if output == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    if output == "pandas":
+        return table.to_pandas()
+    return table
 
 
 def scan(store: Any, table: str) -> Any:

@@ -9,7 +9,9 @@
   mixed in a buffer of ``buffer_rows`` rows filled from several row groups.
 - **Sequence windows**: ``sequence_length=L`` yields windows of L consecutive steps of one
   episode (batch shape ``(B, L, ...)``); a window never crosses an episode boundary. A
-  window starting in one row group may end in the next (that one is read ahead).
+  window starting in one row group may end in the next row group or in another file (a
+  recorder's flushes split an episode across commits): the rows that continue the episode
+  are found by key (row-group statistics pick the candidates) and read ahead.
 - **Batching**: the shuffled buffer is converted to NumPy once and batches are contiguous
   slices of it, turned into tensors without copying and without per-row Python work.
 - **Sharding**: row groups are dealt to ``DataLoader`` workers and ``torch.distributed``
@@ -35,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
 
 _TRANSITION_COLUMNS = ["observation", "action", "reward", "discount", "is_terminal", "is_last"]
 _KEYS = ["run_id", "episode_id", "step"]
+_WINDOW_KEYS = [*_KEYS, "is_last"]
 
 
 @dataclass(frozen=True)
@@ -64,16 +68,35 @@ class _Unit:
     group: int
     rows: int
     next_group: int | None  # the following row group of the same file, read ahead for windows
+    # min/max statistics of episode_id and step (None: unknown), to find an episode's rows
+    episodes: tuple[int, int] | None = None
+    steps: tuple[int, int] | None = None
+
+    def may_hold(self, episode: int, step: int) -> bool:
+        return ((self.episodes is None or self.episodes[0] <= episode <= self.episodes[1])
+                and (self.steps is None or self.steps[0] <= step <= self.steps[1]))
 
 
 def _units(files: Sequence[Path]) -> list[_Unit]:
     out: list[_Unit] = []
     for f in files:
         meta = pq.ParquetFile(f).metadata
+        names = meta.schema.to_arrow_schema().names
         n = meta.num_row_groups
         for g in range(n):
-            out.append(_Unit(os.fspath(f), g, meta.row_group(g).num_rows, g + 1 if g + 1 < n else None))
+            rg = meta.row_group(g)
+            out.append(_Unit(os.fspath(f), g, rg.num_rows, g + 1 if g + 1 < n else None,
+                             _min_max(rg, names, "episode_id"), _min_max(rg, names, "step")))
     return out
+
+
+def _min_max(rg: Any, names: list[str], name: str) -> tuple[int, int] | None:
+    if name not in names:
+        return None
+    stats = rg.column(names.index(name)).statistics
+    if stats is None or not stats.has_min_max:
+        return None
+    return int(stats.min), int(stats.max)
 
 
 def _shard(rank: int | None = None, world: int | None = None) -> tuple[int, int]:
@@ -241,7 +264,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 old.close()
             files.clear()
             pf = files[unit.file] = pq.ParquetFile(unit.file)
-        cols = list(dict.fromkeys((_KEYS if self.needs_keys else []) + self.columns))
+        cols = list(dict.fromkeys((_WINDOW_KEYS if self.needs_keys else []) + self.columns))
         flt_cols: list[str] = []
         if self.filter is not None:  # filters see the flat columns: never read tensors for them
             flt_cols = [f.name for f in pf.schema_arrow if f.name not in cols
@@ -249,21 +272,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         table = pf.read_row_group(unit.group, columns=cols + flt_cols)
         own = table.num_rows
         L = self.sequence_length
-        if L > 1 and unit.next_group is not None:
-            ahead = pf.read_row_group(unit.next_group, columns=cols + flt_cols).slice(0, L - 1)
-            table = pa.concat_tables([table, ahead])
+        self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for this unit
         keep = np.ones(own, dtype=bool)
-        if L > 1:
-            ep = table.column("episode_id").to_numpy()
-            run = table.column("run_id")
-            step = table.column("step").to_numpy()
-            starts = np.arange(own)
-            ends = starts + L - 1
-            inside = ends < table.num_rows
-            ends_c = np.minimum(ends, table.num_rows - 1)
-            same = (ep[starts] == ep[ends_c]) & (step[ends_c] - step[starts] == L - 1)
-            same &= np.asarray(pa.compute.equal(run.take(pa.array(starts)), run.take(pa.array(ends_c))))
-            keep &= inside & same
+        windows = None
+        if L > 1 and own:
+            table, windows = self._windows(table, pf, unit.file, cols + flt_cols)
+            keep &= windows[:, -1] >= 0
         if self.filter is not None:
             keep &= self._filter_mask(table.slice(0, own))
         if not keep.any():
@@ -272,16 +286,112 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         out: dict[str, np.ndarray] = {}
         for name in self.columns:
             col = table.column(name)
-            if L == 1:
+            if windows is None:
                 whole_table = len(starts) == own == table.num_rows
                 _flat(name, _numpy(col if whole_table else col.take(pa.array(starts))), out)
             else:
                 whole: dict[str, np.ndarray] = {}
                 _flat(name, _numpy(col), whole)
-                idx = starts[:, None] + np.arange(L)[None, :]
+                idx = windows[starts]
                 for k, v in whole.items():
                     out[k] = v[idx]
         return out
+
+    def _windows(self, table: pa.Table, pf: pq.ParquetFile, path: str,
+                 cols: list[str]) -> tuple[pa.Table, np.ndarray]:
+        """Each row's window: (rows, L) indices into the returned table, -1 where it runs out.
+
+        Rows follow each other in a window when they are the same run and episode at
+        consecutive steps. Where an episode's rows stop in this row group without its last
+        step (``is_last``), the rows that continue it are looked up (the next row group of
+        the file, or any row group whose statistics allow it: a recorder's later commit, or
+        another env's rows in between) and appended to the table.
+        """
+        L = self.sequence_length
+        n = table.num_rows
+        ep = table.column("episode_id").to_numpy()
+        step = table.column("step").to_numpy()
+        run = table.column("run_id")
+        follows = np.zeros(n, dtype=bool)  # row i + 1 continues row i
+        if n > 1:
+            follows[:-1] = ((ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1)
+                            & np.asarray(pa.compute.equal(run.slice(1), run.slice(0, n - 1))))
+        nxt = np.where(follows, np.arange(1, n + 1), -1)
+        last = np.asarray(pa.compute.fill_null(table.column("is_last"), False))
+        parts = [table]
+        total = n
+        for e in np.flatnonzero(~follows & ~last):  # an episode that goes on elsewhere
+            head = self._continuation(str(run[int(e)].as_py()), int(ep[e]), int(step[e]) + 1,
+                                      pf, path, cols, path if e == n - 1 else None)
+            if head is None:
+                continue
+            if head.schema != table.schema:
+                head = head.select(table.column_names).cast(table.schema)
+            m = head.num_rows
+            chain = np.arange(total + 1, total + m + 1)
+            chain[-1] = -1
+            nxt[e] = total
+            nxt = np.concatenate([nxt, chain])
+            parts.append(head)
+            total += m
+        if len(parts) > 1:
+            table = pa.concat_tables(parts)
+        follow = np.append(nxt, -1)  # follow[-1] == -1: a run-out window stays run out
+        idx = np.empty((n, L), dtype=np.int64)
+        idx[:, 0] = np.arange(n)
+        for j in range(1, L):
+            idx[:, j] = follow[idx[:, j - 1]]
+        return table, idx
+
+    def _continuation(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
+                      cols: list[str], prefer: str | None) -> pa.Table | None:
+        """Up to L - 1 rows of (run, episode) from ``step`` on, chained over row groups."""
+        need = self.sequence_length - 1
+        got: list[pa.Table] = []
+        while need > 0:
+            found = self._locate(run, episode, step, pf, path, cols, prefer)
+            if found is None:
+                break
+            head, unit = found
+            head = head.slice(0, need)
+            s = head.column("step").to_numpy()
+            e = head.column("episode_id").to_numpy()
+            r = head.column("run_id").cast(pa.string()).to_pylist()
+            run_on = (e == episode) & (s == step + np.arange(len(s))) & np.array([x == run for x in r])
+            k = int(np.argmin(run_on)) if not run_on.all() else len(s)
+            got.append(head.slice(0, k))
+            need -= k
+            step += k
+            if k == 0 or head.column("is_last")[k - 1].as_py():
+                break
+            # the episode goes on elsewhere: after this row group, or in a later commit
+            prefer = unit.file if k == head.num_rows else None
+        return pa.concat_tables(got) if got else None
+
+    def _locate(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
+                cols: list[str], prefer: str | None) -> tuple[pa.Table, _Unit] | None:
+        """The rows of a row group from (run, episode, step) on, and that row group.
+
+        ``pf`` is open on ``path``; ``prefer``: the file to look in first (a row group
+        ran out: most often the next one of the same file continues it).
+        """
+        candidates = [u for u in self.units if u.may_hold(episode, step)]
+        if prefer is not None:
+            candidates.sort(key=lambda u: u.file != prefer)
+        for unit in candidates:
+            keys = self._keys.get((unit.file, unit.group))
+            if keys is None:
+                with _opened(unit.file, pf, path) as opened:
+                    keys = opened.read_row_group(unit.group, columns=_KEYS)
+                self._keys[(unit.file, unit.group)] = keys
+            hit = np.flatnonzero((keys.column("episode_id").to_numpy() == episode)
+                                 & (keys.column("step").to_numpy() == step))
+            runs = keys.column("run_id")
+            same_run = [int(i) for i in hit if runs[int(i)].as_py() == run]
+            if same_run:
+                with _opened(unit.file, pf, path) as opened:
+                    return opened.read_row_group(unit.group, columns=cols).slice(same_run[0]), unit
+        return None
 
     def _filter_mask(self, table: pa.Table) -> np.ndarray:
         if isinstance(self.filter, str):
@@ -380,6 +490,16 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 # Batches a DataLoader worker sends at once: each message crossing processes costs about a
 # millisecond, whatever its size.
 _PARCEL_BATCHES = 16
+
+
+@contextlib.contextmanager
+def _opened(file: str, pf: pq.ParquetFile, path: str) -> Iterator[pq.ParquetFile]:
+    """``file`` to read from: ``pf`` (open on ``path``) lent as it is, or opened and closed."""
+    if file == path:
+        yield pf
+        return
+    with pq.ParquetFile(file) as other:
+        yield other
 
 
 def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:

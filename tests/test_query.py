@@ -124,6 +124,23 @@ def test_sql_returns_arrow_and_the_connection_converts(store):
     assert con.sql("select count(*) as n from episodes").df()["n"][0] == 4
 
 
+def test_sql_output_polars_and_pandas_keep_values(store):
+    import polars as pl
+
+    q = ("select 9007199254740993::bigint as big, 'nan'::double as x, null::double as missing, "
+         "true as flag, ['1.5'::float, '-0.0'::float] as v")
+    df = sql(store, q, output="polars")
+    assert isinstance(df, pl.DataFrame)
+    assert df["big"][0] == 2**53 + 1 and df["big"].dtype == pl.Int64
+    assert np.isnan(df["x"][0]) and df["missing"][0] is None and df["flag"].dtype == pl.Boolean
+    assert df["v"].dtype == pl.List(pl.Float32) and np.signbit(df["v"][0][1])
+    pdf = sql(store, q, output="pandas")
+    assert pdf["big"].iloc[0] == 2**53 + 1 and str(pdf["big"].dtype) == "int64"
+    assert np.isnan(pdf["x"].iloc[0]) and pdf["flag"].dtype == bool
+    with pytest.raises(ValueError, match="'arrow', 'polars' or 'pandas'"):
+        sql(store, "select 1", output="numpy")
+
+
 def test_scan_is_a_polars_lazy_frame(store, tmp_path):
     import polars as pl
 

@@ -9,6 +9,7 @@ import textwrap
 from collections import Counter
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import episode_columns
@@ -99,8 +100,51 @@ def test_sequence_windows_stay_inside_episodes(store):
         assert ep.shape[1] == L and (ep == ep[:, :1]).all()
         assert (np.diff(step, axis=1) == 1).all()
         n += len(ep)
-    # one window per start that leaves L rows in its episode (episodes cross row groups, not files)
+    # one window per start that leaves L rows in its episode (episodes cross row groups)
     assert n == sum(length + 1 - (L - 1) for length in LENGTHS)
+
+
+@pytest.fixture(scope="module")
+def split_store(tmp_path_factory):
+    """Episodes cut across commits as a vector recorder's flushes cut them.
+
+    Each commit holds the next rows of two envs' episodes (env 0's rows, then env 1's), and
+    another run's commit lands between two of ours: an episode's rows go on in a later
+    file, in the middle of a row group, after other episodes' rows.
+    """
+    path = tmp_path_factory.mktemp("split") / "s.rlarrow"
+    st = rlarrow.Store.create(path)
+    tables = {(run, e): rlarrow.schema.build("steps", episode_columns(run, e, LENGTHS[e], env_index=e % 2))
+              for run in ("r", "q") for e in range(6)}
+    chunk = 3
+    for start in range(0, max(LENGTHS[:6]) + 1, chunk):
+        for run in ("r", "q"):
+            parts = [t.slice(start, chunk) for (r, _), t in tables.items() if r == run]
+            parts = [p for p in parts if p.num_rows]
+            if parts:
+                st.append("steps", pa.concat_tables(parts))
+    return path
+
+
+@pytest.mark.parametrize("L", [2, 4, 9])
+def test_sequence_windows_follow_an_episode_across_commits(split_store, L):
+    assert len(rlarrow.Store.open(split_store).files("steps")) >= 10
+    ds = StreamingDataset(split_store, columns=["run_id", "episode_id", "step", "reward"],
+                          sequence_length=L, batch_size=8, shuffle=False)
+    got = Counter()
+    for b in ds:
+        ep, step = b["episode_id"].numpy(), b["step"].numpy()
+        assert (ep == ep[:, :1]).all() and (np.diff(step, axis=1) == 1).all()
+        got.update(zip(ep[:, 0].tolist(), step[:, 0].tolist(), strict=True))
+    # every start with L steps left in its episode, once per run, wherever its rows were written
+    want = Counter({(e, s): 2 for e in range(6) for s in range(LENGTHS[e] + 1 - (L - 1))})
+    assert got == want
+
+
+def test_transitions_across_commits_are_all_there(split_store):
+    ds = StreamingDataset(split_store, "transitions", columns=["observation", "reward"], batch_size=16)
+    n = sum(len(b["done"]) for b in ds)
+    assert n == 2 * sum(LENGTHS[:6])  # one transition per action, none lost at a commit's edge
 
 
 def test_transitions_pair_observations_with_the_next(store):
@@ -180,9 +224,22 @@ def test_table_dataset_random_access(store):
         ds[len(ds)]
 
 
+def test_device_and_pin_memory_on_a_machine_without_cuda(store):
+    """device='cpu' with pin_memory: pinning is skipped without CUDA, values unchanged."""
+    kw = dict(columns=["observation", "reward"], batch_size=32)
+    ds = StreamingDataset(store, device="cpu", pin_memory=True, **kw)
+    moved = next(iter(DataLoader(ds, num_workers=1)))
+    plain = next(iter(StreamingDataset(store, **kw)))
+    assert moved["observation"]["grid"].device.type == "cpu"
+    assert torch.equal(moved["observation"]["grid"], plain["observation"]["grid"])
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
 def test_batches_land_on_the_gpu_pinned(store):
     ds = StreamingDataset(store, columns=["observation", "reward"], batch_size=32, device="cuda",
                           pin_memory=True)
     b = next(iter(DataLoader(ds, num_workers=1)))
     assert b["reward"].is_cuda and b["observation"]["grid"].device.type == "cuda"
+    cpu = next(iter(StreamingDataset(store, columns=["observation", "reward"], batch_size=32)))
+    assert torch.equal(b["observation"]["grid"].cpu(), cpu["observation"]["grid"])  # same rows, same bits
+    assert torch.equal(b["reward"].cpu().isnan(), cpu["reward"].isnan())
