@@ -493,7 +493,8 @@ def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iter
     workers = max(1, min(len(tasks), os.cpu_count() or 1))
 
     def read(task: tuple[Path, int]) -> pa.Table:
-        with pq.ParquetFile(task[0]) as pf:
+        # mapped: pages are decoded straight from the page cache (store files never change)
+        with pq.ParquetFile(task[0], memory_map=True) as pf:
             return pf.read_row_group(task[1], columns=columns, use_threads=False)
 
     with ThreadPoolExecutor(workers) as pool:

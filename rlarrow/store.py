@@ -1065,7 +1065,12 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
     dictionary: list[str] = []
     zstd = pa.Codec(_COMPRESSION)
     for field in schema:
-        col = sample.column(field.name).combine_chunks() if sample.num_rows else None
+        col = None
+        if sample.num_rows:
+            # the first ~4 MiB of rows (at least 64): judging more costs a copy of the column
+            chunked = sample.column(field.name)
+            per_row = max(1, chunked.nbytes // sample.num_rows)
+            col = chunked.slice(0, max(64, (4 << 20) // per_row)).combine_chunks()
         for path, leaf in _leaves(field.name, col, field.type):
             codec = _COMPRESSION
             if isinstance(leaf, pa.ExtensionArray):
@@ -1075,7 +1080,8 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
                 limit = max(1, (1 << 20) // leaf.type.byte_width) if binary else 1 << 16
                 raw = leaf.slice(0, min(len(leaf), limit))
                 data = raw.buffers()[1]
-                if binary and len(raw) >= 64 and pc.count_distinct(raw).as_py() * 4 <= len(raw):
+                head = raw.slice(0, 4096)  # distinct values: hashing more rows costs, says nothing new
+                if binary and len(head) >= 64 and pc.count_distinct(head).as_py() * 4 <= len(head):
                     dictionary.append(path)
                     levels[path] = _BINARY_ZSTD_LEVEL
                 elif data is not None and data.size >= 4096:

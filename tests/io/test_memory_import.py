@@ -152,3 +152,33 @@ def test_npz_object_arrays_are_refused(tmp_path):
     np.savez(tmp_path / "obj.npz", states=np.array([{"a": 1}], dtype=object))
     with pytest.raises(rlarrow.UnsupportedInputError, match="obj.npz.*pickled"):
         read_npz(tmp_path / "obj.npz")
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_members_read_exactly_mapped_or_not(tmp_path, compressed):
+    """Uncompressed exports are memory-mapped (checksums verified), compressed ones loaded."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "states": rng.standard_normal((6, 2, 3)).astype(np.float32),
+        "actions": np.asfortranarray(rng.standard_normal((6, 2, 4))),
+        "terminated": rng.random((6, 2, 1)) < 0.5,
+        "frames": rng.integers(0, 255, (6, 2, 2, 2), dtype=np.uint8),
+        "index": np.arange(12, dtype=np.int64).reshape(6, 2, 1) + 2**60,
+        "empty": np.zeros((6, 2, 0), np.float32),
+    }
+    arrays["states"][3:] = np.nan
+    (np.savez_compressed if compressed else np.savez)(tmp_path / "m.npz", **arrays)
+    snap = read_npz(tmp_path / "m.npz")
+    for name, want in arrays.items():
+        got = snap.tensors[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), name
+
+
+def test_npz_damaged_inside_an_array_fails_its_checksum(tmp_path):
+    np.savez(tmp_path / "m.npz", states=np.zeros((100, 2, 8), np.float32))
+    raw = bytearray((tmp_path / "m.npz").read_bytes())
+    raw[400] ^= 0xFF  # a byte of the array's data: only the CRC can tell
+    (tmp_path / "bad.npz").write_bytes(bytes(raw))
+    with pytest.raises(rlarrow.CorruptFileError, match=r"bad.npz.*'states.npy'.*CRC-32"):
+        read_npz(tmp_path / "bad.npz")
