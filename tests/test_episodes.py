@@ -270,6 +270,9 @@ def kill_recorder(tmp_path, kills: int, seed: int) -> None:
         time.sleep(rng.uniform(0.0, 0.3))
         os.kill(child.pid, signal.SIGKILL)
         child.communicate()
+        info = subprocess.run([sys.executable, "-m", "rlarrow", "info", str(path)],
+                              capture_output=True, text=True)
+        assert info.returncode == 0, info.stderr  # on the store as the kill left it
         store = rlarrow.Store.open(path)
         assert store.row_count("runs") == i + 1
         for run in store.runs().column("run_id").to_pylist():
@@ -293,7 +296,7 @@ def test_killed_recorder_leaves_a_readable_store(tmp_path):
 
 @pytest.mark.slow
 def test_killed_recorder_many_times(tmp_path):
-    kill_recorder(tmp_path, kills=30, seed=1)
+    kill_recorder(tmp_path, kills=50, seed=1)
 
 
 def test_background_commits_give_the_same_rows(tmp_path):
