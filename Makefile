@@ -10,7 +10,7 @@ PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c co
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo-output
 
-.PHONY: demo test test-slow test-all lint install clean
+.PHONY: demo test test-slow test-all lint install bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Every benchmark, one after the other, and benchmarks/RESULTS.md (about 15 minutes).
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlarrow tests benchmarks

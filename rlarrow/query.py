@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow import schema as _schema
+from rlarrow.errors import StoreError
 
 __all__ = ["connect", "iter_episodes", "scan", "sql"]
 
@@ -147,13 +148,32 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
         # steps before their first commit have no tensor columns: null ones keep the SQL valid
         extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
                         if table == "steps" and c not in names)
-        con.execute(f"create or replace view {table} as select *{extra} from {source}")
+        try:
+            con.execute(f"create or replace view {table} as select *{extra} from {source}")
+        except Exception as exc:
+            con.close()
+            err = _damaged(st, exc)
+            if err is exc:
+                raise
+            raise err from exc
     con.execute(_TRANSITIONS)
     for macro in _MACROS:
         con.execute(macro)
     window = ema_window or int(math.ceil(math.log(_EMA_EPS) / math.log(0.999)))
     con.execute(_ema_macro(window))
     return con
+
+
+def _damaged(st: Any, exc: Exception) -> Exception:
+    """A StoreError for DuckDB failing to read the store's files; other errors as they are."""
+    import duckdb
+
+    reading = type(exc) is duckdb.Error or isinstance(exc, (duckdb.IOException,
+                                                             duckdb.InvalidInputException))
+    if not reading:  # the query's own errors (syntax, names, types) stay DuckDB's
+        return exc
+    return StoreError(f"{st.path}: DuckDB could not read the store's files ({exc}); `rlarrow info` "
+                      "and Store.read name a damaged file")
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:
@@ -186,10 +206,17 @@ def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: 
     """
     if output not in ("arrow", "polars", "pandas"):
         raise ValueError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
+    import duckdb
+
     con = connect(store)
     try:
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
+    except duckdb.Error as exc:
+        err = _damaged(_store(store), exc)
+        if err is exc:
+            raise
+        raise err from exc
     finally:
         con.close()
     if output == "polars":

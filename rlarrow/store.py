@@ -142,7 +142,8 @@ def _encode_schema(schema: pa.Schema) -> str:
 
 
 def _decode_schema(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    """Raises ValueError (binascii.Error) or pyarrow.ArrowInvalid when ``text`` is damaged."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
 
 
 @dataclass(frozen=True)
@@ -356,11 +357,17 @@ class Store:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
+        except UnicodeDecodeError as exc:
+            raise CorruptFileError(path, f"damaged store manifest: not UTF-8 text ({exc}); restore it "
+                                   "from a backup or re-import the data") from exc
         try:
             manifest = json.loads(text)
-            if manifest.get("format") != "rlarrow-store" or "tables" not in manifest:
+            if manifest.get("format") != "rlarrow-store" or not isinstance(manifest.get("tables"), dict):
                 raise ValueError("missing 'format' or 'tables'")
-        except (ValueError, AttributeError) as exc:
+            for entry in manifest["tables"].values():
+                if entry.get("schema") is not None:
+                    _decode_schema(entry["schema"])  # damaged here, say so now, not on first use
+        except (ValueError, AttributeError, TypeError, OSError, pa.ArrowInvalid) as exc:
             raise CorruptFileError(path, f"damaged store manifest ({exc}); restore it from a "
                                    "backup or re-import the data") from exc
         return manifest  # type: ignore[no-any-return]

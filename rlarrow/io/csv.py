@@ -51,8 +51,11 @@ def csv_layout(path: str | os.PathLike[str]) -> tuple[dict[str, list[str]], dict
     """Tensor names -> their csv columns, and csv column -> arrow type name, from the head."""
     path = Path(path)
     with open(path, "rb") as fh:
-        header = fh.readline().decode("utf-8").strip()
-        first = fh.readline().decode("utf-8").strip()
+        try:
+            header = fh.readline().decode("utf-8").strip()
+            first = fh.readline().decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise CorruptFileError(path, f"not a text csv: its first lines are not UTF-8 ({exc})") from exc
     if not header:
         raise CorruptFileError(path, "empty file: no csv header")
     names = header.split(",")

@@ -30,7 +30,7 @@ from rlarrow import specs as _specs
 from rlarrow._columns import flat_value
 from rlarrow._deps import require
 from rlarrow._episodes import Sink
-from rlarrow.errors import UnsupportedInputError
+from rlarrow.errors import CorruptFileError, RLArrowError, UnsupportedInputError
 from rlarrow.io import EpisodesReport
 from rlarrow.store import Store
 
@@ -71,6 +71,7 @@ def import_envlogger(
 
     Raises:
         UnsupportedInputError: not an envlogger directory.
+        CorruptFileError: envlogger's reader fails on the files (damaged or truncated).
         MissingDependencyError: envlogger is not installed.
     """
     from rlarrow._progress import bar
@@ -147,6 +148,14 @@ def import_envlogger(
                     pbar.update(1)
             sink.close([])
         return report
+    except RLArrowError:
+        raise
+    except (RuntimeError, ValueError, TypeError, OSError, EOFError, IndexError, KeyError) as exc:
+        # envlogger's riegeli reader reports damage as RuntimeError("INTERNAL: ..."), and the
+        # records it decodes fail in their own ways (a missing step is a TypeError in it)
+        raise CorruptFileError(directory, f"envlogger's reader failed on this directory "
+                               f"({type(exc).__name__}: {exc}); episodes committed before the damaged "
+                               "record are kept") from exc
     finally:
         if own:
             st.close()

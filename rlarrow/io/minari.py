@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from rlarrow import alignment
 from rlarrow import schema as _schema
-from rlarrow.errors import CorruptFileError, UnsupportedInputError
+from rlarrow.errors import CorruptFileError, InvalidInputError, UnsupportedInputError
 from rlarrow.io import EpisodesReport
 from rlarrow.store import Store
 
@@ -61,6 +61,13 @@ def _space(text: Any) -> Any:
     return text
 
 
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(path, f"not valid JSON ({exc})") from exc
+
+
 def _read_part(path: Path) -> pa.Table:
     try:
         if path.suffix == ".parquet":
@@ -73,7 +80,7 @@ def _read_part(path: Path) -> pa.Table:
             except pa.ArrowInvalid:
                 source.seek(0)
                 return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:  # invalid, not implemented, type errors: all damage
         raise CorruptFileError(path, f"not a readable Minari episode file ({exc})") from exc
 
 
@@ -103,7 +110,7 @@ def import_minari(
         raise UnsupportedInputError(
             directory, "not a Minari dataset (no data/metadata.json with data_format and total_episodes)"
         )
-    meta = json.loads((data / "metadata.json").read_text())
+    meta = _json(data / "metadata.json")
     fmt = meta.get("data_format")
     if fmt not in ("arrow", "parquet"):
         raise UnsupportedInputError(
@@ -152,12 +159,18 @@ def import_minari(
                 n = table.num_rows - 1  # N actions, N + 1 observations
                 if n < 0:
                     raise CorruptFileError(parts[0], "an episode without rows")
+                missing = [c for c in ("observations", "actions", "rewards", "terminations", "truncations")
+                           if c not in table.column_names]
+                if missing:
+                    raise CorruptFileError(parts[0], f"an episode without Minari's column(s) {missing}")
                 action, reward = table.column("actions"), table.column("rewards")
                 term = table.column("terminations").slice(0, n).to_pylist()
                 trunc = table.column("truncations").slice(0, n).to_pylist()
-                rlds = alignment.minari_to_rlds(
-                    action=[0] * n, reward=[0] * n, termination=term, truncation=trunc, num_observations=n + 1
-                )
+                try:
+                    rlds = alignment.minari_to_rlds(action=[0] * n, reward=[0] * n, termination=term,
+                                                    truncation=trunc, num_observations=n + 1)
+                except ValueError as exc:
+                    raise InvalidInputError(parts[0], f"episode {episode_id}: {exc}") from exc
                 infos = table.column("infos").to_pylist() if "infos" in table.column_names else None
                 steps = _schema.build(
                     "steps",
@@ -180,7 +193,7 @@ def import_minari(
                 )
                 writer.write(steps)
                 ep_meta_path = ep_dir / "metadata.json"
-                ep_meta = json.loads(ep_meta_path.read_text()) if ep_meta_path.is_file() else None
+                ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
                 ep_rows["episode_id"].append(episode_id)
                 ep_rows["num_steps"].append(n + 1)
                 ep_rows["return"].append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
             raise UnsupportedInputError(path, "holds an object (pickled) array; refused without "
                                         "unpickling it") from exc
         raise CorruptFileError(path, f"not a readable .npz ({exc})") from exc
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+    except (zipfile.BadZipFile, EOFError, OSError, SyntaxError, tokenize.TokenError) as exc:
         raise CorruptFileError(path, f"not a readable .npz ({exc})") from exc
     return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="npz")
 
@@ -83,11 +84,15 @@ def _mapped(path: Path) -> dict[str, np.ndarray] | None:
                 raise CorruptFileError(path, f"member {info.filename!r} runs past the end of the file "
                                        f"({end} > {size} bytes): truncated")
             fh.seek(start)
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            try:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:  # a Python literal
+                raise CorruptFileError(path, f"member {info.filename!r}: damaged .npy header "
+                                       f"({exc})") from exc
             if dtype.hasobject:
                 raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
             offset = fh.tell()

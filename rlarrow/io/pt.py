@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -55,7 +56,9 @@ def read_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> MemorySnapsh
         raise UnsupportedInputError(
             path, "refused: its pickle asks for something other than tensors and plain containers, "
             f"which could run code, so it was not loaded ({str(exc).splitlines()[0]})") from exc
-    except (EOFError, zipfile.BadZipFile, RuntimeError, ValueError, OSError) as exc:
+    except (EOFError, zipfile.BadZipFile, RuntimeError, ValueError, OSError, IndexError, KeyError,
+            TypeError, AttributeError, AssertionError, struct.error) as exc:
+        # a damaged pickle fails inside torch's safe unpickler in all of these ways
         if isinstance(exc, FileNotFoundError):
             raise
         raise CorruptFileError(path, f"not a readable torch file ({exc})") from exc
