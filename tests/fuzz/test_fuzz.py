@@ -10,6 +10,8 @@ counts).
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +22,9 @@ from hypothesis import strategies as st
 
 from .targets import FIXTURES, mutated_copy, run_one, seeds
 
-SEEDS = seeds(Path(tempfile.mkdtemp(prefix="rlarrow-fuzz-seeds-")))
+_SEED_DIR = tempfile.mkdtemp(prefix="rlarrow-fuzz-seeds-")
+atexit.register(shutil.rmtree, _SEED_DIR, ignore_errors=True)
+SEEDS = seeds(Path(_SEED_DIR))
 OPS = st.lists(st.tuples(st.integers(0, 6), st.floats(0, 1, allow_nan=False), st.integers(0, 1 << 16)),
                min_size=1, max_size=4)
 NEEDS = {
