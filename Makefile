@@ -36,7 +36,7 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Every benchmark, one after the other, and benchmarks/RESULTS.md (about 15 minutes).
+## Every benchmark, one after the other, and benchmarks/RESULTS.md (about 5 minutes; the first run also generates its data).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 

@@ -72,10 +72,13 @@ def _machine() -> list[str]:
         memory = f"{int(mem.split()[1]) / 1024 / 1024:.0f} GiB"
     except (OSError, StopIteration):
         memory = "?"
+    peers = _versions(PEERS)
+    if extra := _peer_venv_versions():
+        peers += f"; {extra}"
     return [f"- machine: {cpu}, {os.cpu_count()} cores, {memory} memory, {platform.system()} "
             f"{platform.release()}",
             f"- Python {platform.python_version()}; {_versions(OURS)}",
-            f"- peers: {_versions(PEERS)}" + (f"; {_peer_venv_versions()}" if _peer_venv_versions() else "")]
+            f"- peers: {peers}"]
 
 
 def _cuda() -> bool:

@@ -222,6 +222,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self.epoch = 0
         self._resume: dict[int, int] = {}
         self._delivered: dict[int, int] = {}
+        self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
         self._tag_worker = False
 
     # ---- epochs and resuming
@@ -272,7 +273,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         table = pf.read_row_group(unit.group, columns=cols + flt_cols)
         own = table.num_rows
         L = self.sequence_length
-        self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for this unit
+        self._keys.clear()  # key columns of row groups searched for this unit's continuations
         keep = np.ones(own, dtype=bool)
         windows = None
         if L > 1 and own:
