@@ -20,7 +20,7 @@ Example:
     3
 
 Importing rlarrow imports none of its optional dependencies (torch, tensorboard,
-dm_env, envlogger, matplotlib); the features that need them import them when used.
+dm_env, envlogger, matplotlib, ray); the features that need them import them when used.
 """
 
 from __future__ import annotations
@@ -102,8 +102,10 @@ __all__ = [
     "plot",
     "postprocessing",
     "query",
+    "ray",
     "reader",
     "recorder",
+    "remote",
     "scan",
     "schema",
     "specs",
@@ -130,8 +132,8 @@ _LAZY = {
 }
 _SUBMODULES = {
     "alignment", "cli", "convert", "errors", "gym", "logger", "memory", "metadata", "migrations",
-    "plot", "postprocessing", "query", "reader", "recorder", "schema", "specs", "store", "tensors",
-    "torch", "unroll",
+    "plot", "postprocessing", "query", "ray", "reader", "recorder", "remote", "schema", "specs", "store",
+    "tensors", "torch", "unroll",
 }
 
 

@@ -15,6 +15,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "envlogger": ("envlogger", "reading and writing envlogger directories"),
     "matplotlib": ("plot", "plots"),
     "gymnasium": ("gym", "recording gymnasium environments"),
+    "ray": ("ray", "Ray Data over a store"),
 }
 
 

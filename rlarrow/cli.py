@@ -135,6 +135,25 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 
 
 @cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("destination")
+@click.option("--prune", is_flag=True,
+              help="Afterwards delete the destination's data files the store no longer lists.")
+@_friendly_errors
+def push(store: str, destination: str, prune: bool) -> None:
+    """Copy a store to object storage or another directory (any pyarrow filesystem URI).
+
+    Only files the destination lacks are copied; the manifest goes last, so readers of
+    DESTINATION (s3://bucket/runs.rlarrow, gs://..., file:///...) never see half a push.
+    """
+    from rlarrow.remote import push as run_push
+
+    copied = run_push(store, destination, prune=prune, progress=True)
+    click.echo(f"copied {len(copied)} file(s) to {destination}" if copied
+               else f"{destination} is up to date; wrote its manifest")
+
+
+@cli.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", "store", required=True, type=click.Path(file_okay=False),
               help="The store to write into (created when missing).")

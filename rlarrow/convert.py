@@ -384,26 +384,38 @@ def _file_key(path: Path) -> tuple[str, int] | None:
 
 def _declaring(st: Store, layout: str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """Pass ``tables`` on; before the first, fix the memory tensors' layout if the store has none."""
-    from rlarrow import tensors as _tensors
-
-    declared = set(_schema.table("memory").column_names)
     for table in tables:
         if layout != "list" and st.schema("memory") is None:
-            types = {}
-            for field in table.schema:
-                if field.name in declared:
-                    continue
-                if pa.types.is_struct(field.type) or not _tensors.is_tensor_type(field.type):
-                    types[field.name] = field.type
-                    continue
-                np_dtype = np.dtype(_tensors.tensor_dtype(field.type).to_pandas_dtype())
-                types[field.name] = (
-                    _tensors.tensor_type(np_dtype, _tensors.tensor_shape(field.type), layout=layout)
-                    if np_dtype.kind in "biuf"
-                    else field.type
-                )
-            st.declare("memory", types)
+            st.declare("memory", layout_types("memory", table.schema, layout))
         yield table
+
+
+def layout_types(table_name: str, schema: pa.Schema, layout: str) -> dict[str, pa.DataType]:
+    """The tensor columns of ``schema`` with numeric tensors in ``layout``, for :meth:`Store.declare`.
+
+    Struct columns and tensors of other dtypes keep their types.
+    """
+    from rlarrow import tensors as _tensors
+
+    spec = _schema.table(table_name)
+    types = {}
+    for f in schema:
+        try:
+            is_tensor = spec.column(f.name).is_tensor
+        except KeyError:
+            is_tensor = spec.tensor_columns_allowed
+        if not is_tensor:
+            continue
+        if pa.types.is_struct(f.type) or not _tensors.is_tensor_type(f.type):
+            types[f.name] = f.type
+            continue
+        np_dtype = np.dtype(_tensors.tensor_dtype(f.type).to_pandas_dtype())
+        types[f.name] = (
+            _tensors.tensor_type(np_dtype, _tensors.tensor_shape(f.type), layout=layout)
+            if np_dtype.kind in "biuf"
+            else f.type
+        )
+    return types
 
 
 def snapshots(

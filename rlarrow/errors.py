@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 __all__ = [
     "AssumptionWarning",
@@ -53,7 +54,26 @@ class RLArrowError(Exception):
     """Base class of every error rlarrow raises on purpose."""
 
 
-class SchemaMismatchError(RLArrowError, ValueError):
+class _Pickles:
+    """Pickling for errors and warnings whose ``__init__`` takes more than their message.
+
+    They cross processes whole: DataLoader workers, multiprocessing, Ray tasks.
+    """
+
+    args: tuple[Any, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    err = cls.__new__(cls)
+    BaseException.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
+class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
     """Data does not match a table's schema.
 
     Attributes:
@@ -82,7 +102,7 @@ class SchemaMismatchError(RLArrowError, ValueError):
         super().__init__("\n".join(lines))
 
 
-class InvalidInputError(RLArrowError, ValueError):
+class InvalidInputError(_Pickles, RLArrowError, ValueError):
     """An input file or directory cannot be used.
 
     Attributes:
@@ -142,7 +162,7 @@ class AssumptionWarning(RLArrowWarning):
     """An importer assumed something its input does not say (the message says what)."""
 
 
-class TruncatedInputWarning(RLArrowWarning):
+class TruncatedInputWarning(_Pickles, RLArrowWarning):
     """An input ends in an incomplete record (a writer still running, or killed).
 
     Every complete record before it was read. Attributes: ``path``, the file.

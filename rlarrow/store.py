@@ -146,6 +146,45 @@ def _decode_schema(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
 
 
+def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
+    """A store manifest's bytes, checked (``path`` names it in errors).
+
+    Raises:
+        CorruptFileError: not a store manifest, or a damaged one.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"damaged store manifest: not UTF-8 text ({exc}); restore it "
+                               "from a backup or re-import the data") from exc
+    try:
+        manifest = json.loads(text)
+        if manifest.get("format") != "rlarrow-store" or not isinstance(manifest.get("tables"), dict):
+            raise ValueError("missing 'format' or 'tables'")
+        for entry in manifest["tables"].values():
+            if entry.get("schema") is not None:
+                _decode_schema(entry["schema"])  # damaged here, say so now, not on first use
+    except (ValueError, AttributeError, TypeError, OSError, pa.ArrowInvalid) as exc:
+        raise CorruptFileError(path, f"damaged store manifest ({exc}); restore it from a "
+                               "backup or re-import the data") from exc
+    return manifest  # type: ignore[no-any-return]
+
+
+def check_manifest_versions(manifest: dict[str, Any], where: str) -> None:
+    """Check the format and table schema versions a manifest records."""
+    fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
+    _schema.check_version(where, f"store format {_schema.format_version(fmt)}", fmt,
+                          _schema.FORMAT_VERSION, store=where)
+    for name, entry in manifest["tables"].items():
+        try:
+            current = _schema.table(name).version
+        except KeyError:
+            continue  # a table of a newer minor format: the format check warned
+        got = _schema.parse_version(entry.get("schema_version", "0.0"))
+        _schema.check_version(where, f"table {name!r} schema {_schema.format_version(got)}", got,
+                              current, store=where)
+
+
 @dataclass(frozen=True)
 class CommitInfo:
     """What one commit added: the table, the file (relative to the store) and its rows.
@@ -354,23 +393,10 @@ class Store:
     def _read_manifest(self) -> dict[str, Any]:
         path = self.path / MANIFEST_NAME
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
             raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
-        except UnicodeDecodeError as exc:
-            raise CorruptFileError(path, f"damaged store manifest: not UTF-8 text ({exc}); restore it "
-                                   "from a backup or re-import the data") from exc
-        try:
-            manifest = json.loads(text)
-            if manifest.get("format") != "rlarrow-store" or not isinstance(manifest.get("tables"), dict):
-                raise ValueError("missing 'format' or 'tables'")
-            for entry in manifest["tables"].values():
-                if entry.get("schema") is not None:
-                    _decode_schema(entry["schema"])  # damaged here, say so now, not on first use
-        except (ValueError, AttributeError, TypeError, OSError, pa.ArrowInvalid) as exc:
-            raise CorruptFileError(path, f"damaged store manifest ({exc}); restore it from a "
-                                   "backup or re-import the data") from exc
-        return manifest  # type: ignore[no-any-return]
+        return parse_manifest(data, path)
 
     @staticmethod
     def _write_manifest_at(root: Path, manifest: dict[str, Any]) -> None:
@@ -391,20 +417,7 @@ class Store:
         self._manifest = manifest
 
     def _check_versions(self, manifest: dict[str, Any]) -> None:
-        fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
-        want = _schema.FORMAT_VERSION
-        self._check_one_version(f"store format {_schema.format_version(fmt)}", fmt, want)
-        for name, entry in manifest["tables"].items():
-            try:
-                current = _schema.table(name).version
-            except KeyError:
-                continue  # a table of a newer minor format: the format check warned
-            got = _schema.parse_version(entry.get("schema_version", "0.0"))
-            self._check_one_version(f"table {name!r} schema {_schema.format_version(got)}",
-                                    got, current)
-
-    def _check_one_version(self, what: str, got: tuple[int, int], want: tuple[int, int]) -> None:
-        _schema.check_version(os.fspath(self.path), what, got, want, store=os.fspath(self.path))
+        check_manifest_versions(manifest, os.fspath(self.path))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -503,7 +516,8 @@ class Store:
                     (directory / n).unlink()
             manifest["pending"] = None
 
-    def _apply_replacement(self, manifest: dict[str, Any], pending: dict[str, Any]) -> None:
+    @staticmethod
+    def _apply_replacement(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
         table = pending["table"]
         entry = manifest["tables"][table]
         old = set(pending["old"])

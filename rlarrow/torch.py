@@ -37,15 +37,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow._deps import require
@@ -53,51 +48,9 @@ from rlarrow._deps import require
 require("torch", feature="rlarrow.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
 
+from rlarrow._samples import SampleSource, Unit, flat, nest, to_numpy, units  # noqa: E402
+
 __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
-
-_TRANSITION_COLUMNS = ["observation", "action", "reward", "discount", "is_terminal", "is_last"]
-_KEYS = ["run_id", "episode_id", "step"]
-_WINDOW_KEYS = [*_KEYS, "is_last"]
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """One row group of one file: the unit of sharding and shuffling."""
-
-    file: str
-    group: int
-    rows: int
-    next_group: int | None  # the following row group of the same file, read ahead for windows
-    # min/max statistics of episode_id and step (None: unknown), to find an episode's rows
-    episodes: tuple[int, int] | None = None
-    steps: tuple[int, int] | None = None
-
-    def may_hold(self, episode: int, step: int) -> bool:
-        return ((self.episodes is None or self.episodes[0] <= episode <= self.episodes[1])
-                and (self.steps is None or self.steps[0] <= step <= self.steps[1]))
-
-
-def _units(files: Sequence[Path]) -> list[_Unit]:
-    out: list[_Unit] = []
-    for f in files:
-        meta = pq.ParquetFile(f).metadata
-        names = meta.schema.to_arrow_schema().names
-        n = meta.num_row_groups
-        for g in range(n):
-            rg = meta.row_group(g)
-            out.append(_Unit(os.fspath(f), g, rg.num_rows, g + 1 if g + 1 < n else None,
-                             _min_max(rg, names, "episode_id"), _min_max(rg, names, "step")))
-    return out
-
-
-def _min_max(rg: Any, names: list[str], name: str) -> tuple[int, int] | None:
-    if name not in names:
-        return None
-    stats = rg.column(names.index(name)).statistics
-    if stats is None or not stats.has_min_max:
-        return None
-    return int(stats.min), int(stats.max)
-
 
 def _shard(rank: int | None = None, world: int | None = None) -> tuple[int, int]:
     """(index, count) of this reader among all DataLoader workers of all ranks."""
@@ -108,34 +61,6 @@ def _shard(rank: int | None = None, world: int | None = None) -> tuple[int, int]
     info = torch.utils.data.get_worker_info()
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank * workers + worker, world * workers
-
-
-def _numpy(col: pa.ChunkedArray | pa.Array) -> Any:
-    from rlarrow.tensors import to_numpy
-
-    try:
-        return to_numpy(col)
-    except ValueError:  # nulls in an integer or bool column (the last step's action): 0
-        return to_numpy(col, fill_value=0)
-
-
-def _flat(prefix: str, value: Any, out: dict[str, np.ndarray]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
-    else:
-        out[prefix] = value
-
-
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
 
 
 class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
@@ -188,33 +113,13 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 rank is not None and world_size is not None and not 0 <= rank < world_size):
             raise ValueError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
-        st = store if isinstance(store, Store) else Store.open(store, readonly=True)
-        self.transitions = table == "transitions"
-        source = "steps" if self.transitions else table
-        schema = st.schema(source)
-        self.units = _units(st.files(source))
-        if self.transitions:
-            if sequence_length != 1:
-                raise ValueError("transitions are windows of 2 steps already; use table='steps' "
-                                 "with sequence_length for longer windows")
-            sequence_length = 2
-            wanted = list(columns or _TRANSITION_COLUMNS)
-            wanted = [c for c in wanted if c not in ("next_observation", "done", "truncated")]
-            columns = list(dict.fromkeys([*wanted, "observation", "is_terminal", "is_last"]))
-        names = schema.names if schema is not None else []
-        self.columns = list(columns) if columns is not None else [
-            f.name for f in (schema or []) if f.name not in _KEYS and not _is_text(f.type)]
-        missing = [c for c in self.columns if schema is not None and c not in names]
-        if missing:
-            raise KeyError(f"{st.path}: table {source!r} has no column(s) {missing}; it has {names}")
-        self.needs_keys = sequence_length > 1
-        if self.needs_keys and source != "steps":
-            raise ValueError("sequence windows need episodes: table='steps' (or 'transitions')")
-        self.filter = filter
+        st = store if isinstance(store, Store) or hasattr(store, "filesystem") \
+            else Store.open(store, readonly=True)
+        self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
+                                              sequence_length=sequence_length)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.buffer_rows = max(buffer_rows, batch_size)
-        self.sequence_length = sequence_length
         self.drop_last = drop_last
         self.seed = seed
         self.device = device
@@ -222,7 +127,6 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self.epoch = 0
         self._resume: dict[int, int] = {}
         self._delivered: dict[int, int] = {}
-        self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
         self._tag_worker = False
 
     # ---- epochs and resuming
@@ -250,183 +154,25 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     # ---- reading
 
-    def _my_units(self) -> tuple[int, list[_Unit]]:
+    def _my_units(self) -> tuple[int, list[Unit]]:
         index, count = _shard(self.rank, self.world_size)
         order = list(range(len(self.units)))
         if self.shuffle:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.units)).tolist()
         return index, [self.units[i] for i in order[index::count]]
 
-    def _read(self, unit: _Unit, files: dict[str, pq.ParquetFile]) -> dict[str, np.ndarray] | None:
-        pf = files.get(unit.file)
-        if pf is None:
-            # one open file at a time: a reader keeps what it read, which would add up
-            for old in files.values():
-                old.close()
-            files.clear()
-            pf = files[unit.file] = pq.ParquetFile(unit.file)
-        cols = list(dict.fromkeys((_WINDOW_KEYS if self.needs_keys else []) + self.columns))
-        flt_cols: list[str] = []
-        if self.filter is not None:  # filters see the flat columns: never read tensors for them
-            flt_cols = [f.name for f in pf.schema_arrow if f.name not in cols
-                        and not pa.types.is_nested(f.type) and not isinstance(f.type, pa.ExtensionType)]
-        table = pf.read_row_group(unit.group, columns=cols + flt_cols)
-        own = table.num_rows
-        L = self.sequence_length
-        self._keys.clear()  # key columns of row groups searched for this unit's continuations
-        keep = np.ones(own, dtype=bool)
-        windows = None
-        if L > 1 and own:
-            table, windows = self._windows(table, pf, unit.file, cols + flt_cols)
-            keep &= windows[:, -1] >= 0
-        if self.filter is not None:
-            keep &= self._filter_mask(table.slice(0, own))
-        if not keep.any():
-            return None
-        starts = np.flatnonzero(keep)
-        out: dict[str, np.ndarray] = {}
-        for name in self.columns:
-            col = table.column(name)
-            if windows is None:
-                whole_table = len(starts) == own == table.num_rows
-                _flat(name, _numpy(col if whole_table else col.take(pa.array(starts))), out)
-            else:
-                whole: dict[str, np.ndarray] = {}
-                _flat(name, _numpy(col), whole)
-                idx = windows[starts]
-                for k, v in whole.items():
-                    out[k] = v[idx]
-        return out
+    @property
+    def units(self) -> list[Unit]:
+        """The row groups read, in storage order."""
+        return self.source.units
 
-    def _windows(self, table: pa.Table, pf: pq.ParquetFile, path: str,
-                 cols: list[str]) -> tuple[pa.Table, np.ndarray]:
-        """Each row's window: (rows, L) indices into the returned table, -1 where it runs out.
-
-        Rows follow each other in a window when they are the same run and episode at
-        consecutive steps. Where an episode's rows stop in this row group without its last
-        step (``is_last``), the rows that continue it are looked up (the next row group of
-        the file, or any row group whose statistics allow it: a recorder's later commit, or
-        another env's rows in between) and appended to the table.
-        """
-        L = self.sequence_length
-        n = table.num_rows
-        ep = table.column("episode_id").to_numpy()
-        step = table.column("step").to_numpy()
-        run = table.column("run_id")
-        follows = np.zeros(n, dtype=bool)  # row i + 1 continues row i
-        if n > 1:
-            follows[:-1] = ((ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1)
-                            & np.asarray(pa.compute.equal(run.slice(1), run.slice(0, n - 1))))
-        nxt = np.where(follows, np.arange(1, n + 1), -1)
-        last = np.asarray(pa.compute.fill_null(table.column("is_last"), False))
-        parts = [table]
-        total = n
-        for e in np.flatnonzero(~follows & ~last):  # an episode that goes on elsewhere
-            head = self._continuation(str(run[int(e)].as_py()), int(ep[e]), int(step[e]) + 1,
-                                      pf, path, cols, path if e == n - 1 else None)
-            if head is None:
-                continue
-            if head.schema != table.schema:
-                head = head.select(table.column_names).cast(table.schema)
-            m = head.num_rows
-            chain = np.arange(total + 1, total + m + 1)
-            chain[-1] = -1
-            nxt[e] = total
-            nxt = np.concatenate([nxt, chain])
-            parts.append(head)
-            total += m
-        if len(parts) > 1:
-            table = pa.concat_tables(parts)
-        follow = np.append(nxt, -1)  # follow[-1] == -1: a run-out window stays run out
-        idx = np.empty((n, L), dtype=np.int64)
-        idx[:, 0] = np.arange(n)
-        for j in range(1, L):
-            idx[:, j] = follow[idx[:, j - 1]]
-        return table, idx
-
-    def _continuation(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
-                      cols: list[str], prefer: str | None) -> pa.Table | None:
-        """Up to L - 1 rows of (run, episode) from ``step`` on, chained over row groups."""
-        need = self.sequence_length - 1
-        got: list[pa.Table] = []
-        while need > 0:
-            found = self._locate(run, episode, step, pf, path, cols, prefer)
-            if found is None:
-                break
-            head, unit = found
-            head = head.slice(0, need)
-            s = head.column("step").to_numpy()
-            e = head.column("episode_id").to_numpy()
-            r = head.column("run_id").cast(pa.string()).to_pylist()
-            run_on = (e == episode) & (s == step + np.arange(len(s))) & np.array([x == run for x in r])
-            k = int(np.argmin(run_on)) if not run_on.all() else len(s)
-            got.append(head.slice(0, k))
-            need -= k
-            step += k
-            if k == 0 or head.column("is_last")[k - 1].as_py():
-                break
-            # the episode goes on elsewhere: after this row group, or in a later commit
-            prefer = unit.file if k == head.num_rows else None
-        return pa.concat_tables(got) if got else None
-
-    def _locate(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
-                cols: list[str], prefer: str | None) -> tuple[pa.Table, _Unit] | None:
-        """The rows of a row group from (run, episode, step) on, and that row group.
-
-        ``pf`` is open on ``path``; ``prefer``: the file to look in first (a row group
-        ran out: most often the next one of the same file continues it).
-        """
-        candidates = [u for u in self.units if u.may_hold(episode, step)]
-        if prefer is not None:
-            candidates.sort(key=lambda u: u.file != prefer)
-        for unit in candidates:
-            keys = self._keys.get((unit.file, unit.group))
-            if keys is None:
-                with _opened(unit.file, pf, path) as opened:
-                    keys = opened.read_row_group(unit.group, columns=_KEYS)
-                self._keys[(unit.file, unit.group)] = keys
-            hit = np.flatnonzero((keys.column("episode_id").to_numpy() == episode)
-                                 & (keys.column("step").to_numpy() == step))
-            runs = keys.column("run_id")
-            same_run = [int(i) for i in hit if runs[int(i)].as_py() == run]
-            if same_run:
-                with _opened(unit.file, pf, path) as opened:
-                    return opened.read_row_group(unit.group, columns=cols).slice(same_run[0]), unit
-        return None
-
-    def _filter_mask(self, table: pa.Table) -> np.ndarray:
-        if isinstance(self.filter, str):
-            import duckdb
-
-            flat = table.select([f.name for f in table.schema if not pa.types.is_nested(f.type)
-                                 and not isinstance(f.type, pa.ExtensionType)])
-            con = duckdb.connect()
-            try:
-                con.register("t", flat)
-                mask = con.sql(f"select coalesce(({self.filter}), false) as keep from t").fetchnumpy()["keep"]
-            finally:
-                con.close()
-            return np.asarray(mask, dtype=bool)
-        return _expression_mask(table, self.filter)
-
-    def _transitions(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for key, value in flat.items():
-            head = key.split(".")[0]
-            if head == "observation":
-                out[key] = value[:, 0]
-                out["next_" + key] = value[:, 1]
-            elif head in ("is_terminal", "is_last"):
-                continue
-            else:
-                out[key] = value[:, 0]
-        terminal, last = flat["is_terminal"][:, 1], flat["is_last"][:, 1]
-        out["done"] = terminal.astype(bool)
-        out["truncated"] = last.astype(bool) & ~terminal.astype(bool)
-        return out
+    @property
+    def columns(self) -> list[str]:
+        """The columns read (for transitions: the steps' columns they are made of)."""
+        return self.source.columns
 
     def _batches(self) -> Iterator[dict[str, np.ndarray]]:
-        index, units = self._my_units()
+        index, mine = self._my_units()
         rng = np.random.default_rng([self.seed, self.epoch, index])
         files: dict[str, pq.ParquetFile] = {}
         pending: list[dict[str, np.ndarray]] = []
@@ -454,12 +200,10 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 yield rest
                 pending, rows = [], 0
 
-        for unit in units:
-            got = self._read(unit, files)
+        for unit in mine:
+            got = self.source.read(unit, files)
             if got is None:
                 continue
-            if self.transitions:
-                got = self._transitions(got)
             pending.append(got)
             rows += len(next(iter(got.values())))
             if rows >= self.buffer_rows:
@@ -483,7 +227,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                     parcel = []
                 continue
             self._delivered[index] = n
-            yield _to_device(_nest({k: _tensor(v) for k, v in batch.items()}), self.device, self.pin_memory)
+            yield _to_device(nest({k: _tensor(v) for k, v in batch.items()}), self.device, self.pin_memory)
         if parcel:
             yield _pack(parcel, index)
 
@@ -493,20 +237,10 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 _PARCEL_BATCHES = 16
 
 
-@contextlib.contextmanager
-def _opened(file: str, pf: pq.ParquetFile, path: str) -> Iterator[pq.ParquetFile]:
-    """``file`` to read from: ``pf`` (open on ``path``) lent as it is, or opened and closed."""
-    if file == path:
-        yield pf
-        return
-    with pq.ParquetFile(file) as other:
-        yield other
-
-
 def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:
     """Batches as one byte tensor (one shared-memory segment) and their layout."""
     if any(v.dtype == object for b in batches for v in b.values()):  # text: no bytes to share
-        return {"_rlarrow_batches": [_nest({k: _tensor(np.array(v)) for k, v in b.items()}) for b in batches],
+        return {"_rlarrow_batches": [nest({k: _tensor(np.array(v)) for k, v in b.items()}) for b in batches],
                 "_rlarrow_reader": reader}
     layout: list[dict[str, tuple[int, str, tuple[int, ...]]]] = []
     offset = 0
@@ -535,26 +269,13 @@ def _unpack(message: dict[str, Any]) -> list[dict[str, Any]]:
             dt = np.dtype(dtype)
             size = int(np.prod(shape)) * dt.itemsize
             arrays[k] = torch.from_numpy(buf[start:start + size].view(dt).reshape(shape))
-        out.append(_nest(arrays))
+        out.append(nest(arrays))
     return out
-
-
-def _is_text(type_: pa.DataType) -> bool:
-    return bool(pa.types.is_string(type_) or pa.types.is_large_string(type_))
 
 
 def _tensor(value: np.ndarray) -> Any:
     """A tensor sharing ``value``'s memory; text columns stay NumPy (torch has no strings)."""
     return torch.from_numpy(value) if value.dtype != object else value
-
-
-def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
-    """Which rows of ``table`` a pyarrow expression keeps (null counts as false)."""
-    marked = table.append_column("__row", pa.array(np.arange(table.num_rows)))
-    kept = marked.filter(expression).column("__row").to_numpy()
-    mask = np.zeros(table.num_rows, dtype=bool)
-    mask[kept] = True
-    return mask
 
 
 def _to_device(batch: Any, device: Any, pin: bool) -> Any:
@@ -612,7 +333,7 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         from rlarrow.store import Store
 
         st = store if isinstance(store, Store) else Store.open(store, readonly=True)
-        self.units = _units(st.files(table))
+        self.units = units(st.files(table))
         schema = st.schema(table)
         names = schema.names if schema is not None else []
         self.columns = list(columns) if columns is not None else names
@@ -630,7 +351,7 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
             table = pq.ParquetFile(unit.file).read_row_group(unit.group, columns=self.columns)
             got = {}
             for name in self.columns:
-                _flat(name, _numpy(table.column(name)), got)
+                flat(name, to_numpy(table.column(name)), got)
             if len(self._cache) >= self.cache_groups:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[k] = got
@@ -643,9 +364,9 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         batch = self._rows(list(indices), single=False)
-        flat: dict[str, Any] = {}
-        _flat("", batch, flat)
-        return [_nest({k.lstrip("."): v[j] for k, v in flat.items()}) for j in range(len(indices))]
+        cols: dict[str, Any] = {}
+        flat("", batch, cols)
+        return [nest({k.lstrip("."): v[j] for k, v in cols.items()}) for j in range(len(indices))]
 
     def _rows(self, indices: Sequence[int], *, single: bool) -> Any:
         idx = np.asarray(indices, dtype=np.int64)
@@ -666,5 +387,5 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         inverse[order] = np.arange(len(idx))
         flat = {k: np.concatenate(v)[inverse] for k, v in parts.items()}
         if single:
-            return _nest({k: _tensor(np.array(v[0])) if v.dtype != object else v[0] for k, v in flat.items()})
-        return _nest({k: _tensor(v) for k, v in flat.items()})
+            return nest({k: _tensor(np.array(v[0])) if v.dtype != object else v[0] for k, v in flat.items()})
+        return nest({k: _tensor(v) for k, v in flat.items()})

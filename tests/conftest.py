@@ -13,6 +13,20 @@ SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures"
 
 
+def run_python_blocks(rel: str) -> int:
+    """Run the ```python blocks of a Markdown file of the repository, in order, in one namespace.
+
+    Returns how many ran (the caller chdirs to a scratch directory first).
+    """
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / rel).read_text(), re.S)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, rel, "exec"), namespace)  # noqa: S102
+    return len(blocks)
+
+
 def episode_columns(run_id: str, episode_id: int, length: int, *, env_index: int = 0,
                     seed: int = 0, image: bool = True) -> dict:
     """Steps of one episode in RLDS alignment: `length` actions, length + 1 steps."""

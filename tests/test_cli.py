@@ -59,3 +59,19 @@ def test_compact_command(store):
     out = rlarrow_cmd("compact", str(store.path))
     assert out.returncode == 0, out.stderr
     assert "scalars: 3 -> 1 files" in out.stdout
+
+
+def test_push_command_copies_to_a_uri_and_only_new_files_after(populated, tmp_path):
+    store = populated
+    dest = f"file://{tmp_path}/bucket/runs.rlarrow"
+    out = rlarrow_cmd("push", str(store.path), dest)
+    assert out.returncode == 0, out.stderr
+    n = sum(len(store.files(t)) for t in store.tables())
+    assert f"copied {n} file(s)" in out.stdout
+    from rlarrow.remote import RemoteStore
+
+    assert RemoteStore(dest).read("steps").equals(store.read("steps"))
+    again = rlarrow_cmd("push", str(store.path), dest)
+    assert again.returncode == 0 and "up to date" in again.stdout
+    bad = rlarrow_cmd("push", str(store.path), "nosuchscheme://x/y")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr

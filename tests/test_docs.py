@@ -7,25 +7,21 @@ import importlib
 import re
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_python_blocks
 
 import rlarrow
 
 README = (REPO / "README.md").read_text()
-BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 MODULES = ["rlarrow", "rlarrow.errors", "rlarrow.tensors", "rlarrow.metadata", "rlarrow.schema",
            "rlarrow.store", "rlarrow.migrations", "rlarrow.io.tfevents", "rlarrow.io._crc32c",
            "rlarrow.logger", "rlarrow.postprocessing", "rlarrow.query",
-           "rlarrow.plot"]
+           "rlarrow.plot", "rlarrow.remote"]
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
-    assert len(BLOCKS) >= 2
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    for block in BLOCKS:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    assert run_python_blocks("README.md") >= 2
     out = capsys.readouterr().out
     assert "4 100" in out  # the row counts the first block prints
     assert "cartpole-ppo" in out and "0.0003" in out

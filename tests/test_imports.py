@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-HEAVY = ["torch", "tensorboard", "dm_env", "envlogger", "matplotlib", "tensorflow"]
+HEAVY = ["torch", "tensorboard", "dm_env", "envlogger", "matplotlib", "tensorflow", "ray"]
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -24,6 +24,7 @@ def test_import_and_store_use_import_no_optional_dependency(tmp_path):
         s.append("scalars", {{"run_id": "r", "scope": "t", "tag": "x", "step": [1], "value": [1.0]}})
         s.info(); s.read("scalars")
         from rlarrow.cli import main
+        from rlarrow.remote import RemoteStore
         print(sorted(m for m in {HEAVY!r} if m in sys.modules))
     """)
     assert out.returncode == 0, out.stderr
@@ -50,7 +51,7 @@ BLOCKER = """
 
 @pytest.mark.parametrize(("module", "extra"), [("torch", "torch"), ("tensorboard", "tensorboard"),
                                                ("dm_env", "dm-env"), ("envlogger", "envlogger"),
-                                               ("matplotlib", "plot")])
+                                               ("matplotlib", "plot"), ("ray", "ray")])
 def test_missing_extra_names_the_install_command(module, extra):
     out = run(BLOCKER.format(name=module) + f"""
     import rlarrow

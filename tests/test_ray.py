@@ -1,0 +1,204 @@
+"""rlarrow.ray on a real local Ray cluster (ray.init(num_cpus=2)): reads, samples, writes, convert."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from conftest import episode_columns, run_python_blocks
+
+import rlarrow
+from rlarrow.errors import SchemaMismatchError
+from rlarrow.tensors import tensor_type
+
+ray = pytest.importorskip("ray", reason="Ray Data is the optional extra 'ray': pip install 'rlarrow[ray]'")
+torch = pytest.importorskip("torch", reason="the sample tests compare with rlarrow.torch (the torch extra)")
+import rlarrow.ray as rray  # noqa: E402
+from rlarrow.torch import StreamingDataset  # noqa: E402
+
+LENGTHS = [4 + (e * 5) % 11 for e in range(24)]
+ORDER = [("run_id", "ascending"), ("episode_id", "ascending"), ("step", "ascending")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False,
+             object_store_memory=256 << 20)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Steps in small row groups over three commits (episodes straddle row groups), 84x84 frames."""
+    path = tmp_path_factory.mktemp("ray") / "s.rlarrow"
+    st = rlarrow.Store.create(path)
+    st.declare("steps", {"observation": pa.struct([("position", tensor_type("float32", (3,))),
+                                                   ("grid", tensor_type("uint8", (4, 5)))]),
+                         "action": tensor_type("int64", (2,))})
+    for part in range(3):
+        with st.writer("steps", row_group_bytes=4000) as w:
+            for e in range(part * 8, (part + 1) * 8):
+                w.write(episode_columns("r", e, LENGTHS[e]))
+    (path / "steps" / "stray.parquet").write_bytes((path / "steps" / st.files("steps")[0].name).read_bytes())
+    return st
+
+
+def test_read_gives_the_table_as_stored_over_committed_files_only(cluster, store):
+    ds = rray.read(store, "steps")
+    got = pa.concat_tables(ray.get(ds.to_arrow_refs()))
+    want = store.read("steps")
+    assert got.num_rows == want.num_rows  # not the stray file in the table's directory
+    assert got.sort_by(ORDER).equals(want.sort_by(ORDER))
+    assert got.schema.metadata == want.schema.metadata
+    assert ds.schema().base_schema.field("action").type == want.schema.field("action").type
+
+
+def test_read_projects_and_filters_like_the_store(cluster, store):
+    want = store.read("steps", ["episode_id", "step", "reward"], pc.field("reward") > 0.5)
+    for flt in (pc.field("reward") > 0.5, "reward > 0.5"):
+        ds = rray.read(store.path, "steps", columns=["episode_id", "step", "reward"], filter=flt)
+        got = pa.concat_tables(ray.get(ds.to_arrow_refs()))
+        assert got.column_names == ["episode_id", "step", "reward"]
+        assert got.sort_by([("episode_id", "ascending"), ("step", "ascending")]).equals(
+            want.sort_by([("episode_id", "ascending"), ("step", "ascending")]))
+    with pytest.raises(KeyError, match="no column"):
+        rray.read(store, "steps", columns=["nope"])
+
+
+def _windows(batches):
+    """(episode, first step) -> the window's observation grid, from flat or nested batches."""
+    out = {}
+    for b in batches:
+        grid = b["observation.grid"] if "observation.grid" in b else b["observation"]["grid"]
+        for e, s, g in zip(np.asarray(b["episode_id"])[:, 0], np.asarray(b["step"])[:, 0], np.asarray(grid),
+                           strict=True):
+            assert (int(e), int(s)) not in out
+            out[(int(e), int(s))] = g
+    return out
+
+
+def test_sequence_windows_match_the_torch_dataset(cluster, store):
+    cols = ["episode_id", "step", "observation"]
+    ray_ds = rray.read_samples(store, "steps", columns=cols, sequence_length=5, shuffle=True, seed=3)
+    got = _windows(ray_ds.iter_batches(batch_size=64, batch_format="numpy"))
+    want = _windows(StreamingDataset(store, "steps", columns=cols, sequence_length=5, batch_size=64))
+    assert got.keys() == want.keys()
+    assert len(got) == sum(n + 1 - 4 for n in LENGTHS)  # every window of 5 of every episode, once
+    for k in want:
+        assert np.array_equal(got[k], want[k])
+    first = next(iter(ray_ds.iter_torch_batches(batch_size=8)))
+    assert first["observation.grid"].shape == (8, 5, 4, 5) and first["observation.grid"].dtype == torch.uint8
+
+
+def test_transitions_match_the_torch_dataset(cluster, store):
+    got = ray.data.Dataset.take_batch(rray.read_samples(store, "transitions"), batch_size=10_000,
+                                      batch_format="numpy")
+    want = next(iter(StreamingDataset(store, "transitions", batch_size=10_000, shuffle=False)))
+    assert len(got["done"]) == sum(LENGTHS)
+    key = np.lexsort((got["reward"], got["action"][:, 0], got["observation.position"][:, 0]))
+    wkey = np.lexsort((want["reward"].numpy(), want["action"][:, 0].numpy(),
+                       want["observation"]["position"][:, 0].numpy()))
+    assert np.array_equal(got["next_observation.grid"][key], want["next_observation"]["grid"].numpy()[wkey])
+    assert np.array_equal(got["done"][key], want["done"].numpy()[wkey])
+    assert got["done"].sum() == len(LENGTHS)
+
+
+@ray.remote(num_cpus=0)
+class Trainer:
+    def consume(self, shard):
+        seen = []
+        for b in shard.iter_torch_batches(batch_size=16):
+            seen += list(zip(b["episode_id"].tolist(), b["step"].tolist(), strict=True))
+        return seen
+
+
+def test_every_row_exactly_once_across_two_consumers(cluster, store):
+    ds = rray.read_samples(store, "steps", columns=["episode_id", "step", "reward"])
+    shards = ds.streaming_split(2, equal=False)
+    trainers = [Trainer.remote() for _ in shards]
+    seen = ray.get([t.consume.remote(s) for t, s in zip(trainers, shards, strict=True)])
+    t = store.read("steps", ["episode_id", "step"])
+    want = Counter(zip(t["episode_id"].to_pylist(), t["step"].to_pylist(), strict=True))
+    assert Counter(seen[0] + seen[1]) == want
+    assert seen[0] and seen[1]  # both trainers got a share
+
+
+def test_write_round_trips_a_store_in_one_commit(cluster, store, tmp_path):
+    info = rray.write(rray.read(store, "steps").repartition(4), tmp_path / "copy", "steps")
+    assert info is not None and len(info.files) == 4 and info.rows == store.row_count("steps")
+    copy = rlarrow.Store.open(tmp_path / "copy")
+    assert copy.read("steps").sort_by(ORDER).equals(store.read("steps").sort_by(ORDER))
+    assert len(copy.files("steps")) == 4
+    assert rray.write(rray.read(store, "steps", filter="step < 0"), copy, "steps") is None
+
+
+def test_a_bad_block_commits_nothing_and_leaves_no_files(cluster, store, tmp_path):
+    st = rlarrow.Store.create(tmp_path / "w")
+    st.append("steps", episode_columns("keep", 0, 3))
+    before = st.read("steps")
+
+    def spoil(batch):
+        if 7 in batch["episode_id"].to_pylist():
+            return batch.set_column(batch.schema.get_field_index("is_first"), "is_first",
+                                    pa.nulls(batch.num_rows, pa.bool_()))
+        return batch
+
+    bad = rray.read(store, "steps").repartition(3).map_batches(spoil, batch_format="pyarrow")
+    with pytest.raises(SchemaMismatchError, match="is_first"):  # Ray's task error is one too
+        rray.write(bad, st, "steps")
+    assert st.read("steps").equals(before)
+    assert not [p for p in (st.path / "steps").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_write_with_layout_stores_binary_tensors(cluster, tmp_path):
+    src = rlarrow.Store.create(tmp_path / "src")
+    frames = np.random.default_rng(0).integers(0, 255, (12, 16, 16), dtype=np.uint8)
+    src.append("memory", {"run_id": "r", "snapshot_id": 0, "snapshot_name": "m",
+                          "memory_index": np.arange(12), "env_index": 0, "memory_size": 12, "num_envs": 1,
+                          "is_full": True,
+                          "write_pointer": 0, "env_pointer": 0, "filled": True, "frames": frames})
+    rray.write(rray.read(src, "memory"), tmp_path / "dst", "memory", layout="binary")
+    dst = rlarrow.Store.open(tmp_path / "dst")
+    assert isinstance(dst.schema("memory").field("frames").type, rlarrow.tensors.TensorType)
+    got = rlarrow.tensors.to_numpy(dst.read("memory").sort_by("memory_index").column("frames"))
+    assert np.array_equal(got, frames)
+
+
+def test_parallel_convert_matches_the_sequential_one(cluster, tmp_path):
+    from rlarrow.convert import convert_memory
+    from rlarrow.io.npz import write_npz
+    from rlarrow.io.pt import write_pt
+
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        data = {"states": rng.standard_normal((20, 2, 3)).astype(np.float32),
+                "actions": rng.integers(0, 9, (20, 2, 1)).astype(np.int64),
+                "terminated": rng.random((20, 2, 1)) < 0.1}
+        data["states"][15:] = np.nan  # an unfilled memory
+        (write_pt if i % 2 else write_npz)(data, tmp_path / "memories" / f"m{i}.{'pt' if i % 2 else 'npz'}")
+    info = rray.convert_memory([tmp_path / "memories"], tmp_path / "par", run_id="r")
+    assert info is not None and info.rows == 5 * 40
+    convert_memory([tmp_path / "memories"], tmp_path / "seq", run_id="r", progress=False)
+    par, seq = rlarrow.Store.open(tmp_path / "par"), rlarrow.Store.open(tmp_path / "seq")
+    assert par.schema("memory").equals(seq.schema("memory"))
+    order = [("snapshot_id", "ascending"), ("memory_index", "ascending"), ("env_index", "ascending")]
+    a, b = par.read("memory").sort_by(order), seq.read("memory").sort_by(order)
+    assert a.equals(b)
+
+
+def test_the_scale_doc_page_runs(cluster, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run_python_blocks("docs/scale.md") >= 5
+    out = capsys.readouterr().out
+    for expected in ("[29.0, 28.0, 27.0]", "[(20,)]", "\n100\n", "(32, 8, 4)", "'next_observation'",
+                     "\n800\n", "\n255\n"):
+        assert expected in out

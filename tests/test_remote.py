@@ -1,0 +1,132 @@
+"""rlarrow.remote: a store on any pyarrow filesystem, pushed there and read back (file:// URIs)."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pytest
+from conftest import episode_columns, populate
+
+import rlarrow
+from rlarrow.errors import CorruptFileError, FormatVersionError, StoreError
+from rlarrow.remote import RemoteStore, push
+from rlarrow.store import MANIFEST_NAME
+
+
+def keyed(t):
+    return t.sort_by([("run_id", "ascending"), ("episode_id", "ascending"), ("step", "ascending")])
+
+
+def test_pushed_store_reads_back_identically_through_a_uri(populated, tmp_path):
+    uri = f"file://{tmp_path}/bucket/runs.rlarrow"
+    copied = push(populated, uri, progress=False)
+    assert len(copied) == sum(len(populated.files(t)) for t in populated.tables())
+    remote = RemoteStore(uri)
+    for table in populated.tables():
+        assert remote.row_count(table) == populated.row_count(table)
+        got, want = remote.read(table), populated.read(table)
+        assert got.equals(want), table
+        assert got.schema.metadata == want.schema.metadata
+    assert remote.schema("steps").equals(populated.schema("steps"))
+    # the filter and projection of Store.read
+    f, cols = pc.field("step") >= 3, ["episode_id", "step"]
+    assert remote.read("steps", cols, f).equals(populated.read("steps", cols, f))
+    # DuckDB scans the remote table's pyarrow dataset
+    steps = remote.dataset("steps")  # noqa: F841 - DuckDB finds it by name
+    n = duckdb.sql("select count(*) from steps where is_last").fetchall()[0][0]
+    assert n == 3
+
+
+def test_a_file_uri_copy_is_a_whole_local_store(populated, tmp_path):
+    push(populated, f"file://{tmp_path}/copy", progress=False)
+    with rlarrow.Store.open(tmp_path / "copy") as copy:
+        assert copy.read("scalars").equals(populated.read("scalars"))
+        copy.append("steps", episode_columns("x", 0, 2))  # writable: the lock file came along
+        assert copy.row_count("steps") == populated.row_count("steps") + 3
+
+
+def test_push_again_copies_only_new_files_and_the_manifest_moves_last(populated, tmp_path):
+    dest = tmp_path / "bucket"
+    push(populated, f"file://{dest}", progress=False)
+    before = RemoteStore(f"file://{dest}")
+    populated.append("steps", episode_columns("late", 0, 4))
+    copied = push(populated, f"file://{dest}", progress=False)
+    assert len(copied) == 1 and copied[0].startswith("steps/")
+    after = RemoteStore(f"file://{dest}")
+    assert after.row_count("steps") == before.row_count("steps") + 5
+    assert keyed(after.read("steps")).equals(keyed(populated.read("steps")))
+    # a reader that opened the old manifest still reads its files (nothing was deleted)
+    assert before.read("steps").num_rows == before.row_count("steps")
+
+
+def test_prune_deletes_files_a_compaction_replaced(store, tmp_path):
+    for e in range(4):
+        store.append("steps", episode_columns("r", e, 3))
+    dest = f"file://{tmp_path}/b"
+    push(store, dest, progress=False)
+    store.compact("steps")
+    push(store, dest, prune=True, progress=False)
+    remote = RemoteStore(dest)
+    on_disk = sorted(p.name for p in (tmp_path / "b" / "steps").glob("*.parquet"))
+    assert on_disk == sorted(f.rsplit("/", 1)[1] for f in remote.files("steps"))
+    assert len(on_disk) == 1
+    assert keyed(remote.read("steps")).equals(keyed(store.read("steps")))
+
+
+def test_remote_store_on_an_explicit_filesystem(populated, tmp_path):
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    push(populated, "mirror/runs", filesystem=fs, progress=False)
+    remote = RemoteStore("mirror/runs", filesystem=fs)
+    assert remote.read("memory").equals(populated.read("memory"))
+
+
+def test_streaming_dataset_reads_a_remote_store(tmp_path):
+    torch_mod = pytest.importorskip("rlarrow.torch", reason="the torch extra is not installed")
+    st = rlarrow.Store.create(tmp_path / "s")
+    for e in range(6):
+        st.append("steps", episode_columns("r", e, 4 + e))
+    push(st, f"file://{tmp_path}/b", progress=False)
+    local = torch_mod.StreamingDataset(st, "transitions", batch_size=7, shuffle=False)
+    remote = torch_mod.StreamingDataset(RemoteStore(f"file://{tmp_path}/b"), "transitions", batch_size=7,
+                                        shuffle=False)
+    for a, b in zip(local, remote, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], dict):
+                for kk in a[k]:
+                    assert np.array_equal(a[k][kk].numpy(), b[k][kk].numpy())
+            else:
+                assert np.array_equal(a[k].numpy(), b[k].numpy())
+
+
+def test_missing_and_damaged_remote_stores_are_named(tmp_path, populated):
+    with pytest.raises(StoreError, match="no rlarrow store here"):
+        RemoteStore(f"file://{tmp_path}/nothing")
+    push(populated, f"file://{tmp_path}/b", progress=False)
+    manifest = tmp_path / "b" / MANIFEST_NAME
+    good = manifest.read_bytes()
+    manifest.write_bytes(good[:40])
+    with pytest.raises(CorruptFileError, match=MANIFEST_NAME):
+        RemoteStore(f"file://{tmp_path}/b")
+    data = json.loads(good)
+    data["format_version"] = "99.0"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(FormatVersionError, match="upgrade"):
+        RemoteStore(f"file://{tmp_path}/b")
+    manifest.write_bytes(good)
+    victim = RemoteStore(f"file://{tmp_path}/b").files("steps")[0]
+    pafs.LocalFileSystem().delete_file(victim)
+    with pytest.raises(CorruptFileError, match="push the store again"):
+        RemoteStore(f"file://{tmp_path}/b").read("steps")
+
+
+def test_push_leaves_the_source_untouched(populated, tmp_path):
+    before = {t: populated.read(t) for t in populated.tables()}
+    populate(populated)
+    push(populated, f"file://{tmp_path}/b", progress=False)
+    for t, table in before.items():
+        assert populated.read(t).slice(0, table.num_rows).equals(table)
