@@ -214,13 +214,13 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
         SchemaMismatchError: rows that do not fit the table, or blocks whose types
             disagree (declare the types first with :meth:`Store.declare`).
     """
-    from rlarrow.store import _HOST, _TMP_PREFIX, _TMP_SUFFIX
+    from rlarrow.store import _HOST, _TMP_PREFIX
 
     st = store if isinstance(store, Store) else Store.open(store, create=True)
     _schema.table(table)
     owner = f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-ray{secrets.token_hex(4)}-"
     directory = Path(os.path.abspath(st.path / table))  # the tasks' working directory is not ours
-    writer = _WriteBlocks(directory, owner, table, st.schema(table), layout, _TMP_SUFFIX)
+    writer = _WriteBlocks(directory, owner, table, st.schema(table), layout)
     try:
         parts = dataset.map_batches(writer, batch_format="pyarrow", batch_size=None,
                                     zero_copy_batch=True).take_all()
@@ -238,19 +238,22 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
     finally:
         for left in directory.glob(owner + "*"):  # a failed job's files, or all on success: none
             left.unlink(missing_ok=True)
+        if st is not store:
+            st.close()
 
 
 class _WriteBlocks:
     """A block of rows to a finished temporary Parquet file of the store, in a Ray task."""
 
     def __init__(self, directory: Path, owner: str, table: str, established: pa.Schema | None,
-                 layout: str | None, suffix: str) -> None:
+                 layout: str | None) -> None:
         self.directory, self.owner, self.table = directory, owner, table
-        self.established, self.layout, self.suffix = established, layout, suffix
+        self.established, self.layout = established, layout
 
     def __call__(self, batch: pa.Table) -> Iterator[dict[str, Any]]:
         from rlarrow.convert import layout_types
         from rlarrow.store import (
+            _TMP_SUFFIX,
             ROW_GROUP_BYTES,
             _fsync_file,
             _new_file_name,
@@ -267,7 +270,7 @@ class _WriteBlocks:
             established = _schema.table(self.table).arrow_schema(types).remove_metadata()
         data = _validated(self.table, batch, established)
         final = _new_file_name()
-        tmp = self.directory / f"{self.owner}{final[:-len('.parquet')]}{self.suffix}"
+        tmp = self.directory / f"{self.owner}{final[:-len('.parquet')]}{_TMP_SUFFIX}"
         writer = _open_parquet(tmp, data.schema, data.slice(0, 4096))
         try:
             _write_row_groups(writer, data, ROW_GROUP_BYTES)
@@ -301,7 +304,11 @@ def convert_memory(inputs: Sequence[str | os.PathLike[str]], store: Store | str 
     tasks = ray.data.from_items(items, override_num_blocks=len(items))
     rows = tasks.map_batches(_ReadExport(run_id, num_envs, memory_size, dtype), batch_size=1,
                              batch_format="pyarrow", zero_copy_batch=True)
-    return write(rows, st, "memory", layout=None if layout == "list" else layout)
+    try:
+        return write(rows, st, "memory", layout=None if layout == "list" else layout)
+    finally:
+        if st is not store:
+            st.close()
 
 
 class _ReadExport:
