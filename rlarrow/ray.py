@@ -214,11 +214,11 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
         SchemaMismatchError: rows that do not fit the table, or blocks whose types
             disagree (declare the types first with :meth:`Store.declare`).
     """
-    from rlarrow.store import _HOST, _TMP_PREFIX
+    from rlarrow.store import _tmp_owner
 
     st = store if isinstance(store, Store) else Store.open(store, create=True)
     _schema.table(table)
-    owner = f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-ray{secrets.token_hex(4)}-"
+    owner = _tmp_owner(f"ray{secrets.token_hex(4)}-")  # the driver's: alive until it commits
     directory = Path(os.path.abspath(st.path / table))  # the tasks' working directory is not ours
     writer = _WriteBlocks(directory, owner, table, st.schema(table), layout)
     try:
@@ -253,11 +253,11 @@ class _WriteBlocks:
     def __call__(self, batch: pa.Table) -> Iterator[dict[str, Any]]:
         from rlarrow.convert import layout_types
         from rlarrow.store import (
-            _TMP_SUFFIX,
             ROW_GROUP_BYTES,
             _fsync_file,
             _new_file_name,
             _open_parquet,
+            _tmp_name,
             _validated,
             _write_row_groups,
         )
@@ -270,7 +270,7 @@ class _WriteBlocks:
             established = _schema.table(self.table).arrow_schema(types).remove_metadata()
         data = _validated(self.table, batch, established)
         final = _new_file_name()
-        tmp = self.directory / f"{self.owner}{final[:-len('.parquet')]}{_TMP_SUFFIX}"
+        tmp = self.directory / _tmp_name(final, self.owner)
         writer = _open_parquet(tmp, data.schema, data.slice(0, 4096))
         try:
             _write_row_groups(writer, data, ROW_GROUP_BYTES)

@@ -92,8 +92,14 @@ def _new_file_name() -> str:
     return f"part-{stamp}-{secrets.token_hex(4)}.parquet"
 
 
-def _tmp_name(final_name: str) -> str:
-    return f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-{final_name[:-len('.parquet')]}{_TMP_SUFFIX}"
+def _tmp_owner(tag: str = "") -> str:
+    """The start of this process's temporary file names (``tag`` marks a group of them)."""
+    return f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-{tag}"
+
+
+def _tmp_name(final_name: str, owner: str | None = None) -> str:
+    """The hidden name ``final_name`` is written under, owned by this process (or by ``owner``)."""
+    return f"{_tmp_owner() if owner is None else owner}{final_name[:-len('.parquet')]}{_TMP_SUFFIX}"
 
 
 def _tmp_owner_alive(name: str) -> bool:
