@@ -23,31 +23,42 @@ def scalars(values: list[Any]) -> Any:
     """Rewards or discounts (NumPy or Python scalars, None) as one float64 column."""
     import pyarrow as pa
 
-    mask = np.fromiter((v is None for v in values), bool, len(values))
+    dense = np.array(values, np.float64)  # None becomes NaN: told apart from a NaN value below
+    nan = np.flatnonzero(np.isnan(dense))
+    if not len(nan):
+        return dense
+    mask = np.zeros(len(values), bool)
+    mask[nan] = [values[i] is None for i in nan]
     if not mask.any():
-        return np.asarray(values, np.float64)
-    return pa.array(np.asarray([0.0 if v is None else v for v in values], np.float64), mask=mask)
+        return dense
+    dense[mask] = 0.0
+    return pa.array(dense, mask=mask)
 
 
-def actions(values: list[Any], dtype: Any) -> Any:
-    """Actions (scalars or arrays, None where not taken) as one tensor column."""
+def actions(values: list[Any], dtype: Any, missing: np.ndarray | None = None) -> Any:
+    """Actions (scalars or arrays, None where not taken) as one tensor column.
+
+    ``missing``, when given, marks the rows known to be None (the others are not).
+    """
     from rlarrow.tensors import to_arrow, with_null_rows
 
-    mask = np.fromiter((v is None for v in values), bool, len(values))
-    present = [v for v in values if v is not None]
-    if not present:
+    if missing is None:
+        missing = np.fromiter((v is None for v in values), bool, len(values))
+    if missing.all():
         return values
-    if isinstance(present[0], dict):
-        fill = present[0]
-        dense = stack([fill if v is None else v for v in values])
-    else:
-        dense = np.asarray([present[0] if v is None else v for v in values], dtype=dtype)
+    if missing.any():
+        fill = values[int(np.argmin(missing))]
+        values = [fill if v is None else v for v in values]
+    dense = stack(values) if isinstance(values[0], dict) else np.asarray(values, dtype=dtype)
     arr = to_arrow(dense)
-    return with_null_rows(arr, mask) if mask.any() else arr
+    return with_null_rows(arr, missing) if missing.any() else arr
 
 
 def stack(values: list[Any]) -> Any:
     """Per-step arrays (or dicts of them) stacked into one ``(steps, ...)`` array (or dict)."""
     if isinstance(values[0], dict):
         return {k: stack([v[k] for v in values]) for k in values[0]}
-    return np.stack(values)
+    try:
+        return np.array(values)  # one pass in C; refuses ragged rows
+    except ValueError:
+        return np.stack(values)  # says which shapes differ

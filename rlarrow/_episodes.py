@@ -18,7 +18,93 @@ from rlarrow._columns import scalars as _scalars
 from rlarrow._columns import stack as _stack
 from rlarrow.store import Store
 
-__all__ = ["Episode", "Sink"]
+__all__ = ["Arena", "Episode", "Sink"]
+
+#: an arena holds at most this many bytes before it grows past the flush size
+_ARENA_BYTES = 256 << 20
+
+
+class Arena:
+    """Preallocated rows for one plain (non-nested) observation array.
+
+    A recorder copies each step's observation into the next free row (no allocation per
+    step) and keeps the row's index in its episode's ``obs`` list; a commit takes the rows
+    as one array, a view when they are consecutive (they are, for one environment), so
+    nothing is stacked. After a commit the rows still needed (at most one per open
+    episode) move to the front.
+
+    Args:
+        shape, dtype: one observation's shape and dtype (the spec's).
+        rows: rows to allocate at first (more are added when needed).
+        where: what to name in errors (the environment).
+    """
+
+    __slots__ = ("buf", "n", "shape", "where")
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, rows: int, where: str = "the environment") -> None:
+        self.shape = tuple(shape)
+        self.where = where
+        row_bytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        self.buf = np.empty((max(2, min(rows, _ARENA_BYTES // row_bytes)), *self.shape), dtype)
+        self.n = 0
+
+    def put(self, value: Any) -> int:
+        """Copy one observation into the next row; return the row's index."""
+        i = self.n
+        if i == len(self.buf):
+            grown = np.empty((2 * i, *self.shape), self.buf.dtype)
+            grown[:i] = self.buf
+            self.buf = grown
+        if type(value) is not np.ndarray or value.shape != self.shape:
+            value = np.asarray(value)
+            if value.shape != self.shape:  # assigning would broadcast it silently
+                raise ValueError(f"{self.where} returned an observation of shape {value.shape}; its "
+                                 f"observation spec says {self.shape}. Fix the environment or its spec")
+        self.buf[i] = value
+        self.n = i + 1
+        return i
+
+    def take(self, rows: list[int]) -> np.ndarray:
+        """The observations at these rows, in order: a view when they are consecutive."""
+        first, count = rows[0], len(rows)
+        index = np.asarray(rows, np.intp)
+        if rows[-1] - first == count - 1 and (count < 3 or bool(np.all(np.diff(index) == 1))):
+            return self.buf[first:first + count]
+        return self.buf[index]
+
+    def restart(self, open_episodes: list[Episode], *, reuse: bool) -> None:
+        """Move the rows open episodes still hold to the front (of a new buffer unless ``reuse``).
+
+        ``reuse`` only when nothing refers to the committed rows any more (the commit is done).
+        """
+        left = [i for ep in open_episodes for i in ep.obs]
+        buf = self.buf if reuse else np.empty_like(self.buf)
+        if left:
+            buf[:len(left)] = self.buf[left]  # fancy indexing copies first: overlap is safe
+            j = 0
+            for ep in open_episodes:
+                ep.obs = list(range(j, j + len(ep.obs)))
+                j += len(ep.obs)
+        self.buf, self.n = buf, len(left)
+
+
+class _Rows:
+    """The rows one commit takes from its episodes, column by column."""
+
+    __slots__ = ("action", "discount", "episodes", "has_metadata", "metadata", "observation", "pads",
+                 "reward", "rows")
+
+    def __init__(self) -> None:
+        self.rows = 0
+        #: per episode: (episode_id, env_index, first step, rows, ended, terminal)
+        self.episodes: list[tuple[int, int, int, int, bool, bool]] = []
+        self.observation: Any = []  # a list; with an arena, its rows' indices, then the array
+        self.action: list[Any] = []
+        self.reward: list[Any] = []
+        self.discount: list[Any] = []
+        self.metadata: list[Any] = []
+        self.has_metadata = False
+        self.pads: list[int] = []  # rows with no action yet (the newest of an unfinished episode)
 
 
 class Episode:
@@ -91,6 +177,8 @@ class Sink:
         self.last_flush = time.monotonic()
         self._pending: Any = None
         self._pool: Any = None
+        #: where the recorder keeps plain observations (``Episode.obs`` then holds row indices)
+        self.arena: Arena | None = None
         if background:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -109,32 +197,52 @@ class Sink:
             and time.monotonic() - self.last_flush >= self.flush_every_seconds
         )
 
-    def _take_rows(self, ep: Episode, final: bool, out: dict[str, list[Any]]) -> None:
-        """Move the episode's rows that are ready into ``out`` (lists per column).
+    def _take_rows(self, ep: Episode, final: bool, out: _Rows) -> None:
+        """Move the episode's rows that are ready into ``out``; add their rewards to its return.
 
         All of them if it ended (or ``final``), else all but the newest, whose action is
-        not known yet.
+        not known yet (an ended episode's last row, and with ``final`` an unfinished
+        one's newest, has a null action, reward and discount).
         """
-        n = len(ep.obs) if (ep.ended or final) else len(ep.obs) - 1
+        obs = ep.obs
+        n = len(obs) if (ep.ended or final) else len(obs) - 1
         if n <= 0:
             return
         acted = min(n, len(ep.action))
-        out["episode_id"].append(np.full(n, ep.episode_id, np.int64))
-        out["env_index"].append(np.full(n, ep.env_index, np.int32))
-        out["step"].append(np.arange(ep.start, ep.start + n, dtype=np.int64))
-        last = np.zeros(n, bool)
-        last[-1] = ep.ended
-        out["is_last"].append(last)
-        out["is_terminal"].append(last & ep.terminated)
-        out["observation"].extend(ep.obs[:n])
-        out["action"].extend(ep.action[:acted])
-        out["action"].extend([None] * (n - acted))
-        out["reward"].extend(ep.reward[:acted])
-        out["reward"].extend([None] * (n - acted))
-        out["discount"].extend(ep.discount[:acted])
-        out["discount"].extend([None] * (n - acted))
-        out["metadata"].extend(ep.custom[:n])
-        del ep.obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
+        rows = out.rows
+        custom = bool(ep.custom)  # a recorder with nothing to store per step leaves it empty
+        out.episodes.append((ep.episode_id, ep.env_index, ep.start, n, ep.ended, ep.ended and ep.terminated))
+        rewards = ep.reward[:acted]
+        try:
+            ep.ret = sum(rewards, ep.ret)
+        except TypeError:  # a None reward (not dm_env's contract, but kept as a null)
+            ep.ret = sum((r for r in rewards if r is not None), ep.ret)
+        out.reward += rewards
+        if n == len(obs):  # everything: no copies, and the episode is done with its rows
+            out.observation += obs
+            out.action += ep.action
+            out.discount += ep.discount
+            if custom:
+                out.metadata += ep.custom
+            ep.obs, ep.action, ep.reward, ep.discount, ep.custom = [], [], [], [], []
+        else:
+            out.observation += obs[:n]
+            out.action += ep.action[:acted]
+            out.discount += ep.discount[:acted]
+            if custom:
+                out.metadata += ep.custom[:n]
+            del obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
+        if custom:
+            out.has_metadata = True
+        else:
+            out.metadata += [None] * n
+        if acted < n:
+            pad = [None] * (n - acted)
+            out.pads += range(rows + acted, rows + n)
+            out.action += pad
+            out.reward += pad
+            out.discount += pad
+        out.rows = rows + n
         ep.start += n
 
     def flush(self, open_episodes: list[Episode], *, final: bool = False, wait: bool = True) -> None:
@@ -151,25 +259,11 @@ class Sink:
         """
         episodes = list(self.finished)
         current_eps = [ep for ep in open_episodes if not ep.ended]
-        cols: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "episode_id",
-                "env_index",
-                "step",
-                "is_last",
-                "is_terminal",
-                "observation",
-                "action",
-                "reward",
-                "discount",
-                "metadata",
-            )
-        }
+        rows = _Rows()
         for ep in episodes:
-            self._take_rows(ep, True, cols)
+            self._take_rows(ep, True, rows)
         for ep in current_eps:
-            self._take_rows(ep, final, cols)
+            self._take_rows(ep, final, rows)
         ended = [ep for ep in episodes if ep.start > 0] + (
             [ep for ep in current_eps if ep.start > 0] if final else []
         )
@@ -178,41 +272,63 @@ class Sink:
         self.unflushed = 0
         self.last_flush = time.monotonic()
         self._wait()  # one commit in flight at most: order kept, memory bounded
+        arena = self.arena
+        if arena is not None and rows.rows:
+            rows.observation = arena.take(rows.observation)  # row indices -> the array
         if self._pool is not None and not wait:
-            self._pending = self._pool.submit(self._commit, cols, ep_rows)
+            self._pending = self._pool.submit(self._commit, rows, ep_rows)
+            if arena is not None:
+                arena.restart(current_eps, reuse=False)  # the commit in flight reads the old rows
         else:
-            self._commit(cols, ep_rows)
+            try:
+                self._commit(rows, ep_rows)
+            finally:
+                if arena is not None:
+                    arena.restart(current_eps, reuse=True)
 
     def _wait(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()  # re-raises a failed background commit
 
-    def _commit(self, cols: dict[str, list[Any]], ep_rows: dict[str, Any] | None) -> None:
-        if cols["observation"]:
-            step = np.concatenate(cols["step"])
+    def _commit(self, rows: _Rows, ep_rows: dict[str, Any] | None) -> None:
+        data: dict[str, Any] = {}
+        if rows.rows:
+            ids, envs, starts, lengths, ended, terminal = (
+                np.array(c) for c in zip(*rows.episodes, strict=True))
+            lengths = lengths.astype(np.int64)
+            firsts = np.cumsum(lengths) - lengths  # each episode's first row in the commit
+            step = np.arange(rows.rows, dtype=np.int64) + np.repeat(starts.astype(np.int64) - firsts, lengths)
+            is_last = np.zeros(rows.rows, bool)
+            is_last[firsts + lengths - 1] = ended
+            is_terminal = np.zeros(rows.rows, bool)
+            is_terminal[firsts + lengths - 1] = terminal
+            pads = np.zeros(rows.rows, bool)
+            pads[rows.pads] = True
             table = _schema.build(
                 "steps",
                 {
                     "run_id": self.run_id,
-                    "episode_id": np.concatenate(cols["episode_id"]),
+                    "episode_id": np.repeat(ids.astype(np.int64), lengths),
                     "step": step,
-                    "env_index": np.concatenate(cols["env_index"]),
-                    "observation": _stack(cols["observation"]),
-                    "action": _actions(cols["action"], self.action_dtype),
-                    "reward": _scalars(cols["reward"]),
-                    "discount": _scalars(cols["discount"]),
+                    "env_index": np.repeat(envs.astype(np.int32), lengths),
+                    "observation": (rows.observation if isinstance(rows.observation, np.ndarray)
+                                    else _stack(rows.observation)),
+                    "action": _actions(rows.action, self.action_dtype, pads),
+                    "reward": _scalars(rows.reward),
+                    "discount": _scalars(rows.discount),
                     "is_first": step == 0,
-                    "is_last": np.concatenate(cols["is_last"]),
-                    "is_terminal": np.concatenate(cols["is_terminal"]),
-                    "metadata": cols["metadata"] if any(c is not None for c in cols["metadata"]) else None,
+                    "is_last": is_last,
+                    "is_terminal": is_terminal,
+                    "metadata": rows.metadata if rows.has_metadata else None,
                 },
-                num_rows=len(step),
+                num_rows=rows.rows,
                 established=self.store.schema("steps"),
             )
-            self.store.append("steps", table)
+            data["steps"] = table
         if ep_rows is not None:
-            self.store.append("episodes", ep_rows)
+            data["episodes"] = ep_rows
+        self.store.append_together(data)  # one commit: one manifest write for both tables
 
     def _episode_rows(self, eps: list[Episode]) -> dict[str, Any]:
         rows: dict[str, list[Any]] = {

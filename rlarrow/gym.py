@@ -192,7 +192,6 @@ class _Recorder:
             raise RuntimeError("step() after an episode ended: call reset() first")
         ep.action.append(_copy(action, self._act_space))
         ep.reward.append(float(reward))
-        ep.ret += float(reward)
         ep.discount.append(None)
         ep.obs.append(_copy(obs, self._obs_space))
         ep.custom.append(info)

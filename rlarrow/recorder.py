@@ -47,7 +47,7 @@ import numpy as np
 from rlarrow import specs as _specs
 from rlarrow._columns import flat_value as _flat_obs
 from rlarrow._deps import require
-from rlarrow._episodes import Episode, Sink
+from rlarrow._episodes import Arena, Episode, Sink
 from rlarrow._version import __version__
 from rlarrow.store import Store
 
@@ -125,7 +125,13 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self._sink = Sink(self.store, self.run_id, own_store=self._own_store, action_dtype=self._action_dtype,
                           flush_every_steps=flush_every_steps, flush_every_seconds=flush_every_seconds,
                           background=background)
+        if self._obs_plain:
+            rows = (flush_every_steps or 1024) + 2  # a commit takes all but the newest row
+            self._sink.arena = Arena(tuple(self._obs_spec.shape), self._obs_dtype, rows,
+                                     where=f"{type(env).__name__}.step")
+        self._arena = self._sink.arena
         self._episode: Episode | None = None
+        self._check_at = self._next_check()  # step() asks the flush policy when ``unflushed`` reaches it
         self._closed = False
 
     # ------------------------------------------------------------------ dm_env.Environment
@@ -136,18 +142,21 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if self._episode is not None and not self._episode.ended:
             sink.finished.append(self._episode)
         timestep = self._env.reset()
-        ep = sink.new_episode()
+        ep = Episode(sink.next_episode)
+        sink.next_episode += 1
         self._episode = ep
         ep.first_reward, ep.first_discount = timestep.reward, timestep.discount
-        ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
-        ep.custom.append(self._step_fn(timestep, None, self._env) if self._step_fn else None)
+        ep.obs.append(self._arena.put(timestep.observation) if self._arena is not None
+                      else _flat_obs(timestep.observation, self._obs_spec))
+        if self._step_fn is not None:  # without one, ``custom`` stays empty (all None)
+            ep.custom.append(self._step_fn(timestep, None, self._env))
         if self._episode_fn is not None:
             value = self._episode_fn(timestep, None, self._env)
             if value is not None:
                 ep.meta = value
         sink.unflushed += 1
-        if sink.due():
-            self.flush(wait=False)
+        if sink.unflushed >= self._check_at:
+            self._maybe_flush()
         return timestep
 
     def step(self, action: Any) -> Any:
@@ -156,24 +165,21 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if ep is None or ep.ended:
             return self.reset()  # dm_env: a step after LAST starts a new episode
         timestep = self._env.step(action)
-        # the hot path: a few appends; columns are built when committed
-        if self._action_plain:
-            ep.action.append(action if type(action) in _IMMUTABLE else np.array(action, self._action_dtype))
+        # the hot path: a few appends; columns (and the return) are built when committed
+        if type(action) in _IMMUTABLE:
+            ep.action.append(action)
+        elif self._action_plain:
+            ep.action.append(np.array(action, self._action_dtype))
         else:
             ep.action.append(_flat_obs(action, self._action_spec))
-        reward = timestep.reward
-        ep.reward.append(reward)
-        if reward is not None:
-            ep.ret += reward
+        ep.reward.append(timestep.reward)
         ep.discount.append(timestep.discount)
-        if self._obs_plain:
-            ep.obs.append(np.array(timestep.observation, self._obs_dtype))
+        if self._arena is not None:  # copied into the arena: envs may reuse their buffers
+            ep.obs.append(self._arena.put(timestep.observation))
         else:
             ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
         if self._step_fn is not None:
             ep.custom.append(self._step_fn(timestep, action, self._env))
-        else:
-            ep.custom.append(None)
         if self._episode_fn is not None:
             value = self._episode_fn(timestep, action, self._env)
             if value is not None:
@@ -182,17 +188,29 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         sink.unflushed += 1
         if timestep.step_type == _LAST:
             ep.ended = True
-            ep.terminated = timestep.discount is not None and bool(np.all(np.asarray(timestep.discount) == 0))
+            discount = timestep.discount
+            ep.terminated = discount is not None and (
+                discount == 0 if type(discount) is float else bool(np.all(np.asarray(discount) == 0)))
             sink.finished.append(ep)
-            if self._flush_on_episode_end or sink.due():
+            if self._flush_on_episode_end:
                 self.flush(wait=False)
-            return timestep
-        if sink.flush_every_steps is not None and sink.unflushed >= sink.flush_every_steps:
-            self.flush(wait=False)
-        elif sink.flush_every_seconds is not None and not sink.unflushed & 63 and sink.due():
-            self.flush(wait=False)  # the clock is read every 64 steps
+                return timestep
+        if sink.unflushed >= self._check_at:
+            self._maybe_flush()
         return timestep
 
+    def _maybe_flush(self) -> None:
+        if self._sink.due():
+            self.flush(wait=False)
+        else:
+            self._check_at = self._next_check()
+
+    def _next_check(self) -> int:
+        """When step() next asks the flush policy: in 64 steps (the clock), or at the step count."""
+        sink = self._sink
+        at = sink.unflushed + 64
+        every = sink.flush_every_steps
+        return at if every is None or every <= sink.unflushed else min(at, every)
 
     def observation_spec(self) -> Any:
         """The wrapped environment's observation spec."""
@@ -227,6 +245,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         commit in flight at a time, in order).
         """
         self._sink.flush([self._episode] if self._episode is not None else [], final=final, wait=wait)
+        self._check_at = self._next_check()
 
     def close(self) -> None:
         """Commit everything (an unfinished episode as ``partial_end``) and close the store."""

@@ -342,11 +342,16 @@ def build(
                 arrays[name] = _tensors.to_arrow(value)  # conform() says what does not fit
             continue
         if spec.is_json:
-            if isinstance(value, (str, int, float, bool, dict)) or value is None:
+            types_col = schema.json_pairs.get(name)
+            if value is None:
+                arrays[name] = pa.nulls(num_rows, pa.string())
+                if types_col:
+                    arrays[types_col] = pa.nulls(num_rows, pa.string())
+                continue
+            if isinstance(value, (str, int, float, bool, dict)):
                 value = [value] * num_rows
             texts, types = _metadata.encode_column(value)
             arrays[name] = pa.array(texts, pa.string())
-            types_col = schema.json_pairs.get(name)
             if types_col:
                 arrays[types_col] = pa.array(types, pa.string())
             continue

@@ -805,24 +805,75 @@ class Store:
 
     def _commit(self, table: str, tmp: Path, final_name: str, schema: pa.Schema, rows: int) -> CommitInfo:
         """Rename a finished temporary file into place and list it in the manifest."""
-        path = self.path / table / final_name
+        return self._commit_files([(table, tmp, final_name, schema, rows)])[0]
+
+    def _commit_files(self, files: list[tuple[str, Path, str, pa.Schema, int]]) -> list[CommitInfo]:
+        """Rename finished temporary files (one per table) into place; list them in one manifest write.
+
+        A kill between the renames and the manifest write leaves files that recovery
+        adopts (as a kill after a single rename does): each file is whole or absent.
+        """
+        infos: list[CommitInfo] = []
         with self._locked():
             manifest = self._recover(self._read_manifest())
-            entry = manifest["tables"][table]
             try:
-                self._check_file_schema(table, entry, schema, tmp)
+                for table, tmp, _, schema, _ in files:
+                    self._check_file_schema(table, manifest["tables"][table], schema, tmp)
             except SchemaMismatchError:
-                tmp.unlink(missing_ok=True)
+                for _, tmp, _, _, _ in files:
+                    tmp.unlink(missing_ok=True)
                 raise
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-            size = path.stat().st_size
-            entry["files"].append({"name": final_name, "rows": rows, "bytes": size})
-            entry["rows"] += rows
+            for table, tmp, final_name, _, rows in files:
+                path = self.path / table / final_name
+                os.replace(tmp, path)
+                _fsync_dir(path.parent)
+                size = path.stat().st_size
+                entry = manifest["tables"][table]
+                entry["files"].append({"name": final_name, "rows": rows, "bytes": size})
+                entry["rows"] += rows
+                infos.append(CommitInfo(table=table, file=f"{table}/{final_name}", rows=rows, bytes=size))
             self._write_manifest(manifest)
-        if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
-            self.compact(table)
-        return CommitInfo(table=table, file=f"{table}/{final_name}", rows=rows, bytes=size)
+        for table in dict.fromkeys(info.table for info in infos):
+            if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
+                self.compact(table)
+        return infos
+
+    def append_together(
+        self, data: Mapping[str, pa.Table | pa.RecordBatch | Mapping[str, Any]]
+    ) -> list[CommitInfo]:
+        """Validate rows for several tables and commit them with one manifest write.
+
+        Each table's rows become one file; what :meth:`append` does per table, at the cost
+        of one commit (one lock, one manifest write) instead of one per table. A recorder
+        commits its ``steps`` and ``episodes`` rows this way.
+
+        Returns:
+            What was committed, one entry per table that had rows.
+
+        Raises:
+            SchemaMismatchError: a table's data does not fit (nothing is committed).
+
+        Example:
+            >>> import tempfile, os, numpy as np
+            >>> store = Store.create(os.path.join(tempfile.mkdtemp(), "s.rlarrow"))
+            >>> infos = store.append_together({"episodes": {"run_id": "r", "episode_id": [0],
+            ...     "num_steps": [3], "env_index": 0, "terminated": True, "truncated": False,
+            ...     "partial_start": False, "partial_end": False}})
+            >>> [(i.table, i.rows) for i in infos]
+            [('episodes', 1)]
+        """
+        writers = [self.writer(table) for table in data]
+        try:
+            for w, rows in zip(writers, data.values(), strict=True):
+                w.write(rows)
+            files = [f for f in (w._finish_file() for w in writers) if f is not None]
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        for w in writers:
+            w.abort()  # nothing left in them: this only unregisters
+        return self._commit_files(files) if files else []
 
     # ---------------------------------------------------------------- reading
 
@@ -1083,9 +1134,10 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
     A float (or binary-layout) tensor leaf whose first values zstd does not shrink by a
     fifth is stored plain: zstd would double its read time for a few percent. Binary-layout
     leaves that do compress get zstd level 3, which shrinks frames about a sixth more than
-    level 1 at the same speed. A binary-layout leaf whose sample repeats values (at most one
-    distinct value in four rows: board games, small grids) is dictionary-encoded, which
-    stores each distinct tensor once (Catch's boards: 7x smaller).
+    level 1 at the same speed. A binary-layout leaf whose sample (its first 4096 rows at
+    most, about 4 MiB) repeats values (at most one distinct value in four rows: board games,
+    small grids, looping frames) is dictionary-encoded, which stores each distinct tensor
+    once (Catch's boards: 7x smaller) and writes faster than zstd alone.
     """
     codecs: dict[str, str] = {}
     levels: dict[str, int] = {}
@@ -1107,7 +1159,9 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
                 limit = max(1, (1 << 20) // leaf.type.byte_width) if binary else 1 << 16
                 raw = leaf.slice(0, min(len(leaf), limit))
                 data = raw.buffers()[1]
-                head = raw.slice(0, 4096)  # distinct values: hashing more rows costs, says nothing new
+                # distinct values over the whole sample, by rows (a MiB is 148 84x84 frames: too
+                # few to see a loop of 64); hashing more than 4096 rows costs, says nothing new
+                head = leaf.slice(0, 4096)
                 if binary and len(head) >= 64 and pc.count_distinct(head).as_py() * 4 <= len(head):
                     dictionary.append(path)
                     levels[path] = _BINARY_ZSTD_LEVEL
@@ -1301,6 +1355,15 @@ class TableWriter:
 
     def flush(self) -> CommitInfo | None:
         """Commit everything written so far; returns what was committed (None if nothing)."""
+        finished = self._finish_file()
+        if finished is None:
+            return None
+        info = self.store._commit_files([finished])[0]
+        self.commits.append(info)
+        return info
+
+    def _finish_file(self) -> tuple[str, Path, str, pa.Schema, int] | None:
+        """Close the temporary file on disk (synced): what :meth:`Store._commit_files` takes."""
         self._spill()
         self._last_flush = time.monotonic()
         if self._writer is None:
@@ -1312,9 +1375,7 @@ class TableWriter:
             _fsync_file(self._tmp)
         rows, tmp, final = self._file_rows, self._tmp, self._final
         self._file_rows, self._tmp, self._final = 0, None, None
-        info = self.store._commit(self.table, tmp, final, self._schema, rows)
-        self.commits.append(info)
-        return info
+        return self.table, tmp, final, self._schema, rows
 
     def abort(self) -> None:
         """Drop uncommitted rows and close."""

@@ -313,3 +313,119 @@ def test_background_commits_give_the_same_rows(tmp_path):
         tables.append(store.read("steps").drop_columns(["run_id"]))
         assert store.row_count("episodes") == 5
     assert tables[0].equals(tables[1])
+
+
+class BufferEnv:
+    """Plain float32 observations written into one reused buffer (as many envs do)."""
+
+    def __init__(self, lengths, bad_shape_at=None):
+        import dm_env
+
+        self.dm_env = dm_env
+        self.lengths = list(lengths)
+        self.buf = np.zeros(3, np.float32)
+        self.count = 0  # observations handed out so far
+        self.bad_shape_at = bad_shape_at
+
+    def _obs(self):
+        self.count += 1
+        if self.count == self.bad_shape_at:
+            return np.zeros(2, np.float32)
+        self.buf[:] = (self.count, -self.count, np.nan if self.count % 5 == 0 else 0.5)
+        return self.buf
+
+    def reset(self):
+        self.t, self.length = 0, self.lengths.pop(0)
+        return self.dm_env.restart(self._obs())
+
+    def step(self, action):
+        self.t += 1
+        obs = self._obs()
+        if self.t == self.length:
+            return self.dm_env.termination(1.0, obs)
+        return self.dm_env.transition(np.float32(0.25), obs)
+
+    def observation_spec(self):
+        from dm_env import specs
+        return specs.Array((3,), np.float32, "obs")
+
+    def action_spec(self):
+        from dm_env import specs
+        return specs.DiscreteArray(3, name="action")
+
+    def reward_spec(self):
+        from dm_env import specs
+        return specs.Array((), np.float64, "reward")
+
+    def discount_spec(self):
+        from dm_env import specs
+        return specs.BoundedArray((), np.float64, 0.0, 1.0, "discount")
+
+
+@pytest.mark.parametrize(("flush_every_steps", "background"),
+                         [(1, False), (2, True), (5, False), (None, False)])
+def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, flush_every_steps, background):
+    """Observations go through the recorder's preallocated rows: a reused env buffer, commits
+    every 1, 2 or 5 steps (in a writer thread too), an abandoned episode and growth past the
+    first allocation all keep every row and its order."""
+    # without a step count, 5100 steps: more rows than first allocated (1026); else 204
+    lengths = [1, 4, 2, 7, 3] * (300 if flush_every_steps is None else 12)
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)  # every commit stays a file
+    env = rlarrow.EnvLogger(BufferEnv(lengths), store, flush_every_steps=flush_every_steps,
+                            flush_every_seconds=None, background=background)
+    episodes = len(lengths)
+    for k in range(episodes):
+        ts = env.reset()
+        steps = 0
+        while not ts.last() and not (k == 3 and steps == 2):  # episode 3 is left after 2 steps
+            ts = env.step(k % 3)
+            steps += 1
+    env.close()
+    steps = store.read("steps")
+    n = env._env.count
+    assert steps.num_rows == n
+    obs = rlarrow.tensors.to_numpy(steps.column("observation"))
+    want = np.arange(1, n + 1, dtype=np.float32)
+    np.testing.assert_array_equal(obs[:, 0], want)
+    np.testing.assert_array_equal(obs[:, 1], -want)
+    assert np.array_equal(np.isnan(obs[:, 2]), want % 5 == 0)
+    eps = store.read("episodes").sort_by("episode_id")
+    assert eps.num_rows == episodes
+    assert eps.column("num_steps").to_pylist()[:5] == [2, 5, 3, 3, 4]  # episode 3: 2 steps + FIRST
+    assert eps.column("partial_end").to_pylist()[3] is True
+    assert eps.column("return").to_pylist()[:3] == [1.0, 0.25 * 3 + 1.0, 1.25]
+    reward = steps.column("reward")
+    assert reward.null_count == episodes  # each episode's last row has no reward, nothing else
+    if flush_every_steps is not None:
+        assert len(store.files("steps")) > 200 / (flush_every_steps + 4)
+    store.close()
+
+
+def test_observation_of_the_wrong_shape_is_refused_naming_both_shapes(tmp_path):
+    env = rlarrow.EnvLogger(BufferEnv([3, 3], bad_shape_at=6), tmp_path / "s", flush_every_steps=2,
+                            flush_every_seconds=None)
+    play(env, 1, seed=0)  # 4 observations
+    env.reset()
+    with pytest.raises(ValueError, match=r"BufferEnv.step returned an observation of shape \(2,\); its "
+                                         r"observation spec says \(3,\)"):
+        env.step(0)
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    assert store.row_count("steps") == 5  # the first episode and the second's first row
+    assert store.row_count("episodes") == 2
+
+
+def test_null_and_nan_rewards_stay_apart(tmp_path):
+    """A NaN reward is a value; a None one (outside dm_env's contract) is a null."""
+
+    class Odd(BufferEnv):
+        def step(self, action):
+            ts = super().step(action)
+            return ts._replace(reward=[np.nan, None, 2.0][self.t - 1]) if self.t <= 3 else ts
+
+    with rlarrow.EnvLogger(Odd([4]), tmp_path / "s") as env:
+        play(env, 1, seed=0)
+    reward = rlarrow.Store.open(tmp_path / "s").read("steps").column("reward").to_pylist()
+    assert np.isnan(reward[0]) and reward[1:] == [None, 2.0, 1.0, None]
+    ep = rlarrow.Store.open(tmp_path / "s").read("episodes").to_pylist()[0]
+    assert np.isnan(ep["return"])

@@ -408,3 +408,27 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
     assert size["observation.board"] < n  # under a byte a row for 200-byte boards
     back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
     assert back["board"].tobytes() == obs.tobytes() and back["frame"].tobytes() == frames.tobytes()
+
+
+def test_append_together_commits_several_tables_in_one_manifest_write(tmp_path, monkeypatch):
+    store = rlarrow.Store.create(tmp_path / "s")
+    store.add_run(source="test", run_id="r")
+    ep_rows = {"run_id": "r", "episode_id": [0], "num_steps": [6], "env_index": 0, "terminated": True,
+               "truncated": False, "partial_start": False, "partial_end": False}
+    writes = []
+    original = rlarrow.Store._write_manifest
+    monkeypatch.setattr(rlarrow.Store, "_write_manifest",
+                        lambda self, m: (writes.append(1), original(self, m)))
+    infos = store.append_together({"steps": episode_columns("r", 0, 5), "episodes": ep_rows})
+    assert [(i.table, i.rows) for i in infos] == [("steps", 6), ("episodes", 1)]
+    assert len(writes) == 1
+    assert store.read("steps").column("step").to_pylist() == list(range(6))
+    again = rlarrow.Store.open(tmp_path / "s")  # what another process sees
+    assert again.row_count("steps") == 6 and again.row_count("episodes") == 1
+    # one table that does not fit: nothing of either is committed, no temporary file is left
+    bad = dict(ep_rows, num_steps=["six"])
+    with pytest.raises(rlarrow.SchemaMismatchError, match="num_steps"):
+        store.append_together({"steps": episode_columns("r", 1, 5), "episodes": bad})
+    assert store.row_count("steps") == 6 and store.row_count("episodes") == 1
+    assert not [p for p in (tmp_path / "s").rglob("*") if p.name.startswith(".tmp")]
+    assert store.append_together({}) == []

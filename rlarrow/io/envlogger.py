@@ -135,7 +135,6 @@ def import_envlogger(
                     ep.reward = [s.timestep.reward for s in steps[1:]]
                     ep.discount = [s.timestep.discount for s in steps[1:]]
                     ep.custom = [s.custom_data for s in steps]
-                    ep.ret = float(np.sum(np.asarray([r for r in ep.reward if r is not None], np.float64)))
                     ep.ended, ep.terminated = bool(rlds["is_last"][-1]), bool(rlds["is_terminal"][-1])
                     ep.meta = episode_meta[k] if k < len(episode_meta) else None
                     ep.first_reward, ep.first_discount = rlds["first_reward"], rlds["first_discount"]
