@@ -39,22 +39,23 @@ class Arena:
         where: what to name in errors (the environment).
     """
 
-    __slots__ = ("buf", "n", "shape", "where")
+    __slots__ = ("buf", "n", "rows", "shape", "where")
 
     def __init__(self, shape: tuple[int, ...], dtype: Any, rows: int, where: str = "the environment") -> None:
         self.shape = tuple(shape)
         self.where = where
         row_bytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
         self.buf = np.empty((max(2, min(rows, _ARENA_BYTES // row_bytes)), *self.shape), dtype)
-        self.n = 0
+        self.rows = len(self.buf)  # allocated
+        self.n = 0  # used
 
     def put(self, value: Any) -> int:
         """Copy one observation into the next row; return the row's index."""
         i = self.n
-        if i == len(self.buf):
+        if i == self.rows:
             grown = np.empty((2 * i, *self.shape), self.buf.dtype)
             grown[:i] = self.buf
-            self.buf = grown
+            self.buf, self.rows = grown, 2 * i
         if type(value) is not np.ndarray or value.shape != self.shape:
             value = np.asarray(value)
             if value.shape != self.shape:  # assigning would broadcast it silently
@@ -78,7 +79,7 @@ class Arena:
         ``reuse`` only when nothing refers to the committed rows any more (the commit is done).
         """
         left = [i for ep in open_episodes for i in ep.obs]
-        buf = self.buf if reuse else np.empty_like(self.buf)
+        buf = self.buf if reuse else np.empty_like(self.buf)  # same row count
         if left:
             buf[:len(left)] = self.buf[left]  # fancy indexing copies first: overlap is safe
             j = 0

@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
@@ -409,15 +410,18 @@ class Reader:
             custom: list[Any] = [None] * n
         else:
             custom = _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist())
-        types = (dm_env.StepType.FIRST, dm_env.StepType.MID, dm_env.StepType.LAST)
-        kind = np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1)).tolist()
-        new_episode = (t == 0).tolist()  # no step before it in the episode: nothing led here
-        timestep, step_data = dm_env.TimeStep, StepData
-        out = [step_data(timestep(types[kind[i]], None, None, obs[i]), None, custom[i]) if new_episode[i]
-               else step_data(timestep(types[kind[i]], reward[i - 1], discount[i - 1], obs[i]), act[i - 1],
-                              custom[i])
-               for i in range(n)]
-        return out[lo - start:]
+        types = np.array([dm_env.StepType.FIRST, dm_env.StepType.MID, dm_env.StepType.LAST], dtype=object)
+        kind = types[np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1))].tolist()
+        # dm_env order: a step carries the reward, discount and action of the row before it,
+        # nothing where it starts an episode (no step before it led there)
+        reward, discount, act = [None, *reward[:-1]], [None, *discount[:-1]], [None, *act[:-1]]
+        for i in np.flatnonzero(t == 0).tolist():
+            reward[i] = discount[i] = act[i] = None
+        # the named tuples are made by tuple.__new__ through map: no Python frame per step
+        make, skip = tuple.__new__, lo - start
+        timesteps = map(make, repeat(dm_env.TimeStep),
+                        zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
+        return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
 
 
 def _is_float(type_: pa.DataType) -> bool:
