@@ -91,13 +91,13 @@ class MemorySnapshot:
         """Rows of the store's ``memory`` table, memory index major, env index minor."""
         ms, ne = self.memory_size, self.num_envs
         rows = ms * ne
-        idx = np.arange(rows)
+        memory_index = np.repeat(np.arange(ms, dtype=np.int64), ne)
         columns: dict[str, Any] = {
             "run_id": run_id,
             "snapshot_id": snapshot_id,
             "snapshot_name": self.name or None,
-            "memory_index": idx // ne,
-            "env_index": (idx % ne).astype(np.int32),
+            "memory_index": memory_index,
+            "env_index": np.tile(np.arange(ne, dtype=np.int32), ms),
             "memory_size": ms,
             "num_envs": ne,
             "is_full": self.is_full,
@@ -107,7 +107,7 @@ class MemorySnapshot:
         if self.is_full:
             columns["filled"] = np.full(rows, True)
         elif self.is_full is False and self.write_pointer is not None:
-            columns["filled"] = (idx // ne) < self.write_pointer
+            columns["filled"] = memory_index < self.write_pointer
         for name, value in self.tensors.items():
             columns[name] = value.reshape(rows, *value.shape[2:])
         return _schema.build("memory", columns, num_rows=rows)
