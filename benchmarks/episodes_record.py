@@ -168,12 +168,16 @@ def main() -> None:
             r.close()
             r.episode_columns(slice(None))
 
-        t_big = best_of(read_big)
+        # first-touch memory on this VM swings single reads 10x (1-11M steps/s in one process):
+        # best of 7, with the median beside it
+        times = sorted(best_of(read_big, 1) for _ in range(7))
+        t_big, median = times[0], args.batched_steps / times[3] / 1e6
         catch_rate = next(r["peer"] for r in rows if r["path"] == "read steps/s (catch)")
         rows.append({"path": f"batched read steps/s (catch, {args.batched_steps} steps)",
                      "rlarrow": args.batched_steps / t_big, "peer": catch_rate, "unit": "steps/s",
                      "ratio": args.batched_steps / t_big / catch_rate,
-                     "note": "target > 10M steps/s; peer: envlogger's per-step read rate above"})
+                     "note": f"target > 10M steps/s; best of 7, median {median:.1f}M; "
+                             "peer: envlogger's per-step rate"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report("episodes_record", rows)
