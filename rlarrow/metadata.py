@@ -252,13 +252,9 @@ def encode_column(values: Iterable[Any]) -> tuple[list[str | None], list[str | N
     texts: list[str | None] = []
     types: list[str | None] = []
     for value in values:
-        if value is None:
-            texts.append(None)
-            types.append(None)
-        else:
-            t, ty = encode(value)
-            texts.append(t)
-            types.append(ty)
+        t, ty = encode(value)
+        texts.append(t)
+        types.append(ty)
     return texts, types
 
 

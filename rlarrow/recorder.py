@@ -142,8 +142,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if self._episode is not None and not self._episode.ended:
             sink.finished.append(self._episode)
         timestep = self._env.reset()
-        ep = Episode(sink.next_episode)
-        sink.next_episode += 1
+        ep = sink.new_episode()
         self._episode = ep
         ep.first_reward, ep.first_discount = timestep.reward, timestep.discount
         ep.obs.append(self._arena.put(timestep.observation) if self._arena is not None

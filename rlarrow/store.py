@@ -803,10 +803,6 @@ class Store:
         ids = self.read("runs", columns=["run_id"]).column("run_id")
         return bool(pc.any(pc.equal(ids, run_id)).as_py())
 
-    def _commit(self, table: str, tmp: Path, final_name: str, schema: pa.Schema, rows: int) -> CommitInfo:
-        """Rename a finished temporary file into place and list it in the manifest."""
-        return self._commit_files([(table, tmp, final_name, schema, rows)])[0]
-
     def _commit_files(self, files: list[tuple[str, Path, str, pa.Schema, int]]) -> list[CommitInfo]:
         """Rename finished temporary files (one per table) into place; list them in one manifest write.
 
@@ -862,7 +858,7 @@ class Store:
             >>> [(i.table, i.rows) for i in infos]
             [('episodes', 1)]
         """
-        writers = [self.writer(table) for table in data]
+        writers = [self.writer(table, file_bytes=1 << 62) for table in data]  # one file each, any size
         try:
             for w, rows in zip(writers, data.values(), strict=True):
                 w.write(rows)
