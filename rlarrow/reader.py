@@ -41,9 +41,11 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, overload
@@ -60,6 +62,7 @@ from rlarrow.tensors import to_numpy
 __all__ = ["Reader", "StepData"]
 
 _CACHED_ROW_GROUPS = 8
+_CACHED_BYTES = 256 << 20  # and at most this much decoded data (one group may be larger)
 _ITER_CHUNK = 65536  # steps built at a time when iterating
 
 
@@ -92,17 +95,23 @@ class _Rows:
         self.cache: OrderedDict[int, pa.Table] = OrderedDict()
         self.pinned = 0  # while a slice is assembled, keep all of its row groups
 
-    def _read(self, g: int) -> pa.Table:
+    def _read(self, g: int, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
         path, i = self.groups[g]
         with pq.ParquetFile(path) as pf:
-            return pf.read_row_group(i)
+            return pf.read_row_group(i, columns=columns)
 
     def _remember(self, g: int, table: pa.Table) -> None:
         self.cache[g] = table
-        while len(self.cache) > max(_CACHED_ROW_GROUPS, self.pinned):
-            self.cache.popitem(last=False)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the least recently used row groups beyond the count and byte budgets."""
+        held = sum(t.nbytes for t in self.cache.values())
+        while len(self.cache) > max(1, self.pinned) and \
+                (len(self.cache) > _CACHED_ROW_GROUPS or held > _CACHED_BYTES):
+            held -= self.cache.popitem(last=False)[1].nbytes
 
     def group(self, g: int) -> pa.Table:
         table = self.cache.get(g)
@@ -113,13 +122,17 @@ class _Rows:
             self.cache.move_to_end(g)
         return table
 
-    def take(self, positions: np.ndarray) -> pa.Table:
-        """Rows at ``positions`` (global), in that order."""
+    def take(self, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows at ``positions`` (global), in that order (``columns`` only, when given)."""
+        if len(positions) and positions[-1] - positions[0] == len(positions) - 1 and \
+                (len(positions) < 2 or bool((np.diff(positions) == 1).all())):
+            return self.slice(int(positions[0]), int(positions[-1]) + 1, columns)
+        table = self._take(positions)
+        return table if columns is None else table.select(columns)
+
+    def _take(self, positions: np.ndarray) -> pa.Table:
         if not len(positions):
             return self.group(0).slice(0, 0)
-        if positions[-1] - positions[0] == len(positions) - 1 and \
-                (len(positions) < 2 or bool((np.diff(positions) == 1).all())):
-            return self.slice(int(positions[0]), int(positions[-1]) + 1)
         gidx = np.searchsorted(self.starts, positions, side="right") - 1
         if len(positions) and (gidx == gidx[0]).all():
             return self.group(int(gidx[0])).take(positions - self.starts[gidx[0]])
@@ -135,27 +148,39 @@ class _Rows:
         return table.take(inverse)
 
 
-    def slice(self, lo: int, hi: int) -> pa.Table:
-        """Rows ``lo`` to ``hi - 1`` (global), read from the row groups that hold them."""
+    def slice(self, lo: int, hi: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows ``lo`` to ``hi - 1`` (global), read from the row groups that hold them.
+
+        With ``columns``, a row group the slice covers whole and that is not cached is read
+        for those columns only, and not cached (a bulk read: nothing else of it is wanted);
+        one it covers in part is read whole and cached, for the neighbours' next reads.
+        """
         first = int(np.searchsorted(self.starts, lo, side="right") - 1)
-        last = int(np.searchsorted(self.starts, hi, side="left") - 1)
-        missing = [g for g in range(first, min(last, len(self.groups) - 1) + 1) if g not in self.cache]
+        last = min(int(np.searchsorted(self.starts, hi, side="left") - 1), len(self.groups) - 1)
+        whole = {g for g in range(first, last + 1) if columns is not None and g not in self.cache
+                 and lo <= self.starts[g] and self.starts[g + 1] <= hi}
+        missing = [g for g in range(first, last + 1) if g not in self.cache]
         self.pinned = last - first + 1
-        if len(missing) > 1:  # decode the row groups in parallel (Parquet decoding releases the GIL)
+        read: dict[int, pa.Table] = {}
+        if missing:  # several: decoded in parallel (Parquet decoding releases the GIL)
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
-                for g, table in zip(missing, pool.map(self._read, missing), strict=True):
-                    self._remember(g, table)
+                tables = pool.map(lambda g: self._read(g, columns if g in whole else None), missing)
+                for g, table in zip(missing, tables, strict=True):
+                    if g in whole:
+                        read[g] = table
+                    else:
+                        self._remember(g, table)
         parts = []
-        g = first
-        while g < len(self.groups) and self.starts[g] < hi:
+        for g in range(first, last + 1):
             a, b = max(lo, int(self.starts[g])), min(hi, int(self.starts[g + 1]))
-            parts.append(self.group(g).slice(a - int(self.starts[g]), b - a))
-            g += 1
+            table = read[g] if g in read else self.group(g)
+            if columns is not None:
+                table = table.select(columns)
+            parts.append(table.slice(a - int(self.starts[g]), b - a))
         self.pinned = 0
-        while len(self.cache) > _CACHED_ROW_GROUPS:
-            self.cache.popitem(last=False)
+        self._trim()
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
@@ -352,16 +377,19 @@ class Reader:
 
     # ------------------------------------------------------------------ columns
 
-    def episode_table(self, k: int | slice) -> pa.Table:
-        """Episode ``k`` (or a slice of episodes) as the ``steps`` rows, RLDS-aligned."""
+    def episode_table(self, k: int | slice, columns: Sequence[str] | None = None) -> pa.Table:
+        """Episode ``k`` (or a slice of episodes) as the ``steps`` rows, RLDS-aligned.
+
+        ``columns`` picks columns: many episodes are then read for those columns only.
+        """
         ks = range(*k.indices(len(self._lengths))) if isinstance(k, slice) else range(k, k + 1)
         if not ks:
-            return self._rows.take(np.empty(0, np.int64))
-        if ks.step == 1:  # consecutive episodes are consecutive in the index
+            pos = np.empty(0, np.int64)
+        elif ks.step == 1:  # consecutive episodes are consecutive in the index
             pos = self._positions[self._offsets[ks.start]:self._offsets[ks.stop]]
         else:
             pos = np.concatenate([self._positions[self._offsets[i]:self._offsets[i + 1]] for i in ks])
-        return self._rows.take(pos)
+        return self._rows.take(pos, None if columns is None else list(columns))
 
     def episode_columns(self, k: int | slice, columns: Sequence[str] = ("observation", "action", "reward",
                                                                        "discount", "is_first", "is_last",
@@ -371,7 +399,7 @@ class Reader:
         Tensor columns come back ``(steps, *shape)`` (dicts of those for dict observations);
         null actions, rewards and discounts on last steps are NaN (floats) or 0.
         """
-        table = self.episode_table(k)
+        table = self.episode_table(k, columns)
         out: dict[str, Any] = {}
         for name in columns:
             col = table.column(name)
@@ -421,7 +449,25 @@ class Reader:
         make, skip = tuple.__new__, lo - start
         timesteps = map(make, repeat(dm_env.TimeStep),
                         zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
-        return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+        with _gc_paused():
+            return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a block makes many acyclic objects.
+
+    Tens of thousands of new tuples trigger collections that walk every live object, again
+    and again; the steps made here hold no cycles, so those walks find nothing. The
+    collector's state is restored afterwards (left off if it was off).
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _is_float(type_: pa.DataType) -> bool:
@@ -443,9 +489,10 @@ def _rows_of(col: pa.ChunkedArray, spec: Any) -> list[Any]:
     """Per-row values of a tensor column: arrays (scalars for shape ()), dicts or tuples as the spec."""
     if col.null_count == len(col):
         return [None] * len(col)
-    values = to_numpy(col, fill_value=0 if not _is_float(col.type) else None)
+    fill = 0 if not _is_float(col.type) else None
+    # chunk by chunk: each row a view into its chunk's buffer, no copy of the whole column
+    rows = [row for chunk in col.chunks for row in _split(to_numpy(chunk, fill_value=fill), spec, len(chunk))]
     nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-    rows = _split(values, spec, len(col))
     if nulls is not None:
         rows = [None if nulls[i] else r for i, r in enumerate(rows)]
     return rows

@@ -48,6 +48,14 @@ def play(env, episodes: int, seed: int) -> None:
             ts = env.step(rng.randrange(3))
 
 
+def recorded_catch(path, episodes: int, *, flush_every_steps: int, seeds: tuple[int, int]):
+    """A Reader over ``episodes`` of Catch recorded by rlarrow (env seed, action seed)."""
+    _, catch_env = import_envlogger()
+    with rlarrow.EnvLogger(catch_env.Catch(seed=seeds[0]), path, flush_every_steps=flush_every_steps) as env:
+        play(env, episodes, seed=seeds[1])
+    return rlarrow.Reader(path)
+
+
 def step_fn(timestep, action, env):
     return {"note": "first" if timestep.first() else "mid", "global_step": np.int64(env._t)} \
         if hasattr(env, "_t") else {"first": bool(timestep.first())}
@@ -104,10 +112,7 @@ def test_records_and_reads_what_envlogger_does(tmp_path):
 
 @needs_envlogger
 def test_random_access_and_independent_iterators(tmp_path):
-    _, catch_env = import_envlogger()
-    with rlarrow.EnvLogger(catch_env.Catch(seed=2), tmp_path / "s", flush_every_steps=7) as env:
-        play(env, 9, seed=1)
-    reader = rlarrow.Reader(tmp_path / "s")
+    reader = recorded_catch(tmp_path / "s", 9, flush_every_steps=7, seeds=(2, 1))
     everything = list(reader.steps)
     assert len(rlarrow.Store.open(tmp_path / "s").files("steps")) > 3  # several commits
     for n in [0, 1, 9, 10, 11, len(everything) - 1, -1, 37]:
@@ -129,6 +134,47 @@ def test_random_access_and_independent_iterators(tmp_path):
     n = sum(len(reader.episodes[i]) for i in range(3))
     assert cols["observation"].shape == (n, 10, 5) and cols["is_first"].sum() == 3
     assert np.isnan(cols["reward"][cols["is_last"]]).all()
+
+
+@needs_envlogger
+def test_episode_columns_match_the_steps_across_row_groups(tmp_path):
+    """Bulk reads (only the asked columns, whole row groups uncached) give the per-step values."""
+    reader = recorded_catch(tmp_path / "s", 12, flush_every_steps=13, seeds=(3, 4))
+    assert len(reader._rows.groups) > 5
+    everything = list(reader.steps)
+    lengths = [len(e) for e in reader.episodes]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for k in [slice(None), slice(2, 9), slice(0, 12, 3), slice(5, 6), 7]:
+        reader.close()
+        if k == slice(2, 9):
+            reader.episode_columns(4)  # one row group cached, its neighbours read in bulk
+        ks = range(*k.indices(12)) if isinstance(k, slice) else [k]
+        cols = reader.episode_columns(k)
+        rows = [i for e in ks for i in range(starts[e], starts[e + 1])]
+        want = np.stack([everything[i].timestep.observation for i in rows])
+        assert cols["observation"].dtype == np.float32 and np.array_equal(cols["observation"], want)
+        # RLDS alignment: a row's action is the one the next dm_env step carries
+        acts = [everything[i + 1].action if i + 1 < starts[-1] and not everything[i + 1].timestep.first()
+                else 0 for i in rows]
+        assert cols["action"].tolist() == acts
+        assert cols["is_first"].tolist() == [everything[i].timestep.first() for i in rows]
+        assert set(reader.episode_columns(k, ["reward"])) == {"reward"}
+    assert len(reader._rows.cache) <= 8
+
+
+@needs_envlogger
+def test_reader_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
+    """Big decoded row groups (frames) are not all kept: the cache holds to a byte budget."""
+    everything = [s.timestep.observation
+                  for s in recorded_catch(tmp_path / "s", 6, flush_every_steps=13, seeds=(3, 4)).steps]
+    monkeypatch.setattr("rlarrow.reader._CACHED_BYTES", 1)  # every group is over budget
+    reader = rlarrow.Reader(tmp_path / "s")
+    assert len(reader._rows.groups) > 3
+    steps = zip(reader.steps, everything, strict=True)
+    assert all(np.array_equal(s.timestep.observation, o) for s, o in steps)
+    assert len(reader._rows.cache) == 1  # the newest one only
+    assert all(np.array_equal(reader.steps[n].timestep.observation, everything[n]) for n in (30, 2, 45))
+    assert len(reader._rows.cache) == 1
 
 
 class DictEnv:
@@ -203,6 +249,10 @@ def test_dict_observations_images_truncation_and_partial_episodes(tmp_path):
     partial = list(reader.episodes[2])
     assert len(partial) == 2 and partial[-1].timestep.step_type == partial[-1].timestep.step_type.MID
     assert reader.observation_spec()["proprio"]["pos"].shape == (2,)
+    reader.close()
+    cols = reader.episode_columns(slice(None), ["observation", "is_last"])
+    assert cols["observation"]["frame"].shape == (12, 84, 84) and cols["observation"]["frame"][8, 0, 0] == 3
+    assert cols["observation"]["proprio"]["flag"].dtype == bool and cols["is_last"].sum() == 2
 
 
 def test_flush_policy_commits_while_recording(tmp_path):
