@@ -496,13 +496,18 @@ def _constants(path: Path) -> dict[str, Any] | None:
 
 
 def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iterator[pa.Table]:
-    """Every row group of ``files``, decoded a few at a time in parallel (bounded memory)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Every row group of ``files``, in order, decoded in parallel ahead of the consumer.
+
+    At most one row group per core plus one is decoded and not yet taken (bounded memory),
+    and the decoding goes on while the consumer works on the row group it was given.
+    """
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     import pyarrow.parquet as pq
 
-    tasks = [(f, i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
-    workers = max(1, min(len(tasks), os.cpu_count() or 1))
+    tasks = iter([(f, i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)])
+    workers = max(1, os.cpu_count() or 1)
 
     def read(task: tuple[Path, int]) -> pa.Table:
         # mapped: pages are decoded straight from the page cache (store files never change)
@@ -510,8 +515,15 @@ def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iter
             return pf.read_row_group(task[1], columns=columns, use_threads=False)
 
     with ThreadPoolExecutor(workers) as pool:
-        for start in range(0, len(tasks), workers):
-            yield from pool.map(read, tasks[start : start + workers])
+        ahead: deque[Future[pa.Table]] = deque(
+            pool.submit(read, t) for t in itertools.islice(tasks, workers + 1))
+        while ahead:
+            table = ahead.popleft().result()
+            task = next(tasks, None)
+            if task is not None:
+                ahead.append(pool.submit(read, task))
+            yield table
+            del table  # not kept alive while the next one is awaited
 
 
 def export_memory(

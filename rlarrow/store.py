@@ -706,7 +706,7 @@ class Store:
         def write(i: int) -> None:
             writer = _open_parquet(tmps[i], data.schema, slices[i])
             try:
-                _write_row_groups(writer, slices[i], ROW_GROUP_BYTES)
+                _write_row_groups(writer, slices[i], ROW_GROUP_BYTES, tmps[i])
             finally:
                 writer.close()
             _fsync_file(tmps[i])
@@ -1060,7 +1060,7 @@ class Store:
                         out_schema = part.schema
                         writer = _open_parquet(tmp, out_schema, part)
                     rows += part.num_rows
-                    _write_row_groups(writer, part.cast(out_schema), row_group_bytes)
+                    _write_row_groups(writer, part.cast(out_schema), row_group_bytes, tmp)
             if writer is None:  # nothing to read: an empty merge
                 assert out_schema is None
                 return
@@ -1152,13 +1152,15 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
                 leaf = leaf.storage  # the binary layout: judge its bytes, whatever the dtype
             binary = leaf is not None and pa.types.is_fixed_size_binary(leaf.type)
             if _is_tensor_field(field) and leaf is not None and (binary or pa.types.is_floating(leaf.type)):
-                limit = max(1, (1 << 20) // leaf.type.byte_width) if binary else 1 << 16
+                limit = max(1, (1 << 18) // leaf.type.byte_width) if binary else 1 << 16  # 256 KiB
                 raw = leaf.slice(0, min(len(leaf), limit))
                 data = raw.buffers()[1]
                 # distinct values over the whole sample, by rows (a MiB is 148 84x84 frames: too
                 # few to see a loop of 64); hashing more than 4096 rows costs, says nothing new
                 head = leaf.slice(0, 4096)
-                if binary and len(head) >= 64 and pc.count_distinct(head).as_py() * 4 <= len(head):
+                # (rows under 8 bytes, flags and scalars, are left to zstd: as small, and faster)
+                if binary and leaf.type.byte_width >= 8 and len(head) >= 64 and \
+                        pc.count_distinct(head).as_py() * 4 <= len(head):
                     dictionary.append(path)
                     levels[path] = _BINARY_ZSTD_LEVEL
                 elif data is not None and data.size >= 4096:
@@ -1195,12 +1197,57 @@ def _open_parquet(path: Path, schema: pa.Schema, sample: pa.Table | None = None)
     )
 
 
-def _write_row_groups(writer: pq.ParquetWriter, data: pa.Table, row_group_bytes: int) -> None:
+def _write_row_groups(writer: pq.ParquetWriter, data: pa.Table, row_group_bytes: int,
+                      path: Path | None = None) -> None:
+    """``data`` as row groups of about ``row_group_bytes``.
+
+    With ``path`` (the file ``writer`` writes) and more than one row group of data, the
+    kernel is asked after each row group to start writing the file out (see
+    :func:`_start_writeback`): the disk works while the next row group is encoded, and the
+    fsync at commit has little left to wait for.
+    """
     if data.num_rows == 0:
         return
     per_row = max(1, data.nbytes // max(1, data.num_rows))
     rows_per_group = max(1, min(1 << 20, row_group_bytes // per_row))
-    writer.write_table(data, row_group_size=rows_per_group)
+    if path is None or data.num_rows <= rows_per_group:
+        writer.write_table(data, row_group_size=rows_per_group)
+        return
+    for lo in range(0, data.num_rows, rows_per_group):
+        writer.write_table(data.slice(lo, rows_per_group), row_group_size=rows_per_group)
+        _start_writeback(path)
+
+
+_sync_file_range: Any = None
+
+
+def _start_writeback(path: Path) -> None:
+    """Start writing ``path``'s dirty pages to disk without waiting (Linux; elsewhere nothing).
+
+    ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` queues the writeback and returns: it is a
+    hint, not a durability step (the fsync at commit is that), so failures are ignored.
+    """
+    global _sync_file_range
+    if _sync_file_range is None:
+        _sync_file_range = False
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            _sync_file_range = fn
+        except (OSError, AttributeError):  # not Linux, or no such libc function
+            pass
+    if _sync_file_range is False:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        _sync_file_range(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE, the whole file
+    finally:
+        os.close(fd)
 
 
 def _validated(table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any],
@@ -1346,7 +1393,7 @@ class TableWriter:
             self._final = _new_file_name()
             self._tmp = self.store.path / self.table / _tmp_name(self._final)
             self._writer = _open_parquet(self._tmp, self._schema, data)
-        _write_row_groups(self._writer, data, self.row_group_bytes)
+        _write_row_groups(self._writer, data, self.row_group_bytes, self._tmp)
         self._file_rows += data.num_rows
 
     def flush(self) -> CommitInfo | None:

@@ -336,12 +336,17 @@ def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatc
     import rlarrow.store as store_module
 
     monkeypatch.setattr(store_module, "ROW_GROUP_BYTES", 64 << 10)  # "large" = over 128 KiB here
+    hinted = []  # each file's writeback is started after every row group (the real call, counted)
+    real_hint = store_module._start_writeback
+    monkeypatch.setattr(store_module, "_start_writeback", lambda path: (hinted.append(path), real_hint(path)))
     store = rlarrow.Store.create(tmp_path / "s")
     rows = rlarrow.schema.build("memory", {
         "run_id": "r", "snapshot_id": 0, "memory_index": np.arange(20000), "env_index": 0,
         "memory_size": 20000, "num_envs": 1, "states": np.random.rand(20000, 4).astype(np.float32)})
     info = store.append("memory", rows, threads=3)
     assert len(info.files) == 3 and info.rows == 20000
+    groups = [pq.ParquetFile(p).metadata.num_row_groups for p in store.files("memory")]
+    assert min(groups) > 1 and len(hinted) == sum(groups) and len(set(hinted)) == 3
     assert [f"memory/{p.name}" for p in store.files("memory")] == list(info.files)
     back = store.read("memory")
     assert back.column("memory_index").to_pylist() == list(range(20000))
@@ -393,9 +398,11 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
     frames = rng.integers(0, 256, (n, 8, 8), np.uint8)
     store.declare("steps", {"observation": pa.struct([
         ("board", rlarrow.tensors.tensor_type(np.float32, (10, 5), layout="binary")),
-        ("frame", rlarrow.tensors.tensor_type(np.uint8, (8, 8), layout="binary"))])})
+        ("frame", rlarrow.tensors.tensor_type(np.uint8, (8, 8), layout="binary")),
+        ("flag", rlarrow.tensors.tensor_type(np.bool_, (1,), layout="binary"))])})
+    flags = rng.random((n, 1)) < 0.1
     store.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(n), "env_index": 0,
-                           "observation": {"board": obs, "frame": frames},
+                           "observation": {"board": obs, "frame": frames, "flag": flags},
                            "is_first": np.arange(n) == 0, "is_last": np.arange(n) == n - 1,
                            "is_terminal": np.zeros(n, bool)})
     [path] = store.files("steps")
@@ -406,8 +413,11 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
     assert "RLE_DICTIONARY" in enc["observation.board"]
     assert "RLE_DICTIONARY" not in enc["observation.frame"]
     assert size["observation.board"] < n  # under a byte a row for 200-byte boards
+    # one-byte flags repeat too, but zstd alone stores them as small and writes faster
+    assert "RLE_DICTIONARY" not in enc["observation.flag"] and size["observation.flag"] < n / 2
     back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
     assert back["board"].tobytes() == obs.tobytes() and back["frame"].tobytes() == frames.tobytes()
+    assert np.array_equal(back["flag"], flags)
 
 
 def test_append_together_commits_several_tables_in_one_manifest_write(tmp_path, monkeypatch):
