@@ -27,7 +27,7 @@ import os
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,13 +235,34 @@ def iter_memory_tables(
             dtype=dtype,
         )
         return
+    table, verify = _snapshot_table(path, fmt, run_id, snapshot_id)
+    verify()
+    yield table
+
+
+def _snapshot_table(path: Path, fmt: str, run_id: str,
+                    snapshot_id: int) -> tuple[pa.Table, Callable[[], None]]:
+    """A pt/npz/parquet export as one ``memory`` table, and the source's check still to run.
+
+    An uncompressed npz is mapped, and its CRC-32s are left to ``verify()`` (see
+    :func:`rlarrow.io.npz.open_npz`); for the other formats ``verify`` does nothing.
+    """
+    verify: Callable[[], None] = _no_check
     if fmt == "pt":
         from rlarrow.io.pt import read_pt
 
         snap = read_pt(path, mmap=True)
+    elif fmt == "npz":
+        from rlarrow.io.npz import open_npz
+
+        snap, verify = open_npz(path)
     else:
         snap = read_memory(path)
-    yield snap.to_table(run_id, snapshot_id)
+    return snap.to_table(run_id, snapshot_id), verify
+
+
+def _no_check() -> None:
+    return None
 
 
 def convert_memory(
@@ -314,18 +335,19 @@ def convert_memory(
                 done = 0
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", AssumptionWarning)
-                    tables = _declaring(
-                        st,
-                        layout,
-                        iter_memory_tables(
-                            path, fmt, run_id, next_snapshot + i, num_envs, memory_size, dtype
-                        ),
-                    )
                     if fmt != "csv":  # one table: written as parallel files, one commit
-                        for table in tables:
-                            st.append("memory", table)
+                        from concurrent.futures import ThreadPoolExecutor
+
+                        whole, verify = _snapshot_table(path, fmt, run_id, next_snapshot + i)
+                        for table in _declaring(st, layout, iter([whole])):
+                            # the source's checksums are checked while the files are written
+                            with ThreadPoolExecutor(1) as pool:
+                                check = pool.submit(verify)
+                                st.append("memory", table, before_commit=check.result)
                             report.rows += table.num_rows
                     else:  # streamed: one file, committed when the whole csv has been read
+                        tables = _declaring(st, layout, iter_memory_tables(
+                            path, fmt, run_id, next_snapshot + i, num_envs, memory_size, dtype))
                         with st.writer("memory") as writer:
                             for table in tables:
                                 writer.write(table)

@@ -162,16 +162,22 @@ class _Rows:
         missing = [g for g in range(first, last + 1) if g not in self.cache]
         self.pinned = last - first + 1
         read: dict[int, pa.Table] = {}
-        if missing:  # several: decoded in parallel (Parquet decoding releases the GIL)
-            from concurrent.futures import ThreadPoolExecutor
+        def load(g: int) -> pa.Table:
+            return self._read(g, columns if g in whole else None)
 
-            with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
-                tables = pool.map(lambda g: self._read(g, columns if g in whole else None), missing)
-                for g, table in zip(missing, tables, strict=True):
-                    if g in whole:
-                        read[g] = table
-                    else:
-                        self._remember(g, table)
+        if missing:
+            if len(missing) > 1:  # decoded in parallel (Parquet decoding releases the GIL)
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
+                    tables = list(pool.map(load, missing))
+            else:
+                tables = [load(missing[0])]
+            for g, table in zip(missing, tables, strict=True):
+                if g in whole:
+                    read[g] = table
+                else:
+                    self._remember(g, table)
         parts = []
         for g in range(first, last + 1):
             a, b = max(lo, int(self.starts[g])), min(hi, int(self.starts[g + 1]))

@@ -38,7 +38,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -669,7 +669,8 @@ class Store:
         return w
 
     def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], *,
-               threads: int | None = None) -> CommitInfo | None:
+               threads: int | None = None,
+               before_commit: Callable[[], None] | None = None) -> CommitInfo | None:
         """Validate ``data`` and commit it to ``table`` at once.
 
         ``data`` is an Arrow table or record batch, or a mapping of columns as
@@ -677,6 +678,10 @@ class Store:
         :meth:`writer`, which buffers them into few files. Data larger than two row
         groups is written as up to ``threads`` files in parallel (default: one per CPU),
         row order kept, committed together in one journaled step.
+
+        ``before_commit`` is called once the files are written, before they are
+        committed; if it raises, nothing is committed (a checksum of the source checked
+        while the data was being written, say).
 
         Returns:
             What was committed, or None when ``data`` has no rows.
@@ -688,13 +693,17 @@ class Store:
         if threads > 1 and isinstance(data, (pa.Table, pa.RecordBatch)) and data.nbytes > 2 * ROW_GROUP_BYTES:
             valid = _validated(table, data, self.schema(table))
             parts = min(threads, -(-valid.nbytes // ROW_GROUP_BYTES))
-            return self._append_parallel(table, valid, parts)
+            return self._append_parallel(table, valid, parts, before_commit)
         with self.writer(table) as w:
             w.write(data)
+            if before_commit is not None:
+                w._spill()  # written, not committed (a failing check aborts the writer)
+                before_commit()
             info = w.flush()
         return info
 
-    def _append_parallel(self, table: str, data: pa.Table, parts: int) -> CommitInfo:
+    def _append_parallel(self, table: str, data: pa.Table, parts: int,
+                         before_commit: Callable[[], None] | None = None) -> CommitInfo:
         from concurrent.futures import ThreadPoolExecutor
 
         directory = self.path / table
@@ -723,6 +732,13 @@ class Store:
             for tmp in tmps:
                 tmp.unlink(missing_ok=True)
             raise
+        if before_commit is not None:
+            try:
+                before_commit()
+            except BaseException:
+                for tmp in tmps:
+                    tmp.unlink(missing_ok=True)
+                raise
         return self._commit_many(table, list(zip(tmps, finals, [len(x) for x in slices], strict=True)),
                                  data.schema)
 

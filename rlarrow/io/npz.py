@@ -1,8 +1,10 @@
 """skrl/rofunc replay-memory exports as ``.npz`` files (one member per tensor).
 
 Loaded with ``allow_pickle=False``: object arrays are refused, never unpickled. An
-uncompressed export (what ``np.savez`` writes) is memory-mapped instead of copied, after its
-members' CRC-32 checksums are verified; compressed ones go through ``np.load``.
+uncompressed export (what ``np.savez`` writes) is memory-mapped instead of copied, and its
+members' CRC-32 checksums are verified (:func:`open_npz` hands that check back, to run while
+the arrays are used: a conversion checks them while it writes, before it commits);
+compressed ones go through ``np.load``.
 :func:`write_npz` writes what skrl's ``Memory.save(format="npz")`` writes (``np.savez``,
 uncompressed, names sorted), byte for byte.
 """
@@ -15,7 +17,7 @@ import struct
 import tokenize
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import numpy as np
 from rlarrow.errors import CorruptFileError, UnsupportedInputError
 from rlarrow.io.memory import MemorySnapshot, atomic_output, export_tensors
 
-__all__ = ["read_npz", "write_npz"]
+__all__ = ["open_npz", "read_npz", "write_npz"]
 
 
 def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
@@ -34,12 +36,27 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
         UnsupportedInputError: a member is an object (pickled) array, or not an ``.npy``.
         CorruptFileError: the file is truncated or damaged.
     """
+    snap, verify = open_npz(path)
+    verify()
+    return snap
+
+
+def open_npz(path: str | os.PathLike[str]) -> tuple[MemorySnapshot, Callable[[], None]]:
+    """:func:`read_npz`, with the checksum verification handed back to run later.
+
+    For an uncompressed export (memory-mapped), ``verify()`` reads the members through and
+    checks their CRC-32s, raising :class:`CorruptFileError` on a mismatch; it may run in
+    another thread (zlib releases the GIL) while the arrays are used, and must have passed
+    before anything made from them is trusted. For compressed exports ``np.load`` has
+    checked them already and ``verify`` does nothing.
+    """
     path = Path(path)
     tensors: dict[str, np.ndarray] = {}
     try:
-        mapped = _mapped(path)
-        if mapped is not None:
-            return MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz")
+        found = _mapped(path)
+        if found is not None:
+            mapped, verify = found
+            return MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz"), verify
         with open(path, "rb") as fh:  # our handle: np.load leaks its own on a damaged zip
             loaded = np.load(fh, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -56,14 +73,19 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
         raise CorruptFileError(path, f"not a readable .npz ({exc})") from exc
     except (zipfile.BadZipFile, EOFError, OSError, SyntaxError, tokenize.TokenError) as exc:
         raise CorruptFileError(path, f"not a readable .npz ({exc})") from exc
-    return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="npz")
+    return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="npz"), _nothing
 
 
-def _mapped(path: Path) -> dict[str, np.ndarray] | None:
-    """The members of an uncompressed ``.npz`` as read-only memory maps, checksums verified.
+def _nothing() -> None:
+    return None
+
+
+def _mapped(path: Path) -> tuple[dict[str, np.ndarray], Callable[[], None]] | None:
+    """The members of an uncompressed ``.npz`` as read-only memory maps, and their checksum check.
 
     None when a member is compressed or encrypted (``np.load`` reads those). Raises what
-    :func:`read_npz` documents for damage and object arrays.
+    :func:`read_npz` documents for damage and object arrays; the returned check raises
+    :class:`CorruptFileError` for a member whose CRC-32 does not match.
     """
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
@@ -71,6 +93,7 @@ def _mapped(path: Path) -> dict[str, np.ndarray] | None:
         return None
     size = path.stat().st_size
     out: dict[str, np.ndarray] = {}
+    sums: list[tuple[str, int, np.ndarray | None, int]] = []  # member, header's CRC, data, expected
     with open(path, "rb") as fh:
         for info in infos:
             fh.seek(info.header_offset)
@@ -100,19 +123,26 @@ def _mapped(path: Path) -> dict[str, np.ndarray] | None:
                 raise CorruptFileError(path, f"member {info.filename!r}: its array header does not match "
                                        "its size")
             fh.seek(start)
-            crc = zlib.crc32(fh.read(offset - start))
+            head_crc = zlib.crc32(fh.read(offset - start))
+            data = None
             if math.prod(shape) == 0:
                 array = np.empty(shape, dtype, order="F" if fortran else "C")
             else:
                 array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
                                   order="F" if fortran else "C")
-                crc = zlib.crc32(array.reshape(-1, order="A").view(np.uint8).data, crc)
-            if crc != info.CRC:
-                raise CorruptFileError(path, f"member {info.filename!r} fails its CRC-32 check: the "
-                                       "file is damaged")
+                data = array.reshape(-1, order="A").view(np.uint8)
+            sums.append((info.filename, head_crc, data, info.CRC))
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             out[name] = np.asarray(array)
-    return out
+
+    def verify() -> None:
+        for member, crc, data, expected in sums:
+            if data is not None:
+                crc = zlib.crc32(data.data, crc)
+            if crc != expected:
+                raise CorruptFileError(path, f"member {member!r} fails its CRC-32 check: the file is damaged")
+
+    return out, verify
 
 
 def write_npz(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,
