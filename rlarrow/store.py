@@ -1157,7 +1157,7 @@ def _tensor_codecs(schema: pa.Schema, sample: pa.Table) -> tuple[dict[str, str],
     zstd = pa.Codec(_COMPRESSION)
     for field in schema:
         col = None
-        if sample.num_rows:
+        if sample.num_rows and _is_tensor_field(field):  # flat columns keep the default codec
             # the first ~4 MiB of rows (at least 64): judging more costs a copy of the column
             chunked = sample.column(field.name)
             per_row = max(1, chunked.nbytes // sample.num_rows)
