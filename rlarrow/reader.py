@@ -162,6 +162,7 @@ class _Rows:
         missing = [g for g in range(first, last + 1) if g not in self.cache]
         self.pinned = last - first + 1
         read: dict[int, pa.Table] = {}
+
         def load(g: int) -> pa.Table:
             return self._read(g, columns if g in whole else None)
 
