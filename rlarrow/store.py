@@ -721,24 +721,18 @@ class Store:
             _fsync_file(tmps[i])
 
         try:
-            with ThreadPoolExecutor(len(slices)) as pool:
-                list(pool.map(write, range(len(slices))))
-        except (OSError, pa.ArrowException) as exc:
-            for tmp in tmps:
-                tmp.unlink(missing_ok=True)
-            raise StoreError(f"{directory}: writing table {table!r} failed ({exc}); nothing was "
-                             "committed, and every earlier commit is intact") from exc
-        except BaseException:
+            try:
+                with ThreadPoolExecutor(len(slices)) as pool:
+                    list(pool.map(write, range(len(slices))))
+            except (OSError, pa.ArrowException) as exc:
+                raise StoreError(f"{directory}: writing table {table!r} failed ({exc}); nothing was "
+                                 "committed, and every earlier commit is intact") from exc
+            if before_commit is not None:
+                before_commit()
+        except BaseException:  # nothing of it is committed: no temporary file is left either
             for tmp in tmps:
                 tmp.unlink(missing_ok=True)
             raise
-        if before_commit is not None:
-            try:
-                before_commit()
-            except BaseException:
-                for tmp in tmps:
-                    tmp.unlink(missing_ok=True)
-                raise
         return self._commit_many(table, list(zip(tmps, finals, [len(x) for x in slices], strict=True)),
                                  data.schema)
 
