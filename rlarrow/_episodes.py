@@ -1,8 +1,10 @@
 """Episode buffers and their commits, shared by the recorders (dm_env and gymnasium).
 
-A recorder appends each step's values to an :class:`Episode`'s lists (its hot path) and
-hands finished episodes to a :class:`Sink`, which turns the rows that are complete into one
-``steps`` table per commit (RLDS alignment), with the ended episodes' ``episodes`` rows.
+A recorder appends each step's values to its environment's :class:`Lane` (its hot path):
+one list per column for all the lane's episodes, one after another, so that a commit
+slices each list once whatever the number of episodes in it. A :class:`Sink` turns the
+rows that are complete into one ``steps`` table per commit (RLDS alignment), with the
+ended episodes' ``episodes`` rows.
 """
 
 from __future__ import annotations
@@ -18,20 +20,36 @@ from rlarrow._columns import scalars as _scalars
 from rlarrow._columns import stack as _stack
 from rlarrow.store import Store
 
-__all__ = ["Arena", "Episode", "Sink"]
+__all__ = ["Arena", "Episode", "Lane", "Sink"]
 
 #: an arena holds at most this many bytes before it grows past the flush size
 _ARENA_BYTES = 256 << 20
+#: observations of at most this many bytes are kept as ``bytes`` (see :class:`Lane`), larger
+#: ones in an :class:`Arena`: ``tobytes`` and a join at commit copy a 200-byte board in a
+#: third of the time an arena's row assignment takes, a 7 KB frame in twice the time
+PACKED_BYTES = 512
+
+
+def checked_row(value: Any, shape: tuple[int, ...], dtype: Any, where: str) -> np.ndarray:
+    """``value`` as an array of the spec's shape and dtype (a cast, as assignment makes one).
+
+    Raises:
+        ValueError: another shape, naming ``where`` (the environment) and both shapes.
+    """
+    arr = np.asarray(value, dtype=dtype)
+    if arr.shape != shape:  # assigning would broadcast it silently
+        raise ValueError(f"{where} returned an observation of shape {arr.shape}; its "
+                         f"observation spec says {shape}. Fix the environment or its spec")
+    return arr
 
 
 class Arena:
-    """Preallocated rows for one plain (non-nested) observation array.
+    """Preallocated rows for one plain (non-nested) observation array, of one lane.
 
     A recorder copies each step's observation into the next free row (no allocation per
-    step) and keeps the row's index in its episode's ``obs`` list; a commit takes the rows
-    as one array, a view when they are consecutive (they are, for one environment), so
-    nothing is stacked. After a commit the rows still needed (at most one per open
-    episode) move to the front.
+    step): the lane's row t is the arena's row t, so a commit takes its first rows as one
+    view and nothing is stacked. After a commit the rows still needed (the newest one of
+    an open episode) move to the front.
 
     Args:
         shape, dtype: one observation's shape and dtype (the spec's).
@@ -49,48 +67,123 @@ class Arena:
         self.rows = len(self.buf)  # allocated
         self.n = 0  # used
 
-    def put(self, value: Any) -> int:
-        """Copy one observation into the next row; return the row's index."""
+    def put(self, value: Any) -> None:
+        """Copy one observation into the next row."""
         i = self.n
         if i == self.rows:
             grown = np.empty((2 * i, *self.shape), self.buf.dtype)
             grown[:i] = self.buf
             self.buf, self.rows = grown, 2 * i
         if type(value) is not np.ndarray or value.shape != self.shape:
-            value = np.asarray(value)
-            if value.shape != self.shape:  # assigning would broadcast it silently
-                raise ValueError(f"{self.where} returned an observation of shape {value.shape}; its "
-                                 f"observation spec says {self.shape}. Fix the environment or its spec")
+            value = checked_row(value, self.shape, self.buf.dtype, self.where)
         self.buf[i] = value
         self.n = i + 1
-        return i
 
-    def take(self, rows: list[int]) -> np.ndarray:
-        """The observations at these rows, in order: a view when they are consecutive."""
-        first, count = rows[0], len(rows)
-        index = np.asarray(rows, np.intp)
-        if rows[-1] - first == count - 1 and (count < 3 or bool(np.all(np.diff(index) == 1))):
-            return self.buf[first:first + count]
-        return self.buf[index]
+    def restart(self, taken: int, *, reuse: bool) -> None:
+        """Drop the first ``taken`` rows; the rest move to the front (of a new buffer unless ``reuse``).
 
-    def restart(self, open_episodes: list[Episode], *, reuse: bool) -> None:
-        """Move the rows open episodes still hold to the front (of a new buffer unless ``reuse``).
-
-        ``reuse`` only when nothing refers to the committed rows any more (the commit is done).
+        ``reuse`` only when nothing refers to the taken rows any more (their commit is done).
         """
-        left = [i for ep in open_episodes for i in ep.obs]
+        left = self.n - taken
         buf = self.buf if reuse else np.empty_like(self.buf)  # same row count
         if left:
-            buf[:len(left)] = self.buf[left]  # fancy indexing copies first: overlap is safe
-            j = 0
-            for ep in open_episodes:
-                ep.obs = list(range(j, j + len(ep.obs)))
-                j += len(ep.obs)
-        self.buf, self.n = buf, len(left)
+            buf[:left] = self.buf[taken:self.n]  # NumPy copies through a buffer where they overlap
+        self.buf, self.n = buf, left
+
+
+class Episode:
+    """One episode's place in its lane and what its ``episodes`` row needs."""
+
+    __slots__ = (
+        "ended",
+        "env_index",
+        "episode_id",
+        "finished",
+        "first",
+        "first_discount",
+        "first_reward",
+        "meta",
+        "ret",
+        "start",
+        "terminated",
+    )
+
+    def __init__(self, episode_id: int, env_index: int = 0) -> None:
+        self.episode_id = episode_id
+        self.env_index = env_index
+        self.first = 0  # the lane's row holding its first uncommitted step
+        self.start = 0  # that step's index in the episode (the rows before it are committed)
+        self.ret = 0.0
+        self.meta: Any = None
+        self.finished = False  # no rows will follow: ended, or cut (a reset or close before its end)
+        self.ended = False  # by the environment (LAST, terminated or truncated)
+        self.terminated = False
+        self.first_reward: Any = None
+        self.first_discount: Any = None
+
+
+class Lane:
+    """One environment's rows not yet committed, its episodes one after another.
+
+    Row t holds observation t with the action taken on it and the reward and discount that
+    followed (RLDS). ``action``, ``reward`` and ``discount`` lack only the newest row of an
+    open episode (its action is not known yet); a finished episode's last row has None in
+    them. ``custom`` (step metadata) is either empty or has every row. With an
+    :class:`Arena`, observations are its rows and ``obs`` stays empty; with ``packed``
+    (``(shape, dtype)``), ``obs`` holds each observation's bytes (C order), joined into one
+    array at commit. A lane with either is its sink's only one.
+    """
+
+    __slots__ = ("action", "arena", "custom", "discount", "env_index", "episodes", "obs", "packed", "reward")
+
+    def __init__(self, env_index: int = 0) -> None:
+        self.env_index = env_index
+        self.obs: list[Any] = []
+        self.action: list[Any] = []
+        self.reward: list[Any] = []
+        self.discount: list[Any] = []
+        self.custom: list[Any] = []
+        self.episodes: list[Episode] = []  # those with uncommitted rows (or open), in order
+        self.arena: Arena | None = None
+        self.packed: tuple[tuple[int, ...], np.dtype[Any]] | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.arena.n if self.arena is not None else len(self.obs)
+
+    @property
+    def current(self) -> Episode | None:
+        """The episode being recorded (None when there is none, or it finished)."""
+        ep = self.episodes[-1] if self.episodes else None
+        return ep if ep is not None and not ep.finished else None
+
+    def begin(self, ep: Episode, first: int | None = None) -> None:
+        """Start ``ep`` at lane row ``first`` (default: the newest, its first observation's).
+
+        An unfinished episode before it is cut (``partial_end``). The caller adds the first
+        row's observation before, and its step metadata (if the lane keeps any) after.
+        """
+        if self.current is not None:
+            self.cut()
+        ep.first = self.rows - 1 if first is None else first
+        self.episodes.append(ep)
+
+    def end(self, terminated: bool) -> None:
+        """The environment ended the current episode (after its last row was added)."""
+        ep = self.episodes[-1]
+        ep.ended, ep.terminated = True, terminated
+        self.cut()
+
+    def cut(self) -> None:
+        """Finish the current episode: its newest row gets no action, reward or discount."""
+        self.episodes[-1].finished = True
+        self.action.append(None)
+        self.reward.append(None)
+        self.discount.append(None)
 
 
 class _Rows:
-    """The rows one commit takes from its episodes, column by column."""
+    """The rows one commit takes from its lanes, column by column."""
 
     __slots__ = ("action", "discount", "episodes", "has_metadata", "metadata", "observation", "pads",
                  "reward", "rows")
@@ -99,60 +192,24 @@ class _Rows:
         self.rows = 0
         #: per episode: (episode_id, env_index, first step, rows, ended, terminal)
         self.episodes: list[tuple[int, int, int, int, bool, bool]] = []
-        self.observation: Any = []  # a list; with an arena, its rows' indices, then the array
+        self.observation: Any = []  # a list, or one array (from a lane with an arena or packed rows)
         self.action: list[Any] = []
         self.reward: list[Any] = []
         self.discount: list[Any] = []
         self.metadata: list[Any] = []
         self.has_metadata = False
-        self.pads: list[int] = []  # rows with no action yet (the newest of an unfinished episode)
-
-
-class Episode:
-    """The rows of one episode not yet committed (RLDS: row t = obs t + what followed it)."""
-
-    __slots__ = (
-        "action",
-        "custom",
-        "discount",
-        "ended",
-        "env_index",
-        "episode_id",
-        "first_discount",
-        "first_reward",
-        "meta",
-        "obs",
-        "ret",
-        "reward",
-        "start",
-        "terminated",
-    )
-
-    def __init__(self, episode_id: int, env_index: int = 0) -> None:
-        self.episode_id = episode_id
-        self.env_index = env_index
-        self.obs: list[Any] = []
-        self.action: list[Any] = []
-        self.reward: list[Any] = []
-        self.discount: list[Any] = []
-        self.custom: list[Any] = []
-        self.start = 0  # step index of obs[0] (rows before it are committed)
-        self.ret = 0.0
-        self.meta: Any = None
-        self.ended = False
-        self.terminated = False
-        self.first_reward: Any = None
-        self.first_discount: Any = None
+        self.pads: list[int] = []  # rows with no action (an episode's last)
 
 
 class Sink:
-    """Commits episodes' complete rows to a store, under a flush policy.
+    """Commits its lanes' complete rows to a store, under a flush policy.
 
     Args:
         store: the store; ``own_store``: close it on :meth:`close`.
         run_id: the run the rows belong to.
         action_dtype: the dtype of plain (non-nested) actions, None for nested ones.
         flush_every_steps, flush_every_seconds, background: see :class:`rlarrow.EnvLogger`.
+        num_envs: one :class:`Lane` per environment (``env_index``), in :attr:`lanes`.
     """
 
     def __init__(
@@ -165,6 +222,7 @@ class Sink:
         flush_every_steps: int | None,
         flush_every_seconds: float | None,
         background: bool,
+        num_envs: int = 1,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -172,21 +230,19 @@ class Sink:
         self.action_dtype = action_dtype
         self.flush_every_steps = flush_every_steps
         self.flush_every_seconds = flush_every_seconds
+        self.lanes = [Lane(i) for i in range(num_envs)]
         self.next_episode = 0
-        self.finished: list[Episode] = []
         self.unflushed = 0
         self.last_flush = time.monotonic()
         self._pending: Any = None
         self._pool: Any = None
-        #: where the recorder keeps plain observations (``Episode.obs`` then holds row indices)
-        self.arena: Arena | None = None
         if background:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
 
     def new_episode(self, env_index: int = 0) -> Episode:
-        """A new, empty episode with the run's next episode id."""
+        """A new episode with the run's next episode id (for :meth:`Lane.begin`)."""
         ep = Episode(self.next_episode, env_index)
         self.next_episode += 1
         return ep
@@ -198,94 +254,100 @@ class Sink:
             and time.monotonic() - self.last_flush >= self.flush_every_seconds
         )
 
-    def _take_rows(self, ep: Episode, final: bool, out: _Rows) -> None:
-        """Move the episode's rows that are ready into ``out``; add their rewards to its return.
+    @staticmethod
+    def _take(lane: Lane, out: _Rows, ended: list[Episode]) -> int:
+        """Move the lane's rows that are ready into ``out``; return how many.
 
-        All of them if it ended (or ``final``), else all but the newest, whose action is
-        not known yet (an ended episode's last row, and with ``final`` an unfinished
-        one's newest, has a null action, reward and discount).
+        All of them when its last episode finished, else all but the newest, whose action
+        is not known yet. Each episode's rewards taken are added to its return (in order,
+        as ``sum`` does); the episodes finished are appended to ``ended``.
         """
-        obs = ep.obs
-        n = len(obs) if (ep.ended or final) else len(obs) - 1
-        if n <= 0:
-            return
-        acted = min(n, len(ep.action))
-        rows = out.rows
-        custom = bool(ep.custom)  # a recorder with nothing to store per step leaves it empty
-        out.episodes.append((ep.episode_id, ep.env_index, ep.start, n, ep.ended, ep.ended and ep.terminated))
-        rewards = ep.reward[:acted]
-        try:
-            ep.ret = sum(rewards, ep.ret)
-        except TypeError:  # a None reward (not dm_env's contract, but kept as a null)
-            ep.ret = sum((r for r in rewards if r is not None), ep.ret)
-        out.reward += rewards
-        if n == len(obs):  # everything: no copies, and the episode is done with its rows
-            out.observation += obs
-            out.action += ep.action
-            out.discount += ep.discount
-            if custom:
-                out.metadata += ep.custom
-            ep.obs, ep.action, ep.reward, ep.discount, ep.custom = [], [], [], [], []
-        else:
-            out.observation += obs[:n]
-            out.action += ep.action[:acted]
-            out.discount += ep.discount[:acted]
-            if custom:
-                out.metadata += ep.custom[:n]
-            del obs[:n], ep.action[:acted], ep.reward[:acted], ep.discount[:acted], ep.custom[:n]
-        if custom:
+        eps = lane.episodes
+        if not eps:
+            return 0
+        rows = lane.rows
+        k = rows if eps[-1].finished else rows - 1
+        if k <= 0:
+            return 0
+        base, reward, env = out.rows, lane.reward, lane.env_index
+        info = out.episodes
+        last = len(eps) - 1
+        for j, ep in enumerate(eps):
+            lo = ep.first
+            hi = eps[j + 1].first if j < last else k
+            n = hi - lo
+            if n <= 0:  # an open episode of one row: its newest
+                continue
+            rewards = reward[lo:hi - 1] if ep.finished else reward[lo:hi]  # a finished one's last is None
+            try:
+                ep.ret = sum(rewards, ep.ret)
+            except TypeError:  # a None reward (not dm_env's contract, but kept as a null)
+                ep.ret = sum((r for r in rewards if r is not None), ep.ret)
+            info.append((ep.episode_id, env, ep.start, n, ep.ended, ep.ended and ep.terminated))
+            ep.start += n
+            if ep.finished:
+                out.pads.append(base + hi - 1)
+                ended.append(ep)
+        open_ep = eps[-1]
+        lane.episodes = [] if open_ep.finished else [open_ep]
+        open_ep.first = 0
+        out.action += lane.action[:k]
+        out.reward += reward[:k]
+        out.discount += lane.discount[:k]
+        del lane.action[:k], lane.reward[:k], lane.discount[:k]
+        if lane.custom:
+            out.metadata += lane.custom[:k]
             out.has_metadata = True
+            del lane.custom[:k]
         else:
-            out.metadata += [None] * n
-        if acted < n:
-            pad = [None] * (n - acted)
-            out.pads += range(rows + acted, rows + n)
-            out.action += pad
-            out.reward += pad
-            out.discount += pad
-        out.rows = rows + n
-        ep.start += n
+            out.metadata += [None] * k
+        if lane.arena is not None:
+            out.observation = lane.arena.buf[:k]  # a view; the arena restarts after the commit
+        elif lane.packed is not None:
+            shape, dtype = lane.packed
+            out.observation = np.frombuffer(b"".join(lane.obs[:k]), dtype).reshape(k, *shape)
+            del lane.obs[:k]
+        else:
+            out.observation += lane.obs[:k]
+            del lane.obs[:k]
+        out.rows = base + k
+        return k
 
-    def flush(self, open_episodes: list[Episode], *, final: bool = False, wait: bool = True) -> None:
+    def flush(self, *, final: bool = False, wait: bool = True) -> None:
         """Commit every complete row recorded so far (and the episodes that ended).
 
-        With ``final``, also the newest row of an unfinished episode and its ``episodes``
-        row (marked ``partial_end``): what :meth:`close` does. One commit per call. The
-        automatic flushes (``flush_every_*``) pass ``wait=False``: with ``background``
-        the commit then runs in a writer thread while the environment steps on (one
-        commit in flight at a time, in order).
+        With ``final``, also the newest row of an unfinished episode, which is cut (its
+        ``episodes`` row is marked ``partial_end``): what :meth:`close` does. One commit
+        per call. The automatic flushes (``flush_every_*``) pass ``wait=False``: with
+        ``background`` the commit then runs in a writer thread while the environment
+        steps on (one commit in flight at a time, in order).
 
         Raises:
             StoreError: an earlier background commit failed (nothing after it was committed).
         """
-        episodes = list(self.finished)
-        current_eps = [ep for ep in open_episodes if not ep.ended]
         rows = _Rows()
-        for ep in episodes:
-            self._take_rows(ep, True, rows)
-        for ep in current_eps:
-            self._take_rows(ep, final, rows)
-        ended = [ep for ep in episodes if ep.start > 0] + (
-            [ep for ep in current_eps if ep.start > 0] if final else []
-        )
+        ended: list[Episode] = []
+        arenas = []
+        for lane in self.lanes:
+            if final and lane.current is not None:
+                lane.cut()
+            taken = self._take(lane, rows, ended)
+            if lane.arena is not None:
+                arenas.append((lane.arena, taken))
         ep_rows = self._episode_rows(ended) if ended else None
-        self.finished = []
         self.unflushed = 0
         self.last_flush = time.monotonic()
         self._wait()  # one commit in flight at most: order kept, memory bounded
-        arena = self.arena
-        if arena is not None and rows.rows:
-            rows.observation = arena.take(rows.observation)  # row indices -> the array
         if self._pool is not None and not wait:
             self._pending = self._pool.submit(self._commit, rows, ep_rows)
-            if arena is not None:
-                arena.restart(current_eps, reuse=False)  # the commit in flight reads the old rows
+            for arena, taken in arenas:
+                arena.restart(taken, reuse=False)  # the commit in flight reads the old rows
         else:
             try:
                 self._commit(rows, ep_rows)
             finally:
-                if arena is not None:
-                    arena.restart(current_eps, reuse=True)
+                for arena, taken in arenas:
+                    arena.restart(taken, reuse=True)
 
     def _wait(self) -> None:
         pending, self._pending = self._pending, None
@@ -332,41 +394,29 @@ class Sink:
         self.store.append_together(data)  # one commit: one manifest write for both tables
 
     def _episode_rows(self, eps: list[Episode]) -> dict[str, Any]:
-        rows: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "episode_id",
-                "env_index",
-                "num_steps",
-                "return",
-                "terminated",
-                "truncated",
-                "partial_end",
-                "metadata",
-            )
-        }
-        for ep in eps:
-            rows["episode_id"].append(ep.episode_id)
-            rows["env_index"].append(ep.env_index)
-            rows["num_steps"].append(ep.start)
-            rows["return"].append(ep.ret)
-            rows["terminated"].append(ep.terminated)
-            rows["truncated"].append(ep.ended and not ep.terminated)
-            rows["partial_end"].append(not ep.ended)
-            meta = ep.meta
-            if ep.first_reward is not None or ep.first_discount is not None:
-                meta = {
-                    "episode_fn": meta,
-                    "first_reward": ep.first_reward,
-                    "first_discount": ep.first_discount,
-                }
-            rows["metadata"].append(meta)
-        return {"run_id": self.run_id, "partial_start": False, **rows}
+        def meta(ep: Episode) -> Any:
+            if ep.first_reward is None and ep.first_discount is None:
+                return ep.meta
+            return {"episode_fn": ep.meta, "first_reward": ep.first_reward,
+                    "first_discount": ep.first_discount}
 
-    def close(self, open_episodes: list[Episode]) -> None:
+        return {
+            "run_id": self.run_id,
+            "partial_start": False,
+            "episode_id": [ep.episode_id for ep in eps],
+            "env_index": [ep.env_index for ep in eps],
+            "num_steps": [ep.start for ep in eps],
+            "return": [ep.ret for ep in eps],
+            "terminated": [ep.terminated for ep in eps],
+            "truncated": [ep.ended and not ep.terminated for ep in eps],
+            "partial_end": [not ep.ended for ep in eps],
+            "metadata": [meta(ep) for ep in eps],
+        }
+
+    def close(self) -> None:
         """Commit everything (open episodes as ``partial_end``), stop the writer thread, close."""
         try:
-            self.flush(open_episodes, final=True)
+            self.flush(final=True)
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow._deps import require
-from rlarrow._episodes import Episode, Sink
+from rlarrow._episodes import Sink
 from rlarrow._version import __version__
 from rlarrow.store import Store
 from rlarrow.tensors import tensor_type
@@ -151,23 +151,23 @@ class _Recorder:
         plain = not isinstance(self._act_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self._sink = Sink(self.store, self.run_id, own_store=own, action_dtype=self._act_space.dtype if plain
                           else None, flush_every_steps=flush_every_steps,
-                          flush_every_seconds=flush_every_seconds, background=background)
+                          flush_every_seconds=flush_every_seconds, background=background, num_envs=self._n)
+        self._lanes = self._sink.lanes
         self._keep_infos = keep_infos
         self._flush_on_episode_end = flush_on_episode_end
-        self._episodes: list[Episode | None] = [None] * self._n
         self._needs_reset = [False] * self._n
+        self._ended = False  # an episode ended in this step()
         self._closed = False
 
     # ------------------------------------------------------------------ recording
 
     def _start(self, i: int, obs: Any, info: Any) -> None:
-        ep = self._episodes[i]
-        if ep is not None and not ep.ended:
-            self._sink.finished.append(ep)  # reset mid-episode: kept, partial_end
-        ep = self._sink.new_episode(i)
-        ep.obs.append(_copy(obs, self._obs_space))
-        ep.custom.append(self._info(info) if self._keep_infos else None)
-        self._episodes[i] = ep
+        lane = self._lanes[i]
+        obs, info = _copy(obs, self._obs_space), self._info(info) if self._keep_infos else None
+        lane.obs.append(obs)  # what can fail first: a failed reset leaves the columns aligned
+        lane.begin(self._sink.new_episode(i))  # cuts an unfinished episode (partial_end)
+        if self._keep_infos:
+            lane.custom.append(info)
         self._needs_reset[i] = False
 
     def _info(self, info: Any) -> Any:
@@ -187,18 +187,20 @@ class _Recorder:
 
     def _transition(self, i: int, action: Any, obs: Any, reward: Any, terminated: bool, truncated: bool,
                     info: Any) -> None:
-        ep = self._episodes[i]
-        if ep is None or ep.ended:
+        lane = self._lanes[i]
+        if lane.current is None:
             raise RuntimeError("step() after an episode ended: call reset() first")
-        ep.action.append(_copy(action, self._act_space))
-        ep.reward.append(float(reward))
-        ep.discount.append(None)
-        ep.obs.append(_copy(obs, self._obs_space))
-        ep.custom.append(info)
+        action, obs, reward = _copy(action, self._act_space), _copy(obs, self._obs_space), float(reward)
+        lane.obs.append(obs)
+        lane.action.append(action)
+        lane.reward.append(reward)
+        lane.discount.append(None)
+        if self._keep_infos:
+            lane.custom.append(info)
         self._sink.unflushed += 1
         if terminated or truncated:
-            ep.ended, ep.terminated = True, bool(terminated)
-            self._sink.finished.append(ep)
+            lane.end(bool(terminated))
+            self._ended = True
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None) -> Any:
         """Reset (all sub-envs) and start new episodes; unfinished ones are kept as partial."""
@@ -212,6 +214,7 @@ class _Recorder:
 
     def step(self, action: Any) -> Any:
         """Step the env and record the transition(s)."""
+        self._ended = False
         obs, reward, terminated, truncated, info = self.env.step(action)
         if not self.is_vector:
             self._transition(0, action, obs, reward, terminated, truncated,
@@ -232,20 +235,20 @@ class _Recorder:
                         self._start(i, _index(obs, i), None)
                     else:
                         self._needs_reset[i] = True
-        if self._sink.due() or (self._flush_on_episode_end and self._sink.finished):
+        if self._sink.due() or (self._flush_on_episode_end and self._ended):
             self.flush(wait=False)
         return obs, reward, terminated, truncated, info
 
     def flush(self, *, final: bool = False, wait: bool = True) -> None:
         """Commit the complete rows recorded so far (see :meth:`rlarrow.EnvLogger.flush`)."""
-        self._sink.flush([ep for ep in self._episodes if ep is not None], final=final, wait=wait)
+        self._sink.flush(final=final, wait=wait)
 
     def close(self) -> None:
         """Commit everything (unfinished episodes as ``partial_end``), close the store and the env."""
         if self._closed:
             return
         self._closed = True
-        self._sink.close([ep for ep in self._episodes if ep is not None])
+        self._sink.close()
         self.env.close()
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from rlarrow import specs as _specs
 from rlarrow._columns import flat_value as _flat_obs
 from rlarrow._deps import require
-from rlarrow._episodes import Arena, Episode, Sink
+from rlarrow._episodes import PACKED_BYTES, Arena, Episode, Sink, checked_row
 from rlarrow._version import __version__
 from rlarrow.store import Store
 
@@ -125,11 +125,17 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self._sink = Sink(self.store, self.run_id, own_store=self._own_store, action_dtype=self._action_dtype,
                           flush_every_steps=flush_every_steps, flush_every_seconds=flush_every_seconds,
                           background=background)
-        if self._obs_plain:
-            rows = (flush_every_steps or 1024) + 2  # a commit takes all but the newest row
-            self._sink.arena = Arena(tuple(self._obs_spec.shape), self._obs_dtype, rows,
-                                     where=f"{type(env).__name__}.step")
-        self._arena = self._sink.arena
+        self._lane = lane = self._sink.lanes[0]
+        self._where = f"{type(env).__name__}.step"
+        self._packed: tuple[tuple[int, ...], Any] | None = None
+        if self._obs_dtype is not None:  # a plain array: copied as bytes when small, else into an arena
+            shape = tuple(self._obs_spec.shape)
+            if int(np.prod(shape, dtype=np.int64)) * self._obs_dtype.itemsize <= PACKED_BYTES:
+                lane.packed = self._packed = (shape, self._obs_dtype)
+            else:
+                rows = (flush_every_steps or 1024) + 2  # a commit takes all but the newest row
+                lane.arena = Arena(shape, self._obs_dtype, rows, where=self._where)
+        self._arena = lane.arena
         self._episode: Episode | None = None
         self._check_at = self._next_check()  # step() asks the flush policy when ``unflushed`` reaches it
         self._closed = False
@@ -138,21 +144,19 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
 
     def reset(self) -> Any:
         """Reset the environment and start a new episode (an unfinished one is kept, partial)."""
-        sink = self._sink
-        if self._episode is not None and not self._episode.ended:
-            sink.finished.append(self._episode)
-        timestep = self._env.reset()
+        sink, lane, env = self._sink, self._lane, self._env
+        timestep = env.reset()
+        # what can fail first (the callbacks, a wrong observation shape), then the appends:
+        # a failed step leaves the lane's columns aligned
+        custom = self._step_fn(timestep, None, env) if self._step_fn is not None else None
+        meta = self._episode_fn(timestep, None, env) if self._episode_fn is not None else None
+        self._add_obs(timestep.observation)
         ep = sink.new_episode()
+        lane.begin(ep)  # cuts an unfinished episode (partial_end)
         self._episode = ep
-        ep.first_reward, ep.first_discount = timestep.reward, timestep.discount
-        ep.obs.append(self._arena.put(timestep.observation) if self._arena is not None
-                      else _flat_obs(timestep.observation, self._obs_spec))
+        ep.first_reward, ep.first_discount, ep.meta = timestep.reward, timestep.discount, meta
         if self._step_fn is not None:  # without one, ``custom`` stays empty (all None)
-            ep.custom.append(self._step_fn(timestep, None, self._env))
-        if self._episode_fn is not None:
-            value = self._episode_fn(timestep, None, self._env)
-            if value is not None:
-                ep.meta = value
+            lane.custom.append(custom)
         sink.unflushed += 1
         if sink.unflushed >= self._check_at:
             self._maybe_flush()
@@ -161,50 +165,62 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
     def step(self, action: Any) -> Any:
         """Step the environment and record the transition."""
         ep = self._episode
-        if ep is None or ep.ended:
+        if ep is None or ep.finished:
             return self.reset()  # dm_env: a step after LAST starts a new episode
-        timestep = self._env.step(action)
-        # the hot path: a few appends; columns (and the return) are built when committed
-        if type(action) in _IMMUTABLE:
-            ep.action.append(action)
-        elif self._action_plain:
-            ep.action.append(np.array(action, self._action_dtype))
-        else:
-            ep.action.append(_flat_obs(action, self._action_spec))
-        ep.reward.append(timestep.reward)
-        ep.discount.append(timestep.discount)
-        arena = self._arena
-        if arena is not None:  # copied into the arena's next row: envs may reuse their buffers
-            obs = timestep.observation
-            i = arena.n
-            if type(obs) is np.ndarray and obs.shape == arena.shape and i < arena.rows:
-                arena.buf[i] = obs  # Arena.put's fast path, inline: this runs every step
-                arena.n = i + 1
-                ep.obs.append(i)
-            else:
-                ep.obs.append(arena.put(obs))
-        else:
-            ep.obs.append(_flat_obs(timestep.observation, self._obs_spec))
+        env = self._env
+        timestep = env.step(action)
+        # the hot path. What can fail comes first (the callbacks, the action's conversion, a
+        # wrong observation shape), then a few appends to the lane's lists, which cannot
+        value = action
+        if type(action) not in _IMMUTABLE:
+            value = (np.array(action, self._action_dtype) if self._action_plain
+                     else _flat_obs(action, self._action_spec))
         if self._step_fn is not None:
-            ep.custom.append(self._step_fn(timestep, action, self._env))
+            custom = self._step_fn(timestep, action, env)
         if self._episode_fn is not None:
-            value = self._episode_fn(timestep, action, self._env)
-            if value is not None:
-                ep.meta = value
+            meta = self._episode_fn(timestep, action, env)
+            if meta is not None:
+                ep.meta = meta
+        lane = self._lane
+        obs = timestep.observation
+        packed, arena = self._packed, self._arena
+        if packed is not None:
+            if type(obs) is np.ndarray and obs.dtype is packed[1] and obs.shape == packed[0]:
+                lane.obs.append(obs.tobytes())  # a copy: envs may reuse their buffers
+            else:
+                self._add_obs(obs)
+        elif (arena is not None and type(obs) is np.ndarray and obs.shape == arena.shape
+              and arena.n < arena.rows):
+            arena.buf[arena.n] = obs  # Arena.put's fast path, inline
+            arena.n += 1
+        else:
+            self._add_obs(obs)
+        lane.action.append(value)
+        lane.reward.append(timestep.reward)
+        lane.discount.append(timestep.discount)
+        if self._step_fn is not None:
+            lane.custom.append(custom)
         sink = self._sink
         sink.unflushed += 1
         if timestep.step_type == _LAST:
-            ep.ended = True
             discount = timestep.discount
-            ep.terminated = discount is not None and (
-                discount == 0 if type(discount) is float else bool(np.all(np.asarray(discount) == 0)))
-            sink.finished.append(ep)
+            lane.end(discount is not None and (
+                discount == 0 if type(discount) is float else bool(np.all(np.asarray(discount) == 0))))
             if self._flush_on_episode_end:
                 self.flush(wait=False)
                 return timestep
         if sink.unflushed >= self._check_at:
             self._maybe_flush()
         return timestep
+
+    def _add_obs(self, obs: Any) -> None:
+        """Copy an observation into the lane (the slow path: any form, checked and cast)."""
+        if self._packed is not None:
+            self._lane.obs.append(checked_row(obs, *self._packed, self._where).tobytes())
+        elif self._arena is not None:
+            self._arena.put(obs)
+        else:
+            self._lane.obs.append(_flat_obs(obs, self._obs_spec))
 
     def _maybe_flush(self) -> None:
         if self._sink.due():
@@ -251,7 +267,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         the commit then runs in a writer thread while the environment steps on (one
         commit in flight at a time, in order).
         """
-        self._sink.flush([self._episode] if self._episode is not None else [], final=final, wait=wait)
+        self._sink.flush(final=final, wait=wait)
         self._check_at = self._next_check()
 
     def close(self) -> None:
@@ -259,7 +275,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if self._closed:
             return
         self._closed = True
-        self._sink.close([self._episode] if self._episode is not None else [])
+        self._sink.close()
         self._episode = None
         if hasattr(self._env, "close"):
             self._env.close()

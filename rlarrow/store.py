@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -147,8 +148,12 @@ def _encode_schema(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
+@functools.lru_cache(maxsize=64)
 def _decode_schema(text: str) -> pa.Schema:
-    """Raises ValueError (binascii.Error) or pyarrow.ArrowInvalid when ``text`` is damaged."""
+    """Raises ValueError (binascii.Error) or pyarrow.ArrowInvalid when ``text`` is damaged.
+
+    Cached: every commit asks for its table's schema, and a schema is immutable.
+    """
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
 
 
@@ -573,15 +578,20 @@ class Store:
                         except ProcessLookupError:
                             p.unlink()
 
-    def _recover(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Under the lock: finish or undo interrupted operations and persist the result."""
+    def _recover(self, manifest: dict[str, Any], *, sweep: bool = True) -> dict[str, Any]:
+        """Under the lock: finish or undo interrupted operations and persist the result.
+
+        ``sweep`` also deletes dead processes' temporary files: garbage, which nothing
+        reads, so a commit leaves it to the next open, declare or compaction.
+        """
         before = json.dumps(manifest, sort_keys=True)
         self._finish_pending(manifest)
         for table, names in self._scan_orphans(manifest).items():
             for name in names:
                 self._adopt(manifest, table, name)
         self._delete_retired(manifest)
-        self._remove_stale_tmp()
+        if sweep:
+            self._remove_stale_tmp()
         if json.dumps(manifest, sort_keys=True) != before:
             self._write_manifest(manifest)
         return manifest
@@ -821,7 +831,7 @@ class Store:
         """
         infos: list[CommitInfo] = []
         with self._locked():
-            manifest = self._recover(self._read_manifest())
+            manifest = self._recover(self._read_manifest(), sweep=False)
             try:
                 for table, tmp, _, schema, _ in files:
                     self._check_file_schema(table, manifest["tables"][table], schema, tmp)

@@ -366,14 +366,20 @@ def test_background_commits_give_the_same_rows(tmp_path):
 
 
 class BufferEnv:
-    """Plain float32 observations written into one reused buffer (as many envs do)."""
+    """Plain float32 observations written into one reused buffer (as many envs do).
 
-    def __init__(self, lengths, bad_shape_at=None):
+    ``width`` 3 (12 bytes) is recorded as bytes per step, 300 (1200 bytes) in the
+    recorder's preallocated rows: the first three values say which observation it is.
+    ``dtype`` float64 hands out other than the spec's float32 (the recorder casts).
+    """
+
+    def __init__(self, lengths, bad_shape_at=None, width=3, dtype=np.float32):
         import dm_env
 
         self.dm_env = dm_env
         self.lengths = list(lengths)
-        self.buf = np.zeros(3, np.float32)
+        self.width = width
+        self.buf = np.zeros(width, dtype)
         self.count = 0  # observations handed out so far
         self.bad_shape_at = bad_shape_at
 
@@ -381,7 +387,7 @@ class BufferEnv:
         self.count += 1
         if self.count == self.bad_shape_at:
             return np.zeros(2, np.float32)
-        self.buf[:] = (self.count, -self.count, np.nan if self.count % 5 == 0 else 0.5)
+        self.buf[:3] = (self.count, -self.count, np.nan if self.count % 5 == 0 else 0.5)
         return self.buf
 
     def reset(self):
@@ -397,7 +403,7 @@ class BufferEnv:
 
     def observation_spec(self):
         from dm_env import specs
-        return specs.Array((3,), np.float32, "obs")
+        return specs.Array((self.width,), np.float32, "obs")
 
     def action_spec(self):
         from dm_env import specs
@@ -412,16 +418,18 @@ class BufferEnv:
         return specs.BoundedArray((), np.float64, 0.0, 1.0, "discount")
 
 
+@pytest.mark.parametrize("width", [3, 300], ids=["bytes", "rows"])
 @pytest.mark.parametrize(("flush_every_steps", "background"),
                          [(1, False), (2, True), (5, False), (None, False)])
-def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, flush_every_steps, background):
-    """Observations go through the recorder's preallocated rows: a reused env buffer, commits
-    every 1, 2 or 5 steps (in a writer thread too), an abandoned episode and growth past the
-    first allocation all keep every row and its order."""
+def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, flush_every_steps, background,
+                                                                     width):
+    """Observations are copied as bytes (small ones) or into the recorder's preallocated rows:
+    a reused env buffer, commits every 1, 2 or 5 steps (in a writer thread too), an abandoned
+    episode and growth past the first allocation all keep every row and its order."""
     # without a step count, 5100 steps: more rows than first allocated (1026); else 204
     lengths = [1, 4, 2, 7, 3] * (300 if flush_every_steps is None else 12)
     store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)  # every commit stays a file
-    env = rlarrow.EnvLogger(BufferEnv(lengths), store, flush_every_steps=flush_every_steps,
+    env = rlarrow.EnvLogger(BufferEnv(lengths, width=width), store, flush_every_steps=flush_every_steps,
                             flush_every_seconds=None, background=background)
     episodes = len(lengths)
     for k in range(episodes):
@@ -435,6 +443,7 @@ def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, f
     n = env._env.count
     assert steps.num_rows == n
     obs = rlarrow.tensors.to_numpy(steps.column("observation"))
+    assert obs.shape == (n, width)
     want = np.arange(1, n + 1, dtype=np.float32)
     np.testing.assert_array_equal(obs[:, 0], want)
     np.testing.assert_array_equal(obs[:, 1], -want)
@@ -451,18 +460,56 @@ def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, f
     store.close()
 
 
-def test_observation_of_the_wrong_shape_is_refused_naming_both_shapes(tmp_path):
-    env = rlarrow.EnvLogger(BufferEnv([3, 3], bad_shape_at=6), tmp_path / "s", flush_every_steps=2,
-                            flush_every_seconds=None)
+@pytest.mark.parametrize("width", [3, 300], ids=["bytes", "rows"])
+def test_observations_are_cast_to_the_spec_and_a_wrong_shape_is_refused_naming_both(tmp_path, width):
+    env = rlarrow.EnvLogger(BufferEnv([3, 3], bad_shape_at=6, width=width, dtype=np.float64), tmp_path / "s",
+                            flush_every_steps=2, flush_every_seconds=None)
     play(env, 1, seed=0)  # 4 observations
     env.reset()
-    with pytest.raises(ValueError, match=r"BufferEnv.step returned an observation of shape \(2,\); its "
-                                         r"observation spec says \(3,\)"):
+    with pytest.raises(ValueError, match=rf"BufferEnv.step returned an observation of shape \(2,\); its "
+                                         rf"observation spec says \({width},\)"):
         env.step(0)
     env.close()
     store = rlarrow.Store.open(tmp_path / "s")
     assert store.row_count("steps") == 5  # the first episode and the second's first row
     assert store.row_count("episodes") == 2
+    obs = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    assert obs.dtype == np.float32 and obs.shape == (5, width)  # float64 from the env, the spec's float32
+    np.testing.assert_array_equal(obs[:, 0], [1, 2, 3, 4, 5])
+
+
+def test_a_failing_callback_leaves_the_columns_aligned(tmp_path):
+    """A step_fn that raises loses that transition, and only it: every row stored keeps its
+    own observation, step metadata, action and reward."""
+    calls = []
+
+    def step_fn(timestep, action, env):
+        calls.append(action)
+        if len(calls) == 4:
+            raise RuntimeError("step_fn failed")
+        return {"obs": float(timestep.observation[0]), "action": action}
+
+    env = rlarrow.EnvLogger(BufferEnv([7, 3]), tmp_path / "s", step_fn=step_fn, flush_every_steps=2,
+                            flush_every_seconds=None)
+    for _ in range(2):
+        ts = env.reset()
+        a = 0
+        while not ts.last():
+            a += 1
+            try:
+                ts = env.step(a % 3)
+            except RuntimeError:
+                continue
+    env.close()
+    with rlarrow.Reader(tmp_path / "s") as reader:
+        steps = list(reader.steps)
+        assert len(steps) == 8 + 4 - 1  # 7 + 3 steps and two FIRSTs, less the one that failed
+        for s in steps:
+            assert s.custom_data["obs"] == s.timestep.observation[0]
+        # dm_env order: a step holds the action that led to it; the failed step's (0) is not kept
+        assert [s.action for s in steps[:4]] == [None, 1, 2, 1]
+        assert [s.custom_data["action"] for s in steps[:4]] == [None, 1, 2, 1]
+        assert [len(e) for e in reader.episodes] == [7, 4]
 
 
 def test_null_and_nan_rewards_stay_apart(tmp_path):

@@ -119,6 +119,7 @@ def import_envlogger(
                 flush_every_seconds=None,
                 background=False,
             )
+            lane = sink.lanes[0]
             with bar(len(reader.episodes), "import envlogger", "episode", progress) as pbar:
                 for k, episode in enumerate(reader.episodes):
                     steps = list(episode)
@@ -129,23 +130,28 @@ def import_envlogger(
                         reward=[s.timestep.reward for s in steps],
                         discount=[s.timestep.discount for s in steps],
                     )
+                    obs = [flat_value(s.timestep.observation, obs_spec) for s in steps]
+                    actions = [s.action if plain else flat_value(s.action, action_spec) for s in steps[1:]]
+                    lane.obs += obs
                     ep = sink.new_episode()
-                    ep.obs = [flat_value(s.timestep.observation, obs_spec) for s in steps]
-                    ep.action = [s.action if plain else flat_value(s.action, action_spec) for s in steps[1:]]
-                    ep.reward = [s.timestep.reward for s in steps[1:]]
-                    ep.discount = [s.timestep.discount for s in steps[1:]]
-                    ep.custom = [s.custom_data for s in steps]
-                    ep.ended, ep.terminated = bool(rlds["is_last"][-1]), bool(rlds["is_terminal"][-1])
+                    lane.begin(ep, lane.rows - len(obs))
+                    lane.action += actions
+                    lane.reward += [s.timestep.reward for s in steps[1:]]
+                    lane.discount += [s.timestep.discount for s in steps[1:]]
+                    lane.custom += [s.custom_data for s in steps]
+                    if rlds["is_last"][-1]:
+                        lane.end(bool(rlds["is_terminal"][-1]))
+                    else:
+                        lane.cut()
                     ep.meta = episode_meta[k] if k < len(episode_meta) else None
                     ep.first_reward, ep.first_discount = rlds["first_reward"], rlds["first_discount"]
-                    sink.finished.append(ep)
                     sink.unflushed += len(steps)
                     if sink.due():
-                        sink.flush([])
+                        sink.flush()
                     report.episodes += 1
                     report.steps += len(steps)
                     pbar.update(1)
-            sink.close([])
+            sink.close()
         return report
     except RLArrowError:
         raise
