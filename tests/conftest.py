@@ -9,8 +9,10 @@ import pytest
 import rlarrow
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+#: Files written by the real peer tools (skrl, envlogger, Minari, torch, tianshou, tensorboardX),
+#: committed with the tests so that a clone proves what CI proves; tests/fixtures/README.md says
+#: how each was made.
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 def run_python_blocks(rel: str) -> int:

@@ -130,7 +130,6 @@ def minari_episodes(backend: str):
         yield ipc.open_file(f).read_all() if backend == "arrow" else pq.read_table(f)
 
 
-@pytest.mark.skipif(not MINARI.is_dir(), reason="needs ../shared/fixtures/minari (the Minari fixtures)")
 @pytest.mark.parametrize("backend", ["arrow", "parquet"])
 def test_real_minari_episodes_roundtrip(store, backend):
     episodes = list(minari_episodes(backend))

@@ -127,8 +127,6 @@ def test_tfevents_mirror_is_read_by_tensorboard(tmp_path: Path) -> None:
     assert mean.step == 1000 and mean.tensor_proto.double_val == [0.1]
 
 
-@pytest.mark.skipif(not (FIXTURES / "tfevents" / "LAYOUT.json").is_file(),
-                    reason="needs ../shared/fixtures/tfevents")
 def test_restore_logged_data_reads_tianshou_logs_with_tianshous_structure() -> None:
     layout = json.loads((FIXTURES / "tfevents" / "LAYOUT.json").read_text())["tianshou"]
     data = ArrowLogger.restore_logged_data(FIXTURES / "tfevents" / "tianshou")

@@ -17,8 +17,6 @@ from rlarrow.tensors import to_numpy
 from rlarrow.unroll import memory_to_episodes, time_order
 
 SKRL = FIXTURES / "skrl"
-needs_fixtures = pytest.mark.skipif(not SKRL.is_dir(),
-                                    reason="needs ../shared/fixtures/skrl (real skrl exports)")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -32,7 +30,6 @@ def wrapped_fixture() -> MemorySnapshot:
     return snap
 
 
-@needs_fixtures
 def test_wrapped_buffer_unrolls_in_time_order():
     snap = wrapped_fixture()
     episodes, steps = memory_to_episodes(snap, run_id="r", snapshot_id=0)
@@ -66,7 +63,6 @@ def test_wrapped_buffer_unrolls_in_time_order():
     assert episodes.column("terminated").to_numpy(zero_copy_only=False).sum() == term.sum()
 
 
-@needs_fixtures
 def test_storage_order_is_an_assumption_and_said():
     snap = read_npz(next((SKRL / "wrapped" / "memories").glob("*.npz")))
     with pytest.warns(rlarrow.AssumptionWarning, match="write pointer"):
@@ -74,7 +70,6 @@ def test_storage_order_is_an_assumption_and_said():
     assert episodes.column("partial_start").to_pylist().count(True) == 4  # one per env
 
 
-@needs_fixtures
 def test_partial_memory_drops_never_written_rows():
     snap = read_npz(next((SKRL / "partial" / "memories").glob("*.npz")))
     orders, known = time_order(snap)
@@ -125,7 +120,6 @@ def test_truncation_ends_an_episode_without_terminating():
     assert steps.column("action").to_pylist()[2] is None
 
 
-@needs_fixtures
 @pytest.mark.skipif(not HAVE_TORCH, reason="reading .pt needs torch: pip install 'rlarrow[torch]'")
 def test_convert_with_episodes_fills_the_store_and_duckdb_reads_it(tmp_path):
     import duckdb

@@ -6,8 +6,8 @@ file); anything else is a bug. Importers that write run against a store that alr
 a commit, which must come through untouched.
 
 Seeds are files the real tools write: rlarrow's exporters, which write skrl's bytes exactly
-(pt, npz, csv), TensorBoard's event format and store Parquet, and, when ``../shared`` is
-beside the project, the fixtures written by skrl, envlogger, Minari, torch and tianshou.
+(pt, npz, csv), TensorBoard's event format and store Parquet, and the fixtures in tests/fixtures
+written by skrl, envlogger, Minari, torch and tianshou.
 
 Used by ``test_fuzz.py`` (hypothesis drives the mutations) and ``run.py`` (a standalone loop
 that reports how many inputs each importer was fed).
@@ -27,7 +27,7 @@ import numpy as np
 import rlarrow
 from rlarrow.errors import RLArrowError
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 # ------------------------------------------------------------------ mutations

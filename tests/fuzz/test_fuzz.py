@@ -28,9 +28,8 @@ SEEDS = seeds(Path(_SEED_DIR))
 OPS = st.lists(st.tuples(st.integers(0, 6), st.floats(0, 1, allow_nan=False), st.integers(0, 1 << 16)),
                min_size=1, max_size=4)
 NEEDS = {
-    "minari": pytest.mark.skipif(not SEEDS["minari"], reason="needs ../shared/fixtures/minari"),
-    "envlogger": (pytest.mark.skipif(not SEEDS["envlogger"], reason="needs ../shared/fixtures/envlogger "
-                                     "and envlogger installed"),
+    "envlogger": (pytest.mark.skipif(not SEEDS["envlogger"], reason="needs envlogger 1.2 installed "
+                                     "(test-only peer): pip install 'envlogger<1.3'"),
                   # envlogger's Reader.__del__ fails after its own __init__ failed (its bug, not
                   # ours: rlarrow turns the failure into a CorruptFileError)
                   pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")),
@@ -68,5 +67,7 @@ def test_importers_survive_many_mutated_files(name):
     fuzz(name, 150)()
 
 
-def test_fixtures_path_points_at_shared():
-    assert FIXTURES.name == "fixtures" and FIXTURES.parent.name == "shared"
+def test_fixture_seeds_are_in_the_repository():
+    # the peers' files travel with the tests: a clone fuzzes what CI fuzzes
+    assert FIXTURES.parent.name == "tests"
+    assert SEEDS["minari"] and (FIXTURES / "envlogger" / "catch").is_dir()

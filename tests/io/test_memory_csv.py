@@ -16,8 +16,6 @@ from rlarrow.io.csv import iter_csv_tables, read_csv
 from rlarrow.io.npz import read_npz
 
 SKRL = FIXTURES / "skrl"
-needs_skrl_fixtures = pytest.mark.skipif(not SKRL.is_dir(),
-                                         reason="needs ../shared/fixtures/skrl (real skrl exports)")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -25,7 +23,6 @@ def fixture(kind: str, ext: str) -> Path:
     return next((SKRL / kind / "memories").glob(f"*.{ext}"))
 
 
-@needs_skrl_fixtures
 @pytest.mark.parametrize(("kind", "filled_rows"), [("wrapped", 64), ("partial", 10)])
 def test_real_skrl_csv_matches_the_npz_of_the_same_memory(kind, filled_rows):
     snap = read_csv(fixture(kind, "csv"), num_envs=4, memory_size=64)
@@ -42,7 +39,6 @@ def test_real_skrl_csv_matches_the_npz_of_the_same_memory(kind, filled_rows):
     assert snap.write_pointer == (None if kind == "wrapped" else 10)
 
 
-@needs_skrl_fixtures
 def test_streamed_blocks_into_a_store(tmp_path):
     store = rlarrow.Store.create(tmp_path / "s")
     with store.writer("memory") as w:
@@ -57,7 +53,6 @@ def test_streamed_blocks_into_a_store(tmp_path):
     assert states.tobytes() == read_npz(fixture("wrapped", "npz")).tensors["states"].tobytes()
 
 
-@needs_skrl_fixtures
 def test_missing_num_envs_is_said_plainly():
     with pytest.warns(rlarrow.AssumptionWarning, match="does not record num_envs; assuming 1"):
         snap = read_csv(fixture("partial", "csv"))

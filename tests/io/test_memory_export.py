@@ -23,8 +23,6 @@ needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch: pip instal
 needs_skrl = pytest.mark.skipif(not (HAVE_SKRL and HAVE_TORCH),
                                 reason="needs skrl (test-only peer): pip install skrl torch==2.13.0")
 SKRL = FIXTURES / "skrl"
-needs_fixtures = pytest.mark.skipif(not SKRL.is_dir(),
-                                    reason="needs ../shared/fixtures/skrl (real skrl exports)")
 KINDS = ["wrapped", "partial"]
 FILLED = {"wrapped": 256, "partial": 40}
 
@@ -44,7 +42,6 @@ WRITERS = {"pt": write_pt, "npz": write_npz, "csv": write_csv}
 
 
 @needs_torch
-@needs_fixtures
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("ext", ["pt", "npz", "csv"])
 def test_write_gives_skrls_bytes(tmp_path, kind, ext):
@@ -54,7 +51,6 @@ def test_write_gives_skrls_bytes(tmp_path, kind, ext):
 
 
 @needs_torch
-@needs_fixtures
 @pytest.mark.parametrize("kind", KINDS)
 def test_pt_to_csv_gives_skrls_csv(tmp_path, kind):
     """The pt export knows no write pointer: say how many rows skrl had filled."""
@@ -63,7 +59,6 @@ def test_pt_to_csv_gives_skrls_csv(tmp_path, kind):
 
 
 @needs_torch
-@needs_fixtures
 @pytest.mark.parametrize("ext", ["pt", "npz", "csv"])
 def test_store_round_trip_gives_back_the_same_files(tmp_path, ext):
     store = tmp_path / "s"
@@ -152,7 +147,6 @@ def test_skrl_reads_what_rlarrow_writes(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_format_is_detected_from_content(tmp_path):
     for ext in ("pt", "npz", "csv"):
         blind = tmp_path / f"memory-{ext}.bin"
@@ -164,7 +158,6 @@ def test_format_is_detected_from_content(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_convert_directories_and_globs_into_one_run(tmp_path):
     report = convert_memory([SKRL / "wrapped" / "memories", str(SKRL / "partial" / "memories" / "*.pt")],
                             tmp_path / "s", num_envs=4, memory_size=64, name="fixtures", progress=False)
@@ -185,7 +178,6 @@ def test_convert_directories_and_globs_into_one_run(tmp_path):
     assert store.row_count("runs") == 1
 
 
-@needs_fixtures
 def test_csv_without_num_envs_says_what_it_assumed(tmp_path):
     report = convert_memory([fixture("partial", "csv")], tmp_path / "s", progress=False)
     assert len(report.assumptions) == 1 and "assuming 1" in report.assumptions[0]
@@ -194,7 +186,6 @@ def test_csv_without_num_envs_says_what_it_assumed(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_a_bad_file_names_itself_and_commits_nothing_of_itself(tmp_path):
     good = fixture("wrapped", "npz")
     bad = tmp_path / "in" / "broken.csv"
@@ -225,7 +216,6 @@ def test_parquet_memory_export_keeps_the_buffer_state(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_cli_convert_and_export(tmp_path):
     from click.testing import CliRunner
 
@@ -250,7 +240,6 @@ def test_cli_convert_and_export(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_snapshots_survive_compaction_into_one_file(tmp_path):
     store = rlarrow.Store.create(tmp_path / "s")
     convert_memory([SKRL / "wrapped" / "memories"], store, num_envs=4, progress=False)

@@ -20,8 +20,6 @@ from rlarrow.io.pt import read_pt
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch: pip install 'rlarrow[torch]'")
 SKRL = FIXTURES / "skrl"
-needs_skrl_fixtures = pytest.mark.skipif(not SKRL.is_dir(),
-                                         reason="needs ../shared/fixtures/skrl (real skrl exports)")
 
 
 def fixture_files(kind: str, ext: str) -> Path:
@@ -42,7 +40,6 @@ def assert_exact(original: np.ndarray, back: np.ndarray) -> None:
 
 
 @needs_torch
-@needs_skrl_fixtures
 @pytest.mark.parametrize("kind", ["wrapped", "partial"])
 def test_real_skrl_pt_and_npz_import_exactly(tmp_path, kind):
     import torch
@@ -65,7 +62,6 @@ def test_real_skrl_pt_and_npz_import_exactly(tmp_path, kind):
 
 
 @needs_torch
-@needs_skrl_fixtures
 def test_pt_and_npz_of_one_memory_give_the_same_rows():
     a = read_pt(fixture_files("wrapped", "pt")).to_table("r", 0)
     b = read_npz(fixture_files("wrapped", "npz")).to_table("r", 0)
@@ -137,7 +133,6 @@ def test_pt_that_is_not_a_dict_of_tensors(tmp_path):
 
 
 @needs_torch
-@needs_skrl_fixtures
 @pytest.mark.parametrize("ext", ["pt", "npz"])
 def test_truncated_files_name_the_file(tmp_path, ext):
     source = fixture_files("wrapped", ext)

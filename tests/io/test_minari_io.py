@@ -15,9 +15,6 @@ import rlarrow
 from rlarrow.io.minari import import_minari, is_minari_dir
 
 MINARI = FIXTURES / "minari" / "cartpole"
-needs = pytest.mark.skipif(
-    not MINARI.is_dir(), reason="needs ../shared/fixtures/minari (real Minari datasets)"
-)
 
 
 def read_episode_file(path):
@@ -25,9 +22,6 @@ def read_episode_file(path):
         return pq.read_table(path)
     with pa.memory_map(str(path)) as f:
         return pa.ipc.open_file(f).read_all()
-
-
-@needs
 @pytest.mark.parametrize("backend", ["arrow", "parquet"])
 def test_minari_dataset_imports_whole_episodes(tmp_path, backend):
     src = MINARI / f"{backend}-v0"
@@ -57,9 +51,6 @@ def test_minari_dataset_imports_whole_episodes(tmp_path, backend):
     ep_meta = rlarrow.metadata.decode(first["metadata"], first["metadata_types"])
     assert ep_meta["seed"] == 0 and first["return"] == ep_meta["rewards_sum"] == 18.0
     assert first["num_steps"] == ep_meta["total_steps"] + 1 and first["terminated"]
-
-
-@needs
 def test_episode_split_over_parts_comes_back_whole(tmp_path):
     src = tmp_path / "ds"
     shutil.copytree(MINARI / "parquet-v0", src)

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from test_memory_export import SKRL, fixture, needs_fixtures, needs_skrl, needs_torch
+from test_memory_export import SKRL, fixture, needs_skrl, needs_torch
 
 import rlarrow
 from rlarrow.postprocessing import ArrowMemoryFileIterator, MemoryFileIterator
@@ -14,7 +14,6 @@ from rlarrow.tensors import to_numpy
 
 
 @needs_skrl
-@needs_fixtures
 @pytest.mark.parametrize("ext", ["pt", "npz", "csv"])
 def test_same_output_as_skrls_iterator_except_csv_bools(ext):
     import torch
@@ -43,7 +42,6 @@ def test_same_output_as_skrls_iterator_except_csv_bools(ext):
 
 
 @needs_torch
-@needs_fixtures
 def test_csv_bools_are_the_real_ones():
     truth = np.load(fixture("wrapped", "npz"))["terminated"].reshape(-1, 1)
     [(_, data)] = list(MemoryFileIterator(str(fixture("wrapped", "csv"))))
@@ -58,7 +56,6 @@ def test_unknown_extension_is_named(tmp_path):
 
 
 @needs_torch
-@needs_fixtures
 def test_arrow_iterator_streams_memory_rows():
     npz = np.load(fixture("wrapped", "npz"))
     pattern = str(SKRL / "wrapped" / "memories" / "*")

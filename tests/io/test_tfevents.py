@@ -18,8 +18,7 @@ from rlarrow.io import tfevents as tfe
 from rlarrow.io._crc32c import crc32c, crc32c_many, mask
 
 TFE = FIXTURES / "tfevents"
-LAYOUT = json.loads((TFE / "LAYOUT.json").read_text()) if (TFE / "LAYOUT.json").is_file() else {}
-needs_fixtures = pytest.mark.skipif(not LAYOUT, reason="needs ../shared/fixtures/tfevents")
+LAYOUT = json.loads((TFE / "LAYOUT.json").read_text())
 
 tb = pytest.importorskip("tensorboard", reason="tensorboard (test-only peer) writes, reads references")
 from tensorboard.backend.event_processing import event_accumulator as ea_mod  # noqa: E402
@@ -171,7 +170,6 @@ def test_non_scalar_summaries_are_counted_and_skipped(tmp_path: Path) -> None:
                                            "graph": 1, "session_log": 1}
 
 
-@needs_fixtures
 @pytest.mark.parametrize("tool", ["torch", "tianshou", "tensorboardx"])
 def test_fixtures_read_like_tensorboard_reads_them(tool: str) -> None:
     """Every scalar TensorBoard's EventAccumulator (unsampled) sees, with exact step, time and value."""
@@ -205,7 +203,6 @@ def test_fixtures_read_like_tensorboard_reads_them(tool: str) -> None:
             assert np.array_equal(bits(got["value"]), bits(want))
 
 
-@needs_fixtures
 def test_sub_runs_are_distinct_runs_named_like_tbparse() -> None:
     t = tfe.read_tfevents(TFE / "tensorboardx")
     runs = set(t["run_id"].to_pylist())
@@ -333,7 +330,6 @@ def test_written_files_read_back_by_tensorboard_bit_exact(tmp_path: Path) -> Non
     assert sorted(back["encoding"].to_pylist()) == sorted(table["encoding"].to_pylist())
 
 
-@needs_fixtures
 def test_import_then_export_round_trips_through_the_cli(tmp_path: Path) -> None:
     from rlarrow.cli import main
 
