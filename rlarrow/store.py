@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -49,7 +50,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from rlarrow import _manifest
 from rlarrow import schema as _schema
+from rlarrow._manifest import MANIFEST_NAME, check_inside, fsync_dir, write_error
 from rlarrow._progress import iterate as _iterate
 from rlarrow._version import __version__
 from rlarrow.errors import (
@@ -66,9 +69,8 @@ try:  # POSIX advisory locks; without them (Windows) one writer at a time is ass
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MANIFEST_NAME", "CommitInfo", "Store", "StoreInfo", "TableWriter"]
+__all__ = ["MANIFEST_NAME", "CommitInfo", "FileProblem", "RepairReport", "Store", "StoreInfo", "TableWriter"]
 
-MANIFEST_NAME = "_rlarrow_store.json"
 LOCK_NAME = ".rlarrow.lock"
 _TMP_PREFIX = ".tmp-"
 _TMP_SUFFIX = ".parquet.partial"
@@ -82,6 +84,8 @@ AUTO_COMPACT_FILES = 64
 _COMPRESSION = "zstd"
 _BINARY_ZSTD_LEVEL = 3
 _READ_ATTEMPTS = 5
+#: Where :meth:`Store.repair` moves damaged files: outside every table directory.
+_QUARANTINE = "_damaged"
 
 
 def _now_iso() -> str:
@@ -123,23 +127,24 @@ def _tmp_owner_alive(name: str) -> bool:
     return True
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why the store at ``path`` cannot be written (read-only media, permissions), or None."""
+    for p in (path, path / LOCK_NAME, path / MANIFEST_NAME):
+        if p.exists() and not os.access(p, os.W_OK):
+            try:
+                readonly_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+            except (OSError, AttributeError):  # pragma: no cover - no statvfs
+                readonly_fs = False
+            if readonly_fs:
+                return "the store is on read-only media (open it with readonly=True to read it)"
+            return f"no permission to write {p} (open it with readonly=True to read it)"
+    return None
+
+
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
     finally:
         os.close(fd)
 
@@ -160,25 +165,22 @@ def _decode_schema(text: str) -> pa.Schema:
 def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
     """A store manifest's bytes, checked (``path`` names it in errors).
 
+    Every key, type and file name is checked (:func:`rlarrow._manifest.validate`): a file
+    name that could lead outside its table directory is refused here, before anything
+    reads, renames or deletes it.
+
     Raises:
         CorruptFileError: not a store manifest, or a damaged one.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptFileError(path, f"damaged store manifest: not UTF-8 text ({exc}); restore it "
-                               "from a backup or re-import the data") from exc
-    try:
-        manifest = json.loads(text)
-        if manifest.get("format") != "rlarrow-store" or not isinstance(manifest.get("tables"), dict):
-            raise ValueError("missing 'format' or 'tables'")
-        for entry in manifest["tables"].values():
-            if entry.get("schema") is not None:
+    manifest = _manifest.parse(data, path)
+    for name, entry in manifest["tables"].items():
+        if entry.get("schema") is not None:
+            try:
                 _decode_schema(entry["schema"])  # damaged here, say so now, not on first use
-    except (ValueError, AttributeError, TypeError, OSError, pa.ArrowInvalid) as exc:
-        raise CorruptFileError(path, f"damaged store manifest ({exc}); restore it from a "
-                               "backup or re-import the data") from exc
-    return manifest  # type: ignore[no-any-return]
+            except (ValueError, TypeError, OSError, pa.ArrowException) as exc:
+                raise CorruptFileError(path, f"damaged store manifest: tables.{name}.schema cannot be "
+                                       f"decoded ({exc}); restore the manifest from a backup") from exc
+    return manifest
 
 
 def check_manifest_versions(manifest: dict[str, Any], where: str) -> None:
@@ -224,6 +226,53 @@ class TableInfo:
 
 
 @dataclass(frozen=True)
+class FileProblem:
+    """A file the manifest lists that cannot be read as listed.
+
+    Attributes:
+        table: its table.
+        file: its path relative to the store (``steps/part-....parquet``).
+        rows: the rows the manifest lists for it (lost if it is dropped).
+        problem: what is wrong (missing, a link, truncated, damaged, ...).
+    """
+
+    table: str
+    file: str
+    rows: int
+    problem: str
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :meth:`Store.repair` found, and whether it dropped it.
+
+    Attributes:
+        problems: the damaged or missing files.
+        applied: whether they were dropped from the manifest (False: a dry run).
+        quarantine: where damaged files that were present were moved (``STORE/_damaged``).
+    """
+
+    problems: list[FileProblem]
+    applied: bool
+    quarantine: str
+
+    @property
+    def rows_lost(self) -> int:
+        """Rows of the dropped files (what the store no longer holds)."""
+        return sum(p.rows for p in self.problems)
+
+    def __str__(self) -> str:
+        if not self.problems:
+            return "every listed file is whole: nothing to repair"
+        head = "dropped" if self.applied else "would drop (dry run; --apply to do it)"
+        lines = [f"{head} {len(self.problems)} file(s), {self.rows_lost:,} row(s):"]
+        lines += [f"  {p.file}: {p.problem} ({p.rows:,} rows)" for p in self.problems]
+        if self.applied:
+            lines.append(f"damaged files that were present are kept in {self.quarantine}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
 class StoreInfo:
     """Summary of a store, as ``rlarrow info`` prints it."""
 
@@ -234,11 +283,14 @@ class StoreInfo:
     tables: dict[str, TableInfo]
     runs: list[dict[str, Any]]
     bytes_on_disk: int
+    #: listed files that are missing or damaged (``rlarrow repair`` drops them)
+    problems: list[FileProblem] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the summary."""
         return {
             "path": self.path,
+            "problems": [dataclasses.asdict(p) for p in self.problems],
             "format_version": self.format_version,
             "writer": self.writer,
             "created_at": self.created_at,
@@ -286,7 +338,11 @@ class Store:
 
     Args:
         path: the store directory.
-        readonly: never write (no recovery, no lock file); for shared or read-only media.
+        readonly: True: never write (no recovery, no lock file), for shared or read-only
+            media. False: open for writing (a StoreError when the store cannot be
+            written). None (the default): for writing when the store can be written,
+            read-only otherwise (read-only media, no permission), where a write then
+            raises a StoreError saying why.
         auto_compact: compact a table after a commit once it has more than this many
             small files (None: only when :meth:`compact` is called).
     """
@@ -295,12 +351,14 @@ class Store:
         self,
         path: str | os.PathLike[str],
         *,
-        readonly: bool = False,
+        readonly: bool | None = None,
         auto_compact: int | None = AUTO_COMPACT_FILES,
         _check_versions: bool = True,
     ) -> None:
         self.path = Path(path)
-        self.readonly = readonly
+        self.readonly = bool(readonly)
+        #: why the store is read-only when it was opened for writing but cannot be written
+        self._readonly_reason = "it was opened read-only (readonly=True)"
         self.auto_compact = auto_compact
         self._writers: list[TableWriter] = []
         self._lock_depth = 0
@@ -313,10 +371,15 @@ class Store:
             raise StoreError(f"{self.path}: not an rlarrow store (no {MANIFEST_NAME}); create "
                              "one with rlarrow.Store.create(path)")
         self._manifest = self._read_manifest()
+        self._check_table_dirs(self._manifest)
         if _check_versions:
             self._check_versions(self._manifest)
-        if readonly:
-            self._manifest = self._effective(self._manifest)
+        if readonly is None:
+            reason = _unwritable(self.path)
+            if reason is not None:
+                self.readonly, self._readonly_reason = True, reason
+        if self.readonly:
+            self._manifest = self._snapshot()
         else:
             with self._locked():
                 self._manifest = self._recover(self._read_manifest())
@@ -349,23 +412,29 @@ class Store:
                              "rlarrow.Store.open(path) or pass exist_ok=True")
         if p.exists() and (not p.is_dir() or any(p.iterdir())):
             raise StoreError(f"{p}: exists and is not an empty directory; choose a new path")
-        p.mkdir(parents=True, exist_ok=True)
-        for name in _schema.TABLE_NAMES:
-            (p / name).mkdir(exist_ok=True)
-        (p / LOCK_NAME).touch()
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            for name in _schema.TABLE_NAMES:
+                (p / name).mkdir(exist_ok=True)
+            (p / LOCK_NAME).touch()
+        except OSError as exc:
+            raise write_error(p, exc) from exc
         cls._write_manifest_at(p, _empty_manifest())
-        return cls(p, auto_compact=auto_compact)
+        return cls(p, readonly=False, auto_compact=auto_compact)
 
     @classmethod
     def open(
         cls,
         path: str | os.PathLike[str],
         *,
-        readonly: bool = False,
+        readonly: bool | None = None,
         create: bool = False,
         auto_compact: int | None = AUTO_COMPACT_FILES,
     ) -> Store:
         """Open an existing store (or create it with ``create=True``).
+
+        By default a store that cannot be written (read-only media, no permission) opens
+        read-only, so ``Store.open(path).read(...)`` works there; see :class:`Store`.
 
         Raises:
             StoreError: no store at ``path``.
@@ -403,29 +472,35 @@ class Store:
 
     def _read_manifest(self) -> dict[str, Any]:
         path = self.path / MANIFEST_NAME
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
-        return parse_manifest(data, path)
+        return parse_manifest(self._manifest_bytes(), path)
+
+    def _check_table_dirs(self, manifest: dict[str, Any]) -> None:
+        """Refuse a table directory that is a link (it could lead outside the store)."""
+        for table in manifest["tables"]:
+            directory = self.path / table
+            if directory.is_symlink():
+                raise CorruptFileError(directory, "is a symbolic link; a store's table directories must "
+                                       "be inside it (rlarrow never follows a link out of a store)")
 
     @staticmethod
     def _write_manifest_at(root: Path, manifest: dict[str, Any]) -> None:
+        """Replace the manifest, whole and synced (see :func:`rlarrow._manifest.write_file`).
+
+        Raises:
+            StoreError: the write failed (full disk, ...): the previous manifest is in place.
+        """
         manifest["updated_at"] = _now_iso()
-        tmp = root / f".{MANIFEST_NAME}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
         data = json.dumps(manifest, indent=1, sort_keys=False).encode("utf-8")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, root / MANIFEST_NAME)
-        _fsync_dir(root)
+        _manifest.write_file(root, MANIFEST_NAME, data)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         self._write_manifest_at(self.path, manifest)
         self._manifest = manifest
+
+    def _forget_failed_commit(self) -> None:
+        """After a failed commit: the in-memory manifest as the disk has it again."""
+        with contextlib.suppress(RLArrowError):
+            self._manifest = self._snapshot()
 
     def _check_versions(self, manifest: dict[str, Any]) -> None:
         check_manifest_versions(manifest, os.fspath(self.path))
@@ -433,9 +508,12 @@ class Store:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         if self.readonly:
-            raise StoreError(f"{self.path}: opened read-only")
+            raise StoreError(f"{self.path}: cannot write: {self._readonly_reason}")
         if self._lock_depth == 0 and fcntl is not None:
-            fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise write_error(self.path / LOCK_NAME, exc) from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except BaseException:
@@ -454,13 +532,39 @@ class Store:
 
     def refresh(self) -> None:
         """Re-read the manifest to see commits made by other writers."""
-        for _ in range(_READ_ATTEMPTS):
-            manifest = self._effective(self._read_manifest())
+        self._manifest = self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        """One consistent view of the committed files, without the lock (for readers).
+
+        The table directories are scanned for files a killed writer renamed into place
+        but did not list (recovery's view). The scan and the manifest must be of the same
+        moment: a compaction that finished between them would show its output beside the
+        files it replaced, counted twice. So the manifest is read again after the scan,
+        and the view is taken only when it did not change (or after a few attempts, as
+        the last manifest says without the scan).
+        """
+        raw = self._manifest_bytes()
+        for _ in range(_READ_ATTEMPTS * 4):
+            manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME))
+            again = self._manifest_bytes()
             # A listed file that is gone means a compaction finished after the read: re-read.
-            if all((self.path / name / f["name"]).exists()
-                   for name, entry in manifest["tables"].items() for f in entry["files"]):
-                break
-        self._manifest = manifest
+            if again == raw and all(os.path.lexists(self.path / name / f["name"])
+                                    for name, entry in manifest["tables"].items() for f in entry["files"]):
+                return manifest
+            raw = again
+            time.sleep(0.001)
+        return self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=False)
+
+    def _manifest_bytes(self) -> bytes:
+        path = self.path / MANIFEST_NAME
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read the store's manifest ({exc.strerror or exc}); check "
+                             "the permissions of the store directory") from exc
 
     # ---------------------------------------------------------------- recovery
 
@@ -476,6 +580,8 @@ class Store:
             if not directory.is_dir():
                 continue
             for p in sorted(directory.glob("part-*.parquet")):
+                if p.is_symlink() or not p.is_file():
+                    continue  # never adopted (it could lead outside the store): `rlarrow info` names it
                 rel = f"{name}/{p.name}"
                 if p.name not in listed and rel not in retired and rel not in pending_new:
                     found.setdefault(name, []).append(p.name)
@@ -596,14 +702,14 @@ class Store:
             self._write_manifest(manifest)
         return manifest
 
-    def _effective(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def _effective(self, manifest: dict[str, Any], *, orphans: bool = True) -> dict[str, Any]:
         """The manifest as recovery would leave it, without writing (for readers)."""
         manifest = json.loads(json.dumps(manifest))
         pending = manifest.get("pending")
         if pending and all((self.path / pending["table"] / n).exists() for n in pending["new"]):
             self._apply_replacement(manifest, pending)
         manifest["pending"] = None
-        for table, names in self._scan_orphans(manifest).items():
+        for table, names in (self._scan_orphans(manifest) if orphans else {}).items():
             for name in names:
                 with contextlib.suppress(RLArrowError, FileNotFoundError):
                     self._adopt(manifest, table, name)
@@ -758,16 +864,26 @@ class Store:
                 for tmp, _, _ in parts:
                     tmp.unlink(missing_ok=True)
                 raise
-            entries: list[dict[str, Any]] = [{"name": final, "rows": rows, "bytes": tmp.stat().st_size}
-                                             for tmp, final, rows in parts]
-            manifest["pending"] = {"op": "append", "table": table, "old": [],
-                                   "new": [final for _, final, _ in parts], "new_entries": entries}
-            self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
-            for tmp, final, _ in parts:
-                os.replace(tmp, directory / final)
-            _fsync_dir(directory)
-            self._apply_replacement(manifest, manifest["pending"])
-            self._write_manifest(manifest)
+            renamed: list[Path] = []
+            try:
+                entries: list[dict[str, Any]] = [
+                    {"name": final, "rows": rows, "bytes": tmp.stat().st_size} for tmp, final, rows in parts]
+                manifest["pending"] = {"op": "append", "table": table, "old": [],
+                                       "new": [final for _, final, _ in parts], "new_entries": entries}
+                self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
+                for tmp, final, _ in parts:
+                    os.replace(tmp, directory / final)
+                    renamed.append(directory / final)
+                fsync_dir(directory)
+                self._apply_replacement(manifest, manifest["pending"])
+                self._write_manifest(manifest)
+            except (OSError, StoreError) as exc:
+                # Not committed: with a new file missing, recovery rolls the journal back.
+                for path in [*renamed, *(tmp for tmp, _, _ in parts)]:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                self._forget_failed_commit()
+                raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc
         if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
             self.compact(table)
         names = tuple(f"{table}/{e['name']}" for e in entries)
@@ -839,16 +955,27 @@ class Store:
                 for _, tmp, _, _, _ in files:
                     tmp.unlink(missing_ok=True)
                 raise
-            for table, tmp, final_name, _, rows in files:
-                path = self.path / table / final_name
-                os.replace(tmp, path)
-                _fsync_dir(path.parent)
-                size = path.stat().st_size
-                entry = manifest["tables"][table]
-                entry["files"].append({"name": final_name, "rows": rows, "bytes": size})
-                entry["rows"] += rows
-                infos.append(CommitInfo(table=table, file=f"{table}/{final_name}", rows=rows, bytes=size))
-            self._write_manifest(manifest)
+            renamed: list[Path] = []
+            try:
+                for table, tmp, final_name, _, rows in files:
+                    path = self.path / table / final_name
+                    os.replace(tmp, path)
+                    renamed.append(path)
+                    fsync_dir(path.parent)
+                    size = path.stat().st_size
+                    entry = manifest["tables"][table]
+                    entry["files"].append({"name": final_name, "rows": rows, "bytes": size})
+                    entry["rows"] += rows
+                    infos.append(CommitInfo(table=table, file=f"{table}/{final_name}", rows=rows, bytes=size))
+                self._write_manifest(manifest)
+            except (OSError, StoreError) as exc:
+                # Not committed: the files leave the table again, so no later recovery adopts
+                # what the caller was told failed.
+                for path in [*renamed, *(tmp for _, tmp, _, _, _ in files)]:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                self._forget_failed_commit()
+                raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
         for table in dict.fromkeys(info.table for info in infos):
             if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
                 self.compact(table)
@@ -898,10 +1025,16 @@ class Store:
         return list(self._manifest["tables"])
 
     def files(self, table: str) -> list[Path]:
-        """Paths of the committed Parquet files of ``table``, oldest first."""
+        """Paths of the committed Parquet files of ``table``, oldest first.
+
+        Raises:
+            CorruptFileError: a listed file is a symbolic link (it could lead outside the
+                store) or not a regular file.
+        """
         _schema.table(table)
         self.refresh()
-        return [self.path / table / f["name"] for f in self._manifest["tables"][table]["files"]]
+        directory = self.path / table
+        return [check_inside(directory, f["name"]) for f in self._manifest["tables"][table]["files"]]
 
     def row_count(self, table: str) -> int:
         """Committed rows of ``table``."""
@@ -950,22 +1083,114 @@ class Store:
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
 
     def _find_damage(self, table: str, exc: Exception) -> Exception:
-        for path in self.files(table):
-            try:
-                pq.ParquetFile(path).read()
-            except (pa.ArrowInvalid, OSError) as inner:
-                return CorruptFileError(path, f"damaged Parquet file of table {table!r} ({inner}); "
-                                        "restore it from a backup or delete it and run "
-                                        "`rlarrow info` to drop it from the manifest")
+        for problem in self.check(table, deep=True):
+            return CorruptFileError(
+                self.path / problem.file,
+                f"{problem.problem} (a file of table {table!r}, {problem.rows:,} rows); restore it from a "
+                f"backup, or run `rlarrow repair {self.path}` to see what dropping it costs, then "
+                "`--apply` to drop it")
         return CorruptFileError(self.path / table, f"cannot read table {table!r}: {exc}")
+
+    def check(self, table: str | Sequence[str] | None = None, *, deep: bool = False) -> list[FileProblem]:
+        """The listed files that are missing or damaged.
+
+        Each file must be a regular file inside its table directory, of the size the
+        manifest lists, with a readable Parquet footer holding the listed rows. With
+        ``deep``, every page is decoded too (what :meth:`repair` does; it reads the table).
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> store.check()
+            []
+        """
+        self.refresh()
+        names = [table] if isinstance(table, str) else list(table or self._manifest["tables"])
+        problems: list[FileProblem] = []
+        for name in names:
+            for f in self._manifest["tables"][name]["files"]:
+                problem = self._file_problem(name, f, deep)
+                if problem is not None:
+                    problems.append(FileProblem(name, f"{name}/{f['name']}", int(f["rows"]), problem))
+        return problems
+
+    def _file_problem(self, table: str, f: dict[str, Any], deep: bool) -> str | None:
+        try:
+            path = check_inside(self.path / table, f["name"])
+        except CorruptFileError as exc:
+            return "a symbolic link or not a regular file" if "link" in str(exc) else str(exc)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        if size != f["bytes"] and f["bytes"] > 1:  # (bytes of 0/1: written by hand, unknown)
+            return f"{size:,} bytes where {f['bytes']:,} were written (truncated or overwritten)"
+        try:
+            pf = pq.ParquetFile(path)
+            if pf.metadata.num_rows != f["rows"]:
+                return f"holds {pf.metadata.num_rows:,} rows where {f['rows']:,} were written"
+            if deep:
+                for i in range(pf.num_row_groups):
+                    pf.read_row_group(i)
+        except (pa.ArrowException, OSError) as exc:
+            return f"damaged Parquet ({exc})"
+        return None
+
+    def repair(self, *, apply: bool = False) -> RepairReport:
+        """Find missing or damaged files (:meth:`check` with ``deep``); with ``apply``, drop them.
+
+        Dropping takes a file out of the manifest (the rest of its table reads again) and
+        moves it, when it is there, to ``STORE/_damaged/TABLE/`` (outside every table, so
+        no engine or recovery reads it; delete it once you no longer want it). The report
+        says how many rows were lost. Without ``apply`` nothing changes (a dry run).
+
+        Raises:
+            StoreError: ``apply`` on a store opened read-only.
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> print(store.repair())
+            every listed file is whole: nothing to repair
+        """
+        quarantine = self.path / _QUARANTINE
+        problems = self.check(deep=True)
+        if not apply or not problems:
+            return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
+        with self._locked():
+            manifest = self._read_manifest()
+            manifest["pending"] = None  # a journal naming a dropped file must not roll forward
+            dropped = {p.file for p in problems}
+            for table, entry in manifest["tables"].items():
+                keep = [f for f in entry["files"] if f"{table}/{f['name']}" not in dropped]
+                entry["files"], entry["rows"] = keep, sum(f["rows"] for f in keep)
+            for p in problems:
+                source = self.path / p.file
+                if source.is_symlink():
+                    source.unlink()  # the link only, never what it points at
+                elif source.exists():
+                    target = quarantine / p.file
+                    try:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(source, target)
+                    except OSError as exc:
+                        raise write_error(target, exc) from exc
+            self._write_manifest(manifest)
+        return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
 
     def runs(self) -> pa.Table:
         """The ``runs`` table."""
         return self.read("runs")
 
     def info(self) -> StoreInfo:
-        """Tables, row counts, runs, schema versions and size on disk."""
-        self.refresh()
+        """Tables, row counts, runs, schema versions, size on disk, and missing or damaged files.
+
+        It reads only the files' footers (:meth:`check`): a damaged file is named in
+        ``problems`` and the rest is summed as listed; ``rlarrow repair`` drops such files.
+        """
+        problems = self.check()
         m = self._manifest
         tables = {}
         for name, entry in m["tables"].items():
@@ -978,8 +1203,13 @@ class Store:
                 schema=None if entry.get("schema") is None else _decode_schema(entry["schema"]),
             )
         runs: list[dict[str, Any]] = []
-        if tables.get("runs") and tables["runs"].rows:
-            t = self.read("runs", columns=["run_id", "name", "source", "created_at"])
+        if tables.get("runs") and tables["runs"].rows and not any(p.table == "runs" for p in problems):
+            try:
+                t = self.read("runs", columns=["run_id", "name", "source", "created_at"])
+            except CorruptFileError as exc:  # damage the footers did not show: say so, list the rest
+                problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.path),
+                                            0, f"damaged ({exc})"))
+                t = pa.table({"run_id": [], "name": [], "source": [], "created_at": []})
             for row in t.to_pylist():
                 row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
                 runs.append(row)
@@ -996,6 +1226,7 @@ class Store:
             tables=tables,
             runs=runs,
             bytes_on_disk=size,
+            problems=problems,
         )
 
     # ---------------------------------------------------------------- compaction
@@ -1061,13 +1292,30 @@ class Store:
         writer: pq.ParquetWriter | None = None
         rows = 0
         out_schema: pa.Schema | None = None
+        buffered: list[pa.Table] = []
+        buffered_bytes = 0
+
+        def write_buffered() -> None:
+            # Small files' rows are gathered into row groups of ``row_group_bytes``: merging
+            # 400 commits of 8 rows made 400 row groups of 8 rows (a file 20x its data).
+            nonlocal writer, out_schema, buffered, buffered_bytes
+            if not buffered:
+                return
+            data = pa.concat_tables(buffered)
+            buffered, buffered_bytes = [], 0
+            if writer is None:
+                out_schema = data.schema
+                writer = _open_parquet(tmp, out_schema, data)
+            _write_row_groups(writer, data, row_group_bytes, tmp)
+
         try:
             for name in old_names:
-                path = directory / name
+                path = check_inside(directory, name)
                 try:
                     pf = pq.ParquetFile(path)
                 except (pa.ArrowInvalid, OSError) as exc:
-                    raise CorruptFileError(path, f"cannot read for rewriting ({exc})") from exc
+                    raise CorruptFileError(path, f"cannot read for rewriting ({exc}); run `rlarrow "
+                                           "repair STORE` to see what can be kept") from exc
                 if transform is None:
                     batches: Iterator[pa.Table] = (
                         pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=65536)
@@ -1076,37 +1324,56 @@ class Store:
                     batches = iter([transform(pf.read())])
                 for part in batches:
                     part = part.replace_schema_metadata(spec.file_metadata())
-                    if writer is None:
+                    if out_schema is None:
                         out_schema = part.schema
-                        writer = _open_parquet(tmp, out_schema, part)
+                    part = part.cast(out_schema)
                     rows += part.num_rows
-                    _write_row_groups(writer, part.cast(out_schema), row_group_bytes, tmp)
+                    buffered.append(part)
+                    buffered_bytes += part.nbytes
+                    if buffered_bytes >= row_group_bytes:
+                        write_buffered()
+            write_buffered()
             if writer is None:  # nothing to read: an empty merge
                 assert out_schema is None
                 return
             writer.close()
             writer = None
             _fsync_file(tmp)
-        except BaseException:
+        except BaseException as exc:
             if writer is not None:
-                writer.close()
+                with contextlib.suppress(OSError, pa.ArrowException):
+                    writer.close()
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, (OSError, pa.ArrowException)) and not isinstance(exc, FileNotFoundError):
+                raise StoreError(f"{tmp}: rewriting {table!r} failed ({exc}); the store is as it "
+                                 "was") from exc
             raise
-        new_entry = {"name": final, "rows": rows, "bytes": tmp.stat().st_size}
-        manifest["pending"] = {
-            "op": "migrate" if transform is not None else "compact",
-            "table": table,
-            "old": list(old_names),
-            "new": [final],
-            "new_entries": [new_entry],
-        }
-        self._write_manifest(manifest)  # journal: the old files are still the listed ones
-        os.replace(tmp, directory / final)
-        _fsync_dir(directory)
-        self._apply_replacement(manifest, manifest["pending"])
-        self._write_manifest(manifest)  # new file listed, old ones retired
+        saved = json.loads(json.dumps(manifest))
+        try:
+            new_entry = {"name": final, "rows": rows, "bytes": tmp.stat().st_size}
+            manifest["pending"] = {
+                "op": "migrate" if transform is not None else "compact",
+                "table": table,
+                "old": list(old_names),
+                "new": [final],
+                "new_entries": [new_entry],
+            }
+            self._write_manifest(manifest)  # journal: the old files are still the listed ones
+            os.replace(tmp, directory / final)
+            fsync_dir(directory)
+            self._apply_replacement(manifest, manifest["pending"])
+            self._write_manifest(manifest)  # new file listed, old ones retired
+        except (OSError, StoreError) as exc:
+            # Rolled back: without the new file the journal undoes itself on recovery.
+            for path in (tmp, directory / final):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            manifest.clear()
+            manifest.update(saved)  # the caller's (and self._manifest's) view: as on disk
+            raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc
         self._delete_retired(manifest)
-        self._write_manifest(manifest)
+        with contextlib.suppress(StoreError):  # only the retired list: the next writer cleans it
+            self._write_manifest(manifest)
 
 
 def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:
@@ -1324,7 +1591,7 @@ class TableWriter:
         flush_seconds: float | None = None,
     ) -> None:
         if store.readonly:
-            raise StoreError(f"{store.path}: opened read-only; cannot write")
+            raise StoreError(f"{store.path}: cannot write: {store._readonly_reason}")
         self.store = store
         self.table = table
         self.spec = _schema.table(table)

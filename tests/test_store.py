@@ -221,9 +221,9 @@ def test_interrupted_compaction_before_rename_rolls_back(store):
         store.append("scalars", scalar_rows(i * 10, 10))
     names = [p.name for p in store.files("scalars")]
     m = manifest(store)
-    m["pending"] = {"op": "compact", "table": "scalars", "old": names,
-                    "new": ["part-29990101T000000000000-00c0ffee.parquet"],
-                    "new_entries": [{"name": "x", "rows": 30, "bytes": 1}]}
+    new_name = "part-29990101T000000000000-00c0ffee.parquet"  # journaled, never renamed into place
+    m["pending"] = {"op": "compact", "table": "scalars", "old": names, "new": [new_name],
+                    "new_entries": [{"name": new_name, "rows": 30, "bytes": 1}]}
     (store.path / MANIFEST_NAME).write_text(json.dumps(m))
     reopened = rlarrow.Store.open(store.path)
     assert [p.name for p in reopened.files("scalars")] == names

@@ -1,0 +1,250 @@
+"""A full disk, a file-size limit or a short write never costs a commit.
+
+A real small filesystem (a tmpfs mounted for the test, which needs root) is filled to every
+4 KiB of free space below what a commit, a compaction and a migration need; each attempt
+either succeeds or raises a StoreError, and afterwards the store opens with every earlier
+commit, value for value. Without root the same sweep runs under RLIMIT_FSIZE (a per-file
+limit, which makes ``write`` return short counts, the way the full disk did).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import resource
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import rlarrow
+from rlarrow import migrations
+from rlarrow.errors import StoreError
+from rlarrow.store import MANIFEST_NAME, _encode_schema
+
+PAGE = 4096
+
+
+def scalar_rows(start: int, n: int = 8) -> dict:
+    steps = np.arange(start, start + n)
+    return {"run_id": "r", "scope": "train", "tag": "loss", "step": steps,
+            "value": steps * 0.5, "wall_time": 1.7e9 + steps}
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 16 MiB tmpfs mounted at a fresh directory (skipped where mounting is not allowed)."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", os.fspath(mnt)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root (CAP_SYS_ADMIN); "
+                    "test_a_file_size_limit_never_costs_a_commit covers the same writes")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", os.fspath(mnt)], check=False)
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+@contextlib.contextmanager
+def filled(mnt: Path, leave: int):
+    """Fill the filesystem at ``mnt`` until about ``leave`` bytes are free."""
+    filler = mnt / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+    size = filler.stat().st_size
+    os.truncate(filler, max(0, size - leave))
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+def snapshot(path: Path) -> dict[str, pa.Table]:
+    store = rlarrow.Store.open(path, readonly=True)
+    return {t: store.read(t) for t in ("scalars", "runs")}
+
+
+def assert_kept(path: Path, before: dict[str, pa.Table], *, table: str = "scalars") -> pa.Table:
+    """The store opens for writing, and every row committed before is there, in order."""
+    with rlarrow.Store.open(path) as store:
+        after = store.read(table)
+        info = store.info()
+    rows = before[table].num_rows
+    assert after.slice(0, rows).equals(before[table]) or \
+        after.sort_by("step").slice(0, rows).equals(before[table].sort_by("step"))
+    assert info.tables[table].rows == after.num_rows
+    return after
+
+
+def sweep(mnt: Path, store_path: Path, operation, *, limit: int = 2 << 20) -> list[str]:
+    """Run ``operation`` with 0, 4 KiB, 8 KiB, ... free until it succeeds; return the failures."""
+    failures: list[str] = []
+    leave = 0
+    while leave < limit:
+        before = snapshot(store_path)
+        try:
+            with filled(mnt, leave):
+                operation()
+        except StoreError as exc:
+            failures.append(str(exc))
+            after = assert_kept(store_path, before)
+            assert after.num_rows == before["scalars"].num_rows  # a failure commits nothing
+            leave += PAGE
+            continue
+        assert_kept(store_path, before)
+        return failures
+    raise AssertionError(f"the operation never succeeded with up to {limit} bytes free")
+
+
+def many_commits(path: Path, commits: int) -> None:
+    with rlarrow.Store.create(path, auto_compact=None) as store:
+        store.add_run(source="test", run_id="r")
+        for i in range(commits):
+            store.append("scalars", scalar_rows(8 * i))
+
+
+@pytest.mark.slow
+def test_a_full_disk_never_costs_a_commit(small_fs):
+    path = small_fs / "store"
+    many_commits(path, 400)  # a manifest of ~50 KB: its rewrite needs more room than the data
+    assert (path / MANIFEST_NAME).stat().st_size > 10 * PAGE
+
+    def append() -> None:
+        with rlarrow.Store.open(path, auto_compact=None) as store:
+            store.append("scalars", scalar_rows(10_000))
+
+    failures = sweep(small_fs, path, append)
+    assert any(".parquet" in f for f in failures), failures  # the data file's write failed
+    assert any(MANIFEST_NAME in f for f in failures), failures  # and the manifest's
+    assert all("every earlier commit is intact" in f for f in failures)
+
+    def compact() -> None:
+        with rlarrow.Store.open(path, auto_compact=None) as store:
+            store.compact("scalars")
+
+    failures = sweep(small_fs, path, compact)
+    assert any(MANIFEST_NAME in f for f in failures) and any("rewriting" in f for f in failures), failures
+    with rlarrow.Store.open(path) as store:
+        assert len(store.files("scalars")) == 1
+        assert store.read("scalars").column("step").to_pylist()[:8] == list(range(8))
+    assert not list(path.rglob(".tmp-*")) and not list(path.glob(f".{MANIFEST_NAME}*"))
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(small_fs):
+    path = small_fs / "old"
+    rlarrow.Store.create(path).close()
+    rows = []
+    for i in range(40):  # 40 files of a test-only v0 layout, with a large manifest
+        part = pa.table({"run_id": ["r"] * 8, "scope": ["train"] * 8, "tag": ["loss"] * 8,
+                         "step": pa.array(np.arange(8 * i, 8 * i + 8)), "value": np.arange(8.0),
+                         "time": np.arange(8.0)}).replace_schema_metadata(
+            {"rlarrow.table": "scalars", "rlarrow.schema_version": "0.3", "rlarrow.format_version": "1.0"})
+        name = f"part-2020{i:04d}T000000000000-{i:08x}.parquet"
+        pq.write_table(part, path / "scalars" / name)
+        rows.append({"name": name, "rows": 8, "bytes": (path / "scalars" / name).stat().st_size})
+    m = json.loads((path / MANIFEST_NAME).read_text())
+    m["tables"]["scalars"].update(schema_version="0.3", rows=8 * 40, files=rows,
+                                  schema=_encode_schema(part.schema.remove_metadata()))
+    (path / MANIFEST_NAME).write_text(json.dumps(m))
+
+    @migrations.register_migration("scalars", from_major=0)
+    def v0_to_v1(table: pa.Table) -> pa.Table:
+        return table.rename_columns(["wall_time" if n == "time" else n for n in table.column_names])
+
+    try:
+        leave, failures = 0, []
+        while True:
+            with filled(small_fs, leave):
+                try:
+                    rlarrow.migrate(path)
+                    break
+                except StoreError as exc:
+                    failures.append(str(exc))
+            leave += PAGE
+        assert failures and any(MANIFEST_NAME in f for f in failures)
+    finally:
+        migrations.unregister_migration("scalars", from_major=0)
+    table = rlarrow.Store.open(path).read("scalars")
+    assert table.column("step").to_pylist() == list(range(320))
+
+
+def test_a_file_size_limit_never_costs_a_commit(tmp_path):
+    """RLIMIT_FSIZE makes write() return short counts past the limit, as the full disk did."""
+    path = tmp_path / "store"
+    many_commits(path, 150)
+    manifest_size = (path / MANIFEST_NAME).stat().st_size
+    before = snapshot(path)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    failures = []
+    try:
+        with rlarrow.Store.open(path, auto_compact=None) as store:
+            for limit in (100, 2000, manifest_size // 2, manifest_size - 10):
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+                try:
+                    store.append("scalars", scalar_rows(10_000))
+                except StoreError as exc:
+                    failures.append(str(exc))
+                finally:
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    finally:
+        signal.signal(signal.SIGXFSZ, old)
+    assert len(failures) == 4, failures
+    assert any(MANIFEST_NAME in f for f in failures) and any("partial" in f for f in failures)
+    after = assert_kept(path, before)
+    assert after.num_rows == before["scalars"].num_rows
+    json.loads((path / MANIFEST_NAME).read_text())  # whole
+    assert not list(path.glob(f".{MANIFEST_NAME}*")) and not list(path.rglob(".tmp-*"))
+
+
+def test_short_writes_still_write_the_whole_manifest(tmp_path, monkeypatch):
+    """A write() that takes only part of the bytes (allowed by POSIX) is continued, not trusted."""
+    path = tmp_path / "store"
+    many_commits(path, 20)
+    real_write = os.write
+
+    def short_write(fd: int, data) -> int:
+        return real_write(fd, bytes(data[:777]))
+
+    monkeypatch.setattr(os, "write", short_write)
+    with rlarrow.Store.open(path) as store:
+        store.append("scalars", scalar_rows(1000))
+    monkeypatch.undo()
+    assert rlarrow.Store.open(path, readonly=True).row_count("scalars") == 21 * 8
+
+
+def test_read_only_media_open_for_reading_and_refuse_writes_clearly(small_fs):
+    path = small_fs / "store"
+    many_commits(path, 3)
+    subprocess.run(["mount", "-o", "remount,ro", os.fspath(small_fs)], check=True)
+    try:
+        store = rlarrow.Store.open(path)  # the default: read-only here, as the README reads it
+        assert store.readonly and store.read("scalars").num_rows == 24
+        with pytest.raises(StoreError, match="read-only media"):
+            store.append("scalars", scalar_rows(100))
+        with pytest.raises(StoreError, match="read-only"):
+            rlarrow.Store.open(path, readonly=False)
+        assert rlarrow.sql(path, "select count(*) as n from scalars").column("n").to_pylist() == [24]
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", os.fspath(small_fs)], check=True)
