@@ -5,6 +5,7 @@ Examples (from a shell)::
     rlarrow info runs.rlarrow            # tables, rows, runs, versions, size on disk
     rlarrow info runs.rlarrow --json     # the same as JSON
     rlarrow compact runs.rlarrow         # merge small files
+    rlarrow repair runs.rlarrow          # name damaged files; --apply drops them
     rlarrow migrate runs.rlarrow         # upgrade a store written by an older rlarrow
     rlarrow convert runs/*/memories -o runs.rlarrow --num-envs 16   # skrl memory exports in
     rlarrow export runs.rlarrow -o legacy --format pt                # and back out
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -39,22 +41,50 @@ def _human(n: float) -> str:
     raise AssertionError  # pragma: no cover
 
 
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    return bool(root is not None and root.params.get("debug")) or bool(os.environ.get("RLARROW_DEBUG"))
+
+
 def _friendly_errors(fn: F) -> F:
-    """Turn rlarrow errors into a one-line message and exit status 1, without a traceback."""
+    """Turn every failure into a message and exit status 1, without a traceback (``--debug`` shows it).
+
+    rlarrow's own errors say what is wrong and how to fix it. Anything else reaching here
+    (the file system, pyarrow, DuckDB) is named with its type, so that a damaged input, a
+    bad manifest, a read-only store or a full disk never ends in a traceback.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
+            if _debug():
+                raise
             raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            if _debug():
+                raise
+            raise click.ClickException(f"{exc.filename or ''}{': ' if exc.filename else ''}"
+                                       f"{exc.strerror or exc} (the operation stopped; what was committed "
+                                       "before is intact)") from exc
+        except Exception as exc:
+            if _debug():
+                raise
+            raise click.ClickException(
+                f"unexpected {type(exc).__module__}.{type(exc).__name__}: {exc}\n(rerun with --debug for "
+                "the traceback, and please report it: rlarrow should have said what went wrong)") from exc
 
     return wrapper  # type: ignore[return-value]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="rlarrow")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error (or set RLARROW_DEBUG=1).")
+def cli(debug: bool) -> None:
     """rlarrow: RL runs as one queryable, streamable Arrow/Parquet dataset."""
 
 
@@ -104,6 +134,32 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
         click.echo(f"  {r['run_id']}  {r['source']:<18} {r['created_at']}{label}")
     if len(shown) < len(runs):
         click.echo(f"  ... {len(runs) - len(shown)} more (--runs 0 lists all)")
+    if summary.problems:
+        click.echo("")
+        click.echo(f"damaged or missing files ({len(summary.problems)}): `rlarrow repair {store}` says "
+                   "what dropping them costs")
+        for p in summary.problems:
+            click.echo(f"  {p.file}: {p.problem} ({p.rows:,} rows)")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--apply", is_flag=True,
+              help="Drop the damaged or missing files from the manifest (default: only say what would go).")
+@_friendly_errors
+def repair(store: str, apply: bool) -> None:
+    """Find a store's missing or damaged files and, with --apply, drop them so the rest reads again.
+
+    Every listed file is read whole. Dropped files leave the manifest; those still on disk
+    move to STORE/_damaged/ (no table or engine reads them there). The report says how many
+    rows each costs.
+    """
+    from rlarrow.store import Store
+
+    s = Store.open(store, readonly=not apply)
+    with s:
+        report = s.repair(apply=apply)
+    click.echo(str(report))
 
 
 @cli.command()

@@ -1,0 +1,251 @@
+"""A store never reaches outside itself, a bad manifest ends in an rlarrow error, repair works.
+
+A store is something people download and share. These tests put a victim file beside a
+store (``sandbox/outside``) and point the store's manifest at it every way a hostile or
+damaged manifest can: every command must refuse with an rlarrow error and leave every
+file outside the store as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rlarrow
+from rlarrow.cli import cli
+from rlarrow.errors import CorruptFileError, RLArrowError
+from rlarrow.store import MANIFEST_NAME
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, populated: rlarrow.Store):
+    """(store path, outside dir): the populated store copied next to a directory of victims."""
+    root = tmp_path / "sandbox"
+    store = root / "store"
+    shutil.copytree(populated.path, store)
+    outside = root / "outside"
+    outside.mkdir()
+    victim = rlarrow.Store.open(store, readonly=True).files("scalars")[0]
+    shutil.copy(victim, outside / "victim.parquet")  # a file compaction would happily merge
+    (outside / "notes.txt").write_text("not the store's")
+    return store, outside
+
+
+def listing(directory: Path) -> dict[str, bytes]:
+    return {os.fspath(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file()}
+
+
+def edit(store: Path, fn) -> None:
+    path = store / MANIFEST_NAME
+    m = json.loads(path.read_text())
+    fn(m)
+    path.write_text(json.dumps(m))
+
+
+def run_cli(*args: str):
+    result = CliRunner().invoke(cli, list(args))
+    # an error is a message and exit status 1, never a traceback
+    assert result.exit_code in (0, 1), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        f"{type(result.exception).__name__}: {result.exception}"
+    return result
+
+
+def every_command(store: Path, tmp: Path) -> list[tuple[str, object]]:
+    """What each command did with the store: ('ok', value) or ('error', rlarrow error)."""
+    outcomes: list[tuple[str, object]] = []
+
+    def attempt(name, fn):
+        try:
+            outcomes.append((name, fn()))
+        except RLArrowError as exc:
+            outcomes.append((name, exc))
+
+    attempt("open", lambda: rlarrow.Store.open(store).close())
+    attempt("open readonly", lambda: rlarrow.Store.open(store, readonly=True).read("scalars"))
+    attempt("read", lambda: rlarrow.Store.open(store).read("scalars"))
+    attempt("sql", lambda: rlarrow.sql(store, "select * from scalars"))
+    attempt("compact", lambda: rlarrow.Store.open(store).compact())
+    for args in (["info", str(store)], ["sql", str(store), "select count(*) from scalars"],
+                 ["compact", str(store)], ["repair", str(store)],
+                 ["convert", str(tmp / "none.npz"), "-o", str(store)]):
+        outcomes.append((" ".join(args[:1]), run_cli(*args).exit_code))
+    return outcomes
+
+
+OUTSIDE_NAMES = ["../outside/victim.parquet", "../../sandbox/outside/victim.parquet", "ABSOLUTE",
+                 "../outside", "sub/part-x.parquet", ".hidden.parquet", "..", "part-x.parquet\x00.txt"]
+
+
+@pytest.mark.parametrize("where", ["files", "retired", "pending.new", "pending.old"])
+@pytest.mark.parametrize("name", OUTSIDE_NAMES)
+def test_a_manifest_cannot_make_rlarrow_touch_a_file_outside_the_store(sandbox, tmp_path, where, name):
+    store, outside = sandbox
+    if name == "ABSOLUTE":
+        name = os.fspath(outside / "victim.parquet")
+    before = listing(outside)
+
+    def hostile(m):
+        files = m["tables"]["scalars"]["files"]
+        if where == "files":
+            files.append({"name": name, "rows": 10, "bytes": 100})
+            m["tables"]["scalars"]["rows"] += 10
+        elif where == "retired":
+            m["retired"] = [f"scalars/{name}"]
+        else:
+            new = [name] if where == "pending.new" else ["part-29990101T000000000000-00000000.parquet"]
+            m["pending"] = {"op": "compact", "table": "scalars",
+                            "old": [name] if where == "pending.old" else [files[0]["name"]],
+                            "new": new, "new_entries": [{"name": new[0], "rows": 10, "bytes": 1}]}
+
+    edit(store, hostile)
+    outcomes = every_command(store, tmp_path)
+    assert listing(outside) == before  # nothing outside was deleted, renamed or changed
+    errors = [o for _, o in outcomes if isinstance(o, Exception)]
+    assert len(errors) == 5 and all(isinstance(e, CorruptFileError) for e in errors), outcomes
+    assert all(str(store / MANIFEST_NAME) in str(e) for e in errors)
+    assert all(code == 1 for _, code in outcomes[5:])  # every CLI command refused too
+
+
+def test_a_listed_file_that_links_outside_is_refused_and_repair_drops_only_the_link(sandbox, tmp_path):
+    store, outside = sandbox
+    listed = rlarrow.Store.open(store, readonly=True).files("scalars")[0]
+    listed.unlink()
+    listed.symlink_to(outside / "victim.parquet")
+    before = listing(outside)
+    with pytest.raises(CorruptFileError, match="symbolic link"):
+        rlarrow.Store.open(store).read("scalars")
+    with pytest.raises(RLArrowError):
+        rlarrow.sql(store, "select * from scalars")
+    info = run_cli("info", str(store))
+    assert info.exit_code == 0 and listed.name in info.output and "symbolic link" in info.output
+    run_cli("compact", str(store))  # one file: nothing to merge, and nothing read through the link
+    repaired = run_cli("repair", str(store), "--apply")
+    assert repaired.exit_code == 0 and "10 row(s)" in repaired.output, repaired.output
+    assert not listed.is_symlink() and listing(outside) == before
+    assert rlarrow.Store.open(store).row_count("scalars") == 0
+
+
+def test_links_dropped_into_a_table_are_never_adopted(sandbox):
+    store, outside = sandbox
+    link = store / "scalars" / "part-29990101T000000000000-0badc0de.parquet"
+    link.symlink_to(outside / "victim.parquet")
+    before = listing(outside)
+    s = rlarrow.Store.open(store)
+    assert s.row_count("scalars") == 10 and link.is_symlink()  # neither adopted nor deleted
+    s.compact()
+    assert listing(outside) == before
+
+
+def test_a_table_directory_that_is_a_link_is_refused(sandbox):
+    store, outside = sandbox
+    shutil.rmtree(store / "memory")
+    (store / "memory").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(CorruptFileError, match="symbolic link"):
+        rlarrow.Store.open(store, readonly=True)
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("format_version",), "1e400"),
+    (("tables", "steps", "schema_version"), "1e400"),
+    (("tables", "steps", "rows"), "12"),
+    (("tables", "steps", "rows"), -1),
+    (("tables", "steps", "files"), {}),
+    (("tables", "steps"), []),
+    (("tables",), []),
+    (("retired",), "steps/x"),
+    (("pending",), []),
+    (("tables", "steps", "schema"), 7),
+])
+def test_a_wrong_type_in_the_manifest_is_a_corrupt_file_error_naming_the_key(populated, path, value):
+    def set_value(m):
+        target = m
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    edit(populated.path, set_value)
+    with pytest.raises(CorruptFileError, match=path[-1]):
+        rlarrow.Store.open(populated.path, readonly=True)
+    result = run_cli("info", str(populated.path))
+    assert result.exit_code == 1 and "damaged store manifest" in result.output
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**70), st.floats(allow_nan=True),
+                   st.text(max_size=12), st.just("../x.parquet"), st.lists(st.integers(), max_size=2),
+                   st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_mutated_manifest_ends_in_an_rlarrow_error(populated, tmp_path_factory, data):
+    """Types, keys and values changed anywhere: every command succeeds or says what is wrong."""
+    store = tmp_path_factory.mktemp("m") / "store"
+    shutil.copytree(populated.path, store)
+    m = json.loads((store / MANIFEST_NAME).read_text())
+    mutated = copy.deepcopy(m)
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in _paths(mutated) if p]
+        target_path = data.draw(st.sampled_from(paths))
+        parent = mutated
+        for key in target_path[:-1]:
+            parent = parent[key]
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            del parent[target_path[-1]]
+        else:
+            parent[target_path[-1]] = data.draw(VALUES)
+    (store / MANIFEST_NAME).write_text(json.dumps(mutated))
+    every_command(store, tmp_path_factory.mktemp("t"))
+
+
+def test_repair_drops_a_damaged_file_and_the_rest_reads_again(populated):
+    path = populated.path
+    victim = populated.files("episodes")[0]
+    lost = populated.row_count("episodes")
+    victim.write_bytes(victim.read_bytes()[:-40])  # truncate the footer
+    with pytest.raises(CorruptFileError, match="rlarrow repair"):
+        rlarrow.Store.open(path).read("episodes")
+    info = run_cli("info", str(path))
+    assert info.exit_code == 0 and victim.name in info.output and "repair" in info.output
+    dry = run_cli("repair", str(path))
+    assert dry.exit_code == 0 and "would drop" in dry.output and f"{lost} row(s)" in dry.output
+    assert victim.exists()  # a dry run changes nothing
+    done = run_cli("repair", str(path), "--apply")
+    assert done.exit_code == 0 and "dropped 1 file(s)" in done.output, done.output
+    assert not victim.exists() and (path / "_damaged" / "episodes" / victim.name).exists()
+    store = rlarrow.Store.open(path)
+    assert store.row_count("episodes") == 0 and store.read("episodes").num_rows == 0
+    assert store.read("steps").num_rows == 18  # every other table as it was
+    assert store.info().problems == []
+    assert rlarrow.sql(path, "select count(*) as n from steps").column("n").to_pylist() == [18]
+    store.compact()
+
+
+def test_a_missing_file_is_named_by_info_and_dropped_by_repair(populated):
+    victim = populated.files("scalars")[0]
+    victim.unlink()
+    problems = rlarrow.Store.open(populated.path, readonly=True).info().problems
+    assert [(p.file, p.problem, p.rows) for p in problems] == [(f"scalars/{victim.name}", "missing", 10)]
+    report = rlarrow.Store.open(populated.path).repair(apply=True)
+    assert report.rows_lost == 10
+    assert rlarrow.Store.open(populated.path).read("scalars").num_rows == 0
