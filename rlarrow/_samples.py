@@ -149,6 +149,7 @@ class SampleSource:
         self.transitions = transitions
         self.needs_keys = sequence_length > 1
         self.filesystem = filesystem
+        self.lease: Any = None  # a ReaderLease pinning the units' files, when from a local store
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
 
     @classmethod
@@ -167,7 +168,10 @@ class SampleSource:
         source = "steps" if transitions else table
         schema = store.schema(source)
         fs = getattr(store, "filesystem", None)
-        found = units(store.files(source), fs)
+        lease = store.lease() if hasattr(store, "lease") else None
+        # a local store's files are pinned: an epoch reads them whatever compacts them meanwhile
+        files = lease.pin_view(store, [source])[source] if lease is not None else store.files(source)
+        found = units(files, fs)
         if transitions:
             if sequence_length != 1:
                 raise ValueError("transitions are windows of 2 steps already; use table='steps' "
@@ -184,8 +188,10 @@ class SampleSource:
             raise KeyError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
         if sequence_length > 1 and source != "steps":
             raise ValueError("sequence windows need episodes: table='steps' (or 'transitions')")
-        return cls(found, chosen, filter=filter, sequence_length=sequence_length,
+        made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
                    transitions=transitions, filesystem=fs)
+        made.lease = lease  # the links live as long as the source (and copies in workers read them)
+        return made
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,10 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
 
     The views see the files committed when it was called (call again to see later
-    commits). ``ema_window`` bounds the rows the ``ema`` macro weighs per point (default:
+    commits), and stay readable while the connection lives, whatever writers and
+    compactions do meanwhile (the views read hard links to them: a
+    :class:`~rlarrow.store.ReaderLease`, released with the connection).
+    ``ema_window`` bounds the rows the ``ema`` macro weighs per point (default:
     enough for weights up to 0.999 to leave out less than 1e-12 of the weight).
 
     Example:
@@ -135,9 +139,12 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     import duckdb
 
     st = _store(store)
+    lease = st.lease()
     con = duckdb.connect(database)
+    weakref.finalize(con, lease.release)
+    pinned = lease.pin_view(st, _schema.TABLE_NAMES)
     for table in _schema.TABLE_NAMES:
-        files = st.files(table)
+        files = pinned[table]
         if files:
             source = f"read_parquet({_file_list(files)})"
             names = set(st.schema(table).names)
@@ -238,11 +245,14 @@ def scan(store: Any, table: str) -> Any:
     import polars as pl
 
     st = _store(store)
-    files = [os.fspath(f) for f in st.files(table)]
+    lease = st.lease()  # the frame's files stay readable while it lives, whatever compacts them
+    files = [os.fspath(f) for f in lease.pin_view(st, [table])[table]]
     if not files:
         empty = st.schema(table) or _schema.table(table).arrow_schema()
         return pl.DataFrame(_plain(empty).empty_table()).lazy()
-    return pl.scan_parquet(files)
+    frame = pl.scan_parquet(files)
+    weakref.finalize(frame, lease.release)
+    return frame
 
 
 def iter_episodes(

@@ -40,6 +40,7 @@ import os
 import secrets
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -69,9 +70,12 @@ try:  # POSIX advisory locks; without them (Windows) one writer at a time is ass
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MANIFEST_NAME", "CommitInfo", "FileProblem", "RepairReport", "Store", "StoreInfo", "TableWriter"]
+__all__ = ["MANIFEST_NAME", "CommitInfo", "FileProblem", "ReaderLease", "RepairReport", "Store", "StoreInfo",
+           "TableWriter"]
 
 LOCK_NAME = ".rlarrow.lock"
+#: Readers' hard links to the files of their views (see :class:`ReaderLease`).
+_VIEWS_DIR = ".rlarrow-views"
 _TMP_PREFIX = ".tmp-"
 _TMP_SUFFIX = ".parquet.partial"
 _HOST = socket.gethostname().replace("-", "_")[:32] or "host"
@@ -139,6 +143,101 @@ def _unwritable(path: Path) -> str | None:
                 return "the store is on read-only media (open it with readonly=True to read it)"
             return f"no permission to write {p} (open it with readonly=True to read it)"
     return None
+
+
+class ReaderLease:
+    """Hard links that keep a reader's files readable while writers compact the store.
+
+    A compaction deletes the files it merged as soon as its output is listed, so a plain
+    glob over a table never counts a row twice. A reader whose view (a DuckDB
+    connection, say) names such a file would fail; :meth:`pin` gives it a path to the
+    same file under ``STORE/.rlarrow-views/<reader>/`` instead, which stays valid until
+    :meth:`release` (or garbage collection) removes the links. The links are outside
+    every table directory, cost no copy (one directory entry per file), and a writer
+    removes those of dead readers. Where links cannot be made (read-only media, where no
+    writer runs either; filesystems without hard links) :meth:`pin` returns the path as
+    it is.
+
+    Example:
+        >>> import rlarrow, tempfile, os
+        >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+        >>> with store.lease() as lease:
+        ...     paths = [lease.pin(f) for f in store.files("steps")]  # readable until the block ends
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.directory = root / _VIEWS_DIR / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._usable: bool | None = None
+        self._finalizer: Any = weakref.finalize(self, _remove_tree, self.directory)
+
+    def pin(self, path: Path) -> Path:
+        """A path to ``path``'s file that stays readable while this lease is held.
+
+        Raises:
+            FileNotFoundError: the file is already gone (take a new view and pin again).
+        """
+        if self._usable is False:
+            return path
+        target = self.directory / path.parent.name / path.name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, target)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            if not path.exists():
+                raise
+            self._usable = False
+            return path
+        except OSError:  # read-only media, no hard links here: the plain path
+            self._usable = False
+            return path
+        self._usable = True
+        return target
+
+    def release(self) -> None:
+        """Remove the links (idempotent): what they pinned may now be deleted by writers."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def pin_view(self, store: Store, tables: Sequence[str]) -> dict[str, list[Path]]:
+        """The committed files of ``tables``, from one manifest of ``store``, pinned.
+
+        Raises:
+            StoreError: the store changed under 20 attempts in a row.
+        """
+        for _ in range(20):
+            store.refresh()
+            try:
+                return {t: [self.pin(f) for f in store.files(t, refresh=False)] for t in tables}
+            except FileNotFoundError:  # a compaction finished meanwhile: its output is in a new view
+                continue
+        raise StoreError(f"{store.path}: the store changed under every attempt to take a consistent view "
+                         "of it (20 compactions in a row?); try again")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process (a DataLoader worker) reads the links; only the lease
+        # that made them removes them.
+        return {"root": self.root, "directory": self.directory, "_usable": self._usable}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._finalizer = None
+
+    def __enter__(self) -> ReaderLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _remove_tree(directory: Path) -> None:
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.parent.rmdir()  # the views directory, when no other reader has one
 
 
 def _fsync_file(path: Path) -> None:
@@ -666,6 +765,10 @@ class Store:
                 keep.append(rel)
         manifest["retired"] = keep
 
+    def lease(self) -> ReaderLease:
+        """A :class:`ReaderLease`: pinned files stay readable while it is held."""
+        return ReaderLease(self.path)
+
     def _remove_stale_tmp(self) -> None:
         for directory in [self.path, *(self.path / n for n in _schema.TABLE_NAMES)]:
             if not directory.is_dir():
@@ -674,6 +777,9 @@ class Store:
                 if not _tmp_owner_alive(p.name):
                     with contextlib.suppress(FileNotFoundError):
                         p.unlink()
+            for p in directory.glob(f"{_VIEWS_DIR}/*"):  # dead readers' links
+                if not _tmp_owner_alive(_TMP_PREFIX + p.name):
+                    _remove_tree(p)
             for p in directory.glob(f".{MANIFEST_NAME}.*.tmp"):
                 parts = p.name.split(".")
                 with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
@@ -1024,15 +1130,19 @@ class Store:
         """Names of the store's tables."""
         return list(self._manifest["tables"])
 
-    def files(self, table: str) -> list[Path]:
+    def files(self, table: str, *, refresh: bool = True) -> list[Path]:
         """Paths of the committed Parquet files of ``table``, oldest first.
+
+        ``refresh=False`` answers from the view of the last :meth:`refresh` (so that
+        several tables' files come from one manifest).
 
         Raises:
             CorruptFileError: a listed file is a symbolic link (it could lead outside the
                 store) or not a regular file.
         """
         _schema.table(table)
-        self.refresh()
+        if refresh:
+            self.refresh()
         directory = self.path / table
         return [check_inside(directory, f["name"]) for f in self._manifest["tables"][table]["files"]]
 

@@ -249,3 +249,29 @@ def test_a_missing_file_is_named_by_info_and_dropped_by_repair(populated):
     report = rlarrow.Store.open(populated.path).repair(apply=True)
     assert report.rows_lost == 10
     assert rlarrow.Store.open(populated.path).read("scalars").num_rows == 0
+
+
+def test_a_connection_reads_its_view_after_a_compaction_and_globs_never_double_count(populated):
+    import gc
+
+    import duckdb
+    import polars as pl
+
+    for i in range(3):
+        populated.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i], "value": [1.0]})
+    con = rlarrow.connect(populated.path)
+    frame = rlarrow.scan(populated.path, "scalars")
+    assert con.sql("select count(*) from scalars").fetchall() == [(13,)]
+    assert populated.compact("scalars")["scalars"] == (4, 1)
+    # the old files left the table at once: a plain glob counts every row once
+    glob = f"{populated.path}/scalars/*.parquet"
+    assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(13,)]
+    # ... and the connection and the frame, planned before, still read their view
+    assert con.sql("select count(*) from scalars").fetchall() == [(13,)]
+    assert frame.select(pl.len()).collect().item() == 13
+    views = populated.path / ".rlarrow-views"
+    assert views.is_dir()
+    con.close()
+    del con, frame
+    gc.collect()
+    assert not views.exists()  # the links go with the readers
