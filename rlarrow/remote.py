@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from rlarrow import schema as _schema
+from rlarrow._manifest import is_plain_file_name
 from rlarrow._progress import bar
 from rlarrow.errors import CorruptFileError, StoreError
 from rlarrow.store import (
@@ -206,7 +207,9 @@ def push(store: Store | str | os.PathLike[str], destination: str | os.PathLike[s
     if prune:
         listed = {rel for rel, _ in wanted}
         for rel in have:
-            if rel.endswith(".parquet") and "/" in rel and rel not in listed:
+            table, _, name = rel.partition("/")
+            # a table's own data files only (not readers' links, nothing outside the tables)
+            if table in manifest["tables"] and is_plain_file_name(name) and rel not in listed:
                 fs.delete_file(f"{root}/{rel}")
     return [rel for rel, _ in todo]
 

@@ -1324,7 +1324,9 @@ class Store:
                 row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
                 runs.append(row)
         size = 0
-        for root, _dirs, fnames in os.walk(self.path):
+        for root, dirs, fnames in os.walk(self.path):
+            if root == os.fspath(self.path) and _VIEWS_DIR in dirs:
+                dirs.remove(_VIEWS_DIR)  # readers' hard links: the same bytes again
             for f in fnames:
                 with contextlib.suppress(OSError):
                     size += os.stat(os.path.join(root, f)).st_size
