@@ -156,7 +156,8 @@ def repair(store: str, apply: bool) -> None:
     """
     from rlarrow.store import Store
 
-    s = Store.open(store, readonly=not apply)
+    # without recovery: a damaged unlisted file would stop the open that is to repair it
+    s = Store(store, readonly=not apply, _recover=False)
     with s:
         report = s.repair(apply=apply)
     click.echo(str(report))

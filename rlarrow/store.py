@@ -453,6 +453,7 @@ class Store:
         readonly: bool | None = None,
         auto_compact: int | None = AUTO_COMPACT_FILES,
         _check_versions: bool = True,
+        _recover: bool = True,
     ) -> None:
         self.path = Path(path)
         self.readonly = bool(readonly)
@@ -481,7 +482,8 @@ class Store:
             self._manifest = self._snapshot()
         else:
             with self._locked():
-                self._manifest = self._recover(self._read_manifest())
+                manifest = self._read_manifest()
+                self._manifest = self._recover(manifest) if _recover else manifest
 
     # ---------------------------------------------------------------- creation / opening
 
@@ -692,10 +694,11 @@ class Store:
             info = _schema.read_file_info(path)
         except InvalidInputError as exc:
             raise type(exc)(path, f"{exc}; the file is not listed in the store's manifest: move it "
-                            f"out of {table}/ to open the store") from exc
+                            f"out of {table}/ (or run `rlarrow repair {self.path} --apply`) to open "
+                            "the store") from exc
         if info.table != table:
             raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
-                                   "move it out of the store")
+                                   f"move it out of the store (or run `rlarrow repair {self.path} --apply`)")
         _schema.check_file_version(info, store=self.path)
         entry = manifest["tables"][table]
         self._check_file_schema(table, entry, info.schema, path)
@@ -1248,6 +1251,20 @@ class Store:
             return f"damaged Parquet ({exc})"
         return None
 
+    def _unadoptable(self) -> list[FileProblem]:
+        """Unlisted files in the tables that recovery cannot adopt (they stop writers opening)."""
+        problems = []
+        manifest = self._read_manifest()
+        for table, names in self._scan_orphans(manifest).items():
+            for name in names:
+                trial = json.loads(json.dumps(manifest))
+                try:
+                    self._adopt(trial, table, name)
+                except (RLArrowError, OSError) as exc:
+                    problems.append(FileProblem(table, f"{table}/{name}", 0, f"not listed, and cannot be "
+                                                f"adopted ({exc})"))
+        return problems
+
     def repair(self, *, apply: bool = False) -> RepairReport:
         """Find missing or damaged files (:meth:`check` with ``deep``); with ``apply``, drop them.
 
@@ -1266,7 +1283,7 @@ class Store:
             every listed file is whole: nothing to repair
         """
         quarantine = self.path / _QUARANTINE
-        problems = self.check(deep=True)
+        problems = self.check(deep=True) + self._unadoptable()
         if not apply or not problems:
             return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
         with self._locked():
@@ -1288,6 +1305,7 @@ class Store:
                     except OSError as exc:
                         raise write_error(target, exc) from exc
             self._write_manifest(manifest)
+            self._manifest = self._recover(self._read_manifest())
         return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
 
     def runs(self) -> pa.Table:

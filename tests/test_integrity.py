@@ -258,7 +258,8 @@ def test_a_connection_reads_its_view_after_a_compaction_and_globs_never_double_c
     import polars as pl
 
     for i in range(3):
-        populated.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i], "value": [1.0]})
+        populated.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i],
+                                     "value": [1.0]})
     con = rlarrow.connect(populated.path)
     frame = rlarrow.scan(populated.path, "scalars")
     assert con.sql("select count(*) from scalars").fetchall() == [(13,)]
@@ -275,3 +276,15 @@ def test_a_connection_reads_its_view_after_a_compaction_and_globs_never_double_c
     del con, frame
     gc.collect()
     assert not views.exists()  # the links go with the readers
+
+
+def test_repair_moves_out_an_unlisted_damaged_file_that_stops_writers(populated):
+    stray = populated.path / "steps" / "part-29990101T000000000000-0badf00d.parquet"
+    stray.write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(CorruptFileError, match="rlarrow repair"):
+        rlarrow.Store.open(populated.path)
+    dry = run_cli("repair", str(populated.path))
+    assert dry.exit_code == 0 and stray.name in dry.output and "not listed" in dry.output
+    assert run_cli("repair", str(populated.path), "--apply").exit_code == 0
+    assert not stray.exists() and (populated.path / "_damaged" / "steps" / stray.name).exists()
+    assert rlarrow.Store.open(populated.path).row_count("steps") == 18
