@@ -44,18 +44,51 @@ from rlarrow.tensors import to_numpy
 __all__ = ["csv_layout", "iter_batches", "iter_csv_tables", "read_csv", "write_csv"]
 
 _BLOCK = 1 << 20  # pyarrow parses ~1 MiB blocks in parallel fastest
+#: A csv header line longer than this is refused before it is read whole: skrl names a column
+#: ``name.index``, so 1 MiB holds about 80,000 columns, far more than any memory's tensors.
+MAX_HEADER_BYTES = 1 << 20
+# the longest value skrl writes: a float with 17 significant digits, sign and exponent
+# ("-1.2345678901234567e-308", 24 characters), an int64 (20), "False"; 32 leaves room
+_MAX_FIELD = 32
 _CHUNK_ROWS = 65536
 
 
+def _row_cap(columns: int) -> int:
+    """The longest line ``columns`` values skrl writes can make (separators and CRLF included)."""
+    return columns * (_MAX_FIELD + 1) + 2
+
+
+def _line(fh: Any, path: Path, limit: int, what: str, why: str) -> str:
+    """The next line of ``fh``, refused once it runs past ``limit`` bytes (never read further)."""
+    raw = fh.readline(limit + 1)
+    if len(raw) > limit:
+        raise CorruptFileError(
+            path, f"{what} runs past {limit:,} bytes without a line end, which {why}: this is not a skrl "
+            "csv memory export, or a damaged one. Export the memory as .pt or .npz instead",
+            offset=fh.tell())
+    try:
+        return str(raw.decode("utf-8").strip())
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"not a text csv: its first lines are not UTF-8 ({exc})") from exc
+
+
 def csv_layout(path: str | os.PathLike[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Tensor names -> their csv columns, and csv column -> arrow type name, from the head."""
+    """Tensor names -> their csv columns, and csv column -> arrow type name, from the head.
+
+    Raises:
+        CorruptFileError: an empty file, a header line longer than :data:`MAX_HEADER_BYTES`,
+            or a first row longer than its columns' numbers could be (found before reading
+            the rest of the line).
+        UnsupportedInputError: columns that are not skrl's ``name.index``.
+    """
     path = Path(path)
     with open(path, "rb") as fh:
-        try:
-            header = fh.readline().decode("utf-8").strip()
-            first = fh.readline().decode("utf-8").strip()
-        except UnicodeDecodeError as exc:
-            raise CorruptFileError(path, f"not a text csv: its first lines are not UTF-8 ({exc})") from exc
+        header = _line(fh, path, MAX_HEADER_BYTES, "the header line",
+                       "no skrl header needs (a short 'name.index' per column)")
+        columns = header.count(",") + 1
+        first = _line(fh, path, max(MAX_HEADER_BYTES, _row_cap(columns)), "the first row",
+                      f"{columns} numbers of at most {_MAX_FIELD} characters cannot fill (nor can "
+                      "skrl's keep_dimensions '[...]' cells, which no reader can align)")
     if not header:
         raise CorruptFileError(path, "empty file: no csv header")
     names = header.split(",")
@@ -183,6 +216,9 @@ def iter_csv_tables(
         memory_size = rows_total // num_envs
     float_type = {"float32": np.float32, "float64": np.float64}[dtype]
     reader_types = {c: getattr(pa, t if t != "bool" else "bool_")() for c, t in types.items()}
+    # pyarrow needs the header and a whole row in its first block (wide memories: long lines)
+    header_bytes = sum(len(c.encode()) + 1 for c in types)
+    block_size = max(block_size, header_bytes + 2 * _row_cap(len(types)))
     start = 0
     for batch in iter_batches(path, reader_types, block_size=block_size, chunk_rows=chunk_rows):
         n = batch.num_rows

@@ -103,3 +103,54 @@ def test_row_count_checks_also_hold_when_memory_size_is_given(tmp_path):
         read_csv(path, num_envs=2, memory_size=10)
     with pytest.raises(rlarrow.UnsupportedInputError, match="more than memory_size=1"):
         read_csv(path, num_envs=1, memory_size=1)
+
+
+def test_an_oversized_header_is_refused_before_it_is_read(tmp_path, clean_env):
+    """A 120 MB header line (no line end): refused naming the file, in a few MB of memory."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as fh:
+        names = ",".join(f"states.{i}" for i in range(100_000)).encode() + b","
+        while fh.tell() < 120 << 20:
+            fh.write(names)
+    script = (
+        "import rlarrow\n"
+        "from rlarrow.io.csv import read_csv\n"
+        "def peak():\n"
+        "    return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM'))\n"
+        "before = peak()\n"
+        "try:\n"
+        f"    read_csv({str(path)!r}, num_envs=1)\n"
+        "except rlarrow.CorruptFileError as exc:\n"
+        "    print(exc)\n"
+        "print((peak() - before) // 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=clean_env, check=False)
+    assert out.returncode == 0, out.stderr
+    message, grown_mb = out.stdout.strip().rsplit("\n", 1)
+    assert "huge.csv" in message and "header line runs past 1,048,576 bytes" in message
+    assert ".pt or .npz" in message
+    assert int(grown_mb) < 20, f"reading the head took {grown_mb} MB more"
+
+
+def test_an_oversized_first_row_is_refused(tmp_path):
+    path = tmp_path / "row.csv"
+    path.write_text("a.0,a.1\n" + "1" * (3 << 20) + "\n")
+    with pytest.raises(rlarrow.CorruptFileError, match=r"row\.csv.*first row runs past") as info:
+        read_csv(path, num_envs=1)
+    assert info.value.offset is not None
+
+
+def test_wide_memories_parse_whatever_the_block_size(tmp_path):
+    """A header longer than a parse block (3000 columns): the block grows to hold it and a row."""
+    path = tmp_path / "wide.csv"
+    values = np.arange(3 * 3000, dtype=np.float64).reshape(3, 3000) / 8
+    path.write_text(",".join(f"s.{i}" for i in range(3000)) + "\n"
+                    + "".join(",".join(repr(v) for v in row.tolist()) + "\n" for row in values))
+    tables = list(iter_csv_tables(path, run_id="r", snapshot_id=0, num_envs=1, dtype="float64",
+                                  block_size=4096))
+    got = tensors.to_numpy(pa.concat_tables(tables).column("s"))
+    assert np.array_equal(got, values)
