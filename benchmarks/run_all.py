@@ -34,6 +34,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "episodes_record.py": (["episodes_record"], None),
     "tfevents_io.py": (["tfevents_io"], None),
     "sql_returns.py": (["sql_returns"], None),
+    "export_memory.py": (["export_memory_20M"], None),
     "torch_stream.py": (["torch_stream"], None),
     "gpu_memory_check.py": ([], "cuda"),
 }

@@ -17,12 +17,10 @@ Examples (from a shell)::
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -313,26 +311,60 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True, help="table: a readable box; csv/json: to stdout or -o; parquet: needs -o.")
+              show_default=True,
+              help="table: a readable box (csv with -o); csv, json (one object per line), parquet: "
+                   "streamed to -o FILE or to stdout.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to this file.")
 @click.option("--max-rows", type=int, default=40, show_default=True, help="Rows shown by --format table.")
+@click.option("--tensor", "tensors", multiple=True, metavar="NAME=TABLE.COLUMN",
+              help="csv/json: result column NAME holds the binary-layout tensor TABLE.COLUMN (for a renamed "
+                   "column, e.g. obs=steps.observation); repeatable.")
 @_friendly_errors
-def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int) -> None:
-    r"""Run a SQL QUERY over STORE with DuckDB.
+def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
+                tensors: tuple[str, ...]) -> None:
+    """Run a SQL QUERY over STORE with DuckDB.
 
     Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
     discounted_return(rewards, gamma), success_rate(flag), smoothed(n), ema(weight),
     steps_to_threshold(tag, threshold). See docs/format.md for the columns.
 
+    csv, json and parquet stream the result batch by batch, whatever its size. In csv and json,
+    tensors are nested lists ([[1.0, 2.0], [3.0, 4.0]]) and dict observations JSON objects;
+    floats read back exactly; NaN and infinities are NaN, Infinity, -Infinity (strings in json).
+
     \b
-    Example:
-      rlarrow sql runs.rlarrow "select run_id, avg(\"return\") from episodes group by all"
-    """
+    Examples:
+      rlarrow sql runs.rlarrow 'select run_id, avg("return") from episodes group by all'
+      rlarrow sql runs.rlarrow "select * from transitions" -o transitions.parquet --format parquet
+      rlarrow sql runs.rlarrow "select step, observation from steps limit 5" --format json
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
     import duckdb
+    import pyarrow as pa
 
-    from rlarrow.query import connect
+    from rlarrow import _export
+    from rlarrow.query import _store, connect, export_relation
 
-    con = connect(store)
+    given: dict[str, str] = {}
+    for item in tensors:
+        name, eq, column = item.partition("=")
+        if not eq or not name or "." not in column:
+            raise click.UsageError(f"--tensor {item!r}: write NAME=TABLE.COLUMN, e.g. obs=steps.observation")
+        given[name] = column
+    if fmt == "table" and output is not None:
+        fmt = "csv"
+    binary_out: Any = None
+    if fmt != "table" and output is None:
+        binary_out = getattr(sys.stdout, "buffer", None)
+        if binary_out is None:
+            raise click.UsageError("stdout takes no bytes here; give -o FILE")
+        if fmt == "parquet" and binary_out.isatty():
+            raise click.UsageError("--format parquet writes binary: give -o FILE, or pipe stdout to a file")
+    st = _store(store)
+    try:
+        hints = _export.resolve_tensor_types(st, given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    con = connect(st)
     try:
         try:
             rel = con.sql(query)
@@ -342,35 +374,18 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         if rel is None:
             click.echo("ok")
             return
-        if fmt == "table" and output is None:
+        if fmt == "table":
             click.echo(_box(rel, max_rows))
             return
-        table = rel.to_arrow_table()
+        try:
+            rows = export_relation(st, rel, binary_out if output is None else output, fmt, hints=hints,
+                                   overwrite=True)
+        except (duckdb.Error, pa.ArrowException) as exc:
+            raise click.ClickException(f"the query failed while its rows were written: {exc}") from None
     finally:
         con.close()
-    if fmt == "parquet":
-        if output is None:
-            raise click.UsageError("--format parquet needs -o FILE")
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, output)
-    elif fmt in ("csv", "table"):
-        import pyarrow.csv as pacsv
-
-        if output is None:
-            sink = io.BytesIO()
-            pacsv.write_csv(table, sink)
-            click.echo(sink.getvalue().decode(), nl=False)
-        else:
-            pacsv.write_csv(table, output)
-    else:
-        text = "\n".join(json.dumps(row, default=_json_default) for row in table.to_pylist())
-        if output is None:
-            click.echo(text)
-        else:
-            Path(output).write_text(text + "\n")
     if output is not None:
-        click.echo(f"wrote {table.num_rows} rows to {output}", err=True)
+        click.echo(f"wrote {rows} rows to {output}", err=True)
 
 
 @cli.command()
@@ -408,12 +423,6 @@ def _box(rel: Any, max_rows: int) -> str:
     if max_rows and total > max_rows:
         text += f"({total} rows; {max_rows} shown: --max-rows N for more, or --format csv)\n"
     return text
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,6 +23,8 @@ derived view ``transitions``, and macros for common RL measures:
 
 The views read the files directly, so DuckDB pushes filters and column selections down to
 Parquet: a query on one run reads only the row groups whose statistics can hold it.
+:func:`export` streams a query's result into a Parquet, csv or JSON-lines file batch by batch
+(``rlarrow sql --format csv|json|parquet`` does the same), so results of any size fit in memory.
 Metadata columns are JSON: ``metadata->>'key'`` reaches any key.
 
 Example:
@@ -43,9 +45,9 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +55,7 @@ import pyarrow as pa
 from rlarrow import schema as _schema
 from rlarrow.errors import StoreError
 
-__all__ = ["connect", "iter_episodes", "scan", "sql"]
+__all__ = ["connect", "export", "iter_episodes", "scan", "sql"]
 
 # EMA weights below this fraction of the newest point's are left out of the window
 _EMA_EPS = 1e-12
@@ -73,8 +75,33 @@ def _file_list(files: Sequence[Path]) -> str:
     return "[" + ", ".join(_quote(os.fspath(f)) for f in files) + "]"
 
 
+# Transitions pair each step with the next step of its episode. Steps are stored in step order
+# almost always (recorders and importers write episodes in order), so one streaming pass over the
+# files pairs a row with the row after it whenever that row is its successor (same run and
+# episode, step + 1): DuckDB streams `lead() over ()` in bounded memory, in file order. The rows
+# left over (episodes split across files out of order, interleaved environments, gaps) go through
+# the general window, which then holds only them. A row takes the first branch exactly when the
+# row after it is its successor, and the second branch only holds rows for which that is not so
+# (or whose predecessor is not the row before them), so every transition comes out once. Both
+# passes see the files in the same order: DuckDB runs a streaming window in one ordered pipeline.
 _TRANSITIONS = """
 create or replace view transitions as
+with paired as not materialized (
+    select *,
+           coalesce(lead(run_id) over () = run_id and lead(episode_id) over () = episode_id
+                    and lead(step) over () = step + 1, false) as _next_follows,
+           coalesce(lag(run_id) over () = run_id and lag(episode_id) over () = episode_id
+                    and lag(step) over () = step - 1, false) as _prev_precedes,
+           lead(observation) over () as _next_observation,
+           lead(is_terminal) over () as _next_is_terminal,
+           lead(is_last) over () as _next_is_last
+    from steps)
+select run_id, episode_id, env_index, step, observation, action, reward, discount,
+       _next_observation as next_observation, coalesce(_next_is_terminal, false) as done,
+       coalesce(_next_is_last and not _next_is_terminal, false) as truncated
+from paired
+where _next_follows and action is not null
+union all
 select run_id, episode_id, env_index, step, observation, action, reward, discount,
        next_observation, coalesce(next_is_terminal, false) as done,
        coalesce(next_is_last and not next_is_terminal, false) as truncated
@@ -83,9 +110,10 @@ from (select *,
              lead(is_terminal) over w as next_is_terminal,
              lead(is_last) over w as next_is_last,
              lead(step) over w as next_step
-      from steps
+      from paired
+      where not _next_follows or not _prev_precedes
       window w as (partition by run_id, episode_id order by step))
-where next_step is not null and action is not null
+where not _next_follows and next_step is not null and action is not null
 """
 
 _MACROS = [
@@ -175,9 +203,11 @@ def _damaged(st: Any, exc: Exception) -> Exception:
     """A StoreError for DuckDB failing to read the store's files; other errors as they are."""
     import duckdb
 
-    reading = type(exc) is duckdb.Error or isinstance(exc, (duckdb.IOException,
-                                                             duckdb.InvalidInputException))
-    if not reading:  # the query's own errors (syntax, names, types) stay DuckDB's
+    # invalid input names the file when a file is at fault; error('...') in a query names none
+    reading = type(exc) is duckdb.Error or isinstance(exc, duckdb.IOException) or (
+        isinstance(exc, duckdb.InvalidInputException)
+        and (".parquet" in str(exc) or os.fspath(st.path) in str(exc)))
+    if not reading:  # the query's own errors (syntax, names, types, error()) stay DuckDB's
         return exc
     return StoreError(f"{st.path}: DuckDB could not read the store's files ({exc}); `rlarrow info` "
                       "and Store.read name a damaged file")
@@ -233,6 +263,135 @@ def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: 
     if output == "pandas":
         return table.to_pandas()
     return table
+
+
+_SUFFIX_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
+                   ".jsonl": "json", ".ndjson": "json"}
+
+
+def export(
+    store: Any,
+    query: str,
+    path: str | os.PathLike[str] | IO[bytes],
+    *,
+    format: str | None = None,  # noqa: A002
+    params: Sequence[Any] | None = None,
+    tensor_types: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> int:
+    r"""Write the result of ``query`` over ``store`` to a Parquet, csv or JSON-lines file, streamed.
+
+    The result is never held whole: DuckDB hands over record batches, written one by one
+    (Parquet row groups of about 64 MiB), so any result fits in the memory of a few batches.
+    A file path is written atomically (a failed export leaves nothing at ``path``).
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        query: DuckDB SQL over the views and macros of :func:`connect`.
+        path: the file to write, or a binary stream (``sys.stdout.buffer``).
+        format: ``"parquet"``, ``"csv"`` or ``"json"`` (one object per line); default: from
+            ``path``'s suffix (``.parquet``, ``.csv``, ``.json``, ``.jsonl``, ``.ndjson``).
+        params: values for ``?`` / ``$1`` placeholders in ``query``.
+        tensor_types: result columns holding binary-layout tensors under another name than
+            the stored one, as ``{"obs": "steps.observation"}`` or ``{"obs": tensor_type}``.
+        overwrite: replace an existing file.
+
+    Parquet holds exactly :func:`sql`'s Arrow result (tensors as DuckDB returns them: lists,
+    and binary-layout tensors as their bytes). csv and JSON lines hold text: tensors and lists
+    as nested lists ``[[1.0, 2.0], [3.0, 4.0]]``, dict observations as JSON objects,
+    binary-layout tensors decoded to their dtype and shape (recognised by the column's name:
+    ``observation``, ``action``, ``next_observation``, the memory tensors' names, or the names
+    in ``tensor_types``, whose byte width must match; other blobs are hex text, as are blobs of
+    a name that two stored tensors of the same width share: name the one meant in
+    ``tensor_types``). Floats are the shortest text that reads back
+    as the same value (``0.1``, ``1.0``, a float32 as ``0.1`` too). NaN and infinities are
+    ``NaN``, ``Infinity`` and ``-Infinity``: bare in csv (Python's ``float`` and ``json.loads``
+    read them), as strings ``"NaN"`` ... in JSON lines, which must stay strict JSON. csv nulls
+    are empty cells, JSON nulls ``null``.
+
+    Returns:
+        The number of rows written.
+
+    Raises:
+        ValueError: an unknown format, a statement that returns no rows, or a bad
+            ``tensor_types`` entry.
+        FileExistsError: ``path`` exists and not ``overwrite``.
+        StoreError: DuckDB could not read the store's files.
+
+    Example:
+        >>> import numpy as np, rlarrow, tempfile, pathlib
+        >>> path = tempfile.mkdtemp() + "/runs.rlarrow"
+        >>> with rlarrow.Store.create(path) as st:
+        ...     _ = st.append("steps", {"run_id": "a", "episode_id": 0, "step": np.arange(3), "env_index": 0,
+        ...         "observation": np.array([[0.5, 1], [2, 3], [4, 5]], np.float32),
+        ...         "action": [1, 0, None], "reward": [1.0, float("nan"), None],
+        ...         "discount": [1.0, 0.0, None], "is_first": [True, False, False],
+        ...         "is_last": [False, False, True], "is_terminal": [False, False, True]})
+        >>> out = tempfile.mkdtemp() + "/t.jsonl"
+        >>> export(path, "select step, observation, next_observation, reward from transitions "
+        ...              "order by step", out)
+        2
+        >>> print(pathlib.Path(out).read_text(), end="")
+        {"step": 0, "observation": [0.5, 1.0], "next_observation": [2.0, 3.0], "reward": 1.0}
+        {"step": 1, "observation": [2.0, 3.0], "next_observation": [4.0, 5.0], "reward": "NaN"}
+    """
+    from rlarrow import _export
+
+    fmt = format
+    if fmt is None:
+        suffix = Path(os.fspath(path)).suffix.lower() if isinstance(path, (str, os.PathLike)) else ""
+        fmt = _SUFFIX_FORMATS.get(suffix)
+        if fmt is None:
+            raise ValueError(f"cannot tell the format of {path!r}: pass format='parquet', 'csv' or 'json'")
+    if fmt not in _export.FORMATS:
+        raise ValueError(f"format={fmt!r}: use 'parquet', 'csv' or 'json'")
+    st = _store(store)
+    hints = _export.resolve_tensor_types(st, tensor_types)
+    con = connect(st)
+    try:
+        rel = _relation(st, con, query, params)
+        if rel is None:
+            raise ValueError(f"{query!r} is a statement that returns no rows; export a query (select ...)")
+        return export_relation(st, rel, path, fmt, hints=hints, overwrite=overwrite)
+    finally:
+        con.close()
+
+
+def _relation(st: Any, con: Any, query: str, params: Sequence[Any] | None) -> Any:
+    import duckdb
+
+    try:
+        return con.sql(query, params=params) if params else con.sql(query)
+    except duckdb.Error as exc:
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
+                    hints: Mapping[str, list[pa.DataType]] | None = None, overwrite: bool = False) -> int:
+    """Stream a DuckDB relation over ``st``'s views into ``path`` (see :func:`export`)."""
+    import duckdb
+
+    from rlarrow import _export
+    from rlarrow.io.memory import atomic_output
+
+    hints = _export.tensor_hints(st) if hints is None else hints
+    try:
+        reader = rel.to_arrow_reader(_export.batch_rows(st))
+        if not isinstance(path, (str, os.PathLike)):
+            return _export.write_stream(reader, path, fmt, hints)
+        if os.path.exists(path) and not os.path.isfile(path):  # a pipe or a device: written as it is
+            with open(path, "wb") as fh:
+                return _export.write_stream(reader, fh, fmt, hints)
+        with atomic_output(path, overwrite=overwrite) as tmp:
+            return _export.write_stream(reader, tmp, fmt, hints)
+    except duckdb.Error as exc:
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
 
 
 def scan(store: Any, table: str) -> Any:

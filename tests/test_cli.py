@@ -75,3 +75,28 @@ def test_push_command_copies_to_a_uri_and_only_new_files_after(populated, tmp_pa
     assert again.returncode == 0 and "up to date" in again.stdout
     bad = rlarrow_cmd("push", str(store.path), "nosuchscheme://x/y")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_sql_renders_tensor_columns_as_values(populated, fmt):
+    """`rlarrow sql --format csv|json` on dict observations and tensor actions: values, no traceback."""
+    import csv
+    import io
+
+    import numpy as np
+
+    query = "select observation, action from steps order by episode_id, step"
+    out = rlarrow_cmd("sql", str(populated.path), query, "--format", fmt)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    if fmt == "csv":
+        rows = [{k: json.loads(v) if v else None for k, v in r.items()}
+                for r in csv.DictReader(io.StringIO(out.stdout, newline=""))]
+    else:
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+    stored = populated.read("steps", columns=["episode_id", "step", "observation", "action"])
+    stored = stored.sort_by([("episode_id", "ascending"), ("step", "ascending")])
+    obs = rlarrow.tensors.to_numpy(stored.column("observation"))
+    assert len(rows) == stored.num_rows == 18
+    assert np.array_equal(np.array([r["observation"]["position"] for r in rows], np.float32), obs["position"])
+    assert np.array_equal(np.array([r["observation"]["grid"] for r in rows], np.uint8), obs["grid"])
+    assert rows[0]["action"] == stored.column("action")[0].as_py() and rows[5]["action"] is None

@@ -188,3 +188,64 @@ def test_cli_sql_formats(store, tmp_path, capsys):
     assert pq.read_table(target).num_rows == 4 * 6
     code, _, err = run_cli(["sql", path, "select nope from steps"], capsys)
     assert code != 0 and "nope" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ transitions in any row order
+
+# the view as rlarrow defined it first: one window over every step (the reference)
+WINDOW_TRANSITIONS = """
+select run_id, episode_id, env_index, step, observation, action, reward, discount,
+       next_observation, coalesce(next_is_terminal, false) as done,
+       coalesce(next_is_last and not next_is_terminal, false) as truncated
+from (select *, lead(observation) over w as next_observation, lead(is_terminal) over w as next_is_terminal,
+             lead(is_last) over w as next_is_last, lead(step) over w as next_step
+      from steps window w as (partition by run_id, episode_id order by step))
+where next_step is not null and action is not null
+"""
+
+
+def _rows(cols: dict, idx) -> dict:
+    out = {}
+    for k, v in cols.items():
+        if isinstance(v, dict):
+            out[k] = {f: np.asarray(x)[idx] for f, x in v.items()}
+        elif isinstance(v, (list, np.ndarray)):
+            out[k] = [v[i] for i in idx] if isinstance(v, list) else v[idx]
+        else:
+            out[k] = v
+    return out
+
+
+@pytest.mark.parametrize("settings", [[], ["set preserve_insertion_order = false", "set threads = 2"],
+                                      ["set threads = 1"]])
+def test_transitions_equal_the_window_definition_whatever_the_row_order(tmp_path, settings):
+    st = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    eps = {e: episode_columns("r", e, 6 + e, env_index=e % 2, image=False) for e in range(6)}
+    st.append("steps", _rows(eps[0], np.arange(7)))                 # in order
+    st.append("steps", _rows(eps[1], np.arange(5, 8)))              # second half first,
+    st.append("steps", _rows(eps[1], np.arange(0, 5)))              # then the first half
+    rng = np.random.default_rng(1)
+    st.append("steps", _rows(eps[2], rng.permutation(9)))           # shuffled
+    st.append("steps", _rows(eps[3], np.array([0, 1, 2, 4, 5, 6, 7, 8, 9])))  # a gap: step 3 missing
+    for t in range(11):                                               # two environments interleaved
+        for e in (4, 5):
+            st.append("steps", _rows(eps[e], [t]))
+    st.append("steps", _rows(eps[5], [11]))
+    st.append("steps", _rows(episode_columns("q", 0, 3, image=False), np.arange(4)))  # another run
+    con = connect(st)
+    for s in settings:
+        con.execute(s)
+    order = " order by run_id, episode_id, step"
+    got = con.sql("select * from transitions" + order).to_arrow_table()
+    want = con.sql(WINDOW_TRANSITIONS + order).to_arrow_table()
+    assert got.num_rows == want.num_rows == 6 + 7 + 8 + 8 + 10 + 11 + 3
+    assert got.equals(want)
+    pc = pa.compute
+    gap = got.filter(pc.and_(pc.equal(got["episode_id"], 3), pc.equal(got["run_id"], "r")))
+    assert gap["step"].to_pylist() == [0, 1, 2, 4, 5, 6, 7, 8]  # step 2 pairs with step 4, as the window did
+    assert con.sql("select count(*) from transitions").fetchall() == [(want.num_rows,)]
+
+
+def test_transitions_stream_in_one_ordered_pass(store):
+    plan = connect(store).sql("explain select * from transitions").fetchall()[0][1]
+    assert "STREAMING_WINDOW" in plan.upper().replace(" ", "_")
