@@ -1188,7 +1188,7 @@ class Store:
                 result = dataset.to_table(columns=list(columns) if columns is not None else None,
                                           filter=filter)
                 break
-            except (pa.ArrowInvalid, OSError) as exc:
+            except (pa.ArrowException, OSError) as exc:
                 # A concurrent compaction replaced files of this snapshot: read the new ones.
                 if attempt + 1 < _READ_ATTEMPTS and not all(f.exists() for f in files):
                     continue
