@@ -227,7 +227,8 @@ def push(store: str, destination: str, prune: bool) -> None:
               help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
                    "rewards, terminated tensors).")
 @click.option("--skip-corrupt", is_flag=True,
-              help="tfevents: skip records whose checksum fails (counted) instead of stopping.")
+              help="tfevents: skip records whose checksum fails (counted) instead of stopping; "
+                   "envlogger: import the episodes that are whole and list the damaged ones skipped.")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
@@ -249,7 +250,8 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     memory_inputs = []
     for item in inputs:
         if is_envlogger_dir(item):
-            click.echo(str(import_envlogger(item, store, run_id=run_id, name=name)))
+            click.echo(str(import_envlogger(item, store, run_id=run_id, name=name,
+                                            skip_corrupt=skip_corrupt)))
         elif is_minari_dir(item):
             click.echo(str(import_minari(item, store, run_id=run_id, name=name)))
         elif is_tfevents_source(item):

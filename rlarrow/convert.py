@@ -37,8 +37,8 @@ import pyarrow as pa
 
 from rlarrow import schema as _schema
 from rlarrow._progress import bar
-from rlarrow.errors import AssumptionWarning, UnsupportedInputError
-from rlarrow.io.memory import MemorySnapshot
+from rlarrow.errors import AssumptionWarning, CorruptFileError, UnsupportedInputError
+from rlarrow.io.memory import MemorySnapshot, is_zip
 from rlarrow.store import Store
 
 __all__ = [
@@ -72,9 +72,13 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         head = fh.read(4096)
     if head.startswith(b"PAR1"):
         return "parquet"
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
+    if is_zip(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, EOFError, ValueError, OSError, NotImplementedError) as exc:
+            raise CorruptFileError(path, f"a damaged zip archive ({exc}): not readable as a .pt or .npz "
+                                   "memory export; export the memory again") from exc
         if any(n.endswith(".npy") for n in names):
             return "npz"
         if any(n.endswith("data.pkl") for n in names):
@@ -244,14 +248,15 @@ def _snapshot_table(path: Path, fmt: str, run_id: str,
                     snapshot_id: int) -> tuple[pa.Table, Callable[[], None]]:
     """A pt/npz/parquet export as one ``memory`` table, and the source's check still to run.
 
-    An uncompressed npz is mapped, and its CRC-32s are left to ``verify()`` (see
+    A pt export's tensors and an uncompressed npz are mapped, and the CRC-32s of their bytes
+    are left to ``verify()`` (see :func:`rlarrow.io.pt.open_pt` and
     :func:`rlarrow.io.npz.open_npz`); for the other formats ``verify`` does nothing.
     """
     verify: Callable[[], None] = _no_check
     if fmt == "pt":
-        from rlarrow.io.pt import read_pt
+        from rlarrow.io.pt import open_pt
 
-        snap = read_pt(path, mmap=True)
+        snap, verify = open_pt(path, mmap=True)
     elif fmt == "npz":
         from rlarrow.io.npz import open_npz
 
@@ -339,12 +344,12 @@ def convert_memory(
                         from concurrent.futures import ThreadPoolExecutor
 
                         whole, verify = _snapshot_table(path, fmt, run_id, next_snapshot + i)
-                        for table in _declaring(st, layout, iter([whole])):
-                            # the source's checksums are checked while the files are written
-                            with ThreadPoolExecutor(1) as pool:
-                                check = pool.submit(verify)
+                        # the source's checksums are checked while the files are written
+                        with ThreadPoolExecutor(1) as pool:
+                            check = pool.submit(verify)
+                            for table in _declaring(st, layout, iter([whole])):
                                 st.append("memory", table, before_commit=check.result)
-                            report.rows += table.num_rows
+                                report.rows += table.num_rows
                     else:  # streamed: one file, committed when the whole csv has been read
                         tables = _declaring(st, layout, iter_memory_tables(
                             path, fmt, run_id, next_snapshot + i, num_envs, memory_size, dtype))

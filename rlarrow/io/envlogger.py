@@ -8,6 +8,11 @@ envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38).
 * :func:`import_envlogger`: every episode (all shards), observations of any nesting, the
   per-step ``custom_data``, the episode metadata, the run metadata and the specs. Steps
   go from envlogger's dm_env order to the store's RLDS alignment (``docs/format.md``).
+  envlogger's reader skips damaged index records and unreadable episode metadata without a
+  word, so what it returns is cross-checked against the files (:func:`riegeli_record_count`
+  counts their records from the chunk headers): damage is a
+  :class:`~rlarrow.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
+  that are whole are imported and the rest listed (a warning, and the report).
 * :func:`export_envlogger`: a run back into a directory envlogger's ``Reader`` reads
   as it read the original: the same steps, metadata and episode metadata.
 
@@ -19,7 +24,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import struct
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +41,12 @@ from rlarrow import specs as _specs
 from rlarrow._columns import flat_value
 from rlarrow._deps import require
 from rlarrow._episodes import Sink
-from rlarrow.errors import CorruptFileError, RLArrowError, UnsupportedInputError
+from rlarrow.errors import CorruptFileError, RLArrowError, RLArrowWarning, UnsupportedInputError
 from rlarrow.io import EpisodesReport
 from rlarrow.store import Store
 
-__all__ = ["export_envlogger", "import_envlogger", "is_envlogger_dir", "load"]
+__all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
+           "riegeli_record_count"]
 
 _STEPS_PER_COMMIT = 50_000
 
@@ -59,6 +71,30 @@ def is_envlogger_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / "metadata.riegeli").is_file()
 
 
+@dataclass
+class EnvloggerReport(EpisodesReport):
+    """What :func:`import_envlogger` wrote, and what it left out as damaged.
+
+    Attributes:
+        skipped_episodes: episodes not imported because they are not whole
+            (``skip_corrupt=True`` only; without it, damage is an error).
+        skipped_steps: steps the files hold that were not imported: those of the skipped
+            episodes, and those no readable episode reaches.
+        skipped: one line per thing left out, saying what and why.
+    """
+
+    skipped_episodes: int = 0
+    skipped_steps: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.skipped:
+            text += (f"; skipped as damaged: {self.skipped_episodes} episodes, {self.skipped_steps} steps"
+                     + "".join(f"\n  skipped {line}" for line in self.skipped))
+        return text
+
+
 def import_envlogger(
     directory: str | os.PathLike[str],
     store: Store | str | os.PathLike[str],
@@ -66,12 +102,39 @@ def import_envlogger(
     run_id: str | None = None,
     name: str | None = None,
     progress: bool | None = None,
-) -> EpisodesReport:
+    skip_corrupt: bool = False,
+) -> EnvloggerReport:
     """Import an envlogger directory into ``store`` as one run (see the module docs).
+
+    envlogger's reader stops quietly at the first damaged record of an index file, and
+    returns no metadata for an episode whose record it cannot read. So what it returns is
+    checked, shard by shard, against the files: every step the step files hold must be in
+    an episode of the episode index, the episodes must follow one another without gaps,
+    each must begin with its only FIRST step, and every episode-metadata record must have
+    been read. A directory that fails a check is damaged (or was left by a logger killed
+    before ``close()``).
+
+    Args:
+        directory: the envlogger directory (holding ``metadata.riegeli``).
+        store: a store, or the path of one (created when missing).
+        run_id: the new run's id (default: a new one).
+        name: the run's name.
+        progress: a progress bar over the episodes (None: when stderr is a terminal).
+        skip_corrupt: import the episodes that are whole and leave out the rest, with a
+            :class:`~rlarrow.errors.RLArrowWarning` and the list in the report, instead of
+            raising. Episode ids stay envlogger's episode indices, so a skipped episode
+            leaves a gap.
+
+    Returns:
+        An :class:`EnvloggerReport`.
 
     Raises:
         UnsupportedInputError: not an envlogger directory.
-        CorruptFileError: envlogger's reader fails on the files (damaged or truncated).
+        CorruptFileError: the files are damaged or cut short (without ``skip_corrupt``),
+            or nothing of them can be read (the run metadata, or a single shard that
+            envlogger cannot open). Checks that need no step data run before anything is
+            written; a damaged step found later stops the import, and what was committed
+            before it (every ``50,000`` steps) is kept.
         MissingDependencyError: envlogger is not installed.
     """
     from rlarrow._progress import bar
@@ -83,7 +146,18 @@ def import_envlogger(
     own = not isinstance(store, Store)
     st = Store.open(store, create=True) if not isinstance(store, Store) else store
     try:
-        with envlogger.Reader(data_directory=os.fspath(directory)) as reader:
+        with contextlib.ExitStack() as stack:
+            shards = _shard_dirs(directory)
+            views = _views(directory, shards, stack)
+            meta_dir = directory if len(views) == 1 else _metadata_view(directory, stack)
+            reader = stack.enter_context(_open(envlogger, meta_dir, directory))
+            plans: list[_ShardPlan] = []
+            for shard, view in views:
+                plans.append(_plan(envlogger, reader if view == meta_dir else None, shard, view, directory,
+                                   base=sum(p.num_episodes for p in plans)))
+            found = [line for plan in plans for line in plan.problems]
+            if found and not skip_corrupt:
+                raise CorruptFileError(directory, _damage_message(found))
             obs_spec, action_spec = reader.observation_spec(), reader.action_spec()
             env_specs = {
                 "observation_spec": _specs.to_dict(obs_spec),
@@ -107,8 +181,10 @@ def import_envlogger(
                 metadata=reader.metadata(),
                 env_specs=env_specs,
             )
-            report = EpisodesReport(run_id=run)
-            episode_meta = list(reader.episode_metadata())
+            report = EnvloggerReport(run_id=run)
+            for plan in plans:
+                report.skipped += plan.problems
+                report.skipped_episodes += plan.skipped_episodes
             plain = not isinstance(action_spec, (dict, list, tuple))
             sink = Sink(
                 st,
@@ -119,39 +195,22 @@ def import_envlogger(
                 flush_every_seconds=None,
                 background=False,
             )
-            lane = sink.lanes[0]
-            with bar(len(reader.episodes), "import envlogger", "episode", progress) as pbar:
-                for k, episode in enumerate(reader.episodes):
-                    steps = list(episode)
-                    # checks the dm_env order (FIRST first, no action on it) and what FIRST carried
-                    rlds = alignment.dm_env_to_rlds(
-                        step_type=[int(s.timestep.step_type) for s in steps],
-                        action=[s.action for s in steps],
-                        reward=[s.timestep.reward for s in steps],
-                        discount=[s.timestep.discount for s in steps],
-                    )
-                    obs = [flat_value(s.timestep.observation, obs_spec) for s in steps]
-                    actions = [s.action if plain else flat_value(s.action, action_spec) for s in steps[1:]]
-                    lane.obs += obs
-                    ep = sink.new_episode()
-                    lane.begin(ep, lane.rows - len(obs))
-                    lane.action += actions
-                    lane.reward += [s.timestep.reward for s in steps[1:]]
-                    lane.discount += [s.timestep.discount for s in steps[1:]]
-                    lane.custom += [s.custom_data for s in steps]
-                    if rlds["is_last"][-1]:
-                        lane.end(bool(rlds["is_terminal"][-1]))
-                    else:
-                        lane.cut()
-                    ep.meta = episode_meta[k] if k < len(episode_meta) else None
-                    ep.first_reward, ep.first_discount = rlds["first_reward"], rlds["first_discount"]
-                    sink.unflushed += len(steps)
-                    if sink.due():
-                        sink.flush()
-                    report.episodes += 1
-                    report.steps += len(steps)
-                    pbar.update(1)
+            add = _Adder(sink, obs_spec, action_spec if not plain else None)
+            with bar(sum(len(p.episodes) for p in plans), "import envlogger", "episode", progress) as pbar:
+                for plan, (_shard, view) in zip(plans, views, strict=True):
+                    if not plan.episodes:
+                        continue
+                    shard_reader = reader if view == meta_dir else stack.enter_context(
+                        _open(envlogger, view, directory))
+                    _import_shard(shard_reader, plan, add, report, pbar, skip_corrupt=skip_corrupt)
             sink.close()
+        report.skipped_steps = sum(p.total_steps for p in plans) - report.steps
+        if report.skipped:
+            warnings.warn(RLArrowWarning(
+                f"{directory}: imported what is whole ({report.episodes} episodes, {report.steps} steps) and "
+                f"skipped {report.skipped_episodes} damaged episodes, {report.skipped_steps} steps: "
+                + "; ".join(report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
+                + " (the report lists them all)"), stacklevel=2)
         return report
     except RLArrowError:
         raise
@@ -164,6 +223,345 @@ def import_envlogger(
     finally:
         if own:
             st.close()
+
+
+# ------------------------------------------------------------ checking what envlogger returns
+
+
+class _NotWhole(Exception):
+    """An episode that cannot be imported whole (the message says why)."""
+
+
+@dataclass
+class _EpisodePlan:
+    """One episode of a shard as envlogger's index gives it."""
+
+    local: int  # envlogger's index of it within its shard (its reader)
+    episode_id: int  # its index in the whole directory
+    num_steps: int
+    metadata: Any
+
+
+@dataclass
+class _ShardPlan:
+    """What of one shard is imported, and what is not whole (the structural checks' findings)."""
+
+    directory: Path  # the envlogger directory
+    where: str  # ", shard <name>" when the directory has several, else ""
+    num_episodes: int = 0  # in envlogger's episode index
+    episodes: list[_EpisodePlan] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    skipped_episodes: int = 0
+    total_steps: int = 0  # steps the shard's files hold (or envlogger finds, if more)
+    last_must_end: bool = False  # step offsets are missing: the last episode is whole only if it ends
+    metadata_lost: bool = False  # metadata records were not read: an episode without any is not whole
+
+
+def _plan(envlogger: Any, reader: Any, shard: Path | None, view: Path, directory: Path, *,
+          base: int) -> _ShardPlan:
+    """Check a shard's episode index and counts against its files (no step is decoded).
+
+    ``reader`` reads the shard (None: open one over ``view``); ``base`` is the directory-wide
+    index of the shard's first episode.
+    """
+    many = shard is not None and view != directory
+    plan = _ShardPlan(directory, where=f", shard {shard.name}" if many and shard is not None else "")
+    with contextlib.ExitStack() as stack:
+        if reader is None:
+            try:
+                reader = stack.enter_context(_open(envlogger, view, directory))
+            except CorruptFileError as exc:
+                plan.problems.append(f"shard {shard.name if shard else view.name}: envlogger cannot open it "
+                                     f"({exc})")
+                return plan
+        n_steps, n_episodes = len(reader.steps), len(reader.episodes)
+        plan.num_episodes = n_episodes
+        if shard is None:
+            return plan
+        step_records = _records_or_none(shard / "steps.riegeli", plan)
+        meta_records = _records_or_none(shard / "episode_metadata.riegeli", plan)
+        plan.total_steps = max(n_steps, step_records or 0)
+        if step_records is None or step_records > n_steps:
+            missing = "an unknown number of" if step_records is None else str(step_records - n_steps)
+            plan.problems.append(f"{missing} steps{plan.where}: steps.riegeli holds steps that "
+                                 "step_offsets.riegeli does not reach (damaged, or a logger killed before "
+                                 "close())")
+            plan.last_must_end = True
+        elif step_records < n_steps:
+            plan.problems.append(f"shard{plan.where or ' ' + shard.name}: step_offsets.riegeli lists "
+                                 f"{n_steps} steps, steps.riegeli holds {step_records}")
+        metadata = list(reader.episode_metadata())
+        read = sum(m is not None for m in metadata)
+        if meta_records is None or read < meta_records:
+            plan.metadata_lost = True
+            plan.problems.append(f"episode metadata{plan.where}: episode_metadata.riegeli holds "
+                                 f"{'some' if meta_records is None else meta_records} records, envlogger "
+                                 f"read {read} (an episode without metadata is not imported)")
+        expected = 0
+        for k in range(n_episodes):
+            try:
+                start, length = _span(reader, k)
+            except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
+                start, length = -1, 0
+                reason = f"envlogger cannot place it ({exc})"
+            else:
+                reason = ""
+            if not reason and start != expected:
+                reason = (f"the episode index puts it at step {start}, after the previous episode ends at "
+                          f"{expected}")
+            if not reason and not 0 < length <= n_steps - start:
+                reason = (f"the episode index gives it {length} steps from step {start}, and the step "
+                          f"offsets reach {n_steps} steps")
+            if reason:
+                plan.problems.append(f"episode {base + k}{plan.where}: {reason}")
+                plan.skipped_episodes += 1
+                expected = max(expected, start + max(length, 0))
+                continue
+            if plan.metadata_lost and metadata[k] is None:
+                plan.problems.append(f"episode {base + k} ({length} steps{plan.where}): its metadata was "
+                                     "not read")
+                plan.skipped_episodes += 1
+            else:
+                plan.episodes.append(_EpisodePlan(k, base + k, length, metadata[k]))
+            expected = start + length
+        if expected < n_steps:
+            plan.problems.append(f"{n_steps - expected} steps{plan.where} (from step {expected}): in no "
+                                 "episode of the episode index (episode_index.riegeli damaged)")
+    return plan
+
+
+def _episode(reader: Any, ep: _EpisodePlan, plan: _ShardPlan, *,
+             last: bool) -> tuple[list[Any], dict[str, Any]]:
+    """The steps of one episode and their RLDS columns, or :class:`_NotWhole`."""
+    try:
+        steps = list(reader.episodes[ep.local])
+        if len(steps) != ep.num_steps:
+            raise _NotWhole(f"envlogger returned {len(steps)} of its {ep.num_steps} steps")
+        # checks the dm_env order (FIRST first and only there, no action on it)
+        rlds = alignment.dm_env_to_rlds(
+            step_type=[int(s.timestep.step_type) for s in steps],
+            action=[s.action for s in steps],
+            reward=[s.timestep.reward for s in steps],
+            discount=[s.timestep.discount for s in steps],
+        )
+    except _NotWhole:
+        raise
+    except ValueError as exc:
+        raise _NotWhole(f"its steps do not form one episode ({exc}): the episode index is damaged") from None
+    except (RuntimeError, TypeError, IndexError, KeyError, AttributeError, EOFError, OSError) as exc:
+        raise _NotWhole(f"envlogger cannot read its steps ({type(exc).__name__}: {exc})") from None
+    if last and plan.last_must_end and not rlds["is_last"][-1]:
+        raise _NotWhole("it has no LAST step and steps after it are missing, so it may be cut short")
+    return steps, rlds
+
+
+def _import_shard(reader: Any, plan: _ShardPlan, add: _Adder, report: EnvloggerReport, pbar: Any, *,
+                  skip_corrupt: bool) -> None:
+    """Add the planned episodes of one shard that are whole; the others raise, or are skipped."""
+    for k, ep_plan in enumerate(plan.episodes):
+        pbar.update(1)
+        try:
+            steps, rlds = _episode(reader, ep_plan, plan, last=k == len(plan.episodes) - 1)
+        except _NotWhole as exc:
+            line = f"episode {ep_plan.episode_id} ({ep_plan.num_steps} steps{plan.where}): {exc}"
+            if not skip_corrupt:
+                raise CorruptFileError(plan.directory, _damage_message([line], run=report.run_id)) from None
+            report.skipped.append(line)
+            report.skipped_episodes += 1
+            # a riegeli reader stays failed after a damaged chunk: go on with a fresh one
+            reader = reader.copy()
+            continue
+        add(steps, rlds, ep_plan)
+        report.episodes += 1
+        report.steps += len(steps)
+
+
+class _Adder:
+    """Adds whole episodes (envlogger's dm_env order) to a sink's lane in RLDS alignment."""
+
+    def __init__(self, sink: Sink, obs_spec: Any, nested_action_spec: Any) -> None:
+        self.sink, self.lane = sink, sink.lanes[0]
+        self.obs_spec, self.action_spec = obs_spec, nested_action_spec
+
+    def __call__(self, steps: list[Any], rlds: dict[str, Any], plan: _EpisodePlan) -> None:
+        sink, lane = self.sink, self.lane
+        obs = [flat_value(s.timestep.observation, self.obs_spec) for s in steps]
+        if self.action_spec is None:
+            actions = [s.action for s in steps[1:]]
+        else:
+            actions = [flat_value(s.action, self.action_spec) for s in steps[1:]]
+        lane.obs += obs
+        sink.next_episode = plan.episode_id  # envlogger's episode index: a skipped one leaves a gap
+        ep = sink.new_episode()
+        lane.begin(ep, lane.rows - len(obs))
+        lane.action += actions
+        lane.reward += [s.timestep.reward for s in steps[1:]]
+        lane.discount += [s.timestep.discount for s in steps[1:]]
+        lane.custom += [s.custom_data for s in steps]
+        if rlds["is_last"][-1]:
+            lane.end(bool(rlds["is_terminal"][-1]))
+        else:
+            lane.cut()
+        ep.meta = plan.metadata
+        ep.first_reward, ep.first_discount = rlds["first_reward"], rlds["first_discount"]
+        sink.unflushed += len(steps)
+        if sink.due():
+            sink.flush()
+
+
+def _span(reader: Any, k: int) -> tuple[int, int]:
+    """(first step, number of steps) of episode ``k`` as envlogger's index gives them.
+
+    envlogger's public ``Reader`` gives an episode's steps but not where it starts; its
+    backend's ``_get_nth_episode_info`` (what ``Reader.episodes`` itself uses) does.
+    """
+    info = reader._backend._get_nth_episode_info(k)
+    return int(info.start), int(info.num_steps)
+
+
+def _records_or_none(path: Path, plan: _ShardPlan) -> int | None:
+    """How many records a riegeli file holds, or None (and a problem noted) if it cannot be told."""
+    if not path.is_file():
+        return 0
+    try:
+        return riegeli_record_count(path)
+    except CorruptFileError as exc:
+        plan.problems.append(str(exc))
+        return None
+
+
+def _damage_message(found: list[str], *, run: str | None = None) -> str:
+    """Why a directory is refused, and what to do about it."""
+    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+    if run is None:
+        return (f"damaged or cut short: what envlogger reads disagrees with the files ({shown}). Nothing "
+                "was imported; import again with skip_corrupt=True (rlarrow convert --skip-corrupt) to "
+                "import the episodes that are whole, or restore the directory from a copy")
+    return (f"damaged: {shown}. Run {run} keeps the episodes committed before it (a commit every "
+            f"{_STEPS_PER_COMMIT} steps); import again into a new run with skip_corrupt=True "
+            "(rlarrow convert --skip-corrupt) to import every episode that is whole")
+
+
+# ------------------------------------------------------------ shards
+
+
+def _shard_dirs(directory: Path) -> list[Path]:
+    """The shard folders envlogger reads, in its order (those holding step_offsets.riegeli)."""
+    return sorted((p for p in directory.iterdir() if p.is_dir() and (p / "step_offsets.riegeli").is_file()),
+                  key=lambda p: os.fsencode(p.name))
+
+
+def _views(directory: Path, shards: list[Path],
+           stack: contextlib.ExitStack) -> list[tuple[Path | None, Path]]:
+    """(shard, directory envlogger opens for it): the directory itself when it has one shard.
+
+    With several, each shard is read on its own (a temporary directory of links to it and
+    to ``metadata.riegeli``), so that what envlogger returns can be checked shard by shard.
+    """
+    if len(shards) <= 1:
+        return [(shards[0] if shards else None, directory)]
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlarrow-envlogger-")))
+    out: list[tuple[Path | None, Path]] = []
+    for i, shard in enumerate(shards):
+        view = root / str(i)
+        view.mkdir()
+        (view / "metadata.riegeli").symlink_to((directory / "metadata.riegeli").resolve())
+        (view / shard.name).symlink_to(shard.resolve(), target_is_directory=True)
+        out.append((shard, view))
+    return out
+
+
+def _metadata_view(directory: Path, stack: contextlib.ExitStack) -> Path:
+    """A directory with only ``metadata.riegeli`` (the run metadata and specs, no shard)."""
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlarrow-envlogger-")))
+    (root / "metadata.riegeli").symlink_to((directory / "metadata.riegeli").resolve())
+    return root
+
+
+@contextlib.contextmanager
+def _open(envlogger: Any, view: Path, directory: Path) -> Iterator[Any]:
+    """An envlogger Reader over ``view``; its failures as :class:`CorruptFileError` on ``directory``."""
+    try:
+        reader = envlogger.Reader(data_directory=os.fspath(view))
+    except (RuntimeError, ValueError, TypeError, OSError, EOFError, IndexError, KeyError) as exc:
+        raise CorruptFileError(directory, f"envlogger cannot open it ({type(exc).__name__}: {exc}); the "
+                               "directory is damaged") from exc
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+# ------------------------------------------------------------ riegeli record counts
+
+_BLOCK = 1 << 16
+_BLOCK_HEADER = 24
+_USABLE = _BLOCK - _BLOCK_HEADER
+_CHUNK_HEADER = 40
+_CHUNK = struct.Struct("<QQQB7sQ")  # header hash, data size, data hash, type, records, decoded size
+
+
+def riegeli_record_count(path: str | os.PathLike[str]) -> int:
+    """How many records a Riegeli/records file holds, from its chunk headers.
+
+    Walks the chunks as the format lays them out (a block header every 64 KiB, a chunk's
+    end from its data size and record count) without decoding them or checking their
+    hashes: envlogger's reader checks those, and this count tells whether it read them all.
+    Every size is checked against the bytes the file holds before it is used.
+
+    Raises:
+        CorruptFileError: not a Riegeli/records file, or a chunk that does not fit the file
+            (damaged, or cut short).
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    total = 0
+    pos = 0
+    with open(path, "rb") as fh:
+        while pos < size:
+            raw = _read_across_blocks(fh, pos, _CHUNK_HEADER, size)
+            if raw is None:
+                raise CorruptFileError(path, "ends inside a chunk header (truncated)", offset=pos)
+            _hash, data_size, _data_hash, kind, records_raw, _decoded = _CHUNK.unpack(raw)
+            records = int.from_bytes(records_raw, "little")
+            if pos == 0 and (kind != ord("s") or data_size or records):
+                raise CorruptFileError(path, "not a Riegeli/records file (no file signature)", offset=0)
+            # Python integers: a damaged size (up to 2^64 - 1) is compared, never allocated
+            end = max(_add_with_overhead(pos, _CHUNK_HEADER + data_size), _chunk_boundary(pos + records))
+            if end > size:
+                raise CorruptFileError(path, f"a chunk header claims {data_size} bytes and {records} "
+                                       f"records, which run to byte {end}, past the end of the file "
+                                       f"({size} bytes): truncated or damaged", offset=pos)
+            total += records
+            pos = end
+    return total
+
+
+def _add_with_overhead(pos: int, length: int) -> int:
+    """Where ``length`` bytes written from ``pos`` end, counting the block headers between."""
+    blocks = (length + (pos + _USABLE - 1) % _BLOCK) // _USABLE
+    return pos + length + blocks * _BLOCK_HEADER
+
+
+def _chunk_boundary(pos: int) -> int:
+    """The first position at or after ``pos`` where a chunk may end (not inside a block header)."""
+    remaining = _BLOCK - 1 - (pos + _BLOCK - 1) % _BLOCK
+    return pos + max(remaining - (_USABLE - 1), 0)
+
+
+def _read_across_blocks(fh: Any, pos: int, length: int, size: int) -> bytes | None:
+    """``length`` bytes from ``pos``, leaving out the block headers on the way; None past the end."""
+    out = b""
+    while len(out) < length:
+        if pos % _BLOCK < _BLOCK_HEADER:
+            pos += _BLOCK_HEADER - pos % _BLOCK
+        take = min(length - len(out), _BLOCK - pos % _BLOCK)
+        if pos + take > size:
+            return None
+        fh.seek(pos)
+        out += fh.read(take)
+        pos += take
+    return out
 
 
 def _dist_version(name: str) -> str | None:

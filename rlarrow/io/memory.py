@@ -15,10 +15,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+import struct
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +31,10 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow import schema as _schema
-from rlarrow.errors import InvalidInputError
+from rlarrow.errors import CorruptFileError, InvalidInputError
 
-__all__ = ["MemorySnapshot", "atomic_output", "export_tensors"]
+__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_zip_crcs", "export_tensors", "is_zip",
+           "tensor_name_problem", "zip_crc_check", "zip_members"]
 
 
 @dataclass
@@ -233,3 +238,199 @@ def atomic_output(path: str | os.PathLike[str], *, overwrite: bool = False) -> I
         os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def tensor_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a tensor's name in an export, or None when it can.
+
+    A tensor name is what skrl and rofunc give ``create_tensor``: non-empty, printable,
+    without surrounding spaces or path separators. Damage to a file's member names usually
+    breaks one of these rules. (A name that is one of the ``memory`` table's own columns is
+    a valid name but cannot be stored: :class:`MemorySnapshot` says so.)
+    """
+    if not name:
+        return "an empty name"
+    if not name.isprintable():
+        return "a name with non-printable characters"
+    if name != name.strip():
+        return "a name with leading or trailing spaces"
+    if "/" in name or "\\" in name:
+        return "a name with a path separator"
+    return None
+
+
+# ---------------------------------------------------------------- zip archives (.pt, .npz)
+
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip's local file header, 30 bytes
+_UTF8_NAMES = 0x800  # general-purpose flag: the member name is UTF-8 (else cp437)
+_ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+@dataclass(frozen=True)
+class ZipMember:
+    """Where one member of a zip archive lies in the file, and its recorded CRC-32.
+
+    Attributes:
+        name: the member's name (from the central directory; the local header agrees).
+        start: file offset of the member's (stored or compressed) bytes.
+        size: how many bytes it occupies in the file.
+        crc: the CRC-32 the archive records for its uncompressed bytes.
+        stored: whether it is stored uncompressed (``start``/``size`` are then the data itself).
+    """
+
+    name: str
+    start: int
+    size: int
+    crc: int
+    stored: bool
+
+
+def is_zip(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a zip archive (a damaged one too: :func:`zip_members` then says how).
+
+    ``zipfile.is_zipfile`` raises, rather than answers, for some damaged end records.
+    """
+    try:
+        return zipfile.is_zipfile(path)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error,
+            NotImplementedError):
+        return True
+
+
+def zip_members(path: str | os.PathLike[str]) -> list[ZipMember]:
+    """The members of a zip archive (a ``.pt`` or ``.npz`` export), checked against the file.
+
+    Each member's local header must be where the central directory says, carry the same
+    name, and its bytes must end within the file. Their checksums are left to
+    :func:`check_zip_crcs`.
+
+    Raises:
+        CorruptFileError: not a readable zip archive, or a member that the file does not hold
+            as the archive describes it.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error,
+            NotImplementedError) as exc:  # "zip file version 6.4": a damaged directory entry
+        raise CorruptFileError(path, f"not a readable zip archive ({exc}); the file is damaged or "
+                               "truncated: export the memory again") from exc
+    size = path.stat().st_size
+    out = []
+    with open(path, "rb") as fh:
+        listed = _listed_members(fh, size)
+        if listed is not None and listed != len(infos):
+            # zipfile reads the directory until its byte size is used up: an entry whose name or
+            # extra-field length is damaged swallows the entries after it without a word
+            raise CorruptFileError(path, f"the archive's end record lists {listed} members, its directory "
+                                   f"holds {len(infos)} (the directory is damaged); export the memory again")
+        for info in infos:
+            where = f"member {info.filename!r}"
+            if info.compress_type not in _ZIP_METHODS:
+                raise CorruptFileError(path, f"{where}: compression method {info.compress_type}, which "
+                                       "neither torch.save nor np.savez writes (the file is damaged); "
+                                       "export the memory again")
+            if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
+                raise CorruptFileError(path, f"{where}: its header lies past the end of the file "
+                                       "(truncated or damaged); export the memory again")
+            fh.seek(info.header_offset)
+            head = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+            name_len, extra_len = head[10], head[11]
+            if head[0] != b"PK\x03\x04":
+                raise CorruptFileError(path, f"{where}: no local header at its offset (the file is "
+                                       "damaged); export the memory again")
+            raw = fh.read(name_len)
+            local = raw.decode("utf-8" if info.flag_bits & _UTF8_NAMES else "cp437", "replace")
+            if local != info.orig_filename:
+                raise CorruptFileError(path, f"{where}: its local header names it {local!r} (the file's "
+                                       "member names are damaged); export the memory again")
+            start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+            if start + info.compress_size > size:
+                raise CorruptFileError(path, f"{where} runs past the end of the file "
+                                       f"({start + info.compress_size} > {size} bytes): truncated; "
+                                       "export the memory again")
+            out.append(ZipMember(info.filename, start, info.compress_size, info.CRC,
+                                 info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1))
+    return out
+
+
+_END = struct.Struct("<4s4H2LH")  # end of central directory record, 22 bytes (+ a comment)
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")  # zip64 end record locator, 20 bytes, just before _END
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")  # zip64 end of central directory record, 56 bytes
+
+
+def _listed_members(fh: Any, size: int) -> int | None:
+    """How many members a zip's end record says the archive has (None if it cannot be told).
+
+    Reads at most the last 64 KiB + 22 bytes (the end record and its longest comment) and
+    the 56-byte zip64 record; every offset is checked against ``size`` before it is read.
+    """
+    tail_len = min(size, _END.size + 0xFFFF)
+    fh.seek(size - tail_len)
+    tail = fh.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _END.size > len(tail):
+        return None
+    total: int = _END.unpack_from(tail, at)[4]
+    if total != 0xFFFF:
+        return total
+    if at < _ZIP64_LOCATOR.size:
+        return None
+    signature, _disk, offset, _disks = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
+    if signature != b"PK\x06\x07" or offset + _ZIP64_END.size > size:
+        return None
+    fh.seek(offset)
+    record = fh.read(_ZIP64_END.size)
+    if record[:4] != b"PK\x06\x06":
+        return None
+    zip64_total: int = _ZIP64_END.unpack(record)[7]
+    return zip64_total
+
+
+def check_zip_crcs(path: str | os.PathLike[str], members: Iterable[ZipMember]) -> None:
+    """Check the CRC-32 of each of ``members`` (from :func:`zip_members`) against its bytes.
+
+    Stored members are checked in place (the file is memory-mapped; ``zlib.crc32`` releases
+    the GIL, so this may run in a thread while the data is used); compressed ones are read
+    through :mod:`zipfile`, which checks them as it inflates.
+
+    Raises:
+        CorruptFileError: naming the first member whose bytes do not match their CRC-32.
+    """
+    path = Path(path)
+    members = list(members)
+    stored = [m for m in members if m.stored]
+    if stored:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+                    for m in stored:
+                        with view[m.start:m.start + m.size] as data:
+                            ok = zlib.crc32(data) == m.crc
+                        if not ok:
+                            raise _crc_mismatch(path, m.name)
+    packed = [m for m in members if not m.stored]
+    if packed:
+        try:
+            with zipfile.ZipFile(path) as zf:
+                for m in packed:
+                    with zf.open(m.name) as fh:
+                        while fh.read(1 << 20):
+                            pass
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
+            name = next((m.name for m in packed if m.name in str(exc)), packed[0].name)
+            raise CorruptFileError(path, f"member {name!r} cannot be read back intact ({exc}): the "
+                                   "file is damaged; export the memory again") from exc
+
+
+def zip_crc_check(path: str | os.PathLike[str], members: Iterable[ZipMember]) -> Callable[[], None]:
+    """:func:`check_zip_crcs` of ``members``, as a function to call later (say, in a thread)."""
+    members = list(members)
+    return lambda: check_zip_crcs(path, members)
+
+
+def _crc_mismatch(path: Path, member: str) -> CorruptFileError:
+    return CorruptFileError(path, f"member {member!r} fails its CRC-32 check: the file is damaged "
+                            "(bits changed since it was written); export the memory again, or restore "
+                            "it from a copy")

@@ -69,19 +69,81 @@ def _json(path: Path) -> Any:
 
 
 def _read_part(path: Path) -> pa.Table:
+    """One part file of an episode, checked through (offsets, UTF-8, column names)."""
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(path)
-        with pa.memory_map(os.fspath(path)) as source:
-            try:
-                return pa.ipc.open_file(source).read_all()
-            except pa.ArrowInvalid:
-                source.seek(0)
-                return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowException, OSError) as exc:  # invalid, not implemented, type errors: all damage
-        raise CorruptFileError(path, f"not a readable Minari episode file ({exc})") from exc
+            table = pq.read_table(path)
+        else:
+            with pa.memory_map(os.fspath(path)) as source:
+                try:
+                    table = pa.ipc.open_file(source).read_all()
+                except pa.ArrowInvalid:
+                    source.seek(0)
+                    table = pa.ipc.open_stream(source).read_all()
+        # arrow reads lazily: damage to offsets, validity or strings shows only here
+        table.validate(full=True)
+        _ = table.column_names
+        return table
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
+        # invalid, not implemented, type errors, garbled names: all damage
+        raise CorruptFileError(path, f"not a readable Minari episode file ({type(exc).__name__}: {exc}); "
+                               "the file is damaged: restore the dataset or download it again") from exc
+
+
+def _concat(parts: list[Path]) -> pa.Table:
+    """An episode's part files as one table (parts that disagree on columns are damage)."""
+    tables = [_read_part(p) for p in parts]
+    try:
+        return pa.concat_tables(tables).combine_chunks()
+    except (pa.ArrowException, ValueError) as exc:
+        raise CorruptFileError(parts[0], f"the parts of this episode do not fit together ({exc}): the "
+                               "dataset is damaged; restore it or download it again") from exc
+
+
+def _infos(part: Path, table: pa.Table) -> list[Any] | None:
+    """The ``infos`` column as Python values (None when the episode has none)."""
+    if "infos" not in table.column_names:
+        return None
+    try:
+        infos: list[Any] = table.column("infos").to_pylist()
+    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(part, f"the episode's infos cannot be read ({exc}): the file is "
+                               "damaged") from exc
+    return infos
+
+
+def _check_episode(path: Path, meta: Any, n: int, reward: pa.ChunkedArray | pa.Array) -> None:
+    """Compare an episode with what its ``metadata.json`` says (Minari writes its steps and reward sum)."""
+    if not isinstance(meta, dict):
+        return
+    total = meta.get("total_steps")
+    if isinstance(total, int) and total != n:
+        raise CorruptFileError(path, f"says the episode has {total} steps, its data has {n}: the dataset is "
+                               "damaged; restore it or download it again")
+    said = meta.get("rewards_sum")
+    if isinstance(said, (int, float)) and not isinstance(said, bool) and n:
+        try:
+            got = float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64))
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise CorruptFileError(path.parent, f"the episode's rewards cannot be read ({exc})") from exc
+        if not np.isclose(got, said, rtol=1e-9, atol=1e-9, equal_nan=True):
+            raise CorruptFileError(path, f"says the episode's rewards sum to {said}, its data sums to {got}: "
+                                   "the dataset is damaged; restore it or download it again")
+
+
+def _check_dataset(path: Path, meta: dict[str, Any], episodes: int, steps: int | None) -> None:
+    """Compare the episodes found (and their steps, when known) with the dataset's ``metadata.json``."""
+    said = meta.get("total_episodes")
+    if isinstance(said, int) and said != episodes:
+        raise CorruptFileError(path, f"says the dataset has {said} episodes, its data folder has {episodes}: "
+                               "episodes are missing or the file is damaged; restore the dataset or "
+                               "download it again")
+    total = meta.get("total_steps")
+    if steps is not None and isinstance(total, int) and total != steps:
+        raise CorruptFileError(path, f"says the dataset has {total} steps, its episodes have {steps}: "
+                               "restore the dataset or download it again")
 
 
 def _part_number(path: Path) -> int:
@@ -126,6 +188,7 @@ def import_minari(
     episode_dirs = sorted(
         (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
     )
+    _check_dataset(data / "metadata.json", meta, len(episode_dirs), None)
     own = not isinstance(store, Store)
     st = Store.open(store, create=True) if not isinstance(store, Store) else store
     try:
@@ -149,62 +212,18 @@ def import_minari(
             bar(len(episode_dirs), "import minari", "episode", progress) as pbar,
         ):
             for ep_dir in episode_dirs:
-                parts = sorted(
-                    ep_dir.glob(f"part-*.{'arrow' if fmt == 'arrow' else 'parquet'}"), key=_part_number
-                )
-                if not parts:
-                    raise CorruptFileError(ep_dir, "episode directory without part files")
-                table = pa.concat_tables([_read_part(p) for p in parts]).combine_chunks()
-                episode_id = int(ep_dir.name)
-                n = table.num_rows - 1  # N actions, N + 1 observations
-                if n < 0:
-                    raise CorruptFileError(parts[0], "an episode without rows")
-                missing = [c for c in ("observations", "actions", "rewards", "terminations", "truncations")
-                           if c not in table.column_names]
-                if missing:
-                    raise CorruptFileError(parts[0], f"an episode without Minari's column(s) {missing}")
-                action, reward = table.column("actions"), table.column("rewards")
-                term = table.column("terminations").slice(0, n).to_pylist()
-                trunc = table.column("truncations").slice(0, n).to_pylist()
                 try:
-                    rlds = alignment.minari_to_rlds(action=[0] * n, reward=[0] * n, termination=term,
-                                                    truncation=trunc, num_observations=n + 1)
-                except ValueError as exc:
-                    raise InvalidInputError(parts[0], f"episode {episode_id}: {exc}") from exc
-                infos = table.column("infos").to_pylist() if "infos" in table.column_names else None
-                steps = _schema.build(
-                    "steps",
-                    {
-                        "run_id": run,
-                        "episode_id": episode_id,
-                        "step": np.arange(n + 1),
-                        "env_index": 0,
-                        "observation": table.column("observations"),
-                        "action": _with_last_null(action, n),
-                        "reward": _with_last_null(reward.cast(pa.float64()), n),
-                        "discount": pa.nulls(n + 1, pa.float64()),
-                        "is_first": rlds["is_first"],
-                        "is_last": rlds["is_last"],
-                        "is_terminal": rlds["is_terminal"],
-                        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
-                    },
-                    num_rows=n + 1,
-                    established=st.schema("steps"),
-                )
+                    steps, row = _episode(ep_dir, fmt, run, st.schema("steps"))
+                except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
+                    raise CorruptFileError(ep_dir, f"the episode's data is damaged ({type(exc).__name__}: "
+                                           f"{exc}); restore the dataset or download it again") from exc
                 writer.write(steps)
-                ep_meta_path = ep_dir / "metadata.json"
-                ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
-                ep_rows["episode_id"].append(episode_id)
-                ep_rows["num_steps"].append(n + 1)
-                ep_rows["return"].append(
-                    float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64))
-                )
-                ep_rows["terminated"].append(bool(rlds["is_terminal"][-1]))
-                ep_rows["truncated"].append(bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]))
-                ep_rows["metadata"].append(ep_meta)
+                for key, value in row.items():
+                    ep_rows[key].append(value)
                 report.episodes += 1
-                report.steps += n + 1
+                report.steps += steps.num_rows
                 pbar.update(1)
+            _check_dataset(data / "metadata.json", meta, report.episodes, report.steps - report.episodes)
         if ep_rows["episode_id"]:
             st.append(
                 "episodes",
@@ -223,6 +242,63 @@ def import_minari(
     finally:
         if own:
             st.close()
+
+
+def _episode(ep_dir: Path, fmt: str, run: str,
+             established: pa.Schema | None) -> tuple[pa.Table, dict[str, Any]]:
+    """One episode folder as ``steps`` rows, and its ``episodes`` row (without the run's columns)."""
+    parts = sorted(ep_dir.glob(f"part-*.{'arrow' if fmt == 'arrow' else 'parquet'}"), key=_part_number)
+    if not parts:
+        raise CorruptFileError(ep_dir, "episode directory without part files")
+    table = _concat(parts)
+    episode_id = int(ep_dir.name)
+    n = table.num_rows - 1  # N actions, N + 1 observations
+    if n < 0:
+        raise CorruptFileError(parts[0], "an episode without rows")
+    missing = [c for c in ("observations", "actions", "rewards", "terminations", "truncations")
+               if c not in table.column_names]
+    if missing:
+        raise CorruptFileError(parts[0], f"an episode without Minari's column(s) {missing}")
+    action, reward = table.column("actions"), table.column("rewards")
+    term = table.column("terminations").slice(0, n).to_pylist()
+    trunc = table.column("truncations").slice(0, n).to_pylist()
+    try:
+        rlds = alignment.minari_to_rlds(action=[0] * n, reward=[0] * n, termination=term,
+                                        truncation=trunc, num_observations=n + 1)
+    except ValueError as exc:
+        raise InvalidInputError(parts[0], f"episode {episode_id}: {exc}") from exc
+    ep_meta_path = ep_dir / "metadata.json"
+    ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
+    _check_episode(ep_meta_path, ep_meta, n, reward)
+    infos = _infos(parts[0], table)
+    steps = _schema.build(
+        "steps",
+        {
+            "run_id": run,
+            "episode_id": episode_id,
+            "step": np.arange(n + 1),
+            "env_index": 0,
+            "observation": table.column("observations"),
+            "action": _with_last_null(action, n),
+            "reward": _with_last_null(reward.cast(pa.float64()), n),
+            "discount": pa.nulls(n + 1, pa.float64()),
+            "is_first": rlds["is_first"],
+            "is_last": rlds["is_last"],
+            "is_terminal": rlds["is_terminal"],
+            "metadata": [{"infos": i} for i in infos] if infos is not None else None,
+        },
+        num_rows=n + 1,
+        established=established,
+    )
+    row = {
+        "episode_id": episode_id,
+        "num_steps": n + 1,
+        "return": float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)),
+        "terminated": bool(rlds["is_terminal"][-1]),
+        "truncated": bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]),
+        "metadata": ep_meta,
+    }
+    return steps, row
 
 
 def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:

@@ -4,7 +4,8 @@ Loaded with ``allow_pickle=False``: object arrays are refused, never unpickled. 
 uncompressed export (what ``np.savez`` writes) is memory-mapped instead of copied, and its
 members' CRC-32 checksums are verified (:func:`open_npz` hands that check back, to run while
 the arrays are used: a conversion checks them while it writes, before it commits);
-compressed ones go through ``np.load``.
+compressed ones go through ``np.load``. Member names must be ``<tensor name>.npy``: a damaged
+name is a :class:`~rlarrow.errors.CorruptFileError`, never a tensor under a garbled name.
 :func:`write_npz` writes what skrl's ``Memory.save(format="npz")`` writes (``np.savez``,
 uncompressed, names sorted), byte for byte.
 """
@@ -13,18 +14,25 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 import tokenize
 import zipfile
-import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlarrow.errors import CorruptFileError, UnsupportedInputError
-from rlarrow.io.memory import MemorySnapshot, atomic_output, export_tensors
+from rlarrow.errors import CorruptFileError, RLArrowError, UnsupportedInputError
+from rlarrow.io.memory import (
+    MemorySnapshot,
+    ZipMember,
+    atomic_output,
+    export_tensors,
+    is_zip,
+    tensor_name_problem,
+    zip_crc_check,
+    zip_members,
+)
 
 __all__ = ["open_npz", "read_npz", "write_npz"]
 
@@ -33,8 +41,9 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
     """Read a ``.npz`` memory export into a :class:`~rlarrow.io.memory.MemorySnapshot`.
 
     Raises:
-        UnsupportedInputError: a member is an object (pickled) array, or not an ``.npy``.
-        CorruptFileError: the file is truncated or damaged.
+        UnsupportedInputError: a member is an object (pickled) array.
+        CorruptFileError: the file is truncated or damaged: a member fails its CRC-32, or is
+            not named ``<tensor name>.npy``, or its array header does not fit its size.
     """
     snap, verify = open_npz(path)
     verify()
@@ -44,19 +53,24 @@ def read_npz(path: str | os.PathLike[str]) -> MemorySnapshot:
 def open_npz(path: str | os.PathLike[str]) -> tuple[MemorySnapshot, Callable[[], None]]:
     """:func:`read_npz`, with the checksum verification handed back to run later.
 
-    For an uncompressed export (memory-mapped), ``verify()`` reads the members through and
-    checks their CRC-32s, raising :class:`CorruptFileError` on a mismatch; it may run in
-    another thread (zlib releases the GIL) while the arrays are used, and must have passed
-    before anything made from them is trusted. For compressed exports ``np.load`` has
-    checked them already and ``verify`` does nothing.
+    Every member must be named ``<tensor name>.npy`` (see
+    :func:`rlarrow.io.memory.tensor_name_problem`), with the same name in its local header
+    as in the archive's directory. For an uncompressed export (memory-mapped), ``verify()``
+    reads the members through and checks their CRC-32s, raising :class:`CorruptFileError`
+    on a mismatch; it may run in another thread (zlib releases the GIL) while the arrays
+    are used, and must have passed before anything made from them is trusted. For
+    compressed exports ``np.load`` has checked them already and ``verify`` does nothing.
     """
     path = Path(path)
     tensors: dict[str, np.ndarray] = {}
     try:
-        found = _mapped(path)
-        if found is not None:
-            mapped, verify = found
-            return MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz"), verify
+        members = zip_members(path) if is_zip(path) else []
+        for member in members:
+            _check_name(path, member.name)
+        if members and all(m.stored for m in members):
+            mapped = _mapped(path, members)
+            return (MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz"),
+                    zip_crc_check(path, members))
         with open(path, "rb") as fh:  # our handle: np.load leaks its own on a damaged zip
             loaded = np.load(fh, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -64,7 +78,7 @@ def open_npz(path: str | os.PathLike[str]) -> tuple[MemorySnapshot, Callable[[],
             with loaded as npz:
                 for name in npz.files:
                     tensors[name] = npz[name]
-    except FileNotFoundError:
+    except (FileNotFoundError, RLArrowError):
         raise
     except ValueError as exc:
         if "allow_pickle" in str(exc):
@@ -80,33 +94,28 @@ def _nothing() -> None:
     return None
 
 
-def _mapped(path: Path) -> tuple[dict[str, np.ndarray], Callable[[], None]] | None:
-    """The members of an uncompressed ``.npz`` as read-only memory maps, and their checksum check.
+def _check_name(path: Path, member: str) -> None:
+    """Refuse a member that is not ``<tensor name>.npy`` (np.savez names members so)."""
+    problem = None if member.endswith(".npy") else "not '<tensor name>.npy'"
+    if problem is None:
+        problem = tensor_name_problem(member[:-4])
+    if problem is not None:
+        raise CorruptFileError(path, f"member {member!r} cannot name a tensor ({problem}): np.savez "
+                               "writes '<tensor name>.npy', so the file is damaged or not a memory export; "
+                               "export the memory again")
 
-    None when a member is compressed or encrypted (``np.load`` reads those). Raises what
-    :func:`read_npz` documents for damage and object arrays; the returned check raises
-    :class:`CorruptFileError` for a member whose CRC-32 does not match.
+
+def _mapped(path: Path, members: list[ZipMember]) -> dict[str, np.ndarray]:
+    """The (stored) members of an ``.npz`` as read-only memory maps, by tensor name.
+
+    Raises what :func:`read_npz` documents for damage and object arrays (their checksums
+    are :func:`open_npz`'s ``verify``).
     """
-    with zipfile.ZipFile(path) as zf:
-        infos = zf.infolist()
-    if not infos or any(i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 1 for i in infos):
-        return None
-    size = path.stat().st_size
     out: dict[str, np.ndarray] = {}
-    sums: list[tuple[str, int, np.ndarray | None, int]] = []  # member, header's CRC, data, expected
     with open(path, "rb") as fh:
-        for info in infos:
-            fh.seek(info.header_offset)
-            local = fh.read(30)
-            if len(local) < 30 or local[:4] != b"PK\x03\x04":
-                raise CorruptFileError(path, f"member {info.filename!r}: no local header at its offset")
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name_len + extra_len
-            end = start + info.file_size
-            if end > size:
-                raise CorruptFileError(path, f"member {info.filename!r} runs past the end of the file "
-                                       f"({end} > {size} bytes): truncated")
-            fh.seek(start)
+        for member in members:
+            end = member.start + member.size
+            fh.seek(member.start)
             try:
                 version = np.lib.format.read_magic(fh)
                 if version == (1, 0):
@@ -114,35 +123,21 @@ def _mapped(path: Path) -> tuple[dict[str, np.ndarray], Callable[[], None]] | No
                 else:
                     shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
             except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:  # a Python literal
-                raise CorruptFileError(path, f"member {info.filename!r}: damaged .npy header "
+                raise CorruptFileError(path, f"member {member.name!r}: damaged .npy header "
                                        f"({exc})") from exc
             if dtype.hasobject:
                 raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
             offset = fh.tell()
             if offset + math.prod(shape) * dtype.itemsize != end:
-                raise CorruptFileError(path, f"member {info.filename!r}: its array header does not match "
+                raise CorruptFileError(path, f"member {member.name!r}: its array header does not match "
                                        "its size")
-            fh.seek(start)
-            head_crc = zlib.crc32(fh.read(offset - start))
-            data = None
             if math.prod(shape) == 0:
                 array = np.empty(shape, dtype, order="F" if fortran else "C")
             else:
                 array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
                                   order="F" if fortran else "C")
-                data = array.reshape(-1, order="A").view(np.uint8)
-            sums.append((info.filename, head_crc, data, info.CRC))
-            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            out[name] = np.asarray(array)
-
-    def verify() -> None:
-        for member, crc, data, expected in sums:
-            if data is not None:
-                crc = zlib.crc32(data.data, crc)
-            if crc != expected:
-                raise CorruptFileError(path, f"member {member!r} fails its CRC-32 check: the file is damaged")
-
-    return out, verify
+            out[member.name[:-4]] = np.asarray(array)
+    return out
 
 
 def write_npz(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,

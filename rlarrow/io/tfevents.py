@@ -16,7 +16,9 @@ them itself:
 - **Damage**: a truncated last record (a run still writing, or killed) ends the file with an
   :class:`~rlarrow.errors.TruncatedInputWarning`, keeping every complete record before it; a
   record whose checksum fails raises :class:`~rlarrow.errors.CorruptFileError` naming the
-  file and byte offset, or is skipped (and counted) with ``on_corrupt="skip"``.
+  file and byte offset, or is skipped (and counted) with ``on_corrupt="skip"``. A length
+  field is never trusted beyond the bytes the file still holds: a huge one (up to 2^64 - 1)
+  fails its checksum, or reads as that incomplete last record, and never allocates.
 
 A directory is read recursively: every directory holding event files (names containing
 ``tfevents``) is one TensorBoard run, named by its path below the root (``"."`` for the root
@@ -617,13 +619,21 @@ class TfeventsReader:
             rest = end - pos
             if eof and rest:
                 self.report.truncated.append(os.fspath(path))
+                said = ""
+                if rest >= _HEADER:
+                    said = f", though its length field says {_U64.unpack_from(data, pos)[0]} bytes"
                 warnings.warn(TruncatedInputWarning(
-                    path, f"the last record at byte {base + pos} is incomplete ({rest} bytes; a run still "
-                    "writing, or killed); every complete record before it was read"), stacklevel=4)
+                    path, f"the last record at byte {base + pos} is incomplete ({rest} bytes{said}; a run "
+                    "still writing, or killed, or a damaged length); every complete record before it was "
+                    "read"), stacklevel=4)
                 break
             if rest >= _HEADER:
+                # a record longer than a chunk: read it whole, but never more than the file still
+                # holds (a damaged length field can say 2^64 - 1); a record that runs past the end
+                # is then the incomplete last record above
                 (n,) = _U64.unpack_from(data, pos)
-                want = max(self.chunk_bytes, n + _FRAMING + (1 << 16))
+                left = max(os.fstat(fh.fileno()).st_size - fh.tell(), 0)
+                want = max(self.chunk_bytes, min(n + _FRAMING, rest + left) + (1 << 16))
             else:
                 want = self.chunk_bytes
             carry = data[pos:]
