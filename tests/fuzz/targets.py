@@ -1,31 +1,50 @@
-"""Fuzz targets: every importer, fed mutated real files.
+"""Fuzz targets: every importer, fed mutated real files, checked for what it imported.
 
-A target takes the path of a (mutated) input and imports it. What may come out is a
-result or an rlarrow error (:class:`rlarrow.errors.RLArrowError`: a clear message naming the
-file); anything else is a bug. Importers that write run against a store that already holds
-a commit, which must come through untouched.
+A target takes the path of a (mutated) input and imports it. What may come out:
+
+* an rlarrow error (:class:`rlarrow.errors.RLArrowError`, a clear message naming the file):
+  the damage was found (*rejected*);
+* a result equal to what the unmutated seed imports: the mutation hit bytes that do not
+  carry values (padding, ignored metadata, a checksum-protected copy of something read
+  elsewhere) (*equal*);
+* a result that the importer itself announced as partial (a truncated last record, damaged
+  parts skipped on request): every row it imported must be a row the seed imports (*partial*);
+* a result whose rows are all the seed's, some repeated or missing, unannounced: the
+  mutation repeated or cut out exactly one whole record of a record-framed file, which makes
+  a valid file that no checksum can tell from the original (*reframed*);
+* anything else is a failure: a crash, a foreign exception, damage to a store's earlier
+  data, or values that differ from the seed's with no error (*different*): damage that went
+  unnoticed. Only formats without checksums may import different values (:data:`NO_CHECKSUM`).
+
+Importers that write run against a store that already holds a commit, which must come
+through untouched.
 
 Seeds are files the real tools write: rlarrow's exporters, which write skrl's bytes exactly
-(pt, npz, csv), TensorBoard's event format and store Parquet, and the fixtures in tests/fixtures
-written by skrl, envlogger, Minari, torch and tianshou.
+(pt, npz, csv), TensorBoard's event format and store Parquet, and the fixtures
+(tests/fixtures) written by skrl, envlogger, Minari, torch and tianshou.
 
 Used by ``test_fuzz.py`` (hypothesis drives the mutations) and ``run.py`` (a standalone loop
-that reports how many inputs each importer was fed).
+that reports, per importer, how many inputs were rejected, imported equal, partial, or
+different).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
+import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import rlarrow
-from rlarrow.errors import RLArrowError
+from rlarrow.errors import RLArrowError, TruncatedInputWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -34,13 +53,17 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def mutate(data: bytes, ops: list[tuple[int, float, int]]) -> bytes:
-    """Apply ``ops`` (kind, where in 0..1, byte) to ``data``: flips, sets, cuts, inserts, repeats."""
+    """Apply ``ops`` (kind, where in 0..1, value) to ``data``.
+
+    Kinds: flip a bit, set a byte, truncate, insert, delete a run, repeat what came before,
+    write a large 32-bit or a huge 64-bit length field.
+    """
     out = bytearray(data)
     for kind, where, value in ops:
         if not out:
             break
         i = min(len(out) - 1, int(where * len(out)))
-        k = kind % 7
+        k = kind % 8
         if k == 0:
             out[i] ^= 1 << (value % 8)  # one bit
         elif k == 1:
@@ -53,9 +76,14 @@ def mutate(data: bytes, ops: list[tuple[int, float, int]]) -> bytes:
             del out[i:i + 1 + value % 64]  # delete a run
         elif k == 5:
             out[i:i] = out[max(0, i - 1 - value % 64):i]  # repeat what came before
-        else:
+        elif k == 6:
             out[i:i + 4] = (0xFFFFFFFF - value).to_bytes(4, "little")  # a large length field
+        else:
+            out[i:i + 8] = _HUGE[value % len(_HUGE)].to_bytes(8, "little")  # a huge 64-bit length
     return bytes(out)
+
+
+_HUGE = (1 << 40, 1 << 62, 1 << 63, (1 << 64) - 1)
 
 
 def mutated_copy(seed: Path, tmp: Path, ops: list[tuple[int, float, int]], pick: int = 0) -> Path:
@@ -126,10 +154,62 @@ def seeds(directory: Path) -> dict[str, list[Path]]:
     out["store"] = _store_dir(directory)
     out["minari"] = [p for p in (FIXTURES / "minari" / "cartpole").glob("*-v0") if p.is_dir()]
     out["envlogger"] = [p for p in (FIXTURES / "envlogger").glob("*") if p.is_dir()]
+    for variant, kind in SEED_KIND.items():
+        out[variant] = out[kind]
     return {k: [p for p in v if p.exists()] for k, v in out.items()}
 
 
 # ------------------------------------------------------------------ targets
+
+#: Importers whose inputs carry no checksum over (all of) their values: damage there can
+#: import as different values, and no reader could tell. csv is plain text; a Minari dataset
+#: is Arrow IPC or Parquet written without page checksums, plus JSON (rlarrow checks what
+#: Minari's metadata.json repeats: step counts, reward sums, episode count); a store's
+#: Parquet files are written without page checksums.
+NO_CHECKSUM = {
+    "csv": "plain text: no checksum at all",
+    "minari": "Arrow IPC and Parquet without page checksums, JSON metadata: values are not checksummed "
+              "(step counts and reward sums are checked against metadata.json)",
+    "store": "store Parquet files are written without page checksums",
+}
+
+#: Columns that differ between two imports of the same data (where and when).
+_VOLATILE = {"created_at", "source_path"}
+_TABLES = ("runs", "episodes", "steps", "scalars", "memory")
+
+Fingerprint = dict[str, Counter[str]]
+
+
+@dataclass
+class Result:
+    """What one target made of one input: what it imported, and whether it said it was partial."""
+
+    fingerprint: Fingerprint
+    partial: bool = False
+
+
+def fingerprint(path: Path, *, skip_run: str | None = "before") -> Fingerprint:
+    """Every row of a store's tables (but ``skip_run``'s), canonical, as a multiset per table."""
+    out: Fingerprint = {}
+    with rlarrow.Store.open(path, readonly=True) as st:
+        for table in _TABLES:
+            if table not in st.tables() or not st.row_count(table):
+                continue
+            rows = st.read(table).to_pylist()
+            out[table] = Counter(
+                repr(sorted((k, _canonical(k, v)) for k, v in row.items() if k not in _VOLATILE))
+                for row in rows if skip_run is None or row.get("run_id") != skip_run)
+    return {k: v for k, v in out.items() if v}
+
+
+def _canonical(column: str, value: Any) -> Any:
+    """JSON columns with their keys sorted (envlogger's metadata comes back in any order)."""
+    if isinstance(value, str) and (column.startswith(("metadata", "env_specs"))):
+        try:
+            return json.dumps(json.loads(value), sort_keys=True)
+        except ValueError:
+            return value
+    return value
 
 
 def _base_store(path: Path) -> tuple[rlarrow.Store, Any]:
@@ -150,60 +230,117 @@ def _check_untouched(path: Path, before: Any) -> None:
     assert kept.equals(before), f"{path}: a failed import changed data committed before it"
 
 
-def _convert(kind: str) -> Callable[[Path, Path], Any]:
-    def target(path: Path, tmp: Path) -> Any:
+def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]:
+    def target(path: Path, tmp: Path) -> Result:
         store = tmp / "s.rlarrow"
         st, before = _base_store(store)
+        partial = False
         try:
             if kind == "memory":
                 from rlarrow.convert import convert_memory
 
-                return convert_memory([path], st, num_envs=2, progress=False)
-            if kind == "tfevents":
+                convert_memory([path], st, run_id="fuzz", num_envs=2, progress=False)
+            elif kind == "tfevents":
                 from rlarrow.io.tfevents import import_tfevents
 
-                return import_tfevents(path, st, progress=False)
-            if kind == "minari":
+                report = import_tfevents(path, st, run_id="fuzz", on_corrupt="skip" if skip else "raise",
+                                         progress=False)
+                partial = bool(report.corrupt or report.truncated)
+            elif kind == "minari":
                 from rlarrow.io.minari import import_minari
 
-                return import_minari(path, st, progress=False)
-            from rlarrow.io.envlogger import import_envlogger
+                import_minari(path, st, run_id="fuzz", progress=False)
+            else:
+                from rlarrow.io.envlogger import import_envlogger
 
-            return import_envlogger(path, st, progress=False)
+                env_report = import_envlogger(path, st, run_id="fuzz", progress=False, skip_corrupt=skip)
+                partial = bool(env_report.skipped)
         finally:
             st.close()
             _check_untouched(store, before)
+        return Result(fingerprint(store), partial)
     return target
 
 
-def _store_target(path: Path, tmp: Path) -> Any:
+def _store_target(path: Path, tmp: Path) -> Result:
     """A store with one of its files mutated (a part file, the manifest): open, read, query."""
     with rlarrow.Store.open(path, readonly=True) as st:
-        for table in ("runs", "episodes", "steps", "scalars", "memory"):
+        for table in _TABLES:
             st.read(table)
-    return rlarrow.sql(path, "select count(*) from steps")
+    count = rlarrow.sql(path, "select count(*) from steps")
+    got = fingerprint(path, skip_run=None)
+    got["sql"] = Counter([repr(count.to_pylist() if hasattr(count, "to_pylist") else count)])
+    return Result(got)
 
 
-TARGETS: dict[str, Callable[[Path, Path], Any]] = {
+TARGETS: dict[str, Callable[[Path, Path], Result]] = {
     "pt": _convert("memory"), "npz": _convert("memory"), "csv": _convert("memory"),
-    "tfevents": _convert("tfevents"), "minari": _convert("minari"), "envlogger": _convert("envlogger"),
+    "tfevents": _convert("tfevents"), "tfevents-skip": _convert("tfevents", skip=True),
+    "minari": _convert("minari"),
+    "envlogger": _convert("envlogger"), "envlogger-skip": _convert("envlogger", skip=True),
     "store": _store_target,
 }
+#: The seeds each target is fed (the skip variants share their importer's).
+SEED_KIND = {"tfevents-skip": "tfevents", "envlogger-skip": "envlogger"}
+
+_SEED_RESULTS: dict[tuple[str, Path], Result] = {}
 
 
-def run_one(name: str, path: Path, tmp: Path) -> str:
-    """Feed one input; returns 'ok' or the rlarrow error's class name. Other errors propagate."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # truncation and assumption warnings are expected here
+def seed_result(name: str, seed: Path) -> Result:
+    """What ``name`` imports from the unmutated ``seed`` (computed once)."""
+    key = (name, seed)
+    if key not in _SEED_RESULTS:
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            path = mutated_copy(seed, Path(tmp), [], 0)
+            _SEED_RESULTS[key] = TARGETS[name](path, Path(tmp))
+    return _SEED_RESULTS[key]
+
+
+def _subset(part: Fingerprint, whole: Fingerprint) -> bool:
+    return all(not (rows - whole.get(table, Counter())) for table, rows in part.items())
+
+
+def run_one(name: str, seed: Path, path: Path, tmp: Path) -> str:
+    """Feed one input (``path``, a mutated copy of ``seed``) and judge what came out.
+
+    Returns ``"rejected"`` (an rlarrow error that names the file), ``"equal"``, ``"partial"``
+    (announced, and every row one the seed gives), ``"reframed"`` (not announced, every row
+    one the seed gives, some more or less often: whole records repeated or cut out, see
+    :func:`_same_rows`) or ``"different"`` (a value the seed does not hold). Anything else (a
+    foreign exception, an error that names no file, a changed store) propagates.
+    """
+    expected = seed_result(name, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # truncation and assumption warnings are expected here
         try:
-            TARGETS[name](path, tmp)
+            got = TARGETS[name](path, tmp)
         except RLArrowError as exc:
             named = path.name in str(exc) or path.is_dir()
             if not named:
                 raise AssertionError(f"the error does not name the file: {exc}") from exc
-            return type(exc).__name__
-    return "ok"
+            return "rejected"
+    if got.fingerprint == expected.fingerprint:
+        return "equal"
+    announced = got.partial or any(issubclass(w.category, TruncatedInputWarning) for w in caught)
+    if announced and _subset(got.fingerprint, expected.fingerprint):
+        return "partial"
+    if _same_rows(got.fingerprint, expected.fingerprint):
+        return "reframed"
+    return "different"
+
+
+def _same_rows(got: Fingerprint, whole: Fingerprint) -> bool:
+    """Whether every row of ``got`` is a row of ``whole`` (how often aside; runs must be equal).
+
+    A mutation that repeats or removes exactly one whole record of a record-framed file
+    (a TFRecord: length, CRC, bytes, CRC) makes a valid file holding the same records, one
+    more or less often: no checksum can tell, and the values imported are the file's own.
+    """
+    return got.get("runs") == whole.get("runs") and all(
+        set(rows) <= set(whole.get(table, Counter())) for table, rows in got.items())
 
 
 def random_ops(rng: random.Random) -> list[tuple[int, float, int]]:
-    return [(rng.randrange(7), rng.random(), rng.randrange(1 << 16)) for _ in range(rng.randint(1, 4))]
+    """1 to 4 random mutations (see :func:`mutate`)."""
+    return [(rng.randrange(8), rng.random(), rng.randrange(1 << 16)) for _ in range(rng.randint(1, 4))]
