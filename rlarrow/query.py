@@ -191,7 +191,12 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
             if err is exc:
                 raise
             raise err from exc
-    con.execute(_TRANSITIONS)
+    try:
+        con.execute(_TRANSITIONS)
+    except duckdb.Error as exc:  # no user query yet: the files do not have the table's columns
+        con.close()
+        raise StoreError(f"{st.path}: the steps files do not have the table's columns ({exc}); "
+                         f"`rlarrow repair {st.path}` names a damaged file") from exc
     for macro in _MACROS:
         con.execute(macro)
     window = ema_window or int(math.ceil(math.log(_EMA_EPS) / math.log(0.999)))

@@ -170,7 +170,6 @@ NO_CHECKSUM = {
     "csv": "plain text: no checksum at all",
     "minari": "Arrow IPC and Parquet without page checksums, JSON metadata: values are not checksummed "
               "(step counts and reward sums are checked against metadata.json)",
-    "store": "store Parquet files are written without page checksums",
 }
 
 #: Columns that differ between two imports of the same data (where and when).
