@@ -117,11 +117,6 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
         raise c.fail("'format'", f"is {m.get('format')!r:.60}, not 'rlarrow-store' (is this a store?)")
     c.version(m.get("format_version", "0.0"), "'format_version'")
     tables = c.obj(m.get("tables"), "'tables'")
-    from rlarrow.schema import TABLE_NAMES  # (schema imports nothing of the store)
-
-    for table in TABLE_NAMES:
-        if table not in tables:
-            raise c.fail("'tables'", f"has no table {table!r}")
     for table, value in tables.items():
         where = f"tables.{table}"
         if not is_table_name(table):
@@ -142,11 +137,14 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
         rows = c.count(entry.get("rows"), f"{where}.rows")
         if rows != sum(f["rows"] for f in files):
             raise c.fail(f"{where}.rows", f"is {rows}, but its files hold {sum(f['rows'] for f in files)}")
+    listed = {f"{t}/{f['name']}" for t, e in tables.items() for f in e["files"]}
     for i, rel in enumerate(c.lst(m.get("retired", []), "'retired'")):
         table, sep, name = c.text(rel, f"retired[{i}]").partition("/")
         if not sep or table not in tables:
             raise c.fail(f"retired[{i}]", f"{rel!r:.200} is not TABLE/FILE of one of the store's tables")
         c.file_name(name, f"retired[{i}]", table)
+        if rel in listed:
+            raise c.fail(f"retired[{i}]", f"{rel!r:.200} is listed too (committed or retired, not both)")
     pending = m.get("pending")
     if pending is not None:
         p = c.obj(pending, "'pending'")
@@ -157,6 +155,8 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
         for key in ("old", "new"):
             for i, name in enumerate(c.lst(p.get(key), f"pending.{key}")):
                 c.file_name(name, f"pending.{key}[{i}]", table)
+                if key == "new" and f"{table}/{name}" in listed:
+                    raise c.fail(f"pending.new[{i}]", f"{name!r} is listed already (a journal adds new ones)")
         entries = c.lst(p.get("new_entries"), "pending.new_entries")
         for i, f in enumerate(entries):
             c.file_entry(f, f"pending.new_entries[{i}]", table)
@@ -191,6 +191,9 @@ def check_inside(table_dir: Path, name: str) -> Path:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return path
+    except OSError as exc:  # the table "directory" is a file, or unreadable
+        raise CorruptFileError(path, f"cannot be looked at ({exc.strerror or exc}); is {table_dir} the "
+                               "store's table directory?") from exc
     if stat.S_ISLNK(mode):
         raise CorruptFileError(path, "is a symbolic link; a store's data files must be regular files "
                                "inside it (rlarrow never follows a link out of a store): replace it "

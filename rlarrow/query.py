@@ -173,13 +173,18 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     pinned = lease.pin_view(st, _schema.TABLE_NAMES)
     for table in _schema.TABLE_NAMES:
         files = pinned[table]
-        if files:
+        missing = [f for f in files if not os.path.lexists(f)]
+        if files and not missing:
             source = f"read_parquet({_file_list(files)})"
             names = set(st.schema(table).names)
         else:
             empty = st.schema(table) or _schema.table(table).arrow_schema()
             con.register(f"_rlarrow_empty_{table}", _plain(empty).empty_table())
             source, names = f"_rlarrow_empty_{table}", set(empty.names)
+            if missing:  # damage: a query of this table fails naming it; the others work
+                message = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
+                           f"{st.path}` names every damaged file, `rlarrow repair` drops them")
+                source += f" where (select error({_quote(message)})) is null"
         # steps before their first commit have no tensor columns: null ones keep the SQL valid
         extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
                         if table == "steps" and c not in names)
@@ -402,6 +407,10 @@ def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes],
 def scan(store: Any, table: str) -> Any:
     """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
 
+    The frame names the files committed when it was made; a compaction that replaces them
+    meanwhile makes ``collect()`` fail (call ``scan`` again), where :func:`connect`'s views
+    keep reading theirs.
+
     Example:
         >>> import polars as pl
         >>> scan("runs.rlarrow", "scalars").filter(pl.col("tag") == "train/loss").collect()  # doctest: +SKIP
@@ -409,14 +418,13 @@ def scan(store: Any, table: str) -> Any:
     import polars as pl
 
     st = _store(store)
-    lease = st.lease()  # the frame's files stay readable while it lives, whatever compacts them
-    files = [os.fspath(f) for f in lease.pin_view(st, [table])[table]]
+    # (not pinned: a LazyFrame cannot own a lease, and frames derived from it outlive it;
+    # a compaction may replace these files: collect soon, or use connect())
+    files = [os.fspath(f) for f in st.files(table)]
     if not files:
         empty = st.schema(table) or _schema.table(table).arrow_schema()
         return pl.DataFrame(_plain(empty).empty_table()).lazy()
-    frame = pl.scan_parquet(files)
-    weakref.finalize(frame, lease.release)
-    return frame
+    return pl.scan_parquet(files)
 
 
 def iter_episodes(

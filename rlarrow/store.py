@@ -39,6 +39,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -133,8 +134,10 @@ def _tmp_owner_alive(name: str) -> bool:
 
 def _unwritable(path: Path) -> str | None:
     """Why the store at ``path`` cannot be written (read-only media, permissions), or None."""
-    for p in (path, path / LOCK_NAME, path / MANIFEST_NAME):
-        if p.exists() and not os.access(p, os.W_OK):
+    # (a commit replaces the manifest by a rename and locks a read-only descriptor: the
+    # directory is what must be writable, not the files, as in a group-shared store)
+    for p in (path,):
+        if p.exists() and not os.access(p, os.W_OK | os.X_OK):
             try:
                 readonly_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
             except (OSError, AttributeError):  # pragma: no cover - no statvfs
@@ -150,11 +153,13 @@ class ReaderLease:
 
     A compaction deletes the files it merged as soon as its output is listed, so a plain
     glob over a table never counts a row twice. A reader whose view (a DuckDB
-    connection, say) names such a file would fail; :meth:`pin` gives it a path to the
-    same file under ``STORE/.rlarrow-views/<reader>/`` instead, which stays valid until
-    :meth:`release` (or garbage collection) removes the links. The links are outside
-    every table directory, cost no copy (one directory entry per file), and a writer
-    removes those of dead readers. Where links cannot be made (read-only media, where no
+    connection, a StreamingDataset) names such a file would fail; :meth:`pin` gives it a
+    path to the same file under ``STORE/.rlarrow-views/<reader>/`` instead, which stays
+    valid until :meth:`release` (or garbage collection) removes the links. The links are
+    outside every table directory and cost no copy (one directory entry per file). A
+    lease holds a shared ``flock`` on a file in its directory for its life, and a writer
+    removes only directories whose lock it can take (readers that died), whatever host
+    or PID namespace they ran in. Where links cannot be made (read-only media, where no
     writer runs either; filesystems without hard links) :meth:`pin` returns the path as
     it is.
 
@@ -169,31 +174,61 @@ class ReaderLease:
         self.root = root
         self.directory = root / _VIEWS_DIR / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
         self._usable: bool | None = None
-        self._finalizer: Any = weakref.finalize(self, _remove_tree, self.directory)
+        self._state: dict[str, Any] = {"fd": None, "pid": os.getpid(), "directory": None}
+        self._finalizer: Any = weakref.finalize(self, _release_view, self._state)
+
+    def _open(self) -> bool:
+        """Make this lease's directory and take its lock; False where that cannot be done."""
+        views = self.root / _VIEWS_DIR
+        for _ in range(5):  # another lease may be removing an empty views directory meanwhile
+            try:
+                if views.is_symlink() or (views.exists() and not views.is_dir()):
+                    return False  # never make links through a link out of the store
+                views.mkdir(exist_ok=True)
+                self.directory.mkdir()
+                self._state["directory"] = self.directory  # (what release removes)
+                break
+            except FileExistsError:
+                break
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        else:  # pragma: no cover
+            return False
+        if fcntl is not None:
+            try:
+                fd = os.open(self.directory / _HELD_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except OSError:
+                return False
+            self._state["fd"] = fd
+        return True
 
     def pin(self, path: Path) -> Path:
         """A path to ``path``'s file that stays readable while this lease is held.
 
         Raises:
-            FileNotFoundError: the file is already gone (take a new view and pin again).
+            FileNotFoundError: the file is gone (a new view may no longer list it).
         """
-        if self._usable is False:
+        if self._usable is None:
+            self._usable = self._open()
+        if not self._usable:
             return path
         target = self.directory / path.parent.name / path.name
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(path, target)
+            target.parent.mkdir(exist_ok=True)
+            os.link(path, target, follow_symlinks=False)
         except FileExistsError:
             pass
         except FileNotFoundError:
-            if not path.exists():
+            if not os.path.lexists(path):
                 raise
+            self._usable = False  # our directory went away: plain paths from now on
+            return path
+        except OSError:  # no hard links here (EXDEV, EPERM, EMLINK, ...): the plain path
             self._usable = False
             return path
-        except OSError:  # read-only media, no hard links here: the plain path
-            self._usable = False
-            return path
-        self._usable = True
         return target
 
     def release(self) -> None:
@@ -204,15 +239,25 @@ class ReaderLease:
     def pin_view(self, store: Store, tables: Sequence[str]) -> dict[str, list[Path]]:
         """The committed files of ``tables``, from one manifest of ``store``, pinned.
 
+        A listed file that is missing (damage, which `rlarrow info` names) keeps its plain
+        path: a query that reads it fails naming it; other tables read as usual.
+
         Raises:
             StoreError: the store changed under 20 attempts in a row.
         """
         for _ in range(20):
             store.refresh()
-            try:
-                return {t: [self.pin(f) for f in store.files(t, refresh=False)] for t in tables}
-            except FileNotFoundError:  # a compaction finished meanwhile: its output is in a new view
-                continue
+            view = {t: store.files(t, refresh=False) for t in tables}
+            pinned: dict[str, list[Path]] = {t: [] for t in tables}
+            for t, files in view.items():
+                for f in files:
+                    try:
+                        pinned[t].append(self.pin(f))
+                    except FileNotFoundError:
+                        pinned[t].append(f)
+            store.refresh()
+            if all(store.files(t, refresh=False) == view[t] for t in tables):
+                return pinned  # the view held while it was pinned: what is missing is damage
         raise StoreError(f"{store.path}: the store changed under every attempt to take a consistent view "
                          "of it (20 compactions in a row?); try again")
 
@@ -223,6 +268,7 @@ class ReaderLease:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._state = {"fd": None, "pid": -1}
         self._finalizer = None
 
     def __enter__(self) -> ReaderLease:
@@ -232,12 +278,79 @@ class ReaderLease:
         self.release()
 
 
-def _remove_tree(directory: Path) -> None:
+_HELD_NAME = ".held"
+
+
+def _release_view(state: dict[str, Any]) -> None:
+    """Remove a lease's links and drop its lock (only in the process that made them)."""
+    if state.get("pid") != os.getpid() or state.get("directory") is None:
+        return  # a forked child exiting must not take its parent's links with it
     import shutil
 
-    shutil.rmtree(directory, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        directory.parent.rmdir()  # the views directory, when no other reader has one
+    shutil.rmtree(state["directory"], ignore_errors=True)
+    fd = state.pop("fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _sweep_views(root: Path) -> None:
+    """Remove the link directories of readers that are gone (their lock can be taken)."""
+    views = root / _VIEWS_DIR
+    try:
+        if not stat.S_ISDIR(os.lstat(views).st_mode):
+            return  # missing, or a link: never followed
+        entries = list(os.scandir(views))
+    except OSError:
+        return
+    import shutil
+
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            fd = os.open(os.path.join(entry.path, _HELD_NAME), os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:  # a lease making its directory now, or one that died doing so
+            with contextlib.suppress(OSError):
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime > 60:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live reader holds it
+                shutil.rmtree(entry.path, ignore_errors=True)  # (rmtree never follows links)
+        finally:
+            os.close(fd)
+
+
+def _undo(renamed: list[Path], temporary: list[Path], cause: BaseException) -> None:
+    """Take a failed commit's files back out; if a renamed one cannot be, say so.
+
+    Raises:
+        StoreError: a renamed file could not be removed (the disk went read-only, say):
+            recovery would adopt it, so the commit's outcome is undetermined.
+    """
+    stuck = []
+    for path in renamed:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            stuck.append(path)
+    for path in temporary:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    if stuck:
+        raise StoreError(f"{stuck[0].parent}: a commit failed ({cause}) and its files could not be taken "
+                         f"back out ({', '.join(p.name for p in stuck)}): the next writer that opens the "
+                         "store will adopt them, so the commit's outcome is undetermined; check with "
+                         "`rlarrow info` once the store is writable again") from cause
 
 
 def _fsync_file(path: Path) -> None:
@@ -272,6 +385,10 @@ def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
         CorruptFileError: not a store manifest, or a damaged one.
     """
     manifest = _manifest.parse(data, path)
+    for name in _schema.TABLE_NAMES:  # a table added by a later minor format: empty here
+        manifest["tables"].setdefault(name, {
+            "schema_version": _schema.format_version(_schema.table(name).version),
+            "schema": None, "rows": 0, "files": []})
     for name, entry in manifest["tables"].items():
         if entry.get("schema") is not None:
             try:
@@ -613,6 +730,11 @@ class Store:
         if self._lock_depth == 0 and fcntl is not None:
             try:
                 fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            except PermissionError:
+                try:  # another user's lock file: flock needs only a read-only descriptor
+                    fd = os.open(self.path / LOCK_NAME, os.O_RDONLY)
+                except OSError as exc:
+                    raise write_error(self.path / LOCK_NAME, exc) from exc
             except OSError as exc:
                 raise write_error(self.path / LOCK_NAME, exc) from exc
             try:
@@ -649,9 +771,10 @@ class Store:
         for _ in range(_READ_ATTEMPTS * 4):
             manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME))
             again = self._manifest_bytes()
-            # A listed file that is gone means a compaction finished after the read: re-read.
-            if again == raw and all(os.path.lexists(self.path / name / f["name"])
-                                    for name, entry in manifest["tables"].items() for f in entry["files"]):
+            # Unchanged: the scan and the manifest are of one moment (a compaction writes its
+            # manifest before it deletes, so a file it deleted shows as a changed manifest;
+            # a listed file missing under an unchanged one is damage, which info names).
+            if again == raw:
                 return manifest
             raw = again
             time.sleep(0.001)
@@ -681,8 +804,9 @@ class Store:
             if not directory.is_dir():
                 continue
             for p in sorted(directory.glob("part-*.parquet")):
-                if p.is_symlink() or not p.is_file():
-                    continue  # never adopted (it could lead outside the store): `rlarrow info` names it
+                if p.is_symlink() or not p.is_file() or not _manifest.is_plain_file_name(p.name):
+                    continue  # never adopted (a link could lead outside the store; a name the
+                    # manifest may not hold would make it unreadable)
                 rel = f"{name}/{p.name}"
                 if p.name not in listed and rel not in retired and rel not in pending_new:
                     found.setdefault(name, []).append(p.name)
@@ -773,16 +897,14 @@ class Store:
         return ReaderLease(self.path)
 
     def _remove_stale_tmp(self) -> None:
+        _sweep_views(self.path)  # dead readers' links
         for directory in [self.path, *(self.path / n for n in _schema.TABLE_NAMES)]:
             if not directory.is_dir():
                 continue
             for p in directory.glob(_TMP_PREFIX + "*"):
                 if not _tmp_owner_alive(p.name):
-                    with contextlib.suppress(FileNotFoundError):
+                    with contextlib.suppress(OSError):  # (a directory of that name: left alone)
                         p.unlink()
-            for p in directory.glob(f"{_VIEWS_DIR}/*"):  # dead readers' links
-                if not _tmp_owner_alive(_TMP_PREFIX + p.name):
-                    _remove_tree(p)
             for p in directory.glob(f".{MANIFEST_NAME}.*.tmp"):
                 parts = p.name.split(".")
                 with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
@@ -988,13 +1110,10 @@ class Store:
                 self._write_manifest(manifest)
             except (OSError, StoreError) as exc:
                 # Not committed: with a new file missing, recovery rolls the journal back.
-                for path in [*renamed, *(tmp for tmp, _, _ in parts)]:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+                _undo(renamed, [tmp for tmp, _, _ in parts], exc)
                 self._forget_failed_commit()
                 raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc
-        if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
-            self.compact(table)
+        self._auto_compact([table])
         names = tuple(f"{table}/{e['name']}" for e in entries)
         return CommitInfo(table=table, file=names[0], rows=sum(e["rows"] for e in entries),
                           bytes=sum(e["bytes"] for e in entries), files=names)
@@ -1080,15 +1199,27 @@ class Store:
             except (OSError, StoreError) as exc:
                 # Not committed: the files leave the table again, so no later recovery adopts
                 # what the caller was told failed.
-                for path in [*renamed, *(tmp for _, tmp, _, _, _ in files)]:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+                _undo(renamed, [tmp for _, tmp, _, _, _ in files], exc)
                 self._forget_failed_commit()
                 raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
-        for table in dict.fromkeys(info.table for info in infos):
-            if self.auto_compact is not None and self._small_files(table) > self.auto_compact:
-                self.compact(table)
+        self._auto_compact(list(dict.fromkeys(info.table for info in infos)))
         return infos
+
+    def _auto_compact(self, tables: list[str]) -> None:
+        """Compact after a commit where due; a failure there is a warning (the commit stands)."""
+        for table in tables:
+            if self.auto_compact is None or self._small_files(table) <= self.auto_compact:
+                continue
+            try:
+                self.compact(table)
+            except (StoreError, CorruptFileError) as exc:
+                import warnings
+
+                from rlarrow.errors import RLArrowWarning
+
+                warnings.warn(f"the commit to {table!r} succeeded; compacting it afterwards did not "
+                              f"({exc}); the table is whole, with more small files", RLArrowWarning,
+                              stacklevel=3)
 
     def append_together(
         self, data: Mapping[str, pa.Table | pa.RecordBatch | Mapping[str, Any]]
@@ -1294,11 +1425,17 @@ class Store:
             return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
         with self._locked():
             manifest = self._read_manifest()
-            manifest["pending"] = None  # a journal naming a dropped file must not roll forward
+            # An interrupted replacement is finished or undone first, as recovery would (the
+            # check's view already saw it so): dropping files from a journal's half state
+            # would count a compaction's rows twice or keep part of an append.
+            self._finish_pending(manifest)
             dropped = {p.file for p in problems}
             for table, entry in manifest["tables"].items():
                 keep = [f for f in entry["files"] if f"{table}/{f['name']}" not in dropped]
                 entry["files"], entry["rows"] = keep, sum(f["rows"] for f in keep)
+            if quarantine.is_symlink() or (quarantine.exists() and not quarantine.is_dir()):
+                raise CorruptFileError(quarantine, "is not a directory of the store (a link?); move it "
+                                       "away: repair moves damaged files there")
             for p in problems:
                 source = self.path / p.file
                 if source.is_symlink():
@@ -1501,9 +1638,7 @@ class Store:
             self._write_manifest(manifest)  # new file listed, old ones retired
         except (OSError, StoreError) as exc:
             # Rolled back: without the new file the journal undoes itself on recovery.
-            for path in (tmp, directory / final):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            _undo([directory / final], [tmp], exc)
             manifest.clear()
             manifest.update(saved)  # the caller's (and self._manifest's) view: as on disk
             raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc

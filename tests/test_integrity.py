@@ -261,21 +261,21 @@ def test_a_connection_reads_its_view_after_a_compaction_and_globs_never_double_c
         populated.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i],
                                      "value": [1.0]})
     con = rlarrow.connect(populated.path)
-    frame = rlarrow.scan(populated.path, "scalars")
     assert con.sql("select count(*) from scalars").fetchall() == [(13,)]
     assert populated.compact("scalars")["scalars"] == (4, 1)
     # the old files left the table at once: a plain glob counts every row once
     glob = f"{populated.path}/scalars/*.parquet"
     assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(13,)]
-    # ... and the connection and the frame, planned before, still read their view
+    # ... and the connection, planned before, still reads its view
     assert con.sql("select count(*) from scalars").fetchall() == [(13,)]
-    assert frame.select(pl.len()).collect().item() == 13
     views = populated.path / ".rlarrow-views"
-    assert views.is_dir()
+    assert len(list(views.iterdir())) == 1
     con.close()
-    del con, frame
+    del con
     gc.collect()
-    assert not views.exists()  # the links go with the readers
+    assert list(views.iterdir()) == []  # the links go with the reader
+    frame = rlarrow.scan(populated.path, "scalars").filter(pl.col("tag") == "x")  # derived frames work
+    assert frame.select(pl.len()).collect().item() == 3
 
 
 def test_repair_moves_out_an_unlisted_damaged_file_that_stops_writers(populated):
@@ -288,3 +288,112 @@ def test_repair_moves_out_an_unlisted_damaged_file_that_stops_writers(populated)
     assert run_cli("repair", str(populated.path), "--apply").exit_code == 0
     assert not stray.exists() and (populated.path / "_damaged" / "steps" / stray.name).exists()
     assert rlarrow.Store.open(populated.path).row_count("steps") == 18
+
+
+def test_a_live_reader_keeps_its_links_whatever_its_pid_says_and_dead_ones_are_swept(populated):
+    import numpy as np
+
+    views = populated.path / ".rlarrow-views"
+    lease = populated.lease()
+    # a reader of another PID namespace or host: a pid that means nothing here
+    lease.directory = views / "otherhost-99999999-deadbeef"
+    pinned = lease.pin_view(populated, ["scalars"])["scalars"]
+    populated.append("scalars", {"run_id": "r", "scope": "t", "tag": "y", "step": np.arange(80),
+                                 "value": np.zeros(80)})
+    populated.compact()  # a writer's sweep: the lease's lock is held, so its links stay
+    rlarrow.Store.open(populated.path).close()
+    assert all(p.exists() for p in pinned) and lease.directory.is_dir()
+    lease.release()
+    assert not lease.directory.exists()
+    # a reader that died without releasing (its lock went with it) is swept by the next writer
+    (views / "somehost-1-00000000").mkdir()
+    (views / "somehost-1-00000000" / ".held").touch()
+    rlarrow.Store.open(populated.path).close()
+    assert not (views / "somehost-1-00000000").exists()
+
+
+def test_a_linked_views_or_damaged_directory_is_never_followed(sandbox):
+    store, outside = sandbox
+    (outside / "victim_dir").mkdir()
+    (outside / "victim_dir" / "keep.txt").write_text("x")
+    (store / ".rlarrow-views").symlink_to(outside, target_is_directory=True)
+    before = listing(outside)
+    rlarrow.Store.open(store).close()  # the sweep does not follow the link
+    assert rlarrow.sql(store, "select count(*) as n from scalars").column("n").to_pylist() == [10]
+    assert listing(outside) == before
+    (store / "_damaged").symlink_to(outside, target_is_directory=True)
+    victim = rlarrow.Store.open(store, readonly=True).files("episodes")[0]
+    victim.write_bytes(victim.read_bytes()[:-40])
+    with pytest.raises(CorruptFileError, match="_damaged"):
+        rlarrow.Store.open(store).repair(apply=True)
+    assert listing(outside) == before
+
+
+def test_repair_finishes_an_interrupted_compaction_before_dropping(populated):
+    path = populated.path
+    for i in range(3):
+        populated.append("scalars", {"run_id": "r", "scope": "t", "tag": "x", "step": [i], "value": [1.0]})
+    names = [p.name for p in populated.files("scalars")]
+    merged = populated.read("scalars")
+    new = "part-29990101T000000000000-00c0ffee.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(merged, path / "scalars" / new)  # a compaction killed after its rename
+    edit(path, lambda m: m.update(pending={"op": "compact", "table": "scalars", "old": names, "new": [new],
+                                           "new_entries": [{"name": new, "rows": 13, "bytes": 1}]}))
+    victim = populated.files("episodes")[0]
+    victim.write_bytes(victim.read_bytes()[:-40])
+    run_cli("repair", str(path), "--apply")
+    assert rlarrow.Store.open(path).row_count("scalars") == 13  # not 26
+
+
+def test_a_missing_file_fails_only_queries_of_its_table_and_fast(populated):
+    import time
+
+    populated.files("scalars")[0].unlink()
+    started = time.perf_counter()
+    assert rlarrow.Store.open(populated.path, readonly=True).row_count("steps") == 18
+    assert rlarrow.sql(populated.path, "select count(*) as n from steps").column("n").to_pylist() == [18]
+    assert time.perf_counter() - started < 5
+    with pytest.raises(RLArrowError, match="rlarrow info|repair"):
+        rlarrow.sql(populated.path, "select count(*) from scalars")
+
+
+def test_a_failed_auto_compaction_does_not_undo_the_commit(populated, monkeypatch):
+    import numpy as np
+
+    from rlarrow.errors import RLArrowWarning, StoreError
+
+    def fail(*args, **kwargs):
+        raise StoreError("disk full while compacting")
+
+    populated.auto_compact = 0
+    monkeypatch.setattr(rlarrow.Store, "compact", fail)
+    with pytest.warns(RLArrowWarning, match="succeeded"):
+        populated.append("scalars", {"run_id": "r", "scope": "t", "tag": "x", "step": np.arange(3),
+                                     "value": np.zeros(3)})
+    assert rlarrow.Store.open(populated.path, readonly=True).row_count("scalars") == 13
+
+
+def test_a_group_shared_store_opens_for_writing_by_default(populated):
+    import numpy as np
+
+    for p in (populated.path / MANIFEST_NAME, populated.path / ".rlarrow.lock"):
+        os.chmod(p, 0o444)  # another user's files, in a directory we may write
+    try:
+        s = rlarrow.Store.open(populated.path)
+        assert not s.readonly
+        s.append("scalars", {"run_id": "r", "scope": "t", "tag": "x", "step": np.arange(2),
+                             "value": np.zeros(2)})
+    finally:
+        os.chmod(populated.path / ".rlarrow.lock", 0o644)
+
+
+def test_unplain_names_in_a_table_are_not_adopted(populated):
+    import pyarrow.parquet as pq
+
+    copy = populated.path / "scalars" / "part-0 (copy).parquet"
+    pq.write_table(pq.read_table(populated.files("scalars")[0]), copy)
+    s = rlarrow.Store.open(populated.path)
+    assert s.row_count("scalars") == 10 and copy.exists()
+    rlarrow.Store.open(populated.path).close()  # and the store still opens
