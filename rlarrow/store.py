@@ -769,7 +769,10 @@ class Store:
         """
         raw = self._manifest_bytes()
         for _ in range(_READ_ATTEMPTS * 4):
-            manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME))
+            with self._no_commit_running() as quiet:
+                # While a writer holds the lock, an unlisted file may be a commit in flight
+                # (renamed, not yet listed, perhaps about to fail): only committed data is shown.
+                manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=quiet)
             again = self._manifest_bytes()
             # Unchanged: the scan and the manifest are of one moment (a compaction writes its
             # manifest before it deletes, so a file it deleted shows as a changed manifest;
@@ -779,6 +782,26 @@ class Store:
             raw = again
             time.sleep(0.001)
         return self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=False)
+
+    @contextlib.contextmanager
+    def _no_commit_running(self) -> Iterator[bool]:
+        """Hold off writers for a moment; yields False when one holds the lock (a commit runs)."""
+        fd = None
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # no lock file (a copy of a store): no writer here
+                fd = os.open(self.path / LOCK_NAME, os.O_RDONLY)
+        if fd is None:
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def _manifest_bytes(self) -> bytes:
         path = self.path / MANIFEST_NAME

@@ -397,3 +397,18 @@ def test_unplain_names_in_a_table_are_not_adopted(populated):
     s = rlarrow.Store.open(populated.path)
     assert s.row_count("scalars") == 10 and copy.exists()
     rlarrow.Store.open(populated.path).close()  # and the store still opens
+
+
+def test_readers_do_not_count_a_commit_in_flight(populated):
+    """A file renamed into place but not yet listed is shown only once no writer holds the lock."""
+    import pyarrow.parquet as pq
+
+    flight = populated.path / "scalars" / "part-29990101T000000000000-0f11e0f1.parquet"
+    writer = rlarrow.Store.open(populated.path)
+    with writer._locked():  # a writer between its rename and its manifest write
+        pq.write_table(populated.read("scalars"), flight)
+        assert rlarrow.Store.open(populated.path, readonly=True).row_count("scalars") == 10
+        counted = rlarrow.sql(populated.path, "select count(*) as n from scalars")
+        assert counted.column("n").to_pylist() == [10]
+    # no writer now: a file a killed writer renamed but never listed is whole, and is shown
+    assert rlarrow.Store.open(populated.path, readonly=True).row_count("scalars") == 20
