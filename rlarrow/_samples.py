@@ -168,8 +168,10 @@ class SampleSource:
         source = "steps" if transitions else table
         schema = store.schema(source)
         fs = getattr(store, "filesystem", None)
-        lease = store.lease() if hasattr(store, "lease") else None
-        # a local store's files are pinned: an epoch reads them whatever compacts them meanwhile
+        # a local store's files are pinned for the process's life: an epoch (in DataLoader
+        # workers, in Ray tasks holding copies of this source) reads them whatever compacts
+        # the store meanwhile
+        lease = store.process_lease() if hasattr(store, "process_lease") else None
         files = lease.pin_view(store, [source])[source] if lease is not None else store.files(source)
         found = units(files, fs)
         if transitions:

@@ -407,9 +407,9 @@ def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes],
 def scan(store: Any, table: str) -> Any:
     """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
 
-    The frame names the files committed when it was made; a compaction that replaces them
-    meanwhile makes ``collect()`` fail (call ``scan`` again), where :func:`connect`'s views
-    keep reading theirs.
+    The frame reads the files committed when it was made, and keeps reading them whatever
+    compacts the store meanwhile: they are pinned for the life of the process
+    (:meth:`~rlarrow.Store.process_lease`; call ``scan`` again to see later commits).
 
     Example:
         >>> import polars as pl
@@ -418,9 +418,8 @@ def scan(store: Any, table: str) -> Any:
     import polars as pl
 
     st = _store(store)
-    # (not pinned: a LazyFrame cannot own a lease, and frames derived from it outlive it;
-    # a compaction may replace these files: collect soon, or use connect())
-    files = [os.fspath(f) for f in st.files(table)]
+    # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
+    files = [os.fspath(f) for f in st.process_lease().pin_view(st, [table])[table]]
     if not files:
         empty = st.schema(table) or _schema.table(table).arrow_schema()
         return pl.DataFrame(_plain(empty).empty_table()).lazy()

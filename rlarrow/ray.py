@@ -85,8 +85,12 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
     """
     st = _open(store)
     fs = getattr(st, "filesystem", None)
-    # absolute: the read tasks' working directory is not ours
-    files = [os.fspath(f) if fs is not None else os.path.abspath(f) for f in st.files(table)]
+    # a local store's files are pinned for the process's life (a lazy dataset, and those
+    # derived from it, outlive any object that could hold a lease); absolute: the read
+    # tasks' working directory is not ours
+    listed = st.process_lease().pin_view(st, [table])[table] if hasattr(st, "process_lease") \
+        else st.files(table)
+    files = [os.fspath(f) if fs is not None else os.path.abspath(f) for f in listed]
     schema = st.schema(table) or _schema.table(table).arrow_schema()
     schema = schema.with_metadata(_schema.table(table).file_metadata())
     if columns is not None:

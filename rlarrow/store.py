@@ -279,6 +279,7 @@ class ReaderLease:
 
 
 _HELD_NAME = ".held"
+_PROCESS_LEASES: dict[str, ReaderLease] = {}  # see Store.process_lease
 
 
 def _release_view(state: dict[str, Any]) -> None:
@@ -918,6 +919,20 @@ class Store:
     def lease(self) -> ReaderLease:
         """A :class:`ReaderLease`: pinned files stay readable while it is held."""
         return ReaderLease(self.path)
+
+    def process_lease(self) -> ReaderLease:
+        """The lease this process holds on the store until it ends.
+
+        For readers whose results outlive any object that could hold a lease (a Polars
+        LazyFrame and the frames derived from it, a lazy Ray dataset): their files stay
+        readable for the process's life, so a file a compaction replaced is freed only when
+        the process ends (its links are removed then, or by the next writer after a kill).
+        """
+        key = os.path.realpath(self.path)
+        lease = _PROCESS_LEASES.get(key)
+        if lease is None:
+            lease = _PROCESS_LEASES[key] = ReaderLease(self.path)
+        return lease
 
     def _remove_stale_tmp(self) -> None:
         _sweep_views(self.path)  # dead readers' links

@@ -412,3 +412,14 @@ def test_readers_do_not_count_a_commit_in_flight(populated):
         assert counted.column("n").to_pylist() == [10]
     # no writer now: a file a killed writer renamed but never listed is whole, and is shown
     assert rlarrow.Store.open(populated.path, readonly=True).row_count("scalars") == 20
+
+
+def test_scan_frames_and_their_derived_frames_read_through_a_compaction(populated):
+    import polars as pl
+
+    for i in range(3):
+        populated.append("scalars", {"run_id": "r", "scope": "t", "tag": "x", "step": [i],
+                                     "value": [1.0]})
+    frame = rlarrow.scan(populated.path, "scalars").filter(pl.col("tag") == "x").select("step")
+    populated.compact("scalars")
+    assert sorted(frame.collect()["step"].to_list()) == [0, 1, 2]
