@@ -515,6 +515,9 @@ def riegeli_record_count(path: str | os.PathLike[str]) -> int:
     """
     path = Path(path)
     size = path.stat().st_size
+    if size == 0:  # a Riegeli writer writes its signature chunk first: even no records is 64 bytes
+        raise CorruptFileError(path, "is empty: not a Riegeli/records file (no file signature); "
+                               "cut short or damaged", offset=0)
     total = 0
     pos = 0
     with open(path, "rb") as fh:

@@ -325,6 +325,17 @@ def test_envlogger_lost_episode_metadata_is_refused_or_skipped(catch_copy: Path,
         assert _rows(tmp_path / "skip", table) == want
 
 
+@pytest.mark.parametrize("name", ["episode_metadata.riegeli", "episode_index.riegeli",
+                                  "step_offsets.riegeli"])
+def test_envlogger_emptied_file_is_refused(catch_copy: Path, tmp_path: Path, name: str) -> None:
+    """An emptied index file read as 'no records' imported every episode without its metadata."""
+    from rlarrow.io.envlogger import import_envlogger
+
+    (_shard(catch_copy) / name).write_bytes(b"")
+    with pytest.raises(CorruptFileError, match=f"{name}.*(is empty|damaged|does not reach)"):
+        import_envlogger(catch_copy, tmp_path / "strict", progress=False)
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_envlogger_merged_episodes_are_refused_or_skipped(catch_copy: Path, tmp_path: Path) -> None:
     from rlarrow.io.envlogger import import_envlogger
