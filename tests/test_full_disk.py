@@ -37,16 +37,33 @@ def scalar_rows(start: int, n: int = 8) -> dict:
             "value": steps * 0.5, "wall_time": 1.7e9 + steps}
 
 
+def _mount_tmpfs(mnt: Path, size: str = "16m") -> bool:
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", os.fspath(mnt)],
+                          capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def _can_mount() -> bool:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as probe:
+        if not _mount_tmpfs(Path(probe), "1m"):
+            return False
+        subprocess.run(["umount", "-l", probe], check=False)
+        return True
+
+
+needs_mount = pytest.mark.skipif(
+    not _can_mount(), reason="mounting a small tmpfs needs root (CAP_SYS_ADMIN); "
+    "test_a_file_size_limit_never_costs_a_commit covers the same writes")
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path):
-    """A 16 MiB tmpfs mounted at a fresh directory (skipped where mounting is not allowed)."""
+    """A 16 MiB tmpfs mounted at a fresh directory (tests using it are marked needs_mount)."""
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", os.fspath(mnt)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root (CAP_SYS_ADMIN); "
-                    "test_a_file_size_limit_never_costs_a_commit covers the same writes")
+    assert _mount_tmpfs(mnt)
     try:
         yield mnt
     finally:
@@ -124,6 +141,7 @@ def many_commits(path: Path, commits: int) -> None:
 
 
 @pytest.mark.slow
+@needs_mount
 def test_a_full_disk_never_costs_a_commit(small_fs):
     path = small_fs / "store"
     many_commits(path, 400)  # a manifest of ~50 KB: its rewrite needs more room than the data
@@ -151,6 +169,7 @@ def test_a_full_disk_never_costs_a_commit(small_fs):
 
 
 @pytest.mark.slow
+@needs_mount
 def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(small_fs):
     path = small_fs / "old"
     rlarrow.Store.create(path).close()
@@ -234,6 +253,7 @@ def test_short_writes_still_write_the_whole_manifest(tmp_path, monkeypatch):
     assert rlarrow.Store.open(path, readonly=True).row_count("scalars") == 21 * 8
 
 
+@needs_mount
 def test_read_only_media_open_for_reading_and_refuse_writes_clearly(small_fs):
     path = small_fs / "store"
     many_commits(path, 3)

@@ -253,13 +253,18 @@ def test_tfevents_huge_length_with_a_bad_crc_is_corrupt(tmp_path: Path, length: 
 # ---------------------------------------------------------------- envlogger: cross-checks
 
 
-def _envlogger() -> None:
+def _envlogger_loads() -> bool:
     try:
         from rlarrow.io.envlogger import load
 
         load()
     except ImportError:
-        pytest.skip("needs envlogger 1.2 (test-only peer): pip install 'envlogger<1.3'")
+        return False
+    return True
+
+
+needs_envlogger = pytest.mark.skipif(
+    not _envlogger_loads(), reason="needs envlogger 1.2 (test-only peer): pip install 'envlogger<1.3'")
 
 
 def _shard(directory: Path) -> Path:
@@ -285,13 +290,13 @@ def _rows(store: Path, table: str) -> list[dict[str, object]]:
 
 @pytest.fixture
 def catch_copy(tmp_path: Path) -> Path:
-    _envlogger()
     dest = tmp_path / "catch"
     shutil.copytree(CATCH, dest)
     return dest
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@needs_envlogger
 def test_envlogger_lost_episode_index_is_refused_not_imported_empty(catch_copy: Path, tmp_path: Path) -> None:
     from rlarrow.io.envlogger import import_envlogger
 
@@ -305,6 +310,7 @@ def test_envlogger_lost_episode_index_is_refused_not_imported_empty(catch_copy: 
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@needs_envlogger
 def test_envlogger_lost_episode_metadata_is_refused_or_skipped(catch_copy: Path, tmp_path: Path) -> None:
     from rlarrow.io.envlogger import import_envlogger
 
@@ -327,6 +333,7 @@ def test_envlogger_lost_episode_metadata_is_refused_or_skipped(catch_copy: Path,
 
 @pytest.mark.parametrize("name", ["episode_metadata.riegeli", "episode_index.riegeli",
                                   "step_offsets.riegeli"])
+@needs_envlogger
 def test_envlogger_emptied_file_is_refused(catch_copy: Path, tmp_path: Path, name: str) -> None:
     """An emptied index file read as 'no records' imported every episode without its metadata."""
     from rlarrow.io.envlogger import import_envlogger
@@ -337,6 +344,7 @@ def test_envlogger_emptied_file_is_refused(catch_copy: Path, tmp_path: Path, nam
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@needs_envlogger
 def test_envlogger_merged_episodes_are_refused_or_skipped(catch_copy: Path, tmp_path: Path) -> None:
     from rlarrow.io.envlogger import import_envlogger
 
@@ -355,6 +363,7 @@ def test_envlogger_merged_episodes_are_refused_or_skipped(catch_copy: Path, tmp_
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@needs_envlogger
 def test_envlogger_shards_are_checked_one_by_one(catch_copy: Path, tmp_path: Path) -> None:
     from rlarrow.io.envlogger import import_envlogger
 
