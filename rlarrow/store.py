@@ -197,10 +197,20 @@ class ReaderLease:
         else:  # pragma: no cover
             return False
         if fcntl is not None:
+            # The lock file gets its name only once it is locked: a writer sweeping dead readers
+            # that saw it unlocked in between would take the lock and remove this directory,
+            # leaving pins that fall back to plain paths (found by the concurrency test).
+            held = self.directory / _HELD_NAME
+            fresh = held.with_name(f"{_HELD_NAME}.{secrets.token_hex(4)}")
             try:
-                fd = os.open(self.directory / _HELD_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             except OSError:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                os.replace(fresh, held)
+            except OSError:
+                os.close(fd)
                 return False
             self._state["fd"] = fd
         return True
@@ -215,21 +225,37 @@ class ReaderLease:
             self._usable = self._open()
         if not self._usable:
             return path
-        target = self.directory / path.parent.name / path.name
-        try:
-            target.parent.mkdir(exist_ok=True)
-            os.link(path, target, follow_symlinks=False)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            if not os.path.lexists(path):
-                raise
-            self._usable = False  # our directory went away: plain paths from now on
-            return path
-        except OSError:  # no hard links here (EXDEV, EPERM, EMLINK, ...): the plain path
-            self._usable = False
-            return path
-        return target
+        for attempt in range(2):
+            target = self.directory / path.parent.name / path.name
+            try:
+                target.parent.mkdir(exist_ok=True)
+                os.link(path, target, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                if not os.path.lexists(path):
+                    raise
+                # our directory went away (removed by hand, say): pin into a new one, once
+                if attempt == 0 and self._reopen():
+                    continue
+                self._usable = False  # plain paths from now on
+                return path
+            except OSError:  # no hard links here (EXDEV, EPERM, EMLINK, ...): the plain path
+                self._usable = False
+                return path
+            return target
+        return path  # pragma: no cover (the loop returns)
+
+    def _reopen(self) -> bool:
+        """A new directory and lock for this lease, after its directory disappeared."""
+        fd = self._state.get("fd")
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            self._state["fd"] = None
+        self.directory = self.root / _VIEWS_DIR / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._usable = self._open()
+        return self._usable
 
     def release(self) -> None:
         """Remove the links (idempotent): what they pinned may now be deleted by writers."""

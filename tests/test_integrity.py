@@ -312,6 +312,21 @@ def test_a_live_reader_keeps_its_links_whatever_its_pid_says_and_dead_ones_are_s
     assert not (views / "somehost-1-00000000").exists()
 
 
+def test_a_lease_is_locked_before_a_sweep_can_see_it_and_pins_survive_its_directory(populated):
+    import shutil
+
+    lease = populated.lease()
+    first = lease.pin(populated.files("scalars")[0])
+    held = [p.name for p in lease.directory.iterdir() if p.name.startswith(".held")]
+    assert held == [".held"]  # named only once locked: a writer's sweep cannot take it meanwhile
+    rlarrow.Store.open(populated.path).close()  # a sweep
+    assert first.exists()
+    shutil.rmtree(lease.directory)  # gone by hand: pins go to a new directory, not to plain paths
+    again = lease.pin(populated.files("scalars")[0])
+    assert again.exists() and ".rlarrow-views" in again.parts and again != first
+    lease.release()
+
+
 def test_a_linked_views_or_damaged_directory_is_never_followed(sandbox):
     store, outside = sandbox
     (outside / "victim_dir").mkdir()
