@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         tensors,
         unroll,
     )
+    from rlarrow.logger import SummaryWriter
     from rlarrow.migrations import migrate
     from rlarrow.query import connect, scan, sql
     from rlarrow.reader import Reader, StepData
@@ -85,6 +86,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreInfo",
+    "SummaryWriter",
     "TableWriter",
     "TruncatedInputWarning",
     "UnsupportedInputError",
@@ -129,6 +131,7 @@ _LAZY = {
     "EnvLogger": "rlarrow.recorder",
     "Reader": "rlarrow.reader",
     "StepData": "rlarrow.reader",
+    "SummaryWriter": "rlarrow.logger",
 }
 _SUBMODULES = {
     "alignment", "cli", "convert", "errors", "gym", "logger", "memory", "metadata", "migrations",

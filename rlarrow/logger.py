@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from numbers import Number
 from pathlib import Path
@@ -38,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlarrow import schema as _schema
-from rlarrow.errors import InvalidInputError
+from rlarrow.errors import InvalidInputError, RLArrowWarning, StoreError
 from rlarrow.io.tfevents import scope_of
 
-__all__ = ["ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries"]
+__all__ = ["ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries", "SummaryWriter"]
 
 
 class DataScope(enum.StrEnum):
@@ -201,17 +202,53 @@ class LazyLogger(_BaseLogger):
         return {}
 
 
+_INT_DTYPES = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
+_FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
+
+
+def _int64(value: int) -> int | None:
+    """``value`` for ``value_int``, or None beyond int64 (a uint64 above 2^63 - 1: ``value`` keeps it)."""
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
 def _dtype_of(value: Any) -> tuple[float, int | None, str]:
+    """``(value as float, exact integer or None, dtype name)`` of a number to log.
+
+    Python and NumPy numbers, one-element NumPy arrays, and one-element tensors of any
+    library with ``.item()`` and ``.dtype`` (torch, JAX...; never imported here).
+
+    Raises:
+        TypeError: ``value`` is not a number, or holds more than one.
+    """
     if isinstance(value, (bool, np.bool_)):
         return float(value), int(value), "bool"
     if isinstance(value, np.ndarray):
-        value = value.item()
+        if value.size != 1:
+            raise TypeError(f"an array of {value.size} values is not a scalar")
+        value = value.reshape(-1)[0]
+    elif not isinstance(value, (Number, np.generic)) and hasattr(value, "item") and hasattr(value, "dtype"):
+        dtype = str(value.dtype).rsplit(".", 1)[-1]  # torch.float32 -> float32
+        try:
+            item = value.item()
+        except (ValueError, RuntimeError) as exc:
+            raise TypeError(f"a {type(value).__name__} that is not a scalar ({exc})") from None
+        if isinstance(item, bool):
+            return float(item), int(item), "bool"
+        if isinstance(item, int):
+            return float(item), _int64(item), dtype if dtype in _INT_DTYPES else "int64"
+        if isinstance(item, float):
+            return item, None, dtype if dtype in _FLOAT_DTYPES else "float64"
+        value = item
+    if isinstance(value, (bool, np.bool_)):
+        return float(value), int(value), "bool"
     if isinstance(value, (int, np.integer)):
         dtype = "int64" if isinstance(value, int) else str(np.dtype(type(value)))
-        return float(value), int(value), dtype
+        return float(value), _int64(int(value)), dtype
     if isinstance(value, np.floating):
         return float(value), None, str(value.dtype)
-    return float(value), None, "float64"
+    if not isinstance(value, Number) or isinstance(value, complex):
+        raise TypeError(f"a {type(value).__name__} is not a real number")
+    return float(value), None, "float64"  # type: ignore[arg-type]
 
 
 class ArrowLogger(_BaseLogger):
@@ -232,8 +269,13 @@ class ArrowLogger(_BaseLogger):
     Points are rows ``(run_id, scope, tag, step, value, value_int, wall_time)`` with
     ``encoding = 'logger'`` and the Python/NumPy dtype of the value (integers exact in
     ``value_int``). Arrays are skipped (``exclude_arrays``) or, when kept, logged when they
-    hold one element.
+    hold one element. The event files (``tfevents_dir``) hold each point as a float32
+    ``simple_value``, which TensorBoard, tbparse, tianshou's ``restore_logged_data`` and
+    skrl read, with the exact value beside it for rlarrow's reader (see
+    :mod:`rlarrow.io.tfevents`).
     """
+
+    _SOURCE = "rlarrow.ArrowLogger"
 
     def __init__(
         self,
@@ -258,38 +300,66 @@ class ArrowLogger(_BaseLogger):
 
         self._own = not isinstance(store, Store)
         self.store = Store.open(store, create=True) if self._own else store
-        self._floor: dict[str, int] = {}
+        self._floor: dict[tuple[str, str], int] = {}
         if run_id is not None and self.store._run_exists(run_id):
             self.run_id = run_id
-            if self.store.row_count("scalars"):
-                done = self.store.read("scalars", columns=["tag", "step"],
-                                       filter=pc.field("run_id") == run_id)
-                if done.num_rows:
-                    last = done.group_by("tag").aggregate([("step", "max")])
-                    self._floor = dict(zip(last["tag"].to_pylist(), last["step_max"].to_pylist(),
-                                           strict=True))
+            self._load_floor(run_id)
         else:
-            self.run_id = self.store.add_run(source="rlarrow.ArrowLogger", run_id=run_id, name=name,
-                                             metadata=metadata)
+            self.run_id = self.store.add_run(source=self._SOURCE, run_id=run_id, name=name, metadata=metadata)
+        self._runs = {self.run_id}
         self._schema = _schema.table("scalars").arrow_schema()
         self._rows: dict[str, list[Any]] = {f.name: [] for f in self._schema}
         self._writer: Any = self.store.writer("scalars", flush_seconds=flush_seconds)
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
+        self._tfevents_dir = None if tfevents_dir is None else Path(tfevents_dir)
+        self._mirrors: dict[str, Any] = {}
         self._tfevents: Any = None
-        if tfevents_dir is not None:
-            from rlarrow.io.tfevents import EventFileWriter
+        if self._tfevents_dir is not None:
+            self._tfevents = self._mirror(self.run_id, self._tfevents_dir)
 
-            self._tfevents = EventFileWriter(tfevents_dir, flush_every=1 << 30)
+    def _load_floor(self, run_id: str) -> None:
+        """Remember the last step of each tag ``run_id`` holds (points up to it are not written again)."""
+        if not self.store.row_count("scalars"):
+            return
+        done = self.store.read("scalars", columns=["tag", "step"], filter=pc.field("run_id") == run_id)
+        if done.num_rows:
+            last = done.group_by("tag").aggregate([("step", "max")])
+            for tag, step in zip(last["tag"].to_pylist(), last["step_max"].to_pylist(), strict=True):
+                self._floor[(run_id, tag)] = step
+
+    def _mirror(self, run_id: str, directory: Path) -> Any:
+        from rlarrow.io.tfevents import EventFileWriter
+
+        writer = self._mirrors[run_id] = EventFileWriter(directory, flush_every=1 << 30)
+        return writer
+
+    def _sub_run(self, name: str) -> str:
+        """The run ``<run_id>/<name>`` (a SummaryWriter ``add_scalars`` sub-run), created on first use.
+
+        Its event files (with ``tfevents_dir``) go to ``tfevents_dir/<name>/``, as TensorBoard nests them.
+        """
+        rid = f"{self.run_id}/{name}"
+        if rid not in self._runs:
+            if self.store._run_exists(rid):
+                self._load_floor(rid)
+            else:
+                self.store.add_run(source=self._SOURCE, run_id=rid, name=name,
+                                   metadata={"parent_run": self.run_id})
+            self._runs.add(rid)
+            if self._tfevents_dir is not None:
+                self._mirror(rid, self._tfevents_dir / name)
+        return rid
 
     # ---- writing
 
-    def _add(self, tag: str, step: int, value: Any, wall_time: float) -> None:
-        if step <= self._floor.get(tag, -(1 << 63)):
+    def _add(self, tag: str, step: int, value: Any, wall_time: float, run_id: str | None = None) -> None:
+        rid = self.run_id if run_id is None else run_id
+        if step <= self._floor.get((rid, tag), -(1 << 63)):
             return  # logged before a restart: keep the first, never duplicate
         v, as_int, dtype = _dtype_of(value)
         rows = self._rows
-        rows["run_id"].append(self.run_id)
+        rows["run_id"].append(rid)
         rows["scope"].append(scope_of(tag))
         rows["tag"].append(tag)
         rows["step"].append(int(step))
@@ -299,9 +369,9 @@ class ArrowLogger(_BaseLogger):
         rows["encoding"].append("logger")
         rows["dtype"].append(dtype)
         rows["plugin"].append(None)
-        if self._tfevents is not None:
-            self._tfevents.add_scalar(tag, as_int if as_int is not None and dtype != "bool" else v, step,
-                                      wall_time, encoding="logger", dtype=dtype)
+        mirror = self._mirrors.get(rid)
+        if mirror is not None:
+            mirror.add_scalar(tag, v, int(step), wall_time, encoding="logger", dtype=dtype, value_int=as_int)
 
     def write(self, step_type: str, step: int, data: Mapping[str, Any]) -> None:
         """Log ``step_type`` (e.g. ``training/env_step``) = ``step``, and each ``scope/key`` of ``data``."""
@@ -312,18 +382,24 @@ class ArrowLogger(_BaseLogger):
             if isinstance(value, np.ndarray) and value.size != 1:
                 continue  # scalars only: an array is not a point of a curve
             self._add(f"{scope}/{key}", step, value, now)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= self._flush_seconds:
             self.flush()
 
     def flush(self) -> None:
-        """Commit every buffered point to the store (and the event file, if any)."""
+        """Commit every buffered point to the store (and the event files, if any)."""
+        if self._writer is None:
+            raise StoreError(f"{self.store.path}: the logger of run {self.run_id!r} is closed; "
+                             "open a new one (the same run_id resumes the run) to log more")
         if self._rows["tag"]:
             batch = pa.RecordBatch.from_pydict(self._rows, schema=self._schema)
             self._rows = {f.name: [] for f in self._schema}
             self._writer.write(batch)
         self._writer.flush()
-        if self._tfevents is not None:
-            self._tfevents.flush()
+        for mirror in self._mirrors.values():
+            mirror.flush()
         self._last_flush = time.monotonic()
 
     def finalize(self) -> None:
@@ -333,8 +409,8 @@ class ArrowLogger(_BaseLogger):
         self.flush()
         self._writer.close()
         self._writer = None
-        if self._tfevents is not None:
-            self._tfevents.close()
+        for mirror in self._mirrors.values():
+            mirror.close()
         if self._own:
             self.store.close()
 
@@ -444,3 +520,168 @@ class ArrowLogger(_BaseLogger):
             node[leaf] = LoggedSeries(values[s:e], steps[s:e], walls[s:e])
         return out
 
+
+
+#: ``torch.utils.tensorboard.SummaryWriter`` methods :class:`SummaryWriter` accepts and ignores (warning once)
+UNSTORED_METHODS = (
+    "add_audio", "add_custom_scalars", "add_custom_scalars_marginchart", "add_custom_scalars_multilinechart",
+    "add_embedding", "add_figure", "add_graph", "add_histogram", "add_histogram_raw", "add_hparams",
+    "add_image", "add_image_with_boxes", "add_images", "add_mesh", "add_onnx_graph", "add_pr_curve",
+    "add_pr_curve_raw", "add_tensor", "add_text", "add_video",
+)
+
+
+class _WriterLog(ArrowLogger):
+    _SOURCE = "rlarrow.SummaryWriter"
+
+
+class SummaryWriter:
+    """A drop-in for the scalar side of ``torch.utils.tensorboard.SummaryWriter`` (and skrl's).
+
+    Every ``add_scalar`` is a row of the store's ``scalars`` table, in run ``run_id``
+    (``encoding = 'logger'``, the exact value and its dtype kept, ``value_int`` for
+    integers); with ``log_dir`` the points also go to TensorBoard event files there, which
+    TensorBoard, tbparse, tianshou and skrl read (see :mod:`rlarrow.io.tfevents`).
+    ``add_scalars`` writes sub-runs as torch does: the value of key ``k`` goes under tag
+    ``main_tag`` into run ``<run_id>/<main_tag with / as _>_<k>`` (event files in the
+    folder of that name under ``log_dir``). Points are committed every ``flush_secs``, on
+    :meth:`flush` and on :meth:`close`.
+
+    Values: Python numbers, NumPy scalars and one-element arrays, one-element tensors
+    (torch is never imported here). The other ``SummaryWriter`` methods
+    (:data:`UNSTORED_METHODS`: ``add_histogram``, ``add_image``, ``add_text``,
+    ``add_hparams``, ...) do nothing and warn once each (:class:`~rlarrow.errors.RLArrowWarning`),
+    so a training script runs unchanged.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path (created when missing).
+        run_id: the run (default: a new id). An existing run is resumed: a point at a step
+            its tag already has (or an earlier one) is not written again.
+        log_dir: also write event files here (optional).
+        name, metadata: the new run's name and metadata (e.g. hyperparameters).
+        flush_secs: commit buffered points at least this often, in seconds.
+
+    Example:
+        >>> import tempfile
+        >>> store = tempfile.mkdtemp() + "/runs.rlarrow"
+        >>> with SummaryWriter(store, run_id="ppo") as writer:
+        ...     writer.add_scalar("loss", 0.25, global_step=1)
+        ...     writer.add_scalars("reward", {"mean": 1.5, "max": 3}, global_step=1)
+        >>> import rlarrow
+        >>> rlarrow.sql(store, "SELECT run_id, tag, value FROM scalars ORDER BY run_id").to_pylist()
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'run_id': 'ppo', 'tag': 'loss', 'value': 0.25},
+         {'run_id': 'ppo/reward_max', 'tag': 'reward', 'value': 3.0},
+         {'run_id': 'ppo/reward_mean', 'tag': 'reward', 'value': 1.5}]
+
+        In skrl, after the trainer is built (it creates ``agent.writer``)::
+
+            agent.writer = SummaryWriter("runs.rlarrow", run_id="ppo-cartpole", log_dir=agent.experiment_dir)
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        run_id: str | None = None,
+        *,
+        log_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        metadata: Any = None,
+        flush_secs: float = 10.0,
+    ) -> None:
+        self._log = _WriterLog(store, run_id, name=name, metadata=metadata, flush_seconds=flush_secs,
+                               tfevents_dir=log_dir)
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self._warned: set[str] = set()
+
+    @property
+    def run_id(self) -> str:
+        """The run the scalars go to."""
+        return self._log.run_id
+
+    @property
+    def store(self) -> Any:
+        """The :class:`~rlarrow.Store` written."""
+        return self._log.store
+
+    def get_logdir(self) -> str:
+        """The event file directory (``log_dir``), else the store's path."""
+        return self.log_dir if self.log_dir is not None else os.fspath(self._log.store.path)
+
+    def _point(self, tag: str, value: Any, step: Any, walltime: float | None, run_id: str | None) -> None:
+        if self._log._writer is None:
+            raise StoreError(f"{self._log.store.path}: the SummaryWriter of run {self.run_id!r} is closed; "
+                             "create a new one (the same run_id resumes the run) to log more")
+        try:
+            self._log._add(tag, 0 if step is None else int(step), value,
+                           time.time() if walltime is None else float(walltime), run_id)
+        except TypeError as exc:
+            raise InvalidInputError(self._log.store.path, f"run {self.run_id!r}, tag {tag!r}: {exc}; "
+                                    "add_scalar takes one number (a Python or NumPy number, or a "
+                                    "one-element array or tensor)") from None
+
+    def add_scalar(self, tag: str, scalar_value: Any = None, global_step: int | None = None,
+                   walltime: float | None = None, *, value: Any = None, timestep: int | None = None,
+                   new_style: bool = False, double_precision: bool = False) -> None:
+        """Log ``scalar_value`` under ``tag`` at ``global_step`` (0 when None).
+
+        ``value`` and ``timestep`` are skrl's keyword names for ``scalar_value`` and
+        ``global_step``. ``new_style`` and ``double_precision`` are accepted for torch's
+        signature: the exact value is stored whatever they say.
+
+        Raises:
+            InvalidInputError: the value is not one number.
+        """
+        del new_style, double_precision
+        if scalar_value is None:
+            scalar_value = value
+        if global_step is None:
+            global_step = timestep
+        if scalar_value is None:
+            raise InvalidInputError(self._log.store.path, f"run {self.run_id!r}, tag {tag!r}: no value given "
+                                    "(pass scalar_value, or value= as skrl does)")
+        self._point(tag, scalar_value, global_step, walltime, None)
+        self._log._maybe_flush()
+
+    def add_scalars(self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: int | None = None,
+                    walltime: float | None = None) -> None:
+        """Log several curves on one chart, as torch does: one sub-run per key, each under tag ``main_tag``.
+
+        The value of key ``k`` goes into run ``<run_id>/<main_tag with / as _>_<k>``.
+        """
+        wall = time.time() if walltime is None else walltime
+        for key, scalar_value in tag_scalar_dict.items():
+            rid = self._log._sub_run(main_tag.replace("/", "_") + "_" + key)
+            self._point(main_tag, scalar_value, global_step, wall, rid)
+        self._log._maybe_flush()
+
+    def flush(self) -> None:
+        """Commit the buffered points to the store (and the event files)."""
+        self._log.flush()
+
+    def close(self) -> None:
+        """Flush and close (the store too, when the writer opened it). Closing twice is harmless."""
+        self._log.finalize()
+
+    def __enter__(self) -> SummaryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _unstored(self, method: str) -> None:
+        if method not in self._warned:
+            self._warned.add(method)
+            warnings.warn(RLArrowWarning(
+                f"SummaryWriter.{method} is not stored by rlarrow (only scalars go to the store's "
+                f"'scalars' table); the call is ignored, and this warning is not repeated"), stacklevel=3)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        """Other ``SummaryWriter`` methods (``add_histogram``, ``add_image``...): no-ops that warn once."""
+        if name in UNSTORED_METHODS or (name.startswith("add_") and not name.startswith("add_scalar")):
+            def ignored(*args: Any, **kwargs: Any) -> None:
+                self._unstored(name)
+
+            ignored.__name__ = name
+            return ignored
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -122,9 +122,14 @@ def test_tfevents_mirror_is_read_by_tensorboard(tmp_path: Path) -> None:
         log.log_test_data({"returns_stat": {"mean": 0.1}}, 1000)
     acc = ea.EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
-    assert "test/env_step" in acc.Tags()["tensors"]
-    (mean,) = acc.Tensors("test/returns_stat/mean")
-    assert mean.step == 1000 and mean.tensor_proto.double_val == [0.1]
+    assert set(acc.Tags()["scalars"]) == {"test/env_step", "test/returns_stat/mean"}
+    assert acc.Tags()["tensors"] == []
+    (mean,) = acc.Scalars("test/returns_stat/mean")
+    assert mean.step == 1000 and mean.value == float(np.float32(0.1))
+    exact = {r["tag"]: r for r in read_tfevents(tmp_path / "tb").to_pylist()}  # rlarrow's reader: exact
+    assert exact["test/returns_stat/mean"]["value"] == 0.1
+    assert exact["test/env_step"]["value_int"] == 1000 and exact["test/env_step"]["dtype"] == "int64"
+    assert {r["encoding"] for r in exact.values()} == {"logger"}
 
 
 def test_restore_logged_data_reads_tianshou_logs_with_tianshous_structure() -> None:

@@ -11,6 +11,15 @@ them itself:
   values), ``int_val``/``int64_val`` (exact integers in ``value_int``, also beyond 2^53),
   ``bool_val``, ``uint32_val``/``uint64_val``, and raw little-endian ``tensor_content`` as
   TensorFlow 2 writes it. NaN, ±inf and -0.0 are kept; steps and wall times are exact.
+- **rlarrow's own exact values**: what rlarrow writes is always a ``simple_value`` (float32,
+  the one field every reader of event files reads: TensorBoard's ``EventAccumulator``,
+  tbparse, tianshou's ``restore_logged_data``, skrl's ``TensorboardFileIterator``). A value
+  float32 does not hold exactly (float64, int64, another dtype or encoding) also carries,
+  in its summary metadata, plugin :data:`EXACT_PLUGIN` (``rlarrow_exact``) whose content is
+  a one-element ``TensorProto`` with the exact value (field 1), the row's ``encoding`` when
+  not the tensor's own (field 2) and its ``plugin`` (field 3). Other readers ignore plugin
+  metadata on a ``simple_value``; rlarrow's reader takes the exact row from it. Files
+  written before (a ``double_val``/``int64_val`` tensor per value) still read exactly.
 - **Everything else** (histograms, images, audio, text, other plugins' tensors, graphs, run
   metadata, session logs) is counted by kind in the :class:`TfeventsReport` and skipped.
 - **Damage**: a truncated last record (a run still writing, or killed) ends the file with an
@@ -55,6 +64,7 @@ from rlarrow.errors import CorruptFileError, InvalidInputError, TruncatedInputWa
 from rlarrow.io._crc32c import crc32c, crc32c_many, mask, unaligned
 
 __all__ = [
+    "EXACT_PLUGIN",
     "EventFileWriter",
     "TfeventsReader",
     "TfeventsReport",
@@ -336,6 +346,36 @@ def _tensor_scalar(data: bytes, start: int, end: int) -> tuple[str, Any, str] | 
     return name, float(raw), encoding
 
 
+def _exact_row(data: bytes, start: int, end: int) -> tuple[float, int | None, str | None, str, str | None]:
+    """``(value, value_int, encoding, dtype, plugin)`` of the exact value rlarrow wrote beside a simple_value.
+
+    ``start:end`` is the :data:`EXACT_PLUGIN` metadata content (see :func:`_exact_content`).
+    """
+    tensor: tuple[int, int] | None = None
+    encoding: str | None = None
+    has_encoding = False
+    plugin: str | None = None
+    for num, wt, value in _fields(data, start, end):
+        if num == 1 and wt == 2:
+            tensor = value
+        elif num == 2 and wt == 2:
+            encoding = data[value[0]:value[1]].decode("utf-8") or None
+            has_encoding = True
+        elif num == 3 and wt == 2:
+            plugin = data[value[0]:value[1]].decode("utf-8") or None
+    if tensor is None:
+        raise _Malformed(f"{EXACT_PLUGIN} metadata without its tensor")
+    got = _tensor_scalar(data, *tensor)
+    if isinstance(got, str):
+        raise _Malformed(f"{EXACT_PLUGIN} metadata holds a {got}, not a one-element number")
+    dtype, v, own = got
+    if not has_encoding:
+        encoding = own
+    if isinstance(v, int):
+        return float(v), v if -(1 << 63) <= v < (1 << 63) else None, encoding, dtype, plugin
+    return v, None, encoding, dtype, plugin
+
+
 def _parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: Counter[str],
                  file_versions: list[str]) -> None:
     """Append the scalars of one Event (generic path) to ``rows``; count what is skipped."""
@@ -363,6 +403,7 @@ def _parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: 
         plugin: str | None = None
         simple: float | None = None
         tensor: tuple[int, int] | None = None
+        content: tuple[int, int] | None = None
         kind: str | None = None
         for vnum, vwt, vval in _fields(data, *value):
             if vnum == 1 and vwt == 2:
@@ -377,9 +418,15 @@ def _parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: 
                         for pnum, pwt, pval in _fields(data, *mval):
                             if pnum == 1 and pwt == 2:
                                 plugin = data[pval[0]:pval[1]].decode("utf-8")
+                            elif pnum == 2 and pwt == 2:
+                                content = pval
             elif vnum in _VALUE_KINDS:
                 kind = _VALUE_KINDS[vnum]
-        if simple is not None:
+        if simple is not None and plugin == EXACT_PLUGIN and content is not None:
+            ev, ei, enc, dt, plug = _exact_row(data, *content)
+            rows.append((index, sub, tag, step, ev, ei, wall_time, enc, dt, plug))
+            sub += 1
+        elif simple is not None:
             rows.append((index, sub, tag, step, simple, None, wall_time, "simple_value", "float32", plugin))
             sub += 1
         elif tensor is not None:
@@ -695,13 +742,20 @@ class TfeventsReader:
         cols: dict[str, Any] = {
             "tag": tags,
             "step": pa.array(fast["step"][idx]),
-            "value": pa.array(fast["value"][idx].astype(np.float64)),
+            "value": pa.array(fast["value"][idx]),
             "value_int": pa.nulls(n, pa.int64()),
             "wall_time": pa.array(fast["wall_time"][idx]),
             "encoding": _const("simple_value", n),
             "dtype": _const("float32", n),
             "plugin": pa.nulls(n, pa.string()),
         }
+        kind = fast["kind"][idx]
+        if kind.any():  # rlarrow's exact float64 / int64 values beside the simple_value
+            is_int = (kind == _FAST_INT64) | (kind == _FAST_LOGGER_INT64)
+            cols["value_int"] = pa.array(fast["value_int"][idx], mask=~is_int)
+            codes = pa.array(kind.astype(np.int32))
+            cols["encoding"] = pa.DictionaryArray.from_arrays(codes, _FAST_ENCODINGS).cast(pa.string())
+            cols["dtype"] = pa.DictionaryArray.from_arrays(codes, _FAST_DTYPES).cast(pa.string())
         if rows:
             order_fast = idx.astype(np.int64) * 1024
             slow_cols = list(zip(*rows, strict=True))
@@ -840,13 +894,73 @@ def _fast_simple_values(buf: np.ndarray, start: np.ndarray, length: np.ndarray) 
     ok &= at(p) == 0x0A
     tl, p, bad = _varints(buf, p + 1, ok)
     tag_len = tl.astype(np.int64)
-    ok &= ~bad & (tag_len >= 0) & (p + tag_len + 5 == end)
+    ok &= ~bad & (tag_len >= 0) & (p + tag_len + 5 <= end)
     tag_start = p
     p = p + np.where(ok, tag_len, 0)
     ok &= at(p) == 0x15
-    value = f32[np.clip(p + 1, 0, max(len(f32) - 1, 0))] if len(f32) else np.zeros(k, np.float32)
-    return {"ok": ok, "wall_time": wall, "step": stepv.view(np.int64), "tag_start": tag_start,
-            "tag_len": np.where(ok, tag_len, 0), "value": value}
+    value = (f32[np.clip(p + 1, 0, max(len(f32) - 1, 0))] if len(f32) else np.zeros(k, np.float32)
+             ).astype(np.float64)
+    plain = ok & (p + 5 == end)
+    kind, exact_value, value_int = _fast_exact(buf, p + 5, end, ok & ~plain)
+    return {"ok": plain | (kind > 0), "wall_time": wall, "step": stepv.view(np.int64), "tag_start": tag_start,
+            "tag_len": np.where(ok, tag_len, 0), "value": np.where(kind > 0, exact_value, value),
+            "kind": kind, "value_int": value_int}
+
+
+# kinds of the vectorised path: a plain simple_value, or rlarrow's exact float64 / int64 beside it
+_FAST_DOUBLE, _FAST_INT64, _FAST_LOGGER_DOUBLE, _FAST_LOGGER_INT64 = 1, 2, 3, 4
+_FAST_ENCODINGS = pa.array(["simple_value", "double_val", "int64_val", "logger", "logger"])
+_FAST_DTYPES = pa.array(["float32", "float64", "int64", "float64", "int64"])
+
+
+def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray, live: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised decoding of the :data:`EXACT_PLUGIN` metadata that follows a simple_value at ``r``.
+
+    Only the common shapes: a ``double_val`` float64 or ``int64_val`` int64 tensor, with no
+    encoding field (the tensor's own) or ``logger``, and no plugin. Returns ``(kind, value,
+    value_int)``; kind 0 marks records left to the generic path.
+    """
+    k = len(r)
+    last = len(buf) - 1
+
+    def at(p: np.ndarray) -> np.ndarray:
+        got: np.ndarray = buf[np.clip(p, 0, last)]
+        return got
+
+    ok = live & (at(r) == 0x4A)
+    for key in (0x0A, None):  # SummaryMetadata, then PluginData: each runs to the record's end
+        n, r, bad = _varints(buf, r + 1, ok)
+        ok &= ~bad & (r + n.astype(np.int64) == end)
+        if key is not None:
+            ok &= at(r) == key
+    for j, byte in enumerate(_EXACT_NAME):
+        ok &= at(r + j) == byte
+    r = r + len(_EXACT_NAME)
+    ok &= at(r) == 0x12  # content
+    n, r, bad = _varints(buf, r + 1, ok)
+    ok &= ~bad & (r + n.astype(np.int64) == end) & (at(r) == 0x0A)  # content: the tensor first
+    n, r, bad = _varints(buf, r + 1, ok)
+    tensor_end = r + n.astype(np.int64)
+    ok &= ~bad & (tensor_end <= end) & (at(r) == 0x08)
+    code = at(r + 1)
+    is_double = ok & (code == 2) & (at(r + 2) == 0x32) & (at(r + 3) == 8) & (r + 12 == tensor_end)
+    is_int = ok & (code == 9) & (at(r + 2) == 0x52) & (at(r + 3) < 0x80)
+    iv, after, bad = _varints(buf, r + 4, is_int)
+    is_int &= ~bad & (after == r + 4 + at(r + 3).astype(np.int64)) & (after == tensor_end)
+    logger = tensor_end + len(_LOGGER_FIELD) == end
+    for j, byte in enumerate(_LOGGER_FIELD):
+        logger &= at(tensor_end + j) == byte
+    own = tensor_end == end
+    kind = np.zeros(k, dtype=np.int8)
+    kind[is_double & own] = _FAST_DOUBLE
+    kind[is_int & own] = _FAST_INT64
+    kind[is_double & logger] = _FAST_LOGGER_DOUBLE
+    kind[is_int & logger] = _FAST_LOGGER_INT64
+    f64 = unaligned(buf, "<f8")
+    double = f64[np.clip(r + 4, 0, max(len(f64) - 1, 0))] if len(f64) else np.zeros(k)
+    value_int = iv.view(np.int64)
+    return kind, np.where(is_int, value_int.astype(np.float64), double), value_int
 
 
 def read_tfevents(source: Any, *, on_corrupt: str = "raise", run_prefix: str | None = None) -> pa.Table:
@@ -878,8 +992,13 @@ def _len_field(key: int, payload: bytes) -> bytes:
     return bytes((key,)) + _varint_bytes(len(payload)) + payload
 
 
-_FLOAT32_EXACT = (None, "float32", "float16", "bfloat16")
 _SCALARS_METADATA = _len_field(0x4A, _len_field(0x0A, _len_field(0x0A, b"scalars")))
+_F32 = struct.Struct("<f")
+_PLAIN_ENCODINGS = (None, "simple_value", "logger")
+#: plugin name of the exact value rlarrow writes next to a ``simple_value`` (see the module docstring)
+EXACT_PLUGIN = "rlarrow_exact"
+_EXACT_NAME = _len_field(0x0A, EXACT_PLUGIN.encode())
+_LOGGER_FIELD = _len_field(0x12, b"logger")
 
 
 def _plugin_metadata(plugin: str | None) -> bytes:
@@ -888,6 +1007,22 @@ def _plugin_metadata(plugin: str | None) -> bytes:
     if plugin == "scalars":
         return _SCALARS_METADATA
     return _len_field(0x4A, _len_field(0x0A, _len_field(0x0A, plugin.encode())))
+
+
+def _f32_bytes(value: float) -> bytes:
+    """``value`` as a little-endian float32, rounded as NumPy rounds (beyond float32's range: ±inf)."""
+    try:
+        return _F32.pack(value)
+    except OverflowError:
+        return _F32.pack(math.copysign(math.inf, value))
+
+
+def _is_float32(value: float) -> bool:
+    """Whether float32 holds ``value`` exactly (NaN counts as held)."""
+    try:
+        return bool(_F32.unpack(_F32.pack(value))[0] == value or value != value)
+    except OverflowError:
+        return False
 
 
 def _tensor_value(value: float, value_int: int | None, encoding: str, dtype: str) -> bytes:
@@ -912,21 +1047,51 @@ def _tensor_value(value: float, value_int: int | None, encoding: str, dtype: str
     out = bytes((0x08,)) + _varint_bytes(code)
     if encoding == "tensor_content":
         return out + _len_field(0x22, raw_le)
-    return out + _len_field((num << 3) | 2, typed)
+    # uint32_val / uint64_val are fields 16 / 17: their key takes two bytes
+    return out + _varint_bytes((num << 3) | 2) + _varint_bytes(len(typed)) + typed
+
+
+def _exact_content(value: float, value_int: int | None, encoding: str | None, dtype: str | None,
+                   plugin: str | None) -> bytes:
+    """The ``rlarrow_exact`` plugin content of a row: its exact value, encoding, dtype and plugin.
+
+    A small protobuf message: field 1, a one-element ``TensorProto`` holding the value in its
+    dtype (in ``tensor_content`` when that was its encoding, else the dtype's typed field);
+    field 2, the row's ``encoding`` when it is not the tensor's own (``""`` for none); field
+    3, the row's ``plugin``, when it has one.
+    """
+    if dtype not in _DTYPE_CODES:
+        dtype = "int64" if value_int is not None else "float64"
+    np_dtype = np.dtype(_DTYPES[_DTYPE_CODES[dtype]][1])
+    if np_dtype.kind in "iu":  # an integer the dtype cannot hold (uint64 beyond int64, NaN) stays a float64
+        iv = value_int if value_int is not None else (int(value) if math.isfinite(value) else None)
+        if iv is None or not int(np.iinfo(np_dtype).min) <= iv <= int(np.iinfo(np_dtype).max):
+            dtype, value_int = "float64", None
+    tensor = _tensor_value(value, value_int, encoding or "", dtype)
+    own = "tensor_content" if encoding == "tensor_content" else _DTYPES[_DTYPE_CODES[dtype]][3]
+    out = _len_field(0x0A, tensor)
+    if encoding != own:
+        out += _len_field(0x12, (encoding or "").encode())
+    if plugin:
+        out += _len_field(0x1A, plugin.encode())
+    return out
 
 
 def _value_message(tag: bytes, value: float, value_int: int | None, encoding: str | None, dtype: str | None,
                    plugin: str | None) -> bytes:
-    """The serialised Summary.Value for one row, in the encoding it came in (or the closest)."""
-    enc = encoding or "logger"
-    if enc in ("logger", "simple_value"):
-        if enc == "simple_value" or dtype in (None, "float32", "float16", "bfloat16"):
-            return _len_field(0x0A, tag) + b"\x15" + struct.pack("<f", value) + _plugin_metadata(plugin)
-        enc, dtype = ("int64_val", "int64") if value_int is not None else ("double_val", "float64")
-    if dtype not in _DTYPE_CODES:
-        dtype = "int64" if value_int is not None else "float64"
-    tensor = _tensor_value(value, value_int, enc, dtype)
-    return _len_field(0x0A, tag) + _len_field(0x42, tensor) + _plugin_metadata(plugin or "scalars")
+    """The serialised Summary.Value for one row: ``simple_value``, plus the exact value when needed.
+
+    Every reader of TensorBoard files reads ``simple_value`` (float32). A row that float32
+    does not hold exactly (a float64 or integer value, another dtype, a tensor encoding)
+    also gets its exact value as :data:`EXACT_PLUGIN` metadata, which rlarrow's reader
+    prefers and every other reader ignores.
+    """
+    head = _len_field(0x0A, tag) + b"\x15" + _f32_bytes(value)
+    if encoding in _PLAIN_ENCODINGS and value_int is None and (
+            dtype == "float32" or (dtype is None and _is_float32(value))):
+        return head + _plugin_metadata(plugin)
+    content = _exact_content(value, value_int, encoding, dtype, plugin)
+    return head + _len_field(0x4A, _len_field(0x0A, _EXACT_NAME + _len_field(0x12, content)))
 
 
 def _event_bytes(wall_time: float, step: int, value_msg: bytes | None = None,
@@ -1012,27 +1177,34 @@ class EventFileWriter:
         self.flush()
 
     def add_scalar(self, tag: str, value: float | int, step: int = 0, wall_time: float | None = None, *,
-                   encoding: str | None = None, dtype: str | None = None, plugin: str | None = None) -> None:
-        """Add one scalar.
+                   encoding: str | None = None, dtype: str | None = None, plugin: str | None = None,
+                   value_int: int | None = None) -> None:
+        """Add one scalar, as a ``simple_value`` every TensorBoard reader reads.
 
-        Floats go as ``simple_value`` (float32) unless ``dtype`` is ``float64`` (a double
-        tensor) or an integer dtype (an integer tensor); ``encoding`` picks any encoding the
-        reader knows.
+        With neither ``dtype`` nor ``encoding`` the value is a float32, as ``SummaryWriter``
+        writes it. A ``dtype`` other than float32 (``float64``, ``int64``, ...; an integer
+        with an ``encoding`` is ``int64``) also records the exact value, read back by
+        rlarrow's reader with that ``dtype`` and ``encoding`` (see :data:`EXACT_PLUGIN`).
         """
         if isinstance(value, (bool, np.bool_)):
             value = int(value)
-        value_int = int(value) if isinstance(value, (int, np.integer)) else None
-        if dtype is None and value_int is not None and encoding is not None:
-            dtype = "int64"
+        ints = isinstance(value, (int, np.integer))
+        if dtype is None:
+            dtype = "int64" if ints and encoding is not None else "float32"
+        if value_int is None and ints and not dtype.startswith(("float", "bfloat")):
+            value_int = int(value)
         wt = time.time() if wall_time is None else wall_time
-        msg = _value_message(tag.encode(), float(value), value_int, encoding or "simple_value",
-                             dtype or "float32", plugin)
+        msg = _value_message(tag.encode(), float(value), value_int, encoding or "simple_value", dtype, plugin)
         self._pending.append(_event_bytes(wt, int(step), msg))
         if len(self._pending) >= self.flush_every:
             self.flush()
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Add every row of a ``scalars`` batch (its run_id/scope are not written)."""
+        """Add every row of a ``scalars`` batch (its run_id/scope are not written).
+
+        Each row goes as ``simple_value``; a row float32 does not hold exactly (see
+        :func:`write_tfevents`) carries its exact value too.
+        """
         cols = {name: batch.column(name).to_pylist() for name in
                 ("tag", "step", "value", "value_int", "wall_time", "encoding", "dtype", "plugin")
                 if name in batch.schema.names}
@@ -1044,6 +1216,9 @@ class EventFileWriter:
         encs = get("encoding") or [None] * n
         dtypes = get("dtype") or [None] * n
         plugins = get("plugin") or [None] * n
+        as_f64 = np.asarray(batch.column("value").to_numpy(zero_copy_only=False), dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            fits = ((as_f64.astype(np.float32).astype(np.float64) == as_f64) | np.isnan(as_f64)).tolist()
         cache = self._tags
         pending = self._pending
         for i in range(n):
@@ -1051,11 +1226,12 @@ class EventFileWriter:
             tb = cache.get(tag)
             if tb is None:
                 tb = cache[tag] = tag.encode()
-            enc = encs[i]
-            if enc in (None, "simple_value", "logger") and dtypes[i] in _FLOAT32_EXACT and plugins[i] is None:
-                msg = _len_field(0x0A, tb) + b"\x15" + struct.pack("<f", values[i])
+            dt = dtypes[i]
+            if encs[i] in _PLAIN_ENCODINGS and plugins[i] is None and vints[i] is None and (
+                    dt == "float32" or (dt is None and fits[i])):
+                msg = _len_field(0x0A, tb) + b"\x15" + _f32_bytes(values[i])
             else:
-                msg = _value_message(tb, values[i], vints[i], enc, dtypes[i], plugins[i])
+                msg = _value_message(tb, values[i], vints[i], encs[i], dt, plugins[i])
             wt = walls[i]
             pending.append(_event_bytes(0.0 if wt is None else wt, steps[i], msg))
             if len(pending) >= self.flush_every:
@@ -1098,11 +1274,12 @@ def write_tfevents(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | 
 
     Each run goes to ``directory/<run_id>/`` (``run_id`` split at ``/`` into folders, so
     sub-runs nest under their parent as TensorBoard expects); with ``run_layout=False``
-    every row goes into one file in ``directory``. Every value is written in the encoding
-    it was read in (``encoding`` and ``dtype`` columns): float32 ``simple_value`` stays
-    ``simple_value`` (bit-exact), float64 becomes a ``double_val`` tensor, integers an
-    ``int64_val`` tensor, and so on; rows from a logger (``encoding`` ``logger``) or without
-    an encoding go as ``simple_value`` when float32, else as a double or int64 tensor.
+    every row goes into one file in ``directory``. Every value is a ``simple_value``
+    (float32), which TensorBoard, tbparse, tianshou and skrl all read. A row that float32
+    does not hold exactly (``dtype`` other than float32, a ``value_int``, a tensor
+    ``encoding``; a row without a dtype whose value is not a float32) also carries its
+    exact value, dtype, encoding and plugin as :data:`EXACT_PLUGIN` metadata, so
+    :func:`read_tfevents` gives the row back as it was.
 
     Returns:
         The files written.
@@ -1151,13 +1328,16 @@ def write_tfevents(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | 
 
 
 def import_tfevents(source: Any, store: Any, *, run_id: str | None = None, name: str | None = None,
-                    on_corrupt: str = "raise", progress: bool | None = None) -> TfeventsReport:
+                    on_corrupt: str = "raise", progress: bool | None = None,
+                    existing_run: bool = False) -> TfeventsReport:
     """Import event files (a file, a directory of runs, a glob) into ``store``'s ``scalars``.
 
     Each TensorBoard run becomes a run of the store: the root run gets ``run_id`` (default:
     a new id), a sub-run ``run_id/<its path>`` (an ``add_scalars`` folder, a tianshou
     ``test/`` run...). The ``runs`` rows record ``source = 'tfevents'``, the directory, and
-    the event files. Tags keep their prefixes; ``scope`` maps tianshou's ``training/``,
+    the event files (``existing_run=True``: the root run's scalars go into the existing run
+    ``run_id``, which gets no new row; an experiment import does this). Tags keep their
+    prefixes; ``scope`` maps tianshou's ``training/``,
     ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info. The scalars
     are one commit, made when every file has been read (the runs rows follow it): a damaged
     file stops the import with nothing written.
@@ -1178,6 +1358,10 @@ def import_tfevents(source: Any, store: Any, *, run_id: str | None = None, name:
     try:
         for run_name, _files in reader.runs:
             rid = reader.run_id(run_name)
+            if existing_run and rid == base:
+                if not st._run_exists(rid):
+                    raise InvalidInputError(st.path, f"run {rid!r} does not exist (existing_run=True)")
+                continue
             if st._run_exists(rid):
                 raise InvalidInputError(st.path, f"run {rid!r} already exists; choose another run_id")
         with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
@@ -1187,6 +1371,8 @@ def import_tfevents(source: Any, store: Any, *, run_id: str | None = None, name:
                 for batch in reader:
                     w.write(batch)
         for run_name, files in reader.runs:
+            if existing_run and reader.run_id(run_name) == base:
+                continue
             st.add_run(source="tfevents", run_id=reader.run_id(run_name),
                        name=name if run_name == "." else (f"{name}/{run_name}" if name else run_name),
                        source_path=files[0].parent,
@@ -1202,32 +1388,28 @@ def export_tfevents(store: Any, directory: str | os.PathLike[str], *, run_id: st
     """Write a store's ``scalars`` as event files: ``directory/<run_id>/events.out.tfevents...``.
 
     Sub-runs (``run/sub``) nest under their run's folder, as TensorBoard shows them.
+    ``directory`` must be empty or new: an export never mixes with what is there (TensorBoard
+    would show both); ``overwrite`` replaces its content, once every file is written (a
+    failure leaves the old content).
 
     Raises:
-        FileExistsError: a run's folder already holds event files (``overwrite`` replaces them).
+        InvalidInputError: ``directory`` holds something and ``overwrite`` is false.
     """
+    from rlarrow.io._target import fresh_directory
     from rlarrow.store import Store
 
     root = Path(directory)
     own = not isinstance(store, Store)
-    st = Store.open(store) if own else store
+    st = Store.open(store, readonly=True) if own else store
     try:
         flt = None if run_id is None else (pc.field("run_id") == run_id) | pc.starts_with(
             pc.field("run_id"), run_id + "/")
         ds = st.dataset("scalars")
-        ids = pc.unique(ds.to_table(columns=["run_id"], filter=flt).column("run_id")).to_pylist() \
-            if st.row_count("scalars") else []
-        for rid in ids:
-            folder = _run_directory(root, rid)
-            old = [f for f in folder.glob("*tfevents*") if f.is_file()] if folder.is_dir() else []
-            if old and not overwrite:
-                raise FileExistsError(f"{folder}: holds event files already; remove them, or replace them "
-                                      "(overwrite=True; --overwrite in the CLI)")
-            for f in old:
-                f.unlink()
-        if not ids:
-            return []
-        return write_tfevents(ds.to_batches(filter=flt), root)
+        with fresh_directory(root, overwrite=overwrite, what="a tfevents export", skip_empty=True) as tmp:
+            if st.row_count("scalars") == 0:
+                return []
+            written = write_tfevents(ds.to_batches(filter=flt), tmp)
+        return [root / p.relative_to(tmp) for p in written]
     finally:
         if own:
             st.close()
