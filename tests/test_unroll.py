@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import warnings
 
 import numpy as np
@@ -14,7 +15,13 @@ from rlarrow.convert import convert_memory
 from rlarrow.io.memory import MemorySnapshot
 from rlarrow.io.npz import read_npz
 from rlarrow.tensors import to_numpy
-from rlarrow.unroll import memory_to_episodes, time_order
+from rlarrow.unroll import (
+    AutoresetAssumptionWarning,
+    detect_autoreset,
+    memory_to_episodes,
+    resolve_names,
+    time_order,
+)
 
 SKRL = FIXTURES / "skrl"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -138,3 +145,138 @@ def test_convert_with_episodes_fills_the_store_and_duckdb_reads_it(tmp_path):
         f"JOIN read_parquet('{steps_glob}') s USING (run_id, episode_id) "
         "GROUP BY ALL HAVING count(*) != e.num_steps").fetchall()
     assert rows == []
+
+
+# --------------------------------------------------------------------------- autoreset modes
+
+def one_env(states, rewards, done, next_states=None, *, names=("observations", "next_observations"),
+            truncated=True):
+    """A never-wrapped one-env snapshot from per-transition lists (skrl 2 names by default)."""
+    n = len(states)
+    col = lambda v, dt: np.asarray(v, dt).reshape(n, 1, -1)  # noqa: E731
+    tensors = {names[0]: col(states, np.float32), "actions": col(np.arange(n) % 2, np.int64),
+               "rewards": col(rewards, np.float32), "terminated": col(done, bool)}
+    if truncated:
+        tensors["truncated"] = col(np.zeros(n), bool)
+    if next_states is not None:
+        tensors[names[1]] = col(next_states, np.float32)
+    return MemorySnapshot(tensors, is_full=False, write_pointer=n, env_pointer=0)
+
+
+def summary(episodes, steps):
+    obs = steps.column("observation").to_pylist()
+    meta = [json.loads(m) for m in episodes.column("metadata").to_pylist()]
+    rows = episodes.select(["num_steps", "return", "partial_end"]).to_pylist()
+    return [tuple(r.values()) for r in rows], [o if o is None else o[0] for o in obs], meta
+
+
+# Two CartPole-like episodes (states 1..3, then 10..11), as skrl 2 stores them under each mode.
+# NEXT_STEP: the end at t=2 is followed by the autoreset transition (state = final obs 4,
+# next state = reset obs 10, reward 0, not done), which is no step of any episode.
+NEXT_STEP = dict(states=[1, 2, 3, 4, 10, 11], rewards=[1, 1, 1, 0, 1, 1], done=[0, 0, 1, 0, 0, 0],
+                 next_states=[2, 3, 4, 10, 11, 12])
+# SAME_STEP: the ending step returns the reset obs (10): skrl's next state of the end is 10.
+SAME_STEP = dict(states=[1, 2, 3, 10, 11], rewards=[1, 1, 1, 1, 1], done=[0, 0, 1, 0, 0],
+                 next_states=[2, 3, 10, 11, 12])
+# a memory that stores the true final observation (4): nothing to fix
+CLEAN = dict(states=[1, 2, 3, 10, 11], rewards=[1, 1, 1, 1, 1], done=[0, 0, 1, 0, 0],
+             next_states=[2, 3, 4, 11, 12])
+
+
+def test_next_step_autoreset_transitions_are_dropped():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read from the data: nothing assumed
+        rows, obs, meta = summary(*memory_to_episodes(one_env(**NEXT_STEP), run_id="r"))
+    assert rows == [(4, 3.0, False), (3, 2.0, True)]  # 3 + 2 transitions; the reset step is in neither
+    assert obs == [1, 2, 3, 4, 10, 11, 12]  # episode 2 starts at the reset observation
+    assert [(m["autoreset"], m["autoreset_from"], m["final_observation"]) for m in meta] == \
+        [("next-step", "data", "next_states")] * 2
+    assert meta[1]["memory_index_first"] == 4  # memory row 3 (the autoreset step) belongs to no episode
+    # the same rows read as "none" (the old unrolling): episode 2 starts at the final obs, reward 0
+    rows, obs, _ = summary(*memory_to_episodes(one_env(**NEXT_STEP), run_id="r", autoreset="none"))
+    assert rows == [(4, 3.0, False), (4, 2.0, True)] and obs[4] == 4
+
+
+def test_next_step_without_next_states_takes_the_final_obs_from_the_autoreset_step():
+    """skrl's PPO stores no next_observations: the final obs is the autoreset step's state, or unknown."""
+    data = dict(NEXT_STEP, next_states=None, done=[0, 0, 1, 0, 0, 1])  # ends again at the last row
+    rows, obs, meta = summary(*memory_to_episodes(one_env(**data), run_id="r"))
+    assert rows == [(4, 3.0, False), (3, 2.0, False)]
+    assert obs == [1, 2, 3, 4, 10, 11, None]  # the second end's autoreset step is not in the snapshot
+    assert [m["final_observation"] for m in meta] == ["autoreset transition", "unknown"]
+    assert meta[0]["autoreset_from"] == "data"
+
+
+def test_same_step_final_obs_is_unknown_and_nothing_is_dropped():
+    rows, obs, meta = summary(*memory_to_episodes(one_env(**SAME_STEP), run_id="r"))
+    assert rows == [(4, 3.0, False), (3, 2.0, True)]
+    assert obs == [1, 2, 3, None, 10, 11, 12]  # next_states of the end is the reset obs, not the final one
+    assert [(m["autoreset"], m["autoreset_from"], m["final_observation"]) for m in meta] == \
+        [("same-step", "data", "unknown"), ("same-step", "data", "next_states")]
+    # a reward-1 step after the end rules next-step out also without next_states
+    rows, obs, meta = summary(*memory_to_episodes(one_env(**dict(SAME_STEP, next_states=None)), run_id="r"))
+    assert rows == [(4, 3.0, False), (3, 2.0, True)] and obs == [1, 2, 3, None, 10, 11, None]
+    assert meta[0]["autoreset"] == "same-step"
+
+
+def test_a_memory_with_true_final_observations_is_read_as_none():
+    rows, obs, meta = summary(*memory_to_episodes(one_env(**CLEAN), run_id="r"))
+    assert rows == [(4, 3.0, False), (3, 2.0, True)] and obs == [1, 2, 3, 4, 10, 11, 12]
+    assert meta[0]["autoreset"] == "none" and meta[0]["autoreset_from"] == "data"
+
+
+def test_detection_rules_and_what_is_assumed():
+    assert detect_autoreset(one_env(**NEXT_STEP)).mode == "next-step"
+    assert (detect_autoreset(one_env(**SAME_STEP)).mode, detect_autoreset(one_env(**CLEAN)).mode) == \
+        ("same-step", "none")
+    # rewards are 0 elsewhere too: zeros after the ends prove nothing, next-step is assumed and said
+    sparse = dict(NEXT_STEP, rewards=[0, 0, 1, 0, 0, 1])
+    det = detect_autoreset(one_env(**sparse))
+    assert (det.mode, det.exact, det.ends) == ("next-step", False, 1)
+    with pytest.warns(AutoresetAssumptionWarning, match="assumed next-step.*--autoreset"):
+        _, _, meta = summary(*memory_to_episodes(one_env(**sparse), run_id="r"))
+    assert meta[0]["autoreset_from"] == "assumed"
+    # an end only at the last row, with next_states: the data cannot tell, and it matters
+    last = dict(states=[1, 2, 3], rewards=[1, 1, 1], done=[0, 0, 1], next_states=[2, 3, 4])
+    assert detect_autoreset(one_env(**last)).mode is None
+    with pytest.warns(AutoresetAssumptionWarning, match="no episode end is followed"):
+        memory_to_episodes(one_env(**last), run_id="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a mode given, or one that changes nothing, is not an assumption
+        _, obs, meta = summary(*memory_to_episodes(one_env(**last), run_id="r", autoreset="same-step"))
+        assert obs[-1] is None and meta[0]["autoreset_from"] == "given"
+        memory_to_episodes(one_env(**dict(last, done=[0, 0, 0])), run_id="r")
+    with pytest.raises(rlarrow.InvalidInputError, match="autoreset='next'.*--autoreset"):
+        memory_to_episodes(one_env(**NEXT_STEP), run_id="r", autoreset="next")
+
+
+def test_skrl2_names_win_over_skrl1_and_roles_are_checked():
+    snap = one_env(**NEXT_STEP)
+    snap.tensors["states"] = np.full_like(snap.tensors["observations"], 99.0)  # skrl 2's privileged state
+    assert resolve_names(snap)["states"] == "observations"
+    _, obs, _ = summary(*memory_to_episodes(snap, run_id="r"))
+    assert 99.0 not in obs
+    old = one_env(**NEXT_STEP, names=("states", "next_states"))  # skrl 1
+    assert resolve_names(old)["next_states"] == "next_states"
+    assert summary(*memory_to_episodes(old, run_id="r"))[:2] == summary(*memory_to_episodes(
+        one_env(**NEXT_STEP), run_id="r"))[:2]
+    with pytest.raises(rlarrow.InvalidInputError, match="'obs' is not a role"):
+        memory_to_episodes(snap, run_id="r", names={"obs": "observations"})
+    with pytest.raises(rlarrow.InvalidInputError, match="no tensor 'nope'"):
+        memory_to_episodes(snap, run_id="r", names={"states": "nope"})
+
+
+def test_convert_says_an_autoreset_assumption_once(tmp_path):
+    from rlarrow.io.npz import write_npz
+
+    sparse = one_env(**dict(NEXT_STEP, rewards=[0, 0, 1, 0, 0, 1]))
+    for i in range(3):
+        write_npz(sparse.tensors, tmp_path / "memories" / f"m{i}.npz")
+    report = convert_memory([tmp_path / "memories"], tmp_path / "s", episodes=True, progress=False)
+    said = [a for a in report.assumptions if "autoreset" in a]
+    assert len(said) == 1 and said[0].startswith("3 of 3 snapshots"), report.assumptions
+    again = convert_memory([tmp_path / "memories"], tmp_path / "s2", episodes=True, progress=False,
+                           autoreset="next-step")
+    assert not any("autoreset" in a for a in again.assumptions) and again.steps == report.steps
+    with pytest.raises(rlarrow.InvalidInputError, match="--autoreset"):
+        convert_memory([tmp_path / "memories"], tmp_path / "s3", episodes=True, autoreset="bad")
