@@ -16,6 +16,7 @@ import numpy as np
 
 from rlarrow import schema as _schema
 from rlarrow._columns import actions as _actions
+from rlarrow._columns import ordered as _ordered
 from rlarrow._columns import scalars as _scalars
 from rlarrow._columns import stack as _stack
 from rlarrow.store import Store
@@ -210,6 +211,9 @@ class Sink:
         action_dtype: the dtype of plain (non-nested) actions, None for nested ones.
         flush_every_steps, flush_every_seconds, background: see :class:`rlarrow.EnvLogger`.
         num_envs: one :class:`Lane` per environment (``env_index``), in :attr:`lanes`.
+        types: the store's ``observation`` and ``action`` column types (from
+            :func:`rlarrow._columns.declare_steps`): dict values are committed in their
+            struct field order.
     """
 
     def __init__(
@@ -223,8 +227,10 @@ class Sink:
         flush_every_seconds: float | None,
         background: bool,
         num_envs: int = 1,
+        types: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
+        self.types = types or {}
         self.run_id = run_id
         self.own_store = own_store
         self.action_dtype = action_dtype
@@ -376,8 +382,8 @@ class Sink:
                     "step": step,
                     "env_index": np.repeat(envs.astype(np.int32), lengths),
                     "observation": (rows.observation if isinstance(rows.observation, np.ndarray)
-                                    else _stack(rows.observation)),
-                    "action": _actions(rows.action, self.action_dtype, pads),
+                                    else _ordered(_stack(rows.observation), self.types.get("observation"))),
+                    "action": _actions(rows.action, self.action_dtype, pads, self.types.get("action")),
                     "reward": _scalars(rows.reward),
                     "discount": _scalars(rows.discount),
                     "is_first": step == 0,

@@ -9,6 +9,11 @@ gymnasium's autoreset modes: ``NEXT_STEP`` (the step after an episode's end rese
 sub-env; its action is not recorded) and ``SAME_STEP`` (the final observation comes in
 ``infos["final_obs"]``).
 
+The run's ``env_specs`` holds the two spaces and the dm_env specs derived from them
+(:func:`rlarrow.specs.from_space`), so ``rlarrow.Reader(...).observation_spec()`` gives a
+spec for gym recordings too. Dict spaces are stored as structs in the space's order (or the
+store's, when it holds the same fields in another order).
+
 Example:
     >>> import gymnasium as gym, tempfile, os, rlarrow
     >>> path = os.path.join(tempfile.mkdtemp(), "cartpole.rlarrow")
@@ -32,9 +37,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rlarrow._columns import declare_steps
 from rlarrow._deps import require
 from rlarrow._episodes import Sink
 from rlarrow._version import __version__
+from rlarrow.specs import REWARD_SPEC, from_space
 from rlarrow.store import Store
 from rlarrow.tensors import tensor_type
 
@@ -140,18 +147,23 @@ class _Recorder:
         own = not isinstance(data_directory, Store)
         self.store = Store.open(data_directory, create=True) if not isinstance(data_directory, Store) \
             else data_directory
-        self.store.declare("steps", {"observation": space_type(self._obs_space),
-                                     "action": space_type(self._act_space)})
+        # Dict spaces keep their order (or the store's, when it holds the same fields in another)
+        types = declare_steps(self.store, {"observation": space_type(self._obs_space),
+                                           "action": space_type(self._act_space)})
         spec = getattr(getattr(env, "spec", None), "id", None)
+        obs_space, act_space = _space_dict(self._obs_space), _space_dict(self._act_space)
         self.run_id = self.store.add_run(
             source="rlarrow.gym", run_id=run_id, name=name or spec, source_version=f"rlarrow {__version__}",
             alignment="rlds", num_envs=self._n, metadata=metadata,
-            env_specs={"env_id": spec, "observation_space": _space_dict(self._obs_space),
-                       "action_space": _space_dict(self._act_space)})
+            env_specs={"env_id": spec, "observation_space": obs_space, "action_space": act_space,
+                       # the same as dm_env specs, so that rlarrow.Reader gives them (docs/format.md)
+                       "observation_spec": from_space(obs_space), "action_spec": from_space(act_space),
+                       "reward_spec": REWARD_SPEC})
         plain = not isinstance(self._act_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self._sink = Sink(self.store, self.run_id, own_store=own, action_dtype=self._act_space.dtype if plain
                           else None, flush_every_steps=flush_every_steps,
-                          flush_every_seconds=flush_every_seconds, background=background, num_envs=self._n)
+                          flush_every_seconds=flush_every_seconds, background=background, num_envs=self._n,
+                          types=types)
         self._lanes = self._sink.lanes
         self._keep_infos = keep_infos
         self._flush_on_episode_end = flush_on_episode_end

@@ -309,7 +309,8 @@ class Reader:
         self._rows = _Rows(files)
         run = self.store.read("runs", filter=pc.field("run_id") == run_id).to_pylist()
         self._run = run[0] if run else {}
-        self._env_specs = _metadata.decode(self._run.get("env_specs"), self._run.get("env_specs_types")) or {}
+        self._env_specs = _derived_specs(
+            _metadata.decode(self._run.get("env_specs"), self._run.get("env_specs_types")) or {})
         self.source: str | None = self._run.get("source")
         self._dm_env: Any = None
 
@@ -353,7 +354,12 @@ class Reader:
         return _specs.from_dict(self._env_specs.get(key))
 
     def observation_spec(self) -> Any:
-        """The recorded environment's observation spec (a dm_env spec)."""
+        """The recorded environment's observation spec (a dm_env spec).
+
+        For gym recordings and Minari imports, the spec of the gymnasium space (see
+        :func:`rlarrow.specs.from_space`): a ``Box`` is a ``BoundedArray`` of its shape and
+        dtype, a ``Discrete`` a ``DiscreteArray``, Dict and Tuple spaces dicts and lists.
+        """
         return self._spec("observation_spec")
 
     def action_spec(self) -> Any:
@@ -458,6 +464,26 @@ class Reader:
                         zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
         with _gc_paused():
             return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+
+
+def _derived_specs(env_specs: Any) -> Any:
+    """``env_specs`` with dm_env specs derived from gymnasium spaces where it has none.
+
+    Gym recordings made before they stored specs, and Minari imports, describe their
+    spaces (``observation_space``, ``action_space``): :func:`rlarrow.specs.from_space`
+    turns those into the specs the Reader gives (a float64 scalar reward spec with them).
+    """
+    if not isinstance(env_specs, dict):
+        return env_specs
+    out = dict(env_specs)
+    derived = False
+    for kind in ("observation", "action"):
+        if out.get(f"{kind}_spec") is None and out.get(f"{kind}_space") is not None:
+            out[f"{kind}_spec"] = _specs.from_space(out[f"{kind}_space"])
+            derived = True
+    if derived and out.get("reward_spec") is None:
+        out["reward_spec"] = dict(_specs.REWARD_SPEC)
+    return out
 
 
 @contextmanager

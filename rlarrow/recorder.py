@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from rlarrow import specs as _specs
+from rlarrow._columns import declare_steps
 from rlarrow._columns import flat_value as _flat_obs
 from rlarrow._deps import require
 from rlarrow._episodes import PACKED_BYTES, Arena, Episode, Sink, checked_row
@@ -117,14 +118,15 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                      "action_spec": _specs.to_dict(self._action_spec),
                      "reward_spec": _specs.to_dict(env.reward_spec()),
                      "discount_spec": _specs.to_dict(env.discount_spec())}
-        self.store.declare("steps", {"observation": _specs.tensor_type(self._obs_spec),
-                                     "action": _specs.tensor_type(self._action_spec)})
+        # dict specs keep their order (or the store's, when it holds the same fields in another)
+        types = declare_steps(self.store, {"observation": _specs.tensor_type(self._obs_spec),
+                                           "action": _specs.tensor_type(self._action_spec)})
         self.run_id = self.store.add_run(source="rlarrow.EnvLogger", run_id=run_id, name=name,
                                          source_version=f"rlarrow {__version__}", alignment="dm_env",
                                          num_envs=1, metadata=metadata, env_specs=env_specs)
         self._sink = Sink(self.store, self.run_id, own_store=self._own_store, action_dtype=self._action_dtype,
                           flush_every_steps=flush_every_steps, flush_every_seconds=flush_every_seconds,
-                          background=background)
+                          background=background, types=types)
         self._lane = lane = self._sink.lanes[0]
         self._where = f"{type(env).__name__}.step"
         self._packed: tuple[tuple[int, ...], Any] | None = None

@@ -108,3 +108,58 @@ def test_vector_env_episodes_equal_each_sub_env_alone(tmp_path, mode):
                 (r2["num_steps"], r2["terminated"], r2["truncated"], r2["partial_end"])
             for col in ("observation", "action", "reward", "is_first", "is_last", "is_terminal"):
                 assert e1.column(col).to_pylist() == e2.column(col).to_pylist(), col
+
+
+def test_gym_recordings_have_dm_env_specs_from_their_spaces(tmp_path):
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    from rlarrow.gym import RecordEpisodes
+
+    env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s")
+    env.reset(seed=0)
+    env.step(0)
+    env.close()
+    with rlarrow.Reader(tmp_path / "s") as reader:
+        obs = reader.observation_spec()
+        space = gym.make("CartPole-v1").observation_space
+        assert obs.shape == (4,) and obs.dtype == np.float32
+        assert np.array_equal(obs.minimum, space.low) and np.array_equal(obs.maximum, space.high)
+        assert reader.action_spec().num_values == 2 and reader.action_spec().dtype == np.int64
+        assert reader.reward_spec().dtype == np.float64 and reader.discount_spec() is None
+        first = reader.episodes[0][0].timestep.observation
+        obs.validate(first)  # what was recorded fits the spec
+
+    class Arm(gym.Env):
+        observation_space = spaces.Dict({
+            "joints": spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+            "mode": spaces.Discrete(4, start=1),
+            "pair": spaces.Tuple((spaces.MultiBinary(3), spaces.MultiDiscrete([2, 5]))),
+        })
+        action_space = spaces.Box(0, 255, (8, 8), np.uint8)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.observation_space.seed(seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, True, False, {}
+
+    env = RecordEpisodes(Arm(), tmp_path / "arm")
+    env.reset(seed=1)
+    env.step(env.action_space.sample())
+    env.close()
+    with rlarrow.Reader(tmp_path / "arm") as reader:
+        spec = reader.observation_spec()
+        assert list(spec) == ["joints", "mode", "pair"]  # the space's order
+        assert spec["joints"].shape == (2, 3) and spec["joints"].dtype == np.float32
+        assert (int(spec["mode"].minimum), int(spec["mode"].maximum)) == (1, 4)
+        assert spec["pair"][0].shape == (3,) and int(spec["pair"][1].maximum[1]) == 4
+        assert reader.action_spec().shape == (8, 8) and reader.action_spec().dtype == np.uint8
+        for step in reader.episodes[0]:
+            obs = step.timestep.observation
+            spec["joints"].validate(obs["joints"])
+            spec["mode"].validate(obs["mode"])
+            assert isinstance(obs["pair"], tuple)
+            spec["pair"][1].validate(obs["pair"][1])

@@ -14,7 +14,13 @@ envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38).
   :class:`~rlarrow.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
   that are whole are imported and the rest listed (a warning, and the report).
 * :func:`export_envlogger`: a run back into a directory envlogger's ``Reader`` reads
-  as it read the original: the same steps, metadata and episode metadata.
+  as it read the original: the same steps, metadata and episode metadata, rewards and
+  discounts in their specs' dtypes. A directory that holds anything is refused unless
+  ``overwrite=True`` (``--overwrite``), which replaces it whole.
+
+Dict observations and actions are stored with their fields sorted by name (at every
+depth): envlogger returns dicts in an order that changes from process to process. A store
+that already holds the same fields in another order keeps its order (``docs/format.md``).
 
 Example:
     >>> from rlarrow.io.envlogger import export_envlogger, import_envlogger  # doctest: +SKIP
@@ -38,7 +44,7 @@ import numpy as np
 
 from rlarrow import alignment
 from rlarrow import specs as _specs
-from rlarrow._columns import flat_value
+from rlarrow._columns import declare_steps, flat_value
 from rlarrow._deps import require
 from rlarrow._episodes import Sink
 from rlarrow.errors import CorruptFileError, RLArrowError, RLArrowWarning, UnsupportedInputError
@@ -158,16 +164,18 @@ def import_envlogger(
             found = [line for plan in plans for line in plan.problems]
             if found and not skip_corrupt:
                 raise CorruptFileError(directory, _damage_message(found))
-            obs_spec, action_spec = reader.observation_spec(), reader.action_spec()
+            # envlogger decodes dicts from protobuf maps, in an order that changes from process
+            # to process: dict specs are sorted (or take the store's order, declare_steps)
+            obs_spec = _specs.sorted_spec(reader.observation_spec())
+            action_spec = _specs.sorted_spec(reader.action_spec())
             env_specs = {
                 "observation_spec": _specs.to_dict(obs_spec),
                 "action_spec": _specs.to_dict(action_spec),
-                "reward_spec": _specs.to_dict(reader.reward_spec()),
-                "discount_spec": _specs.to_dict(reader.discount_spec()),
+                "reward_spec": _specs.to_dict(_specs.sorted_spec(reader.reward_spec())),
+                "discount_spec": _specs.to_dict(_specs.sorted_spec(reader.discount_spec())),
             }
-            st.declare(
-                "steps",
-                {"observation": _specs.tensor_type(obs_spec), "action": _specs.tensor_type(action_spec)},
+            types = declare_steps(
+                st, {"observation": _specs.tensor_type(obs_spec), "action": _specs.tensor_type(action_spec)}
             )
             version = getattr(envlogger, "__version__", None) or _dist_version("envlogger")
             run = st.add_run(
@@ -194,6 +202,7 @@ def import_envlogger(
                 flush_every_steps=_STEPS_PER_COMMIT,
                 flush_every_seconds=None,
                 background=False,
+                types=types,
             )
             add = _Adder(sink, obs_spec, action_spec if not plain else None)
             with bar(sum(len(p.episodes) for p in plans), "import envlogger", "episode", progress) as pbar:
@@ -577,42 +586,79 @@ def _dist_version(name: str) -> str | None:
 
 
 def export_envlogger(
-    store: Store | str | os.PathLike[str], directory: str | os.PathLike[str], *, run_id: str | None = None
+    store: Store | str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write a run as an envlogger riegeli directory (see the module docs).
 
     The run metadata is written as envlogger writes it: the recorded metadata, with
-    ``environment_specs`` in envlogger's own encoding.
+    ``environment_specs`` in envlogger's own encoding. Rewards and discounts are written
+    in the dtype of the run's reward and discount specs (the store keeps them as float64),
+    so a float32 reward comes back float32.
+
+    The directory is written whole or not at all: into a fresh directory that takes
+    ``directory``'s place once every episode is written (a failure leaves what was there).
+
+    Args:
+        store: a store, or its path.
+        directory: the envlogger directory to write (created; it must be empty or new).
+        run_id: which run; may be left out when the store holds one run with steps.
+        overwrite: replace what ``directory`` holds (``--overwrite`` in the CLI); without
+            it, a directory that holds anything is refused (an envlogger reader would see
+            the old episodes and the new ones).
 
     Raises:
+        InvalidInputError: ``directory`` holds something and not ``overwrite``.
         StoreError: several runs and no ``run_id``.
         MissingDependencyError: envlogger is not installed.
     """
+    from rlarrow.io._target import check_target, fresh_directory
     from rlarrow.reader import Reader
 
+    check_target(directory, overwrite=overwrite, what="an envlogger export")
     envlogger = load()
     from envlogger.backends import riegeli_backend_writer
     from envlogger.converters import spec_codec
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     reader = Reader(store, run_id=run_id)
     meta = reader.metadata()
     if reader.source != "envlogger":  # an envlogger import kept envlogger's own encoding
         meta["environment_specs"] = spec_codec.encode_environment_specs(_SpecHolder(reader))
-    writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(directory), metadata=meta)
-    try:
-        episode_meta = reader.episode_metadata()
-        for k, episode in enumerate(reader.episodes):
-            for i, step in enumerate(episode):
-                writer.record_step(
-                    envlogger.StepData(step.timestep, step.action, step.custom_data), is_new_episode=i == 0
-                )
-            if episode_meta[k] is not None:
-                writer.set_episode_metadata(episode_meta[k])
-    finally:
-        writer.close()
-    return directory
+    as_reward, as_discount = _scalar_caster(reader.reward_spec()), _scalar_caster(reader.discount_spec())
+    with fresh_directory(directory, overwrite=overwrite, what="an envlogger export") as tmp:
+        writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(tmp), metadata=meta)
+        try:
+            episode_meta = reader.episode_metadata()
+            for k, episode in enumerate(reader.episodes):
+                for i, step in enumerate(episode):
+                    timestep = step.timestep
+                    if timestep.reward is not None or timestep.discount is not None:
+                        timestep = timestep._replace(reward=as_reward(timestep.reward),
+                                                     discount=as_discount(timestep.discount))
+                    writer.record_step(
+                        envlogger.StepData(timestep, step.action, step.custom_data), is_new_episode=i == 0
+                    )
+                if episode_meta[k] is not None:
+                    writer.set_episode_metadata(episode_meta[k])
+        finally:
+            writer.close()
+    return Path(directory)
+
+
+def _scalar_caster(spec: Any) -> Any:
+    """A function giving a stored reward or discount (float64) in ``spec``'s dtype (None stays None)."""
+    dtype = getattr(spec, "dtype", None)
+    if dtype is None or np.dtype(dtype).kind not in "biuf" or tuple(getattr(spec, "shape", ())) != ():
+        return lambda value: value
+    make = np.dtype(dtype).type
+
+    def cast(value: Any) -> Any:
+        return None if value is None else make(value)
+
+    return cast
 
 
 class _SpecHolder:
@@ -628,7 +674,16 @@ class _SpecHolder:
         return self._reader.action_spec()
 
     def reward_spec(self) -> Any:
-        return self._reader.reward_spec()
+        spec = self._reader.reward_spec()
+        return spec if spec is not None else _dm_env_default("reward_spec")
 
-    def discount_spec(self) -> Any:
-        return self._reader.discount_spec()
+    def discount_spec(self) -> Any:  # gymnasium sources have none: dm_env's default
+        spec = self._reader.discount_spec()
+        return spec if spec is not None else _dm_env_default("discount_spec")
+
+
+def _dm_env_default(name: str) -> Any:
+    """dm_env's default reward or discount spec (what ``dm_env.Environment`` declares)."""
+    import dm_env
+
+    return getattr(dm_env.Environment, name)(None)

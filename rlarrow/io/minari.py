@@ -8,6 +8,13 @@ N + 1 RLDS steps whose last one holds the final observation with null action and
 whole; ``infos`` columns are kept as each step's metadata, the episode's ``metadata.json`` as
 the episode's, and the dataset's as the run's (its JSON-encoded spaces decoded).
 
+Observations and actions keep their spaces' shapes, as ``minari.load_dataset`` gives them
+(Minari writes a ``Box`` of any rank as a flat list): a ``Box(H, W)`` comes back ``(H, W)``,
+JPEG-encoded images (Minari's ``jpeg_encoding``) are decoded as Minari decodes them (needs
+Pillow), Dict and Tuple spaces become structs in the space's order (the dataset's
+``observation_space``; Tuple fields ``"0"``, ``"1"``...). A store that already holds the
+same fields in another order keeps its order (``docs/format.md``).
+
 Example:
     >>> from rlarrow.io.minari import import_minari  # doctest: +SKIP
     >>> import_minari("~/.minari/datasets/cartpole/random-v0", "runs.rlarrow")  # doctest: +SKIP
@@ -26,9 +33,11 @@ import pyarrow as pa
 
 from rlarrow import alignment
 from rlarrow import schema as _schema
-from rlarrow.errors import CorruptFileError, InvalidInputError, UnsupportedInputError
+from rlarrow._columns import declare_steps, same_fields
+from rlarrow.errors import CorruptFileError, InvalidInputError, MissingDependencyError, UnsupportedInputError
 from rlarrow.io import EpisodesReport
 from rlarrow.store import Store
+from rlarrow.tensors import tensor_type, to_arrow, with_null_rows
 
 __all__ = ["import_minari", "is_minari_dir"]
 
@@ -189,9 +198,15 @@ def import_minari(
         (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
     )
     _check_dataset(data / "metadata.json", meta, len(episode_dirs), None)
+    spaces = (run_meta.get("observation_space"), run_meta.get("action_space"))
+    jpeg = bool(meta.get("jpeg_encoding", True))
     own = not isinstance(store, Store)
     st = Store.open(store, create=True) if not isinstance(store, Store) else store
     try:
+        first = _read_episode(episode_dirs[0], fmt, spaces, jpeg) if episode_dirs else None
+        types: dict[str, Any] = {}
+        if first is not None:  # fixed before the run is added: a mismatch leaves nothing behind
+            types = declare_steps(st, {name: first[0][name].type for name in ("observation", "action")})
         run = st.add_run(
             source="minari",
             run_id=run_id,
@@ -211,9 +226,14 @@ def import_minari(
             st.writer("steps") as writer,
             bar(len(episode_dirs), "import minari", "episode", progress) as pbar,
         ):
-            for ep_dir in episode_dirs:
+            for k, ep_dir in enumerate(episode_dirs):
                 try:
-                    steps, row = _episode(ep_dir, fmt, run, st.schema("steps"))
+                    columns, row = first if k == 0 and first is not None else \
+                        _read_episode(ep_dir, fmt, spaces, jpeg)
+                    for key, type_ in types.items():
+                        columns[key] = _in_order(columns[key], type_)
+                    steps = _schema.build("steps", {"run_id": run, **columns}, num_rows=row["num_steps"],
+                                          established=st.schema("steps"))
                 except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
                     raise CorruptFileError(ep_dir, f"the episode's data is damaged ({type(exc).__name__}: "
                                            f"{exc}); restore the dataset or download it again") from exc
@@ -244,9 +264,22 @@ def import_minari(
             st.close()
 
 
-def _episode(ep_dir: Path, fmt: str, run: str,
-             established: pa.Schema | None) -> tuple[pa.Table, dict[str, Any]]:
-    """One episode folder as ``steps`` rows, and its ``episodes`` row (without the run's columns)."""
+def _read_episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
+                  jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One episode folder as ``steps`` columns (all but ``run_id``), and its ``episodes`` row.
+
+    ``spaces``: the dataset's observation and action spaces (Minari's JSON, decoded);
+    ``jpeg``: whether image spaces are JPEG-encoded (the dataset's ``jpeg_encoding``).
+    """
+    try:
+        return _episode(ep_dir, fmt, spaces, jpeg)
+    except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
+        raise CorruptFileError(ep_dir, f"the episode's data is damaged ({type(exc).__name__}: "
+                               f"{exc}); restore the dataset or download it again") from exc
+
+
+def _episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
+             jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     parts = sorted(ep_dir.glob(f"part-*.{'arrow' if fmt == 'arrow' else 'parquet'}"), key=_part_number)
     if not parts:
         raise CorruptFileError(ep_dir, "episode directory without part files")
@@ -271,25 +304,19 @@ def _episode(ep_dir: Path, fmt: str, run: str,
     ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
     _check_episode(ep_meta_path, ep_meta, n, reward)
     infos = _infos(parts[0], table)
-    steps = _schema.build(
-        "steps",
-        {
-            "run_id": run,
-            "episode_id": episode_id,
-            "step": np.arange(n + 1),
-            "env_index": 0,
-            "observation": table.column("observations"),
-            "action": _with_last_null(action, n),
-            "reward": _with_last_null(reward.cast(pa.float64()), n),
-            "discount": pa.nulls(n + 1, pa.float64()),
-            "is_first": rlds["is_first"],
-            "is_last": rlds["is_last"],
-            "is_terminal": rlds["is_terminal"],
-            "metadata": [{"infos": i} for i in infos] if infos is not None else None,
-        },
-        num_rows=n + 1,
-        established=established,
-    )
+    columns = {
+        "episode_id": episode_id,
+        "step": np.arange(n + 1),
+        "env_index": 0,
+        "observation": _shaped(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
+        "action": _with_last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
+        "reward": _with_last_null(reward.cast(pa.float64()), n),
+        "discount": pa.nulls(n + 1, pa.float64()),
+        "is_first": rlds["is_first"],
+        "is_last": rlds["is_last"],
+        "is_terminal": rlds["is_terminal"],
+        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
+    }
     row = {
         "episode_id": episode_id,
         "num_steps": n + 1,
@@ -298,10 +325,111 @@ def _episode(ep_dir: Path, fmt: str, run: str,
         "truncated": bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]),
         "metadata": ep_meta,
     }
-    return steps, row
+    return columns, row
+
+
+_FLAT_SPACES = ("Box", "MultiDiscrete", "MultiBinary")
+
+
+def _shaped(col: pa.ChunkedArray | pa.Array, space: Any, jpeg: bool, path: Path, name: str) -> pa.Array:
+    """A Minari column in its space's shape and order (what ``minari.load_dataset`` gives).
+
+    Minari writes a ``Box`` (any rank), ``MultiDiscrete`` or ``MultiBinary`` value as a flat
+    list, an image space as JPEG bytes when the dataset says ``jpeg_encoding``, Dict and
+    Tuple values as structs (fields in the order of the values it was given). A column
+    whose space is not described is kept as it is.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not isinstance(space, dict):
+        return arr
+    kind = space.get("type")
+    if kind in ("Dict", "Tuple"):
+        subspaces: Any = space.get("subspaces") or ({} if kind == "Dict" else [])
+        items = list(subspaces.items()) if kind == "Dict" else [(str(i), s) for i, s in enumerate(subspaces)]
+        held = sorted(arr.type.field(i).name for i in range(arr.type.num_fields)) \
+            if pa.types.is_struct(arr.type) else None
+        if held != sorted(k for k, _ in items):
+            raise CorruptFileError(path, f"the {name} column is {arr.type}, the dataset's {kind} space has "
+                                   f"the fields {[k for k, _ in items]}: the dataset is damaged or was "
+                                   "written by another tool")
+        children = [_shaped(arr.field(k), sub, jpeg, path, f"{name}.{k}") for k, sub in items]
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(children, names=[k for k, _ in items], mask=mask)
+    if kind not in _FLAT_SPACES:
+        return arr
+    shape = tuple(int(d) for d in space.get("shape") or ())
+    if kind == "MultiBinary" and not shape:
+        n = space.get("n")
+        shape = (int(n),) if isinstance(n, int) else tuple(int(d) for d in n or ())
+    if kind == "MultiDiscrete" and not shape:
+        shape = tuple(np.shape(space.get("nvec") or ()))
+    dtype = np.dtype(space.get("dtype") or ("int8" if kind == "MultiBinary" else "float32"))
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+        if not jpeg:
+            raise CorruptFileError(path, f"the {name} column holds bytes, but the dataset says it is not "
+                                   "JPEG-encoded (jpeg_encoding false): the dataset is damaged")
+        values = _decode_jpeg(arr, shape, dtype, path, name)
+    else:
+        size = int(np.prod(shape, dtype=np.int64))
+        try:
+            nested = pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type)
+            flat = arr.flatten() if nested else arr
+            values = np.asarray(flat.to_numpy(zero_copy_only=False))
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise CorruptFileError(path, f"the {name} column ({arr.type}) cannot be read as numbers ({exc}): "
+                                   "the dataset is damaged") from exc
+        if values.size != len(arr) * size:
+            raise CorruptFileError(path, f"the {name} column holds {values.size} values for {len(arr)} "
+                                   f"steps; its {kind} space has shape {shape} ({size} values a step): the "
+                                   "dataset is damaged")
+        values = values.astype(dtype, copy=False).reshape(len(arr), *shape)
+    out = to_arrow(values, tensor_type(dtype, shape, layout="auto"))
+    if arr.null_count:
+        out = with_null_rows(out, arr.is_null().to_numpy(zero_copy_only=False))
+    return out
+
+
+def _decode_jpeg(arr: pa.Array, shape: tuple[int, ...], dtype: np.dtype[Any], path: Path, name: str) -> Any:
+    """JPEG-encoded images as one ``(rows, *shape)`` array, decoded as Minari decodes them."""
+    import io
+
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{path}: the {name} are JPEG-encoded images; decoding them needs Pillow, which is not "
+            "installed: pip install pillow", name="PIL") from exc
+    out = np.empty((len(arr), *shape), dtype)
+    for i, data in enumerate(arr.to_pylist()):
+        if data is None:
+            out[i] = 0
+            continue
+        try:
+            image = np.array(Image.open(io.BytesIO(data)))
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise CorruptFileError(path, f"row {i} of the {name} column is not a readable JPEG image "
+                                   f"({exc}): the dataset is damaged") from exc
+        if image.shape != shape:
+            raise CorruptFileError(path, f"row {i} of the {name} column is an image of shape "
+                                   f"{image.shape}; the dataset's space says {shape}: the dataset is damaged")
+        out[i] = image
+    return out
+
+
+def _in_order(arr: pa.Array, type_: pa.DataType) -> pa.Array:
+    """A struct column with its fields in ``type_``'s order (when only the order differs)."""
+    if arr.type == type_ or not pa.types.is_struct(type_) or not same_fields(arr.type, type_):
+        return arr
+    names = [type_.field(i).name for i in range(type_.num_fields)]
+    children = [_in_order(arr.field(k), type_.field(k).type) for k in names]
+    return pa.StructArray.from_arrays(children, names=names, mask=arr.is_null() if arr.null_count else None)
 
 
 def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:
     """The first ``n`` values, then a null (RLDS: no action or reward on the last step)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(arr.type, pa.ExtensionType) or pa.types.is_fixed_size_list(arr.type):
+        last = np.zeros(n + 1, bool)
+        last[n] = True
+        return with_null_rows(arr.slice(0, n + 1), last)
     return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])

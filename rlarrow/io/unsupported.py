@@ -1,0 +1,104 @@
+"""Recognise RL data formats rlarrow does not import yet, to say so in one line.
+
+``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset, an HDF5 file
+(robomimic, D4RL, Minari's HDF5 backend) or a zarr store would otherwise find "no memory
+exports" in it. :func:`describe_unsupported` names what the input looks like and what
+rlarrow does read. Only names and small JSON files are looked at: nothing is imported or
+decoded, and no user code runs.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("dataset_info.json", "features.json", "demo-train.tfrecord-00000-of-00001"):
+    ...     _ = (d / name).write_text("{}")
+    >>> describe_unsupported(d).split(";")[0].endswith("looks like an RLDS dataset")
+    True
+    >>> describe_unsupported(d / "features.json") is None
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
+
+#: what ``rlarrow convert`` reads, as the message lists it
+SUPPORTED_INPUTS = ("skrl/rofunc memory exports (.pt, .npz, .csv), envlogger (riegeli) directories, "
+                    "Minari datasets (arrow and parquet backends), TensorBoard event files")
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_HDF5_SUFFIXES = (".hdf5", ".h5", ".he5", ".hdf")
+
+
+def _message(path: Path, what: str, short: str, hint: str = "") -> str:
+    return f"{path} looks like {what}; rlarrow does not import {short} yet{hint}; supported inputs are: " \
+        f"{SUPPORTED_INPUTS}"
+
+
+def _is_hdf5(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == _HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+def _is_rlds(path: Path) -> bool:
+    if not ((path / "dataset_info.json").is_file() and (path / "features.json").is_file()):
+        return False
+    return any(".tfrecord" in p.name or p.name.endswith(".array_record") or ".array_record-" in p.name
+               for p in path.iterdir())
+
+
+def _is_lerobot(path: Path) -> bool:
+    info = path / "meta" / "info.json"
+    if not info.is_file() or not (path / "data").is_dir():
+        return False
+    try:
+        keys = json.loads(info.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(keys, dict) and ("codebase_version" in keys or "features" in keys)
+
+
+def _is_zarr(path: Path) -> bool:
+    return path.is_dir() and any((path / name).is_file() for name in (".zgroup", ".zarray", "zarr.json"))
+
+
+def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
+    """A one-line message when ``path`` is an RL data format rlarrow does not import yet.
+
+    Recognised: RLDS/TFDS directories (``dataset_info.json`` + ``features.json`` +
+    ``*.tfrecord*`` shards, or a TFDS version folder one level down), LeRobot datasets
+    (``meta/info.json`` + ``data/``), HDF5 files (robomimic, D4RL, Minari's HDF5 backend;
+    by their signature) and zarr stores (``.zgroup``, ``.zarray`` or ``zarr.json``).
+
+    Args:
+        path: a file or directory given to ``rlarrow convert``.
+
+    Returns:
+        ``"PATH looks like an RLDS dataset; rlarrow does not import RLDS yet (...);
+        supported inputs are: ..."`` (and the like), or None when ``path`` is none of these.
+
+    Example:
+        >>> describe_unsupported("/nonexistent") is None
+        True
+    """
+    p = Path(path)
+    if p.is_file():
+        if p.suffix.lower() in _HDF5_SUFFIXES or _is_hdf5(p):
+            return _message(p, "an HDF5 file", "HDF5", " (robomimic, D4RL and Minari's HDF5 backend write "
+                            "HDF5; a Minari HDF5 dataset can be converted to arrow with minari first)")
+        return None
+    if not p.is_dir():
+        return None
+    if _is_rlds(p) or any(sub.is_dir() and _is_rlds(sub) for sub in p.iterdir()):
+        return _message(p, "an RLDS dataset", "RLDS", " (TFDS tfrecord shards)")
+    if _is_lerobot(p):
+        return _message(p, "a LeRobot dataset", "LeRobot datasets")
+    if _is_zarr(p) or p.suffix == ".zarr":
+        return _message(p, "a zarr store", "zarr")
+    return None

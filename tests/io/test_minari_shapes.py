@@ -1,0 +1,239 @@
+"""Minari datasets written by Minari itself import with the shapes minari.load_dataset gives.
+
+The datasets are made here, from real gymnasium envs, by Minari's own writer
+(``minari.create_dataset_from_buffers``, or ``minari.DataCollector`` where jax, which it needs,
+is installed), into a temporary ``MINARI_DATASETS_PATH``; then every episode rlarrow imports is
+compared with the one ``minari.load_dataset`` returns: values, shapes and dtypes exactly.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import rlarrow
+from rlarrow.io.minari import import_minari
+
+HAVE_MINARI = all(importlib.util.find_spec(m) is not None for m in ("minari", "gymnasium"))
+HAVE_JAX = importlib.util.find_spec("jax") is not None
+pytestmark = pytest.mark.skipif(not HAVE_MINARI, reason="needs minari and gymnasium (test-only peers): "
+                                                        "pip install 'minari>=0.5' gymnasium")
+
+
+def _envs():
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    class Frames(gym.Env):
+        """A 2-D Box observation (a grey image Minari stores as JPEG) and a 2-D Box action."""
+
+        observation_space = spaces.Box(0, 255, (36, 40), np.uint8)
+        action_space = spaces.Box(-1.0, 1.0, (2, 3), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self.t += 1
+            return self.observation_space.sample(), float(self.t) / 4, self.t == 6, False, {}
+
+    class Grid(gym.Env):
+        """A small 2-D float Box (not an image: stored raw) and a Discrete action."""
+
+        observation_space = spaces.Box(-2.0, 2.0, (5, 3), np.float32)
+        action_space = spaces.Discrete(4)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self.t += 1
+            return self.observation_space.sample(), -1.0, False, self.t == 4, {}
+
+    class Robot(gym.Env):
+        """A Dict observation (not sorted) of an image, a 2-D Box, a Tuple; MultiDiscrete actions."""
+
+        observation_space = spaces.Dict(OrderedDict([
+            ("pos", spaces.Box(-1.0, 1.0, (3,), np.float32)),
+            ("grid", spaces.Box(0, 9, (4, 5), np.int32)),
+            ("pair", spaces.Tuple((spaces.Discrete(3), spaces.Box(0.0, 1.0, (2,), np.float64)))),
+            ("camera", spaces.Box(0, 255, (32, 32, 3), np.uint8)),
+        ]))
+        action_space = spaces.MultiDiscrete([3, 5])
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.observation_space.seed(seed)
+            self.t = 0
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self.t += 1
+            return self.observation_space.sample(), float(action[0]), self.t == 5, False, {}
+
+    return {"frames": Frames, "grid": Grid, "robot": Robot, "cartpole": lambda: gym.make("CartPole-v1")}
+
+
+def _columns(values):
+    """Per-step values as Minari's episode buffers hold them: lists, dicts and tuples of lists.
+
+    Dict keys go in reverse order, as an env may return them: the files' struct order is then
+    not the space's, which the import must put right.
+    """
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _columns([v[k] for v in values]) for k in reversed(list(first))}
+    if isinstance(first, tuple):
+        return tuple(_columns([v[i] for v in values]) for i in range(len(first)))
+    return list(values)
+
+
+def make_dataset(root, name, env, backend, episodes=3, collector=False):
+    """Write a dataset with Minari's own writer; return its directory."""
+    import minari
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Minari warns about the metadata a test leaves out
+        if collector:  # minari.DataCollector (needs jax: minari[create])
+            env = minari.DataCollector(env, data_format=backend)
+            for ep in range(episodes):
+                env.reset(seed=ep)
+                env.action_space.seed(ep)
+                done = False
+                while not done:
+                    _, _, term, trunc, _ = env.step(env.action_space.sample())
+                    done = term or trunc
+            env.create_dataset(dataset_id=f"rlarrow/{name}-v0", algorithm_name="random")
+            env.close()  # removes the collector's temporary directory, but leaves its finalizer armed:
+            del env  # collected here, its "implicitly cleaning up" ResourceWarning is ignored with the rest
+            gc.collect()
+        else:
+            from minari.data_collector.episode_buffer import EpisodeBuffer
+
+            buffers = []
+            for ep in range(episodes):
+                obs, _ = env.reset(seed=ep)
+                env.action_space.seed(ep)
+                seen, actions, rewards, terms, truncs = [obs], [], [], [], []
+                while not (terms and (terms[-1] or truncs[-1])):
+                    action = env.action_space.sample()
+                    obs, reward, term, trunc, _ = env.step(action)
+                    seen.append(obs)
+                    actions.append(action)
+                    rewards.append(reward)
+                    terms.append(term)
+                    truncs.append(trunc)
+                buffers.append(EpisodeBuffer(id=ep, seed=ep, observations=_columns(seen),
+                                             actions=_columns(actions), rewards=rewards, terminations=terms,
+                                             truncations=truncs, infos={}))
+            minari.create_dataset_from_buffers(f"rlarrow/{name}-v0", buffers, env=env,
+                                               algorithm_name="random", data_format=backend)
+    return root / "rlarrow" / f"{name}-v0"
+
+
+def assert_same(ours, theirs, where):
+    """rlarrow's column (NumPy, dicts for structs) equals Minari's (arrays, dicts, tuples)."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict) and set(ours) == set(theirs), where
+        for k in theirs:
+            assert_same(ours[k], theirs[k], f"{where}.{k}")
+    elif isinstance(theirs, tuple):
+        assert isinstance(ours, dict) and list(ours) == [str(i) for i in range(len(theirs))], where
+        for i, sub in enumerate(theirs):
+            assert_same(ours[str(i)], sub, f"{where}.{i}")
+    else:
+        theirs = np.asarray(theirs)
+        assert ours.shape == theirs.shape, (where, ours.shape, theirs.shape)
+        assert ours.dtype == theirs.dtype, (where, ours.dtype, theirs.dtype)
+        assert np.array_equal(ours, theirs), where
+
+
+def _rows(value, n):
+    """The first ``n`` rows of a column (dicts of columns too)."""
+    return {k: _rows(v, n) for k, v in value.items()} if isinstance(value, dict) else value[:n]
+
+
+def check_against_minari(tmp_path, name, backend, env_factory, collector=False):
+    import minari
+
+    src = make_dataset(tmp_path / "minari", name, env_factory(), backend, collector=collector)
+    dataset = minari.load_dataset(f"rlarrow/{name}-v0")
+    report = import_minari(src, tmp_path / "s", progress=False)
+    theirs = list(dataset.iterate_episodes())
+    assert report.episodes == len(theirs) == 3
+    with rlarrow.Reader(tmp_path / "s") as reader:
+        assert len(reader.episodes) == len(theirs)
+        for k, ep in enumerate(theirs):
+            cols = reader.episode_columns(k)
+            n = len(ep.rewards)
+            assert len(cols["reward"]) == n + 1  # RLDS: one step per observation
+            assert_same(cols["observation"], ep.observations, f"{name} episode {k} observations")
+            assert_same(_rows(cols["action"], n), ep.actions, f"{name} episode {k} actions")
+            assert np.array_equal(cols["reward"][:n], np.asarray(ep.rewards, np.float64))
+            assert bool(cols["is_terminal"][-1]) == bool(ep.terminations[-1])
+        # the spec the space describes, as a dm_env spec
+        space = dataset.observation_space
+        if type(space).__name__ == "Box":
+            spec = reader.observation_spec()
+            assert spec.shape == space.shape and spec.dtype == space.dtype
+            assert np.array_equal(np.broadcast_to(spec.minimum, space.shape), space.low)
+    return dataset
+
+
+@pytest.fixture
+def minari_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    return tmp_path / "minari"
+
+
+@pytest.mark.parametrize("backend", ["arrow", "parquet"])
+@pytest.mark.parametrize("name", ["frames", "grid", "robot", "cartpole"])
+def test_minari_import_keeps_the_spaces_shapes(tmp_path, minari_root, name, backend):
+    check_against_minari(tmp_path, name, backend, _envs()[name])
+    store = rlarrow.Store.open(tmp_path / "s")
+    obs_type = store.schema("steps").field("observation").type
+    if name == "frames":  # Box(36, 40): a (36, 40) tensor, not 1440 values
+        assert rlarrow.tensors.tensor_shape(obs_type) == (36, 40)
+    if name == "robot":  # the space's order, whatever order the files hold
+        names = [obs_type.field(i).name for i in range(obs_type.num_fields)]
+        assert names == ["pos", "grid", "pair", "camera"]
+
+
+@pytest.mark.skipif(not HAVE_JAX, reason="minari.DataCollector needs jax (pip install 'minari[create]'); the "
+                                         "same datasets are written with minari.create_dataset_from_buffers")
+@pytest.mark.parametrize("name", ["frames", "robot", "cartpole"])
+def test_minari_data_collector_datasets_import_as_minari_loads_them(tmp_path, minari_root, name):
+    check_against_minari(tmp_path, name, "arrow", _envs()[name], collector=True)
+
+
+def test_minari_and_gym_recordings_of_one_env_share_a_store(tmp_path, minari_root):
+    from rlarrow.gym import RecordEpisodes
+
+    robot = _envs()["robot"]
+    src = make_dataset(minari_root, "robot", robot(), "parquet")
+    import_minari(src, tmp_path / "s", progress=False)
+    env = RecordEpisodes(robot(), tmp_path / "s")
+    env.reset(seed=0)
+    for _ in range(7):
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            env.reset()
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    assert len(store.runs()) == 2
+    with rlarrow.Reader(store, run_id=env.run_id) as reader:
+        obs = reader.episodes[0][0].timestep.observation
+        assert list(obs) == ["pos", "grid", "pair", "camera"] and obs["camera"].shape == (32, 32, 3)
+        assert isinstance(obs["pair"], tuple) and obs["grid"].dtype == np.int32
+        spec = reader.observation_spec()
+        assert spec["grid"].shape == (4, 5) and spec["pair"][0].num_values == 3
+        assert reader.action_spec().shape == (2,) and int(reader.action_spec().maximum[1]) == 4

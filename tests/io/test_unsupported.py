@@ -1,0 +1,61 @@
+"""Formats rlarrow does not import yet are named in one line, with what it does read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES
+
+from rlarrow.io.unsupported import SUPPORTED_INPUTS, describe_unsupported
+
+
+def _rlds(path):
+    path.mkdir(parents=True)
+    (path / "dataset_info.json").write_text(json.dumps({"name": "bridge", "version": "1.0.0"}))
+    (path / "features.json").write_text(json.dumps({"featuresDict": {"steps": {}}}))
+    (path / "bridge-train.tfrecord-00000-of-00004").write_bytes(b"\0" * 16)
+    return path
+
+
+def test_rlds_directories_and_their_parent_are_named(tmp_path):
+    rlds = _rlds(tmp_path / "bridge" / "1.0.0")
+    for path in (rlds, rlds.parent):
+        message = describe_unsupported(path)
+        assert message is not None and "\n" not in message
+        assert message.startswith(f"{path} looks like an RLDS dataset; rlarrow does not import RLDS yet")
+        assert message.endswith(f"supported inputs are: {SUPPORTED_INPUTS}")
+    (rlds / "bridge-train.tfrecord-00000-of-00004").unlink()  # TFDS metadata alone: not a dataset
+    assert describe_unsupported(rlds) is None
+
+
+def test_lerobot_hdf5_and_zarr_are_named(tmp_path):
+    lerobot = tmp_path / "pusht"
+    (lerobot / "meta").mkdir(parents=True)
+    (lerobot / "data" / "chunk-000").mkdir(parents=True)
+    (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10}))
+    assert "looks like a LeRobot dataset" in describe_unsupported(lerobot)
+
+    hdf5 = tmp_path / "demo"  # robomimic's low_dim.hdf5, renamed: found by its signature
+    hdf5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    assert "looks like an HDF5 file; rlarrow does not import HDF5 yet" in describe_unsupported(hdf5)
+    d4rl = tmp_path / "hopper-medium-v2.hdf5"
+    d4rl.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    assert "HDF5" in describe_unsupported(d4rl)
+
+    zarr = tmp_path / "replay.zarr"
+    zarr.mkdir()
+    (zarr / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+    assert "looks like a zarr store" in describe_unsupported(zarr)
+
+
+@pytest.mark.parametrize("path", [
+    FIXTURES / "minari" / "cartpole" / "arrow-v0",
+    FIXTURES / "envlogger" / "catch",
+    FIXTURES / "skrl" / "wrapped" / "memories",
+    FIXTURES / "tfevents" / "torch",
+    FIXTURES / "README.md",
+    FIXTURES / "missing",
+])
+def test_what_rlarrow_reads_is_not_called_unsupported(path):
+    assert describe_unsupported(path) is None
