@@ -26,7 +26,9 @@ from rlarrow.errors import CorruptFileError, StoreError
 
 MANIFEST_NAME = "_rlarrow_store.json"
 
-_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+# A table's first layout is its own directory (``steps``); further layouts of a table with
+# tensor columns are ``steps.2``, ``steps.3``, ... (docs/format.md, "Layouts").
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}(?:\.(?:[2-9]|[1-9][0-9]{1,5}))?\Z")
 _VERSION = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}\Z")
 # What rlarrow writes is part-<stamp>-<hex>.parquet; other writers' names (Ray, older
 # versions) are accepted when they are plain: no separator, no leading dot, no control
@@ -46,7 +48,13 @@ def is_plain_file_name(name: object) -> bool:
 
 
 def is_table_name(name: object) -> bool:
-    """Whether ``name`` is a plain table (directory) name: lower-case letters, digits, ``_``."""
+    """Whether ``name`` is a plain table (directory) name: lower-case letters, digits, ``_``.
+
+    A further layout of a table is ``TABLE.N`` (N from 2): still one plain directory name.
+
+    >>> [is_table_name(n) for n in ("steps", "steps.2", "steps.1", "steps.02", "../steps", ".steps")]
+    [True, True, False, False, False, False]
+    """
     return isinstance(name, str) and _TABLE_NAME.match(name) is not None
 
 
@@ -120,7 +128,7 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
     for table, value in tables.items():
         where = f"tables.{table}"
         if not is_table_name(table):
-            raise c.fail(f"table {table!r:.80}", "is not a plain table name (a-z, 0-9, _)")
+            raise c.fail(f"table {table!r:.80}", "is not a plain table name (a-z, 0-9, _; a layout TABLE.N)")
         entry = c.obj(value, where)
         c.version(entry.get("schema_version", "0.0"), f"{where}.schema_version")
         if entry.get("schema") is not None:
@@ -148,21 +156,32 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
     pending = m.get("pending")
     if pending is not None:
         p = c.obj(pending, "'pending'")
-        if not isinstance(p.get("table"), str) or p["table"] not in tables:
-            raise c.fail("pending.table", f"{p.get('table')!r:.80} is not one of the store's tables")
-        table = p["table"]
         c.text(p.get("op", ""), "pending.op")
-        for key in ("old", "new"):
-            for i, name in enumerate(c.lst(p.get(key), f"pending.{key}")):
-                c.file_name(name, f"pending.{key}[{i}]", table)
-                if key == "new" and f"{table}/{name}" in listed:
-                    raise c.fail(f"pending.new[{i}]", f"{name!r} is listed already (a journal adds new ones)")
-        entries = c.lst(p.get("new_entries"), "pending.new_entries")
-        for i, f in enumerate(entries):
-            c.file_entry(f, f"pending.new_entries[{i}]", table)
-        if [f["name"] for f in entries] != p["new"]:
-            raise c.fail("pending.new_entries", "do not match pending.new")
+        # A transaction's append journals files of several tables: the first in `pending`
+        # itself, the others in `pending.also`, each of the same shape.
+        parts = [("pending", p)]
+        for i, part in enumerate(c.lst(p.get("also", []), "pending.also")):
+            parts.append((f"pending.also[{i}]", c.obj(part, f"pending.also[{i}]")))
+        for where, part in parts:
+            _check_pending_part(c, part, where, tables, listed)
     return m
+
+
+def _check_pending_part(c: _Checker, p: dict[str, Any], where: str, tables: dict[str, Any],
+                        listed: set[str]) -> None:
+    if not isinstance(p.get("table"), str) or p["table"] not in tables:
+        raise c.fail(f"{where}.table", f"{p.get('table')!r:.80} is not one of the store's tables")
+    table = p["table"]
+    for key in ("old", "new"):
+        for i, name in enumerate(c.lst(p.get(key), f"{where}.{key}")):
+            c.file_name(name, f"{where}.{key}[{i}]", table)
+            if key == "new" and f"{table}/{name}" in listed:
+                raise c.fail(f"{where}.new[{i}]", f"{name!r} is listed already (a journal adds new ones)")
+    entries = c.lst(p.get("new_entries"), f"{where}.new_entries")
+    for i, f in enumerate(entries):
+        c.file_entry(f, f"{where}.new_entries[{i}]", table)
+    if [f["name"] for f in entries] != p["new"]:
+        raise c.fail(f"{where}.new_entries", f"do not match {where}.new")
 
 
 def parse(data: bytes, path: object) -> dict[str, Any]:

@@ -132,6 +132,26 @@ def filter_mask(table: pa.Table, filter: Any) -> np.ndarray:  # noqa: A002 - pya
     return expression_mask(table, filter)
 
 
+def _shared_schema(store: Any, table: str, layouts: list[str]) -> tuple[pa.Schema | None, dict[str, str]]:
+    """The columns every layout of ``layouts`` has with the same type, and why each other one is not."""
+    schemas = [(name, store.schema(table, layout=int(name.partition(".")[2] or 1))) for name in layouts]
+    schemas = [(name, s) for name, s in schemas if s is not None]
+    if len(schemas) <= 1:
+        return (schemas[0][1] if schemas else None), {}
+    first = schemas[0][1]
+    lacking: dict[str, str] = {}
+    for name, s in schemas:
+        for f in [*first, *s]:
+            if f.name in lacking:
+                continue
+            if f.name not in s.names or f.name not in first.names:
+                where = name if f.name not in s.names else schemas[0][0]
+                lacking[f.name] = f"{f.name}: not in {where}/"
+            elif s.field(f.name).type != first.field(f.name).type:
+                lacking[f.name] = f"{f.name}: other types in {schemas[0][0]}/ and {name}/"
+    return pa.schema([f for f in first if f.name not in lacking]), lacking
+
+
 class SampleSource:
     """What one sample stream reads: its row groups, columns, filter and windows.
 
@@ -154,25 +174,37 @@ class SampleSource:
 
     @classmethod
     def from_store(cls, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
-                   filter: Any = None, sequence_length: int = 1) -> SampleSource:  # noqa: A002
+                   filter: Any = None, sequence_length: int = 1,  # noqa: A002
+                   layout: int | None = None) -> SampleSource:
         """Plan the samples of ``table`` (``"transitions"``: windows of 2 steps as transitions).
 
         ``store`` is a :class:`~rlarrow.Store`, or anything with ``files``, ``schema``,
-        ``path`` and ``filesystem`` (:class:`rlarrow.remote.RemoteStore`).
+        ``path`` and ``filesystem`` (:class:`rlarrow.remote.RemoteStore`). ``layout``: one
+        layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of them, whose
+        samples then have the columns every layout has with the same type.
 
         Raises:
-            KeyError: a column the table does not have.
+            KeyError: a column the table (or one of the layouts read together) does not have.
             ValueError: windows asked of a table without episodes.
         """
         transitions = table == "transitions"
         source = "steps" if transitions else table
-        schema = store.schema(source)
         fs = getattr(store, "filesystem", None)
         # a local store's files are pinned for the process's life: an epoch (in DataLoader
         # workers, in Ray tasks holding copies of this source) reads them whatever compacts
         # the store meanwhile
         lease = store.process_lease() if hasattr(store, "process_lease") else None
-        files = lease.pin_view(store, [source])[source] if lease is not None else store.files(source)
+        if hasattr(store, "layouts"):  # a Store: its layouts
+            files = (lease.pin_view(store, [source])[source] if lease is not None
+                     else store.files(source, refresh=False))
+            layouts = store._selected(source, layout)  # (the view pin_view took)
+            files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
+            schema, lacking = _shared_schema(store, source, layouts)
+        else:
+            if layout not in (None, 1):
+                raise KeyError(f"{store.path}: layout={layout}: this store is read as one layout")
+            files = lease.pin_view(store, [source])[source] if lease is not None else store.files(source)
+            schema, lacking = store.schema(source), {}
         found = units(files, fs)
         if transitions:
             if sequence_length != 1:
@@ -186,6 +218,11 @@ class SampleSource:
         chosen = list(columns) if columns is not None else [
             f.name for f in (schema or []) if f.name not in KEYS and not is_text(f.type)]
         missing = [c for c in chosen if schema is not None and c not in names]
+        apart = [c for c in missing if c in lacking]
+        if apart:
+            raise KeyError(f"{store.path}: column(s) {apart} of {source!r} are not in every layout read "
+                           "together (" + "; ".join(lacking[c] for c in apart) + "): read one layout "
+                           "with layout=N (Store.layouts lists them)")
         if missing:
             raise KeyError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
         if sequence_length > 1 and source != "steps":

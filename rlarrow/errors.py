@@ -76,9 +76,16 @@ def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, A
 class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
     """Data does not match a table's schema.
 
+    The message lists the problems, then, when both schemas are known, one line per
+    column that differs (``observation: store has float32 (4,), data has uint8 (84, 84,
+    3)``), never the whole schemas: those are in ``expected`` and ``got``.
+
     Attributes:
         table: the table the data was meant for.
         problems: every problem found, one line each.
+        expected: the schema the data should have had (an Arrow schema, or the table's
+            column description), or None.
+        got: the data's schema, or None.
     """
 
     def __init__(
@@ -95,11 +102,28 @@ class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
         self.got = got
         lines = [f"data for table {table!r} does not match its schema ({len(problems)} problem(s)):"]
         lines += [f"  - {p}" for p in problems]
-        if expected is not None:
-            lines += ["expected schema:", _indent(str(expected))]
-        if got is not None:
-            lines += ["got schema:", _indent(str(got))]
+        differences = _column_differences(expected, got)
+        if differences is not None:
+            lines.append("column by column (expected schema: the store's; got schema: the data's):")
+            lines += [f"    {d}" for d in differences]
+        elif expected is not None or got is not None:
+            lines.append("expected schema: the table's columns (rlarrow.schema.table(name).describe()); "
+                         "got schema: the data's (the error's .expected and .got)")
         super().__init__("\n".join(lines))
+
+
+def _column_differences(expected: object, got: object) -> list[str] | None:
+    """One line per column whose type differs between two Arrow schemas (None: not two schemas)."""
+    try:
+        import pyarrow as pa
+
+        from rlarrow.schema import column_differences
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return None
+    if not isinstance(expected, pa.Schema) or not isinstance(got, pa.Schema):
+        return None
+    return column_differences(expected, got) or [
+        "(every column has the same type: their order or nullability differs)"]
 
 
 class InvalidInputError(_Pickles, RLArrowError, ValueError):

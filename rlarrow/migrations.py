@@ -96,14 +96,15 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
         plans: dict[str, list[Migration]] = {}
         for name, entry in manifest["tables"].items():
             got = _schema.parse_version(entry.get("schema_version", "0.0"))
-            if name not in _schema.TABLE_NAMES:
+            table = name.partition(".")[0]  # a further layout TABLE.N migrates as its table
+            if table not in _schema.TABLE_NAMES:
                 continue  # a table of a newer minor format: not this rlarrow's to migrate
-            want = _schema.table(name).version
+            want = _schema.table(table).version
             if got[0] > want[0]:
                 raise FormatVersionError(f"{path}: table {name!r} is schema v{got[0]}, newer than "
                                          "this rlarrow; upgrade with: pip install -U rlarrow")
             if got[0] < want[0]:
-                plans[name] = _plan(name, got[0], want[0])
+                plans[name] = _plan(table, got[0], want[0])
                 actions.append(f"{name}: schema v{got[0]} -> v{want[0]} "
                                f"({len(entry['files'])} file(s), {entry['rows']} rows)")
         if fmt < _schema.FORMAT_VERSION:
@@ -112,9 +113,9 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
         if dry_run or not actions:
             return actions or ["nothing to do: the store is current"]
         for name, fns in plans.items():
-            spec = _schema.table(name)
+            spec = _schema.table(name.partition(".")[0])
 
-            def transform(data: pa.Table, fns: list[Migration] = fns, table: str = name) -> pa.Table:
+            def transform(data: pa.Table, fns: list[Migration] = fns, table: str = spec.name) -> pa.Table:
                 for fn in fns:
                     data = fn(data)
                 return _schema.conform(table, data)

@@ -18,7 +18,13 @@ derived view ``transitions``, and macros for common RL measures:
 ``ema(weight)``                             ``scalars`` with ``ema``: TensorBoard's debiased
                                             exponential smoothing (weight 0.6 ... 0.999)
 ``steps_to_threshold(tag, threshold)``      per run: the first step at which ``tag`` reached
-                                            ``threshold`` (null if never)
+                                            ``threshold`` (null if never): ``value >= threshold``;
+                                            with ``direction := 'below'``, ``value <= threshold``
+                                            (a loss)
+``steps_decoded``, ``memory_decoded``,      the views with binary-layout tensors (BLOBs in
+``transitions_decoded``                     ``steps``...) decoded to arrays of their dtype and
+                                            shape; ``tensor_<dtype>_<d0>x<d1>(blob)`` (e.g.
+                                            ``tensor_uint8_84x84``) decodes one value
 ==========================================  ====================================================
 
 The views read the files directly, so DuckDB pushes filters and column selections down to
@@ -130,8 +136,11 @@ _MACROS = [
        select *, avg(value) over (partition by run_id, tag order by step, wall_time
                                   rows between n - 1 preceding and current row) as moving_average
        from scalars""",
-    """create or replace macro steps_to_threshold(tag_name, threshold) as table
-       select r.run_id, min(s.step) filter (where s.value >= threshold) as step
+    """create or replace macro steps_to_threshold(tag_name, threshold, direction := 'above') as table
+       select r.run_id, min(s.step) filter (where case direction when 'above' then s.value >= threshold
+           when 'below' then s.value <= threshold else error('steps_to_threshold: direction must be '
+           || '''above'' (value >= threshold) or ''below'' (value <= threshold), not ' || direction) end)
+           as step
        from (select distinct run_id from scalars where tag = tag_name) r
        join scalars s on s.run_id = r.run_id and s.tag = tag_name
        group by r.run_id order by r.run_id""",
@@ -148,6 +157,107 @@ def _ema_macro(max_window: int) -> str:
        from (select *, row_number() over w as _i,
                     list(value) over (w rows between {max_window - 1} preceding and current row) as _recent
              from scalars window w as (partition by run_id, tag order by step, wall_time))"""
+
+
+def _tensor_decoders(con: Any, st: Any) -> None:
+    """Register SQL decoders for ``st``'s binary-layout tensors, and the ``*_decoded`` views.
+
+    DuckDB reads a binary-layout tensor (``rlarrow.tensor``) as a BLOB of its bytes. For each
+    such tensor type of the store this registers a scalar function
+    ``tensor_<dtype>[_<d0>x<d1>...]`` (``tensor_uint8_84x84(observation)``, ``tensor_int64(x)``
+    for shape ``()``) that turns the bytes into a DuckDB ARRAY of that dtype and shape (the
+    value itself for shape ``()``; LIST for an axis longer than DuckDB's largest ARRAY),
+    decoded by NumPy, exactly (int64 and NaN as stored); a blob of another byte width is an
+    error. The views ``steps_decoded``, ``memory_decoded`` and ``transitions_decoded`` are
+    ``steps``, ``memory`` and ``transitions`` with every binary-layout tensor (also inside
+    dict observations) decoded; only the columns a query selects are decoded.
+    """
+    from rlarrow.tensors import TensorType
+
+    # DuckDB's name of each dtype a binary-layout tensor can hold (float16 widens to FLOAT, exactly)
+    duckdb_types = {"b1": "BOOLEAN", "i1": "TINYINT", "i2": "SMALLINT", "i4": "INTEGER", "i8": "BIGINT",
+                    "u1": "UTINYINT", "u2": "USMALLINT", "u4": "UINTEGER", "u8": "UBIGINT", "f2": "FLOAT",
+                    "f4": "FLOAT", "f8": "DOUBLE"}
+    max_array = 100_000  # DuckDB's largest ARRAY; a longer (or empty) axis decodes to a LIST
+    registered: set[str] = set()
+
+    def function(type_: TensorType) -> str:
+        dtype = type_.numpy_dtype
+        name = f"tensor_{dtype.name}" + ("_" + "x".join(map(str, type_.shape)) if type_.shape else "")
+        if name in registered:
+            return name
+        shape, width = type_.shape, type_.storage_type.byte_width
+        count = int(np.prod(shape, dtype=np.int64))
+        sql_type = duckdb_types[dtype.kind + str(dtype.itemsize)] + "".join(
+            f"[{d}]" if 0 < d <= max_array else "[]" for d in reversed(shape))
+
+        def decode(blobs: Any) -> pa.Array:
+            arr = blobs.combine_chunks() if isinstance(blobs, pa.ChunkedArray) else blobs
+            rows = len(arr)
+            if pa.types.is_fixed_size_binary(arr.type):
+                starts = np.arange(rows + 1, dtype=np.int64) * arr.type.byte_width + arr.offset * width
+            else:
+                big = pa.types.is_large_binary(arr.type)
+                starts = np.frombuffer(arr.buffers()[1], np.int64 if big else np.int32, count=rows + 1,
+                                       offset=arr.offset * (8 if big else 4)).astype(np.int64)
+            lengths = np.diff(starts)
+            if rows and (lengths.min() != width or lengths.max() != width):
+                bad = int(lengths[np.flatnonzero(lengths != width)[0]])
+                raise StoreError(f"{name}: a value of {bad} bytes is not a {dtype.name} {shape} tensor "
+                                 f"({width} bytes); decode each binary tensor with the function of its own "
+                                 "type (`rlarrow info STORE` lists them), or use the *_decoded views")
+            data = arr.buffers()[2 if not pa.types.is_fixed_size_binary(arr.type) else 1]
+            flat = (np.frombuffer(data, dtype, count=rows * count, offset=int(starts[0])) if rows * count
+                    else np.empty(0, dtype))
+            out: pa.Array = pa.array(flat.astype(np.float32) if dtype.kind == "f" and dtype.itemsize == 2
+                                     else flat)
+            for axis in reversed(range(len(shape))):
+                d = shape[axis]
+                if 0 < d <= max_array:
+                    out = pa.FixedSizeListArray.from_arrays(out, d)
+                else:
+                    lists = rows * int(np.prod(shape[:axis], dtype=np.int64))
+                    out = pa.ListArray.from_arrays(pa.array(np.arange(lists + 1, dtype=np.int64) * d,
+                                                            pa.int32()), out)
+            return out
+
+        con.create_function(name, decode, ["BLOB"], sql_type, type="arrow")
+        registered.add(name)
+        return name
+
+    def ident(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def expression(ref: str, type_: pa.DataType) -> str | None:
+        if isinstance(type_, TensorType):
+            return f"{function(type_)}({ref})"
+        if pa.types.is_struct(type_):
+            parts = [(f, expression(f"struct_extract({ref}, {_quote(f.name)})", f.type)) for f in type_]
+            if all(e is None for _, e in parts):
+                return None
+            fields = ", ".join(f"{ident(f.name)} := {e or f'struct_extract({ref}, {_quote(f.name)})'}"
+                               for f, e in parts)
+            return f"case when {ref} is null then null else struct_pack({fields}) end"
+        return None
+
+    columns: dict[str, dict[str, str]] = {}
+    for table in ("steps", "memory"):
+        schema = st.schema(table)
+        decoded = {f.name: expression(ident(f.name), f.type) for f in (schema or [])}
+        columns[table] = {name: e for name, e in decoded.items() if e is not None}
+    step_columns = columns["steps"]
+    names = set(con.sql("select * from transitions").columns)
+    columns["transitions"] = {
+        name: step_columns[source].replace(ident(source), ident(name))
+        for name, source in (("observation", "observation"), ("next_observation", "observation"),
+                             ("action", "action"))
+        if source in step_columns and name in names}
+    statements = []
+    for view, exprs in columns.items():
+        replace = ", ".join(f"{e} as {ident(name)}" for name, e in exprs.items())
+        statements.append(f"create or replace view {view}_decoded as select *"
+                          + (f" replace ({replace})" if replace else "") + f" from {view}")
+    con.execute("; ".join(statements))  # one call: each statement alone costs about a millisecond
 
 
 def connect(store: Any, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
@@ -172,32 +282,36 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     weakref.finalize(con, lease.release)
     pinned = lease.pin_view(st, _schema.TABLE_NAMES)
     for table in _schema.TABLE_NAMES:
-        files = pinned[table]
-        missing = [f for f in files if not os.path.lexists(f)]
-        if files and not missing:
-            source = f"read_parquet({_file_list(files)})"
-            names = set(st.schema(table).names)
-        else:
-            empty = st.schema(table) or _schema.table(table).arrow_schema()
-            con.register(f"_rlarrow_empty_{table}", _plain(empty).empty_table())
-            source, names = f"_rlarrow_empty_{table}", set(empty.names)
-            if missing:  # damage: a query of this table fails naming it; the others work
-                message = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
-                           f"{st.path}` names every damaged file, `rlarrow repair` drops them")
-                source += f" where (select error({_quote(message)})) is null"
-        # steps before their first commit have no tensor columns: null ones keep the SQL valid
-        extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
-                        if table == "steps" and c not in names)
-        try:
-            con.execute(f"create or replace view {table} as select *{extra} from {source}")
-        except Exception as exc:
-            con.close()
-            err = _damaged(st, exc)
-            if err is exc:
-                raise
-            raise err from exc
+        layouts = st._layout_names(table)  # (the view pin_view took)
+        if len(layouts) <= 1:
+            _create_view(con, st, table, table, pinned[table], st.schema(table))
+            continue
+        # a table with several layouts (runs with other tensors): a view per layout, TABLE_N,
+        # and TABLE over all of them where columns agree (as Store.read reads them)
+        for name in layouts:
+            n = int(name.partition(".")[2] or 1)
+            files = [f for f in pinned[table] if Path(f).parent.name == name]
+            _create_view(con, st, table, f"{table}_{n}", files, st.schema(table, layout=n))
+        clash = st._combined_schema(layouts)[1]
+        exclude = f" exclude ({', '.join(_ident(c) for c in clash)})" if clash else ""
+        union = " union all by name ".join(
+            f"select *{exclude} from {table}_{int(name.partition('.')[2] or 1)}" for name in layouts)
+        con.execute(f"create or replace view {table} as {union}")
     try:
-        con.execute(_TRANSITIONS)
+        steps_layouts = st._layout_names("steps")
+        if len(steps_layouts) <= 1:
+            con.execute(_TRANSITIONS)
+        else:  # transitions of each layout, and over all of them where columns agree
+            numbers = [int(name.partition(".")[2] or 1) for name in steps_layouts]
+            for n in numbers:
+                con.execute(_TRANSITIONS.replace("view transitions as", f"view transitions_{n} as")
+                            .replace("from steps)", f"from steps_{n})"))
+            clash = st._combined_schema(steps_layouts)[1]
+            left_out = {c for c in clash if c in ("observation", "action")}
+            columns = ", ".join(c for c in _TRANSITION_COLUMNS if c not in left_out and not (
+                c == "next_observation" and "observation" in left_out))
+            con.execute("create or replace view transitions as " + " union all by name ".join(
+                f"select {columns} from transitions_{n}" for n in numbers))
     except duckdb.Error as exc:  # no user query yet: the files do not have the table's columns
         con.close()
         raise StoreError(f"{st.path}: the steps files do not have the table's columns ({exc}); "
@@ -206,7 +320,44 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
         con.execute(macro)
     window = ema_window or int(math.ceil(math.log(_EMA_EPS) / math.log(0.999)))
     con.execute(_ema_macro(window))
+    _tensor_decoders(con, st)
     return con
+
+
+_TRANSITION_COLUMNS = ["run_id", "episode_id", "env_index", "step", "observation", "action", "reward",
+                       "discount", "next_observation", "done", "truncated"]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _create_view(con: Any, st: Any, table: str, view: str, files: Sequence[Path],
+                 schema: pa.Schema | None) -> None:
+    """The view ``view`` over ``files`` (of ``table``, in ``schema``; none: an empty view)."""
+    missing = [f for f in files if not os.path.lexists(f)]
+    if files and not missing:
+        source = f"read_parquet({_file_list(files)})"
+        names = set(schema.names) if schema is not None else set()
+    else:
+        empty = schema or _schema.table(table).arrow_schema()
+        con.register(f"_rlarrow_empty_{view}", _plain(empty).empty_table())
+        source, names = f"_rlarrow_empty_{view}", set(empty.names)
+        if missing:  # damage: a query of this table fails naming it; the others work
+            message = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
+                       f"{st.path}` names every damaged file, `rlarrow repair` drops them")
+            source += f" where (select error({_quote(message)})) is null"
+    # steps before their first commit have no tensor columns: null ones keep the SQL valid
+    extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
+                    if table == "steps" and c not in names)
+    try:
+        con.execute(f"create or replace view {view} as select *{extra} from {source}")
+    except Exception as exc:
+        con.close()
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
 
 
 def _damaged(st: Any, exc: Exception) -> Exception:
@@ -404,26 +555,43 @@ def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes],
         raise err from exc
 
 
-def scan(store: Any, table: str) -> Any:
+def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
     """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
 
     The frame reads the files committed when it was made, and keeps reading them whatever
     compacts the store meanwhile: they are pinned for the life of the process
     (:meth:`~rlarrow.Store.process_lease`; call ``scan`` again to see later commits).
+    ``layout``: one layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of
+    them, as :meth:`~rlarrow.Store.read` combines them (columns matched by name, a column
+    whose type differs between layouts left out, with a warning).
 
     Example:
         >>> import polars as pl
         >>> scan("runs.rlarrow", "scalars").filter(pl.col("tag") == "train/loss").collect()  # doctest: +SKIP
+        >>> scan("runs.rlarrow", "memory", layout=2).collect()  # doctest: +SKIP
     """
     import polars as pl
 
     st = _store(store)
     # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
-    files = [os.fspath(f) for f in st.process_lease().pin_view(st, [table])[table]]
-    if not files:
-        empty = st.schema(table) or _schema.table(table).arrow_schema()
+    pinned = st.process_lease().pin_view(st, [table])[table]
+    names = st._selected(table, layout)  # (the view pin_view took)
+    st._leave_out(table, names, None)
+    schema = st.schema(table, layout=layout)
+    frames = []
+    for name in names:
+        files = [os.fspath(f) for f in pinned if Path(f).parent.name == name]
+        if not files:
+            continue
+        frame = pl.scan_parquet(files)
+        if len(names) > 1:  # the columns this layout shares with the others
+            own = st.schema(table, layout=int(name.partition(".")[2] or 1))
+            frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own.names])
+        frames.append(frame)
+    if not frames:
+        empty = schema or _schema.table(table).arrow_schema()
         return pl.DataFrame(_plain(empty).empty_table()).lazy()
-    return pl.scan_parquet(files)
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
 
 
 def iter_episodes(
@@ -480,13 +648,17 @@ def iter_episodes(
         from rlarrow._deps import require
 
         torch = require("torch", feature="iter_episodes(as_torch=True)")
-    dataset = st.dataset("steps")
+    datasets: dict[int | None, Any] = {}  # a run's rows are in one layout: read it there
     for start in range(0, len(keys), batch_episodes):
         chunk = keys[start:start + batch_episodes]
         by_run: dict[str, list[int]] = {}
         for rid, eid in chunk:
             by_run.setdefault(rid, []).append(eid)
         for rid, eids in by_run.items():
+            where_run = st.layout_of("steps", rid) if len(st._layout_names("steps")) > 1 else None
+            dataset = datasets.get(where_run)
+            if dataset is None:
+                dataset = datasets[where_run] = st.dataset("steps", layout=where_run)
             flt = (pc.field("run_id") == rid) & pc.field("episode_id").isin(eids)
             table = dataset.to_table(columns=["episode_id", "step", *cols], filter=flt)
             table = table.sort_by([("episode_id", "ascending"), ("step", "ascending")])

@@ -61,7 +61,8 @@ def _open(store: Any) -> Any:
 
 
 def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
-         filter: Any = None, **read_parquet_args: Any) -> ray.data.Dataset:  # noqa: A002
+         filter: Any = None, layout: int | None = None,  # noqa: A002
+         **read_parquet_args: Any) -> ray.data.Dataset:
     """A table of ``store`` as a ``ray.data.Dataset``, over its committed files.
 
     Rows come as stored: the store's Arrow schema (tensor columns in their layout, struct
@@ -75,6 +76,9 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
         columns: the columns to read (default: all).
         filter: a ``pyarrow.compute.Expression`` or a SQL predicate string over the flat
             columns (DuckDB), applied in the read tasks.
+        layout: one layout of the table (:meth:`rlarrow.Store.layouts`); None: all of them,
+            as :meth:`rlarrow.Store.read` combines them (columns matched by name, a column
+            whose type differs between layouts left out, with a warning).
         read_parquet_args: passed to ``ray.data.read_parquet`` (``concurrency``,
             ``override_num_blocks``, ``ray_remote_args``, ...).
 
@@ -90,8 +94,16 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
     # tasks' working directory is not ours
     listed = st.process_lease().pin_view(st, [table])[table] if hasattr(st, "process_lease") \
         else st.files(table)
+    if isinstance(st, Store):  # its layouts: the ones asked for
+        names = st._selected(table, layout)  # (the view pin_view took)
+        st._leave_out(table, names, columns)
+        listed = [f for f in listed if Path(f).parent.name in names]
+        schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
+    elif layout not in (None, 1):
+        raise KeyError(f"{st.path}: layout={layout}: this store is read as one layout")
+    else:
+        schema = st.schema(table) or _schema.table(table).arrow_schema()
     files = [os.fspath(f) if fs is not None else os.path.abspath(f) for f in listed]
-    schema = st.schema(table) or _schema.table(table).arrow_schema()
     schema = schema.with_metadata(_schema.table(table).file_metadata())
     if columns is not None:
         missing = [c for c in columns if c not in schema.names]
@@ -129,7 +141,7 @@ class _Finish:
 
 def read_samples(store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
                  filter: Any = None, sequence_length: int = 1, shuffle: bool = False,  # noqa: A002
-                 seed: int = 0, units_per_task: int = 1) -> ray.data.Dataset:
+                 seed: int = 0, units_per_task: int = 1, layout: int | None = None) -> ray.data.Dataset:
     """Training samples as :class:`rlarrow.torch.StreamingDataset` makes them, as a Ray dataset.
 
     Each row group of the table is one unit of work; a task turns it into NumPy columns:
@@ -152,6 +164,8 @@ def read_samples(store: Any, table: str = "steps", *, columns: Sequence[str] | N
             ``iter_torch_batches(local_shuffle_buffer_size=...)`` or ``random_shuffle()``).
         seed: the row-group order's seed.
         units_per_task: row groups read per task.
+        layout: one layout of the table (:meth:`rlarrow.Store.layouts`); None: all of them,
+            with the columns every layout has with the same type.
 
     Example:
         >>> import rlarrow.ray  # doctest: +SKIP
@@ -160,7 +174,7 @@ def read_samples(store: Any, table: str = "steps", *, columns: Sequence[str] | N
         torch.Size([32, 8, 4])
     """
     source = SampleSource.from_store(_open(store), table, columns=columns, filter=filter,
-                                     sequence_length=sequence_length)
+                                     sequence_length=sequence_length, layout=layout)
     order = np.arange(len(source.units))
     if shuffle:
         order = np.random.default_rng(seed).permutation(len(source.units))
@@ -224,7 +238,7 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
     _schema.table(table)
     owner = _tmp_owner(f"ray{secrets.token_hex(4)}-")  # the driver's: alive until it commits
     directory = Path(os.path.abspath(st.path / table))  # the tasks' working directory is not ours
-    writer = _WriteBlocks(directory, owner, table, st.schema(table), layout)
+    writer = _WriteBlocks(directory, owner, table, st.schema(table, layout=1), layout)
     try:
         parts = dataset.map_batches(writer, batch_format="pyarrow", batch_size=None,
                                     zero_copy_batch=True).take_all()
@@ -237,7 +251,10 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
                 f"the dataset's blocks disagree on the table's types ({len(odd)} of {len(parts)} "
                 "blocks differ from the first); fix them first with Store.declare(table, types) "
                 "or pass layout="], expected=schemas[0], got=schemas[odd[0]])
-        return st._commit_many(table, [(Path(p["tmp"]), p["final"], int(p["rows"])) for p in parts],
+        # the layout of the blocks' types (a new one when the table has none: Store.layouts)
+        target = st._add_layout(table, schemas[0]) if st.schema(table, layout=1) is not None else table
+        st._check_runs(table, target, {r for p in parts for r in p["runs"]})
+        return st._commit_many(target, [(Path(p["tmp"]), p["final"], int(p["rows"])) for p in parts],
                                schemas[0])
     finally:
         for left in directory.glob(owner + "*"):  # a failed job's files, or all on success: none
@@ -272,7 +289,12 @@ class _WriteBlocks:
         if established is None and self.layout is not None:
             types = layout_types(self.table, batch.schema, self.layout)
             established = _schema.table(self.table).arrow_schema(types).remove_metadata()
-        data = _validated(self.table, batch, established)
+        try:
+            data = _validated(self.table, batch, established)
+        except SchemaMismatchError:
+            if established is None or self.established is None:
+                raise
+            data = _validated(self.table, batch, None)  # other tensors: another layout of the table
         final = _new_file_name()
         tmp = self.directory / _tmp_name(final, self.owner)
         writer = _open_parquet(tmp, data.schema, data.slice(0, 4096))
@@ -281,7 +303,10 @@ class _WriteBlocks:
         finally:
             writer.close()
         _fsync_file(tmp)
-        yield {"tmp": [os.fspath(tmp)], "final": [final], "rows": [data.num_rows],
+        import pyarrow.compute as pc
+
+        runs = [str(r) for r in pc.unique(data.column("run_id")).to_pylist() if r is not None]
+        yield {"tmp": [os.fspath(tmp)], "final": [final], "rows": [data.num_rows], "runs": [runs],
                "schema": [data.schema.remove_metadata().serialize().to_pybytes()]}
 
 

@@ -46,6 +46,7 @@ from rlarrow.store import (
     MANIFEST_NAME,
     Store,
     _decode_schema,
+    _pending_parts,
     check_manifest_versions,
     parse_manifest,
 )
@@ -100,7 +101,8 @@ class RemoteStore:
         manifest = parse_manifest(data, self.path + "/" + MANIFEST_NAME)
         check_manifest_versions(manifest, self.path)
         pending = manifest.get("pending")
-        if pending and all(self._exists(f"{pending['table']}/{n}") for n in pending["new"]):
+        if pending and all(self._exists(f"{part['table']}/{n}")
+                           for part in _pending_parts(pending) for n in part["new"]):
             Store._apply_replacement(manifest, pending)  # the rename was the commit
         self._manifest = manifest
 

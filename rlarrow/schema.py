@@ -9,7 +9,8 @@ Column types in the schema files:
 * ``string``, ``bool``, ``int32``, ``int64``, ``float64``, ``timestamp[us, UTC]``: as in Arrow;
 * ``json``: UTF-8 text holding JSON (see :mod:`rlarrow.metadata`);
 * ``tensor``: a tensor column (see :mod:`rlarrow.tensors`) whose concrete type is fixed
-  per store by its first commit or by :meth:`rlarrow.Store.declare`.
+  per layout of the table by its first commit or by :meth:`rlarrow.Store.declare` (data
+  with other tensor types starts another layout: :meth:`rlarrow.Store.layouts`).
 
 Example:
     >>> from rlarrow import schema
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 #: Version of the store layout (directory structure and manifest).
-FORMAT_VERSION: tuple[int, int] = (1, 0)
+FORMAT_VERSION: tuple[int, int] = (1, 1)
 
 #: Parquet key-value metadata keys every rlarrow file carries.
 KEY_TABLE = "rlarrow.table"
@@ -255,7 +256,7 @@ _TABLES = _load_all()
 
 #: Names of the tables of a store, in dependency order.
 TABLE_NAMES: tuple[str, ...] = tuple(
-    n for n in ("runs", "episodes", "steps", "scalars", "memory") if n in _TABLES
+    n for n in ("runs", "episodes", "steps", "scalars", "memory", "sources") if n in _TABLES
 )
 
 
@@ -292,7 +293,10 @@ def build(
     * missing nullable columns become nulls.
 
     The result is checked with :func:`conform` (against ``established``, the store's
-    concrete schema, when given).
+    concrete schema, when given). ``established`` is a layout of the table: tensors are
+    built in its types where they can be; tensor columns it cannot hold (another dtype,
+    shape or set of tensors) leave it out, and the data is checked on its own (the store
+    then writes it to another layout of the table).
 
     Example:
         >>> import numpy as np
@@ -368,7 +372,89 @@ def build(
                 arrays[name] = pa.array(value, type=arrow_type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 arrays[name] = pa.array(value)  # conform() casts it or says why not
+    if established is not None and not _tensors_fit(schema, arrays, established):
+        # other tensors than the established layout's: the store puts them in (or starts)
+        # another layout of the table, so they are checked on their own here
+        established = None
     return conform(table_name, pa.table(arrays), established)
+
+
+def _tensors_fit(spec: TableSchema, arrays: Mapping[str, pa.Array], established: pa.Schema) -> bool:
+    """Whether the tensor columns built can be stored in ``established``'s types (as conform() converts)."""
+    declared = {c.name for c in spec.columns if not c.is_tensor}
+    for name, arr in arrays.items():
+        if name in declared:
+            continue
+        if name not in established.names:
+            return False
+        type_, want = arr.type, established.field(name).type
+        if type_ == want or pa.types.is_null(type_):
+            continue
+        if pa.types.is_struct(type_) or pa.types.is_struct(want):
+            return False
+        try:
+            if (_tensors.tensor_shape(type_) != _tensors.tensor_shape(want)
+                    or _tensors.tensor_dtype(type_) != _tensors.tensor_dtype(want)):
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def describe_type(type_: pa.DataType | None) -> str:
+    """A column type in a few words: tensors as ``float32 (4,)``, dict tensors as ``{name: ...}``.
+
+    Example:
+        >>> describe_type(_tensors.tensor_type("uint8", (84, 84, 3), layout="binary"))
+        'uint8 (84, 84, 3) binary'
+        >>> describe_type(pa.list_(pa.float32(), 4)), describe_type(pa.int64()), describe_type(None)
+        ('float32 (4,)', 'int64', 'no such column')
+    """
+    if type_ is None:
+        return "no such column"
+    if pa.types.is_struct(type_):
+        return "{" + ", ".join(f"{f.name}: {describe_type(f.type)}" for f in type_) + "}"
+    if isinstance(type_, (_tensors.TensorType, pa.FixedShapeTensorType)) or \
+            pa.types.is_fixed_size_list(type_):
+        try:
+            leaf = _tensors.tensor_dtype(type_)
+            shape = _tensors.tensor_shape(type_)
+        except (TypeError, ValueError):
+            return str(type_)
+        if pa.types.is_struct(leaf):
+            return str(type_)
+        binary = " binary" if isinstance(type_, _tensors.TensorType) else ""
+        return f"{_numpy_name(leaf)} {shape}{binary}"
+    if pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_):
+        return _numpy_name(type_)
+    return str(type_)
+
+
+def _numpy_name(type_: pa.DataType) -> str:
+    try:
+        return str(np.dtype(type_.to_pandas_dtype()).name)
+    except (NotImplementedError, TypeError):
+        return str(type_)
+
+
+def column_differences(expected: pa.Schema, got: pa.Schema, *, left: str = "store",
+                       right: str = "data") -> list[str]:
+    """One line per column whose type differs (or that only one schema has).
+
+    Example:
+        >>> column_differences(pa.schema([("observation", pa.list_(pa.float32(), 4))]),
+        ...                    pa.schema([("observation", pa.list_(pa.uint8(), 2))]))
+        ['observation: store has float32 (4,), data has uint8 (2,)']
+    """
+    names = list(dict.fromkeys([*expected.names, *got.names]))
+    lines = []
+    for name in names:
+        a = expected.field(name).type if name in expected.names else None
+        b = got.field(name).type if name in got.names else None
+        if a is not None and b is not None and a == b:
+            continue
+        lines.append(f"{name}: {left} has {describe_type(a)}, {right} has {describe_type(b)}")
+    return lines
 
 
 def _cast_problem(name: str, got: pa.DataType, want: pa.DataType) -> str:
@@ -422,8 +508,9 @@ def conform(
                 # the same tensors in the other layout (nested lists <-> binary): convert
                 return pa.chunked_array([_tensors.to_arrow(c, want) for c in col.chunks], type=want)
             problems.append(
-                f"tensor column {name!r}: the store holds {want}, got {type_} (a store keeps one "
-                "dtype and shape per tensor column; convert the data or use another store)"
+                f"tensor column {name!r}: the store holds {describe_type(want)}, got "
+                f"{describe_type(type_)} (a layout of a table keeps one dtype and shape per tensor "
+                "column: convert the data, or write it under a new run id, which starts another layout)"
             )
             return None
         if pa.types.is_null(type_):
@@ -498,7 +585,8 @@ def conform(
             if new:
                 problems.append(
                     f"tensor column(s) {new} are not in the store's {table_name!r} table, which "
-                    f"has {known_extras}; a store keeps one layout per table (use another store)"
+                    f"has {known_extras} (a layout keeps one set of tensors: write other tensors "
+                    "under a new run id, which starts another layout of the table)"
                 )
         for name in known_extras if established is not None else extras:
             if name in names:

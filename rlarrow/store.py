@@ -10,6 +10,10 @@ Layout (``docs/format.md`` is the full description)::
       steps/part-*.parquet
       scalars/part-*.parquet
       memory/part-*.parquet
+      memory.2/part-*.parquet   a further layout of a table: runs with other tensors
+
+A table with tensor columns has one layout (a concrete schema, one directory) per set of
+tensor types its runs hold; a run's rows of a table are in one layout (:meth:`Store.layouts`).
 
 Commits are atomic: a file is written under a hidden temporary name, synced, renamed
 to ``part-*.parquet`` and only then listed in the manifest, which is itself replaced
@@ -91,6 +95,106 @@ _BINARY_ZSTD_LEVEL = 3
 _READ_ATTEMPTS = 5
 #: Where :meth:`Store.repair` moves damaged files: outside every table directory.
 _QUARANTINE = "_damaged"
+
+
+@dataclass(frozen=True)
+class _TxFile:
+    table: str
+    tmp: Path
+    final: str
+    rows: int
+    bytes: int
+
+
+class _Transaction:
+    """What an open :meth:`Store.transaction` has written: hidden files, not yet listed."""
+
+    def __init__(self) -> None:
+        self.files: list[_TxFile] = []
+        self.schemas: dict[str, pa.Schema] = {}
+        #: tables whose schema the transaction fixed (un-fixed again if it fails)
+        self.fixed: list[str] = []
+        self.writers: list[TableWriter] = []
+
+    def discard(self) -> None:
+        for f in self.files:
+            with contextlib.suppress(OSError):
+                f.tmp.unlink()
+        self.files = []
+
+
+def _pending_parts(pending: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The per-table parts of a journaled step: ``pending`` itself and ``pending.also``."""
+    if not pending:
+        return []
+    return [pending, *pending.get("also", [])]
+
+
+def _logical(name: str) -> str:
+    """The table a layout directory belongs to: ``steps.2`` -> ``steps`` (``steps`` -> ``steps``)."""
+    return name.partition(".")[0]
+
+
+def _layout_number(name: str) -> int:
+    """The layout a table directory holds: ``steps`` -> 1, ``steps.2`` -> 2."""
+    return int(name.partition(".")[2] or 1)
+
+
+def _layout_dir(table: str, layout: int) -> str:
+    """The directory of layout ``layout`` of ``table``: ``steps`` (1), ``steps.2``, ..."""
+    return table if layout == 1 else f"{table}.{layout}"
+
+
+def _one(name: str) -> int | None:
+    """The ``layout=`` that selects exactly the layout directory ``name`` (given as the table)."""
+    return 1 if name == _logical(name) else None
+
+
+def _has_layouts(table: str) -> bool:
+    """Whether ``table`` has tensor columns, whose types may differ from run to run (layouts)."""
+    spec = _schema.table(_logical(table))
+    return spec.tensor_columns_allowed or any(c.is_tensor for c in spec.columns)
+
+
+def _file_run_ids(path: Path) -> frozenset[str]:
+    """The run ids in one data file (row groups of one run: from their statistics alone)."""
+    pf = pq.ParquetFile(path)
+    md = pf.metadata
+    leaf = next((i for i in range(md.num_columns) if md.schema.column(i).path == "run_id"), None)
+    if leaf is None:
+        return frozenset()
+    ids: set[str] = set()
+    for g in range(md.num_row_groups):
+        stats = md.row_group(g).column(leaf).statistics
+        if stats is not None and stats.has_min_max and stats.min == stats.max and stats.null_count == 0:
+            ids.add(stats.min if isinstance(stats.min, str) else bytes(stats.min).decode())
+        else:
+            column = pf.read_row_group(g, columns=["run_id"]).column(0)
+            ids.update(v for v in pc.unique(column).to_pylist() if v is not None)
+    return frozenset(ids)
+
+
+@dataclass(frozen=True)
+class LayoutInfo:
+    """One layout of a table: a concrete schema, in its own directory.
+
+    Attributes:
+        table: the table (``steps``).
+        layout: its number: 1 is the directory ``TABLE/``, N > 1 is ``TABLE.N/``.
+        directory: the directory, relative to the store (``steps.2``).
+        schema: its concrete Arrow schema (None: the table holds nothing yet).
+        rows: committed rows.
+        files: committed files.
+        run_ids: the runs with rows in it (a run's rows of a table are in one layout).
+    """
+
+    table: str
+    layout: int
+    directory: str
+    schema: pa.Schema | None
+    rows: int
+    files: int
+    run_ids: list[str]
 
 
 def _now_iso() -> str:
@@ -433,7 +537,7 @@ def check_manifest_versions(manifest: dict[str, Any], where: str) -> None:
                           _schema.FORMAT_VERSION, store=where)
     for name, entry in manifest["tables"].items():
         try:
-            current = _schema.table(name).version
+            current = _schema.table(_logical(name)).version  # (a layout: its table's version)
         except KeyError:
             continue  # a table of a newer minor format: the format check warned
         got = _schema.parse_version(entry.get("schema_version", "0.0"))
@@ -446,7 +550,8 @@ class CommitInfo:
     """What one commit added: the table, the file (relative to the store) and its rows.
 
     A large append written in parallel commits several files at once: ``files`` lists
-    them all (``file`` is the first).
+    them all (``file`` is the first). ``table`` is the table (``steps``); ``file`` names
+    the layout directory the rows went to (``steps.2/part-....parquet``).
     """
 
     table: str
@@ -454,6 +559,9 @@ class CommitInfo:
     rows: int
     bytes: int
     files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", _logical(self.table))  # a layout's rows are the table's
 
 
 @dataclass(frozen=True)
@@ -466,6 +574,55 @@ class TableInfo:
     bytes: int
     schema_version: str
     schema: pa.Schema | None
+
+    @property
+    def tensors(self) -> dict[str, str]:
+        """Each tensor column -> its dtype, shape and layout, e.g. ``"uint8 (84, 84) binary"``.
+
+        A dict observation lists each field (``"observation.position"``). The layout is
+        ``binary`` (one blob per row; SQL decodes it with the ``*_decoded`` views) or
+        ``list`` (nested fixed-size lists).
+
+        Example:
+            >>> import numpy as np, rlarrow, tempfile
+            >>> from rlarrow.tensors import tensor_type
+            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s.rlarrow")
+            >>> _ = st.append("steps", {"run_id": "a", "episode_id": 0, "step": [0], "env_index": 0,
+            ...     "observation": rlarrow.tensors.to_arrow(np.zeros((1, 4), np.float32),
+            ...                                             tensor_type("float32", (4,), layout="binary")),
+            ...     "action": [2], "reward": [0.5], "discount": [1.0], "is_first": [True],
+            ...     "is_last": [True], "is_terminal": [True]})
+            >>> st.info().tables["steps"].tensors
+            {'observation': 'float32 (4,) binary', 'action': 'int64 () list'}
+        """
+        import numpy as np
+
+        from rlarrow.tensors import TensorType, tensor_dtype, tensor_shape
+
+        if self.schema is None or _logical(self.name) not in _schema.TABLE_NAMES:
+            return {}
+        declared = {c.name for c in _schema.table(_logical(self.name)).columns if not c.is_tensor}
+        out: dict[str, str] = {}
+
+        def describe(where: str, type_: pa.DataType) -> None:
+            if isinstance(type_, pa.ExtensionType) and not isinstance(type_, TensorType):
+                type_ = type_.storage_type
+            if pa.types.is_struct(type_):
+                for field in type_:
+                    describe(f"{where}.{field.name}", field.type)
+            elif pa.types.is_null(type_):
+                out[where] = "null (nothing written yet)"
+            else:
+                layout = "binary" if isinstance(type_, TensorType) else "list"
+                leaf = tensor_dtype(type_)
+                numeric = pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)
+                dtype = np.dtype(leaf.to_pandas_dtype()).name if numeric else str(leaf)  # float32, not float
+                out[where] = f"{dtype} {tensor_shape(type_)} {layout}"
+
+        for field in self.schema:
+            if field.name not in declared:
+                describe(field.name, field.type)
+        return out
 
 
 @dataclass(frozen=True)
@@ -524,6 +681,8 @@ class StoreInfo:
     writer: str
     created_at: str
     tables: dict[str, TableInfo]
+    #: one dict per run: run_id, name, source, created_at (ISO text), num_envs, and metadata
+    #: (its plain JSON value, whole; None when the run has none)
     runs: list[dict[str, Any]]
     bytes_on_disk: int
     #: listed files that are missing or damaged (``rlarrow repair`` drops them)
@@ -545,6 +704,7 @@ class StoreInfo:
                     "bytes": t.bytes,
                     "schema_version": t.schema_version,
                     "columns": None if t.schema is None else {f.name: str(f.type) for f in t.schema},
+                    "tensors": t.tensors,
                 }
                 for name, t in self.tables.items()
             },
@@ -605,6 +765,8 @@ class Store:
         self._readonly_reason = "it was opened read-only (readonly=True)"
         self.auto_compact = auto_compact
         self._writers: list[TableWriter] = []
+        #: the open :meth:`transaction`, whose files are written but not yet committed
+        self._tx: _Transaction | None = None
         self._lock_depth = 0
         self._lock_fd: int | None = None
         manifest_path = self.path / MANIFEST_NAME
@@ -735,6 +897,10 @@ class Store:
             StoreError: the write failed (full disk, ...): the previous manifest is in place.
         """
         manifest["updated_at"] = _now_iso()
+        fmt = _schema.parse_version(manifest.get("format_version", "1.0"))
+        if fmt[0] == _schema.FORMAT_VERSION[0] and fmt < _schema.FORMAT_VERSION:
+            # a minor format only adds (a table, a journal field): the store is now of it
+            manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
         data = json.dumps(manifest, indent=1, sort_keys=False).encode("utf-8")
         _manifest.write_file(root, MANIFEST_NAME, data)
 
@@ -845,8 +1011,8 @@ class Store:
     def _scan_orphans(self, manifest: dict[str, Any]) -> dict[str, list[str]]:
         """Committed-looking files the manifest does not list, per table."""
         retired = set(manifest.get("retired", []))
-        pending = manifest.get("pending") or {}
-        pending_new = {f"{pending.get('table')}/{n}" for n in pending.get("new", [])}
+        pending_new = {f"{part['table']}/{n}" for part in _pending_parts(manifest.get("pending"))
+                       for n in part["new"]}
         found: dict[str, list[str]] = {}
         for name, entry in manifest["tables"].items():
             listed = {f["name"] for f in entry["files"]}
@@ -870,7 +1036,7 @@ class Store:
             raise type(exc)(path, f"{exc}; the file is not listed in the store's manifest: move it "
                             f"out of {table}/ (or run `rlarrow repair {self.path} --apply`) to open "
                             "the store") from exc
-        if info.table != table:
+        if info.table != _logical(table):  # (a layout directory TABLE.N holds TABLE's files)
             raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
                                    f"move it out of the store (or run `rlarrow repair {self.path} --apply`)")
         _schema.check_file_version(info, store=self.path)
@@ -887,9 +1053,10 @@ class Store:
             return
         established = _decode_schema(entry["schema"])
         if not plain.equals(established):
+            where = "the table's schema" if table == _logical(table) else f"the schema of layout {table}/"
             raise SchemaMismatchError(
-                table,
-                [f"file {path} does not have the table's schema"],
+                _logical(table),
+                [f"file {path} does not have {where}"],
                 expected=established,
                 got=plain,
             )
@@ -898,19 +1065,28 @@ class Store:
         pending = manifest.get("pending")
         if not pending:
             return
-        table = pending["table"]
-        directory = self.path / table
-        new = pending["new"]
-        if all((directory / n).exists() for n in new):
+        if self._pending_complete(pending):
             self._apply_replacement(manifest, pending)  # roll forward
         else:  # roll back: the old files are still listed
-            for n in new:
-                with contextlib.suppress(FileNotFoundError):
-                    (directory / n).unlink()
+            for part in _pending_parts(pending):
+                for n in part["new"]:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.path / part["table"] / n).unlink()
             manifest["pending"] = None
+
+    def _pending_complete(self, pending: dict[str, Any]) -> bool:
+        """Whether every new file of a journaled step is in place (then it rolls forward)."""
+        return all((self.path / part["table"] / n).exists()
+                   for part in _pending_parts(pending) for n in part["new"])
 
     @staticmethod
     def _apply_replacement(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
+        for part in _pending_parts(pending):
+            Store._apply_part(manifest, part)
+        manifest["pending"] = None
+
+    @staticmethod
+    def _apply_part(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
         table = pending["table"]
         entry = manifest["tables"][table]
         old = set(pending["old"])
@@ -929,7 +1105,6 @@ class Store:
         entry["files"] = files
         entry["rows"] = sum(f["rows"] for f in files)
         manifest["retired"] = sorted(set(manifest.get("retired", [])) | {f"{table}/{n}" for n in old})
-        manifest["pending"] = None
 
     def _delete_retired(self, manifest: dict[str, Any]) -> None:
         keep = []
@@ -962,7 +1137,8 @@ class Store:
 
     def _remove_stale_tmp(self) -> None:
         _sweep_views(self.path)  # dead readers' links
-        for directory in [self.path, *(self.path / n for n in _schema.TABLE_NAMES)]:
+        layouts = [n for n in self._manifest["tables"] if n not in _schema.TABLE_NAMES]  # TABLE.N
+        for directory in [self.path, *(self.path / n for n in [*_schema.TABLE_NAMES, *layouts])]:
             if not directory.is_dir():
                 continue
             for p in directory.glob(_TMP_PREFIX + "*"):
@@ -1001,7 +1177,7 @@ class Store:
         """The manifest as recovery would leave it, without writing (for readers)."""
         manifest = json.loads(json.dumps(manifest))
         pending = manifest.get("pending")
-        if pending and all((self.path / pending["table"] / n).exists() for n in pending["new"]):
+        if pending and self._pending_complete(pending):
             self._apply_replacement(manifest, pending)
         manifest["pending"] = None
         for table, names in (self._scan_orphans(manifest) if orphans else {}).items():
@@ -1012,18 +1188,32 @@ class Store:
 
     # ---------------------------------------------------------------- schema
 
-    def schema(self, table: str) -> pa.Schema | None:
-        """The store's concrete Arrow schema of ``table`` (None until it is known)."""
-        _schema.table(table)
+    def schema(self, table: str, *, layout: int | None = None) -> pa.Schema | None:
+        """The store's concrete Arrow schema of ``table`` (None until it is known).
+
+        A table whose runs hold different tensors has several layouts (:meth:`layouts`):
+        ``layout=N`` gives the schema of one; None, the schema :meth:`read` gives for all of
+        them together (union by name; a column whose type differs between layouts is left
+        out). With one layout both are that layout's schema.
+        """
+        _schema.table(_logical(table))
+        names = self._selected(table, layout)
+        if len(names) > 1:
+            return self._combined_schema(names)[0]
+        table = names[0]
         text = self._manifest["tables"].get(table, {}).get("schema")
         return None if text is None else _decode_schema(text)
 
-    def declare(self, table: str, tensor_types: Mapping[str, pa.DataType]) -> pa.Schema:
+    def declare(self, table: str, tensor_types: Mapping[str, pa.DataType], *,
+                new_layout: bool = False) -> pa.Schema:
         """Fix the types of a table's tensor columns before any data is written.
 
         Useful when the first batch cannot show a type (e.g. all actions null), and to
-        make sure every later writer agrees. Declaring the types the store already has
-        is a no-op.
+        make sure every later writer agrees. Declaring the types one of the table's
+        layouts already has is a no-op. Other types are refused unless ``new_layout``:
+        then they are fixed as a new, empty layout of the table (``TABLE.N/``), which data
+        of those types (of runs not yet in another layout) goes to. Writes start a new
+        layout by themselves; declaring one chooses its types (say, the binary layout).
 
         Example:
             >>> import pyarrow as pa, rlarrow, tempfile, os
@@ -1033,8 +1223,8 @@ class Store:
             DataType(int64)
 
         Raises:
-            SchemaMismatchError: the store already holds other types, or a type is not a
-                tensor type.
+            SchemaMismatchError: the store already holds other types (and not
+                ``new_layout``), or a type is not a tensor type.
         """
         spec = _schema.table(table)
         problems = []
@@ -1055,12 +1245,292 @@ class Store:
             if entry.get("schema") is not None:
                 current = _decode_schema(entry["schema"])
                 if not current.equals(wanted):
-                    raise SchemaMismatchError(table, ["the store already fixed other types"],
-                                              expected=current, got=wanted)
+                    existing = self._matching_layout(manifest, table, wanted)
+                    if existing is not None:
+                        return wanted
+                    if not new_layout:
+                        raise SchemaMismatchError(table, [
+                            "the store already fixed other types (pass new_layout=True to add a layout "
+                            "of the table with these types)"], expected=current, got=wanted)
+                    self._new_layout_entry(manifest, table, wanted)
+                    self._write_manifest(manifest)
+                    return wanted
                 return current
             entry["schema"] = _encode_schema(wanted)
             self._write_manifest(manifest)
+            if self._tx is not None:  # a transaction that fails un-fixes it
+                self._tx.fixed.append(table)
         return wanted
+
+    # ---------------------------------------------------------------- layouts
+
+    def _layout_names(self, table: str) -> list[str]:
+        """The directories of ``table``'s layouts in the current view, first layout first."""
+        return sorted((n for n in self._manifest["tables"] if _logical(n) == table), key=_layout_number)
+
+    def _selected(self, table: str, layout: int | None) -> list[str]:
+        """The layout directories ``table`` (or a layout directory's name) and ``layout`` select.
+
+        Raises:
+            StoreError: no such layout.
+        """
+        if table != _logical(table):  # a layout directory named directly (internal use)
+            if table not in self._manifest["tables"]:
+                raise StoreError(f"{self.path}: no layout directory {table!r}")
+            return [table]
+        if layout is None:
+            return self._layout_names(table) or [table]
+        if isinstance(layout, bool) or not isinstance(layout, int):
+            raise TypeError(f"layout={layout!r}: a layout is a number (1, 2, ...: Store.layouts(table)); "
+                            "a tensor's binary/list storage is chosen when writing, not reading")
+        name = _layout_dir(table, layout)
+        if name not in self._manifest["tables"]:
+            have = ", ".join(str(_layout_number(n)) for n in self._layout_names(table))
+            raise StoreError(f"{self.path}: table {table!r} has no layout {layout} (it has {have}; "
+                             f"Store.layouts({table!r}) lists them)")
+        return [name]
+
+    def _combined_schema(self, names: list[str]) -> tuple[pa.Schema | None, dict[str, list[str]]]:
+        """The schema of layouts read together, and the columns left out (with each layout's type).
+
+        Union by name, in order of first appearance: a column some layouts lack is nullable
+        (their rows read null); a column whose type differs between layouts is left out.
+        """
+        schemas = [(n, self.schema(_logical(n), layout=_layout_number(n))) for n in names]
+        known = [(n, s) for n, s in schemas if s is not None]
+        if not known:
+            return None, {}
+        if len(known) == 1:
+            return known[0][1], {}
+        fields: dict[str, pa.Field] = {}
+        types: dict[str, list[str]] = {}
+        clash: set[str] = set()
+        for n, s in known:
+            for f in s:
+                types.setdefault(f.name, []).append(
+                    f"layout {_layout_number(n)} ({n}/) has {_schema.describe_type(f.type)}")
+                if f.name not in fields:
+                    fields[f.name] = f
+                elif fields[f.name].type != f.type:
+                    clash.add(f.name)
+        out = []
+        for name, f in fields.items():
+            if name in clash:
+                continue
+            if any(name not in s.names for _, s in known):
+                f = f.with_nullable(True)
+            out.append(f)
+        return pa.schema(out), {name: types[name] for name in fields if name in clash}
+
+    def _leave_out(self, table: str, names: list[str], columns: Sequence[str] | None) -> None:
+        """Warn once (per store and table) of columns left out of layouts read together.
+
+        Raises:
+            SchemaMismatchError: ``columns`` asks for such a column.
+        """
+        if len(names) < 2:
+            return
+        clash = self._combined_schema(names)[1]
+        if not clash:
+            return
+        asked = [c for c in columns or [] if c in clash]
+        if asked:
+            raise SchemaMismatchError(table, [
+                f"column(s) {asked} of {table!r} have different types in its layouts, which cannot be "
+                "read together: read one layout (layout=N; Store.layouts lists them)"] + [
+                f"{c}: {'; '.join(clash[c])}" for c in asked])
+        key = (table, tuple(sorted(clash)))
+        warned = self.__dict__.setdefault("_warned_layouts", set())
+        if columns is None and key not in warned:
+            import warnings
+
+            from rlarrow.errors import RLArrowWarning
+
+            warned.add(key)
+            warnings.warn(f"{self.path}: reading the layouts of {table!r} together leaves out the "
+                          f"column(s) whose types differ: " + "; ".join(
+                              f"{c} ({', '.join(t)})" for c, t in clash.items())
+                          + " (read one layout with layout=N to have them)", RLArrowWarning, stacklevel=3)
+
+    def layouts(self, table: str) -> list[LayoutInfo]:
+        """The layouts of ``table``: their numbers, directories, schemas, rows and runs.
+
+        A table with tensor columns holds runs whose tensors differ (a PPO and a DQN
+        memory, CartPole and pixel episodes): each set of tensor types is a layout, a
+        concrete schema in its own directory (``TABLE/`` for the first, ``TABLE.2/``,
+        ``TABLE.3/``... for the others). A run's rows of a table are all in one layout.
+
+        Example:
+            >>> import numpy as np, rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> base = {"snapshot_id": 0, "memory_index": [0], "env_index": 0, "memory_size": 1,
+            ...         "num_envs": 1}
+            >>> _ = store.append("memory", {**base, "run_id": "ppo", "log_prob": np.zeros((1, 1), "f4")})
+            >>> _ = store.append("memory", {**base, "run_id": "dqn", "next_states": np.zeros((1, 4), "f4")})
+            >>> [(l.layout, l.directory, l.run_ids) for l in store.layouts("memory")]
+            [(1, 'memory', ['ppo']), (2, 'memory.2', ['dqn'])]
+        """
+        _schema.table(table)
+        self.refresh()
+        out = []
+        for name in self._layout_names(table):
+            n = _layout_number(name)
+            entry = self._manifest["tables"][name]
+            out.append(LayoutInfo(table=table, layout=n, directory=name,
+                                  schema=self.schema(table, layout=n), rows=self.row_count(table, layout=n),
+                                  files=len(self.files(table, layout=n, refresh=False)),
+                                  run_ids=sorted(self._runs_in(name)) if entry["files"] or self._tx else []))
+        return out
+
+    def layout_of(self, table: str, run_id: str) -> int | None:
+        """The layout holding ``run_id``'s rows of ``table`` (None: the run has none there)."""
+        _schema.table(table)
+        self.refresh()
+        names = self._layout_names(table)
+        if len(names) == 1:
+            return 1 if run_id in self._runs_in(names[0]) else None
+        for name in names:
+            if run_id in self._runs_in(name):
+                return _layout_number(name)
+        return None
+
+    def _runs_in(self, name: str) -> frozenset[str]:
+        """The run ids of one layout directory's files (each file read once per store object)."""
+        cache: dict[str, frozenset[str]] = self.__dict__.setdefault("_run_ids", {})
+        ids: set[str] = set()
+        for path in self.files(_logical(name), layout=_layout_number(name), refresh=False):
+            key = os.fspath(path)
+            got = cache.get(key)
+            if got is None:
+                try:
+                    got = cache[key] = _file_run_ids(path)
+                except (OSError, pa.ArrowException) as exc:
+                    raise self._find_damage(_logical(name), exc) from exc
+            ids |= got
+        return frozenset(ids)
+
+    def _matching_layout(self, manifest: dict[str, Any], table: str, schema: pa.Schema) -> str | None:
+        """The layout directory of ``table`` in ``manifest`` whose schema is ``schema``."""
+        plain = schema.remove_metadata()
+        names: list[str] = sorted((n for n in manifest["tables"] if _logical(n) == table), key=_layout_number)
+        for name in names:
+            text = manifest["tables"][name].get("schema")
+            if text is not None and _decode_schema(text).equals(plain):
+                return name
+        return None
+
+    def _new_layout_entry(self, manifest: dict[str, Any], table: str, schema: pa.Schema) -> str:
+        """Add a new, empty layout of ``table`` with ``schema`` to ``manifest`` (under the lock).
+
+        Its directory is made here: the first ``TABLE.N`` (N from 2) that the manifest does
+        not list and that holds no data file (a directory left by hand is not taken over).
+        """
+        n = 2
+        while True:
+            name = _layout_dir(table, n)
+            directory = self.path / name
+            if name not in manifest["tables"] and not (
+                    directory.is_symlink() or (directory.exists() and not directory.is_dir())
+                    or (directory.is_dir() and any(directory.glob("*.parquet")))):
+                break
+            n += 1
+        try:
+            directory.mkdir(exist_ok=True)
+            fsync_dir(self.path)
+        except OSError as exc:
+            raise write_error(directory, exc) from exc
+        manifest["tables"][name] = {
+            "schema_version": manifest["tables"][table]["schema_version"],
+            "schema": _encode_schema(schema.remove_metadata()), "rows": 0, "files": []}
+        return name
+
+    def _add_layout(self, table: str, schema: pa.Schema) -> str:
+        """The layout directory for data of ``schema``: an existing one, or a new one fixed now."""
+        with self._locked():
+            manifest = self._recover(self._read_manifest(), sweep=False)
+            name = self._matching_layout(manifest, table, schema)
+            if name is None:
+                if manifest["tables"][table].get("schema") is None and (
+                        self._tx is None or table not in self._tx.schemas):
+                    name = table  # the first layout: fixed by the first commit, as always
+                else:
+                    name = self._new_layout_entry(manifest, table, schema)
+                    self._write_manifest(manifest)
+            self._manifest = manifest
+        return name
+
+    def _place(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> tuple[pa.Table, str]:
+        """``data`` validated in the exact form of the layout it goes to, and that layout's directory.
+
+        The layout holding the data's runs, if one does; else the first layout whose types
+        the data has (tensors converted between the binary and list storage, missing
+        tensor columns as nulls); else a new layout.
+
+        Raises:
+            SchemaMismatchError: the data does not fit the table, or a run it holds has rows
+                in a layout whose types the data does not have (one line per column).
+        """
+        names = [n for n in self._layout_names(table)
+                 if self.schema(table, layout=_layout_number(n)) is not None]
+        if not names:
+            return _validated(table, data, None), table  # the first commit fixes the first layout
+        if not _has_layouts(table):
+            return _validated(table, data, self.schema(table)), table
+        runs = _data_run_ids(data)
+        homes: dict[str, str] = {}
+        if len(names) == 1:  # (the usual case: no run is looked up unless the data does not fit)
+            candidates = names
+        else:
+            homes = {run: name for name in names for run in runs & self._runs_in(name)}
+            if len(set(homes.values())) > 1:
+                raise SchemaMismatchError(table, [
+                    f"the data holds runs whose rows of {table!r} are in different layouts ("
+                    + ", ".join(f"{r!r} in {n}/" for r, n in sorted(homes.items())) + "): write each run "
+                    "apart"])
+            candidates = sorted(set(homes.values())) if homes else names
+        error: SchemaMismatchError | None = None
+        for name in candidates:
+            layout_schema = self.schema(table, layout=_layout_number(name))
+            try:
+                got = _validated(table, data, layout_schema)
+            except SchemaMismatchError as exc:
+                error = error or exc
+                continue
+            if layout_schema is not None and got.schema.remove_metadata().equals(layout_schema):
+                return got, name
+        if len(names) == 1:
+            homes = {run: names[0] for run in runs & self._runs_in(names[0])}
+        if homes:  # the data's run is in a layout whose types the data does not have
+            home = next(iter(homes.values()))
+            home_schema = self.schema(table, layout=_layout_number(home))
+            problems = [f"run(s) {sorted(homes)} already have rows of {table!r} in layout "
+                        f"{_layout_number(home)} ({home}/), whose types this data does not have: a run "
+                        "keeps one layout per table (convert the data, or write it under a new run id, "
+                        "which starts another layout)"]
+            got_schema: object = None
+            try:
+                natural = _validated(table, data, None)
+                got_schema = natural.schema.remove_metadata()
+                _schema.conform(table, natural, home_schema)  # says what differs
+            except SchemaMismatchError as exc:
+                problems += exc.problems
+                got_schema = exc.got if got_schema is None else got_schema
+            raise SchemaMismatchError(table, problems, expected=home_schema, got=got_schema)
+        natural = _validated(table, data, None)
+        return natural, self._add_layout(table, natural.schema)
+
+    def _check_runs(self, table: str, name: str, runs: set[str]) -> None:
+        """Refuse rows for layout ``name`` of runs whose rows of ``table`` are in another layout."""
+        others = [n for n in self._layout_names(table) if n != name]
+        for other in others:
+            clash = sorted(runs & self._runs_in(other))
+            if clash:
+                raise SchemaMismatchError(table, [
+                    f"run(s) {clash} already have rows of {table!r} in layout {_layout_number(other)} "
+                    f"({other}/), and these rows are of layout {_layout_number(name)} ({name}/): a run "
+                    "keeps one layout per table (write this data under a new run id)"],
+                    expected=self.schema(table, layout=_layout_number(other)),
+                    got=self.schema(table, layout=_layout_number(name)))
 
     # ---------------------------------------------------------------- writing
 
@@ -1077,6 +1547,8 @@ class Store:
         w = TableWriter(self, table, row_group_bytes=row_group_bytes, file_bytes=file_bytes,
                         flush_rows=flush_rows, flush_seconds=flush_seconds)
         self._writers.append(w)
+        if self._tx is not None:
+            self._tx.writers.append(w)
         return w
 
     def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], *,
@@ -1094,17 +1566,21 @@ class Store:
         committed; if it raises, nothing is committed (a checksum of the source checked
         while the data was being written, say).
 
+        Rows whose tensor types no layout of the table has start a new layout
+        (:meth:`layouts`); a run's rows of a table all go to one layout.
+
         Returns:
             What was committed, or None when ``data`` has no rows.
 
         Raises:
-            SchemaMismatchError: every problem with the data, at once.
+            SchemaMismatchError: every problem with the data, at once (one line per column
+                whose type differs from the layout's).
         """
         threads = threads or os.cpu_count() or 1
         if threads > 1 and isinstance(data, (pa.Table, pa.RecordBatch)) and data.nbytes > 2 * ROW_GROUP_BYTES:
-            valid = _validated(table, data, self.schema(table))
+            valid, layout = self._place(table, data)
             parts = min(threads, -(-valid.nbytes // ROW_GROUP_BYTES))
-            return self._append_parallel(table, valid, parts, before_commit)
+            return self._append_parallel(layout, valid, parts, before_commit)
         with self.writer(table) as w:
             w.write(data)
             if before_commit is not None:
@@ -1150,6 +1626,11 @@ class Store:
     def _commit_many(self, table: str, parts: list[tuple[Path, str, int]], schema: pa.Schema) -> CommitInfo:
         """Rename finished temporary files into place and list them, all or none (journaled)."""
         directory = self.path / table
+        if self._tx is not None:
+            infos = [self._tx_add(table, tmp, final, schema, rows) for tmp, final, rows in parts]
+            names = tuple(i.file for i in infos)
+            return CommitInfo(table=table, file=names[0], rows=sum(i.rows for i in infos),
+                              bytes=sum(i.bytes for i in infos), files=names)
         with self._locked():
             manifest = self._recover(self._read_manifest())
             entry = manifest["tables"][table]
@@ -1181,6 +1662,134 @@ class Store:
         names = tuple(f"{table}/{e['name']}" for e in entries)
         return CommitInfo(table=table, file=names[0], rows=sum(e["rows"] for e in entries),
                           bytes=sum(e["bytes"] for e in entries), files=names)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Commit everything written inside the block together, or nothing of it.
+
+        Inside the block, commits (:meth:`append`, :meth:`append_together`, writers'
+        flushes, :meth:`add_run`, every importer) write their files but list none of them:
+        this store object reads them back (``read``, ``files``, ``row_count``, ``schema``),
+        other readers see nothing yet. Leaving the block commits all of them in one
+        journaled step (a process killed at any moment leaves all or none); an exception
+        in the block, or a failed commit, deletes them and re-raises: nothing of the block
+        is in the store. Writers opened in the block and still open are closed first.
+        A transaction inside a transaction joins it.
+
+        Example:
+            >>> import tempfile, os, rlarrow
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> try:
+            ...     with store.transaction():
+            ...         run = store.add_run(source="user")
+            ...         raise RuntimeError("the import failed half-way")
+            ... except RuntimeError:
+            ...     pass
+            >>> store.row_count("runs")
+            0
+        """
+        if self._tx is not None:
+            yield self
+            return
+        if self.readonly:
+            raise StoreError(f"{self.path}: cannot write: {self._readonly_reason}")
+        tx = self._tx = _Transaction()
+        try:
+            yield self
+            for w in [w for w in self._writers if w in tx.writers]:
+                w.close()
+        except BaseException:
+            self._tx = None
+            for w in [w for w in self._writers if w in tx.writers]:
+                w.abort()
+            tx.discard()
+            self._tx_rollback(tx)
+            raise
+        self._tx = None
+        try:
+            self._commit_transaction(tx)
+        except BaseException:
+            self._tx_rollback(tx)
+            raise
+
+    def _tx_rollback(self, tx: _Transaction) -> None:
+        """Un-fix the schemas a failed transaction fixed, where the table still has no file."""
+        if not tx.fixed:
+            return
+        with contextlib.suppress(RLArrowError), self._locked():
+            manifest = self._recover(self._read_manifest(), sweep=False)
+            changed = False
+            for table in dict.fromkeys(tx.fixed):
+                entry = manifest["tables"].get(table)
+                if entry is not None and not entry["files"] and entry.get("schema") is not None:
+                    entry["schema"] = None
+                    changed = True
+            if changed:
+                self._write_manifest(manifest)
+
+    def _commit_transaction(self, tx: _Transaction) -> None:
+        """Rename a transaction's files into place and list them, all or none (journaled)."""
+        if not tx.files:
+            return
+        by_table: dict[str, list[_TxFile]] = {}
+        for f in tx.files:
+            by_table.setdefault(f.table, []).append(f)
+        with self._locked():
+            manifest = self._recover(self._read_manifest())
+            try:
+                for table, files in by_table.items():
+                    self._check_file_schema(table, manifest["tables"][table], tx.schemas[table], files[0].tmp)
+            except SchemaMismatchError:
+                tx.discard()
+                raise
+            parts = [{"op": "append", "table": table, "old": [], "new": [f.final for f in files],
+                      "new_entries": [{"name": f.final, "rows": f.rows, "bytes": f.bytes} for f in files]}
+                     for table, files in by_table.items()]
+            pending = dict(parts[0])
+            if len(parts) > 1:
+                pending["also"] = parts[1:]
+            renamed: list[Path] = []
+            try:
+                manifest["pending"] = pending
+                self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
+                for f in tx.files:
+                    os.replace(f.tmp, self.path / f.table / f.final)
+                    renamed.append(self.path / f.table / f.final)
+                for table in by_table:
+                    fsync_dir(self.path / table)
+                self._apply_replacement(manifest, pending)
+                self._write_manifest(manifest)
+            except (OSError, StoreError) as exc:
+                # Not committed: with a new file missing, recovery rolls the journal back.
+                _undo(renamed, [f.tmp for f in tx.files], exc)
+                self._forget_failed_commit()
+                raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
+        self._auto_compact(list(by_table))
+
+    def _tx_add(self, table: str, tmp: Path, final: str, schema: pa.Schema, rows: int) -> CommitInfo:
+        """Inside a transaction: keep a finished file for the transaction's commit."""
+        assert self._tx is not None
+        plain = schema.remove_metadata()
+        # The schema is fixed in the manifest at once (as a declare is), so that layouts are
+        # chosen as outside a transaction; a transaction that fails un-fixes it (_tx_rollback).
+        with self._locked():
+            manifest = self._recover(self._read_manifest(), sweep=False)
+            entry = manifest["tables"][table]
+            unfixed = entry.get("schema") is None
+            try:
+                self._check_file_schema(table, entry, plain, tmp)
+            except SchemaMismatchError:
+                tmp.unlink(missing_ok=True)
+                raise
+            if unfixed:
+                self._write_manifest(manifest)
+                self._tx.fixed.append(table)
+            else:
+                self._manifest = manifest
+        self._tx.schemas[table] = plain
+        size = tmp.stat().st_size
+        self._tx.files.append(_TxFile(table, tmp, final, rows, size))
+        return CommitInfo(table=table, file=f"{table}/{final}", rows=rows, bytes=size)
 
     def add_run(
         self,
@@ -1237,6 +1846,8 @@ class Store:
         A kill between the renames and the manifest write leaves files that recovery
         adopts (as a kill after a single rename does): each file is whole or absent.
         """
+        if self._tx is not None:
+            return [self._tx_add(*f[:4], f[4]) for f in files]
         infos: list[CommitInfo] = []
         with self._locked():
             manifest = self._recover(self._read_manifest(), sweep=False)
@@ -1325,43 +1936,57 @@ class Store:
     # ---------------------------------------------------------------- reading
 
     def tables(self) -> list[str]:
-        """Names of the store's tables."""
-        return list(self._manifest["tables"])
+        """Names of the store's tables (a table's further layouts, ``TABLE.N``, are the table's)."""
+        return [n for n in self._manifest["tables"] if n == _logical(n)]
 
-    def files(self, table: str, *, refresh: bool = True) -> list[Path]:
+    def files(self, table: str, *, refresh: bool = True, layout: int | None = None) -> list[Path]:
         """Paths of the committed Parquet files of ``table``, oldest first.
 
         ``refresh=False`` answers from the view of the last :meth:`refresh` (so that
-        several tables' files come from one manifest).
+        several tables' files come from one manifest). ``layout``: only that layout's
+        files (:meth:`layouts`); None: every layout's, the first layout's first.
 
         Raises:
             CorruptFileError: a listed file is a symbolic link (it could lead outside the
                 store) or not a regular file.
         """
-        _schema.table(table)
+        _schema.table(_logical(table))
         if refresh:
             self.refresh()
+        names = self._selected(table, layout)
+        if len(names) > 1 or names[0] != table:
+            return [f for n in names for f in self.files(n, refresh=False, layout=_one(n))]
         directory = self.path / table
-        return [check_inside(directory, f["name"]) for f in self._manifest["tables"][table]["files"]]
+        # files an open transaction of this store object wrote: read back by it alone
+        uncommitted = [f.tmp for f in self._tx.files if f.table == table] if self._tx else []
+        listed = self._manifest["tables"][table]["files"]
+        return [check_inside(directory, f["name"]) for f in listed] + uncommitted
 
-    def row_count(self, table: str) -> int:
-        """Committed rows of ``table``."""
-        _schema.table(table)
+    def row_count(self, table: str, *, layout: int | None = None) -> int:
+        """Committed rows of ``table`` (of one of its layouts with ``layout``)."""
+        _schema.table(_logical(table))
         self.refresh()
-        return int(self._manifest["tables"][table]["rows"])
+        names = self._selected(table, layout)
+        if len(names) > 1 or names[0] != table:
+            return sum(self.row_count(n, layout=_one(n)) for n in names)
+        uncommitted = sum(f.rows for f in self._tx.files if f.table == table) if self._tx else 0
+        return int(self._manifest["tables"][table]["rows"]) + uncommitted
 
-    def dataset(self, table: str, *, _files: list[Path] | None = None) -> Any:
+    def dataset(self, table: str, *, layout: int | None = None, _files: list[Path] | None = None) -> Any:
         """A ``pyarrow.dataset.Dataset`` over the committed files of ``table``.
 
         It is a snapshot: a compaction by another writer may replace its files, so
         long-lived readers should call this again (:meth:`read` retries by itself).
+        ``layout``: one layout of the table (:meth:`layouts`); None: all of them, in the
+        schema :meth:`schema` gives (a column whose type differs between layouts is left
+        out; rows of a layout without a column read null there).
         """
         import pyarrow.dataset as ds
 
-        files = self.files(table) if _files is None else _files
-        schema = self.schema(table)
+        files = self.files(table, layout=layout) if _files is None else _files
+        schema = self.schema(table, layout=layout)
         if not files:
-            empty_schema = schema if schema is not None else _schema.table(table).arrow_schema()
+            empty_schema = schema if schema is not None else _schema.table(_logical(table)).arrow_schema()
             return ds.dataset(empty_schema.empty_table())
         # pages' CRC-32s checked where the writer stored them (~8% of a read)
         fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
@@ -1373,16 +1998,39 @@ class Store:
         table: str,
         columns: Sequence[str] | None = None,
         filter: Any = None,  # noqa: A002 - pyarrow's name
+        *,
+        layout: int | None = None,
     ) -> pa.Table:
         """Read ``table`` (optionally some columns and a pyarrow filter expression).
 
+        A table whose runs hold different tensors has several layouts (:meth:`layouts`).
+        ``layout=N`` reads one; None reads all of them together, the first layout's rows
+        first: columns are matched by name (a layout without a column reads null there),
+        and a column whose type differs between layouts is left out, with an
+        :class:`~rlarrow.errors.RLArrowWarning` said once per store object (a run's rows
+        are in one layout: read it with ``layout=store.layout_of(table, run_id)`` to have
+        all its columns).
+
+        Example:
+            >>> import numpy as np, rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> base = {"snapshot_id": 0, "memory_index": [0], "env_index": 0, "memory_size": 1,
+            ...         "num_envs": 1}
+            >>> _ = store.append("memory", {**base, "run_id": "ppo", "values": np.ones((1, 1), "f4")})
+            >>> _ = store.append("memory", {**base, "run_id": "dqn", "next_states": np.ones((1, 2), "f4")})
+            >>> store.read("memory", columns=["run_id", "values"]).to_pylist()
+            [{'run_id': 'ppo', 'values': [1.0]}, {'run_id': 'dqn', 'values': None}]
+
         Raises:
             CorruptFileError: a file of the table is damaged (the error names it).
+            SchemaMismatchError: ``columns`` names a column whose type differs between the
+                layouts read together.
         """
         for attempt in range(_READ_ATTEMPTS):
-            files = self.files(table)
+            files = self.files(table, layout=layout)
+            self._leave_out(table, self._selected(table, layout), columns)
             try:
-                dataset = self.dataset(table, _files=files)
+                dataset = self.dataset(table, layout=layout, _files=files)
                 result = dataset.to_table(columns=list(columns) if columns is not None else None,
                                           filter=filter)
                 break
@@ -1417,6 +2065,8 @@ class Store:
         """
         self.refresh()
         names = [table] if isinstance(table, str) else list(table or self._manifest["tables"])
+        # a table's further layouts (TABLE.N) are checked with it
+        names = list(dict.fromkeys(n for name in names for n in (self._layout_names(name) or [name])))
         problems: list[FileProblem] = []
         for name in names:
             for f in self._manifest["tables"][name]["files"]:
@@ -1442,7 +2092,7 @@ class Store:
             pf = pq.ParquetFile(path, page_checksum_verification=True)
             if pf.metadata.num_rows != f["rows"]:
                 return f"holds {pf.metadata.num_rows:,} rows where {f['rows']:,} were written"
-            expected = self.schema(table)
+            expected = self.schema(_logical(table), layout=_layout_number(table))  # its layout's
             if expected is not None and not pf.schema_arrow.remove_metadata().equals(expected):
                 return "damaged Parquet: its columns are not the table's (a damaged footer)"
             if deep:
@@ -1540,13 +2190,17 @@ class Store:
         runs: list[dict[str, Any]] = []
         if tables.get("runs") and tables["runs"].rows and not any(p.table == "runs" for p in problems):
             try:
-                t = self.read("runs", columns=["run_id", "name", "source", "created_at"])
+                t = self.read("runs", columns=["run_id", "name", "source", "created_at", "num_envs",
+                                               "metadata"])
             except CorruptFileError as exc:  # damage the footers did not show: say so, list the rest
                 problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.path),
                                             0, f"damaged ({exc})"))
-                t = pa.table({"run_id": [], "name": [], "source": [], "created_at": []})
+                t = pa.table({"run_id": [], "name": [], "source": [], "created_at": [], "num_envs": [],
+                              "metadata": []})
             for row in t.to_pylist():
                 row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
+                # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
+                row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
                 runs.append(row)
         size = 0
         for root, dirs, fnames in os.walk(self.path):
@@ -1569,8 +2223,10 @@ class Store:
     # ---------------------------------------------------------------- compaction
 
     def _small_files(self, table: str, target_file_bytes: int = FILE_BYTES) -> int:
-        entry = self._manifest["tables"][table]
-        return sum(1 for f in entry["files"] if f["bytes"] < target_file_bytes // 2)
+        """Small files of ``table``'s fullest layout (or of the layout directory ``table``)."""
+        names = [table] if table != _logical(table) else (self._layout_names(table) or [table])
+        return max(sum(1 for f in self._manifest["tables"][n]["files"] if f["bytes"] < target_file_bytes // 2)
+                   for n in names)
 
     def compact(
         self,
@@ -1591,13 +2247,21 @@ class Store:
             row_group_bytes: row-group size of the merged files.
             progress: show a progress bar (on a terminal).
 
+        Each layout of a table (:meth:`layouts`) is compacted on its own: a merged file
+        holds the rows of one layout.
+
         Returns:
-            table -> (files before, files after) for the tables that changed.
+            table -> (files before, files after) for the tables that changed (a further
+            layout of a table under its directory's name, ``steps.2``).
         """
         tables = [table] if isinstance(table, str) else list(table or _schema.TABLE_NAMES)
+        for name in tables:
+            _schema.table(_logical(name))
+        self.refresh()
+        tables = list(dict.fromkeys(n for name in tables for n in (
+            [name] if name != _logical(name) else (self._layout_names(name) or [name]))))
         changed: dict[str, tuple[int, int]] = {}
         for name in tables:
-            _schema.table(name)
             with self._locked():
                 manifest = self._recover(self._read_manifest())
                 entry = manifest["tables"][name]
@@ -1625,7 +2289,7 @@ class Store:
         directory = self.path / table
         final = _new_file_name()
         tmp = directory / _tmp_name(final)
-        spec = _schema.table(table)
+        spec = _schema.table(_logical(table))  # (a layout directory TABLE.N: its table's)
         writer: pq.ParquetWriter | None = None
         rows = 0
         out_schema: pa.Schema | None = None
@@ -1888,6 +2552,29 @@ def _validated(table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any],
     return _schema.conform(table, data, established)
 
 
+def _data_run_ids(data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> set[str]:
+    """The run ids in rows about to be written (as :func:`rlarrow.schema.build` takes them, or Arrow)."""
+    if isinstance(data, Mapping):
+        value = data.get("run_id")
+        if value is None:
+            return set()
+        if isinstance(value, str):
+            return {value}
+        if not isinstance(value, (pa.Array, pa.ChunkedArray)):
+            try:
+                value = pa.array(value)
+            except (pa.ArrowException, TypeError, ValueError):
+                return set()
+    elif "run_id" in data.schema.names:
+        value = data.column("run_id")
+    else:
+        return set()
+    try:
+        return {str(v) for v in pc.unique(value).to_pylist() if v is not None}
+    except pa.ArrowException:
+        return set()
+
+
 def new_run_id() -> str:
     """A new run id: UTC time and random hex, sortable by creation time.
 
@@ -1933,6 +2620,9 @@ class TableWriter:
         self.store = store
         self.table = table
         self.spec = _schema.table(table)
+        #: the layout directory the rows go to (``steps``, ``steps.2``): chosen by the first rows
+        self.layout_dir = table
+        self._runs: set[str] = set()  # runs whose layout was checked
         self.row_group_bytes = row_group_bytes
         self.file_bytes = file_bytes
         self.flush_rows = flush_rows
@@ -1971,12 +2661,20 @@ class TableWriter:
         """Validate and buffer rows (see :meth:`Store.append` for accepted forms)."""
         if self._closed:
             raise StoreError(f"{self.store.path}: writer for {self.table!r} is closed")
-        established = self._schema if self._schema is not None else self.store.schema(self.table)
-        table = _validated(self.table, data, established)
+        if self._schema is None:  # the first rows choose the layout (Store.layouts)
+            table, self.layout_dir = self.store._place(self.table, data)
+        else:
+            table = _validated(self.table, data, self._schema)
         if table.num_rows == 0:
             return
         if self._schema is None:
             self._schema = table.schema
+            self._runs = _data_run_ids(table)
+        elif len(self.store._layout_names(self.table)) > 1:  # another run: is it in another layout?
+            runs = _data_run_ids(table) - self._runs
+            if runs:
+                self.store._check_runs(self.table, self.layout_dir, runs)
+                self._runs |= runs
         self._buffer.append(table)
         self._buffer_bytes += table.nbytes
         self._buffer_rows += table.num_rows
@@ -2016,7 +2714,7 @@ class TableWriter:
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
         if self._writer is None:
             self._final = _new_file_name()
-            self._tmp = self.store.path / self.table / _tmp_name(self._final)
+            self._tmp = self.store.path / self.layout_dir / _tmp_name(self._final)
             self._writer = _open_parquet(self._tmp, self._schema, data)
         _write_row_groups(self._writer, data, self.row_group_bytes, self._tmp)
         self._file_rows += data.num_rows
@@ -2043,7 +2741,7 @@ class TableWriter:
             _fsync_file(self._tmp)
         rows, tmp, final = self._file_rows, self._tmp, self._final
         self._file_rows, self._tmp, self._final = 0, None, None
-        return self.table, tmp, final, self._schema, rows
+        return self.layout_dir, tmp, final, self._schema, rows
 
     def abort(self) -> None:
         """Drop uncommitted rows and close."""

@@ -86,6 +86,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         pin_memory: pin batches before moving them to a GPU.
         rank, world_size: this process's share of the data; default: ``torch.distributed``'s
             when it is initialised, else the whole (one process).
+        layout: one layout of the table (:meth:`rlarrow.Store.layouts`: runs whose tensors
+            differ are in different layouts); None: all of them, with the columns every
+            layout has with the same type (a column of one layout only needs ``layout``).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         pin_memory: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        layout: int | None = None,
     ) -> None:
         from rlarrow.store import Store
 
@@ -116,7 +120,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         st = store if isinstance(store, Store) or hasattr(store, "filesystem") \
             else Store.open(store, readonly=True)
         self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
-                                              sequence_length=sequence_length)
+                                              sequence_length=sequence_length, layout=layout)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.buffer_rows = max(buffer_rows, batch_size)
@@ -190,7 +194,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 perm = rng.permutation(n)
                 buf = {k: np.take(v, perm, axis=0) for k, v in buf.items()}
             else:
-                buf = {k: np.ascontiguousarray(v) for k, v in buf.items()}
+                # (Arrow's buffers are read-only: torch wants arrays it may write)
+                buf = {k: np.ascontiguousarray(v) if v.flags.writeable else np.array(v)
+                       for k, v in buf.items()}
             full = (n // bs) * bs
             for s in range(0, full, bs):
                 yield {k: v[s:s + bs] for k, v in buf.items()}
@@ -325,16 +331,19 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
     so nearby indices cost one read. ``ds[[i, j, ...]]`` returns a whole batch (one read per
     row group, no per-row work): give a ``DataLoader`` a ``BatchSampler`` as ``sampler`` and
     ``batch_size=None`` to use it. With a plain ``batch_size``, ``__getitems__`` reads the
-    batch at once and hands the rows to the default collate.
+    batch at once and hands the rows to the default collate. ``layout``: one layout of the
+    table (:meth:`rlarrow.Store.layouts`); None: all of them, with the columns every layout
+    has with the same type.
     """
 
     def __init__(self, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
-                 cache_groups: int = 4) -> None:
+                 cache_groups: int = 4, layout: int | None = None) -> None:
+        from rlarrow._samples import _shared_schema
         from rlarrow.store import Store
 
         st = store if isinstance(store, Store) else Store.open(store, readonly=True)
-        self.units = units(st.files(table))
-        schema = st.schema(table)
+        self.units = units(st.files(table, layout=layout))
+        schema, _ = _shared_schema(st, table, st._selected(table, layout))
         names = schema.names if schema is not None else []
         self.columns = list(columns) if columns is not None else names
         self.offsets = np.concatenate([[0], np.cumsum([u.rows for u in self.units])]).astype(np.int64)

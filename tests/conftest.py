@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,11 @@ def populate(store: rlarrow.Store, *, episodes: int = 3, length: int = 5) -> str
         "write_pointer": 0, "env_pointer": 0, "filled": True,
         "states": np.arange(memory_size * num_envs * 3, dtype=np.float32).reshape(-1, 3),
         "terminated": np.zeros((memory_size * num_envs, 1), bool),
+    })
+    store.append("sources", {
+        "run_id": run, "snapshot_id": [0, None], "format": ["pt", "tfevents"],
+        "path": ["/data/memory_0.pt", "/data/events.out.tfevents.1"], "sha256": ["a" * 64, "b" * 64],
+        "bytes": [4096, 512], "imported_at": [datetime(2026, 1, 1, tzinfo=timezone.utc)] * 2,
     })
     return run
 

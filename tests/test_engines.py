@@ -11,7 +11,7 @@ import pytest
 from rlarrow import schema
 
 TABLES = list(schema.TABLE_NAMES)
-ROWS = {"runs": 1, "episodes": 3, "steps": 18, "scalars": 10, "memory": 8}
+ROWS = {"runs": 1, "episodes": 3, "steps": 18, "scalars": 10, "memory": 8, "sources": 2}
 
 
 @pytest.fixture

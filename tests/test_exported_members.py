@@ -14,7 +14,7 @@ def test_all_names_resolve():
 def test_all_matches_the_public_names():
     public = {n for n in dir(rlarrow) if not n.startswith("_")} - {"annotations", "importlib",
                                                                     "TYPE_CHECKING", "Any"}
-    submodules = {"store", "errors", "cli", "io"}
+    submodules = {"store", "errors", "cli", "io", "importing"}
     assert public - submodules == set(rlarrow.__all__) - {"__version__"}
 
 

@@ -23,8 +23,8 @@ TYPE_MAP = {
 
 def test_one_schema_file_per_table_and_major_version():
     names = {p.name for p in SCHEMA_FILES}
-    assert names == {f"{t}.v1.json" for t in ("runs", "episodes", "steps", "scalars", "memory")}
-    assert schema.TABLE_NAMES == ("runs", "episodes", "steps", "scalars", "memory")
+    assert names == {f"{t}.v1.json" for t in ("runs", "episodes", "steps", "scalars", "memory", "sources")}
+    assert schema.TABLE_NAMES == ("runs", "episodes", "steps", "scalars", "memory", "sources")
 
 
 @pytest.mark.parametrize("path", SCHEMA_FILES, ids=lambda p: p.name)
@@ -67,7 +67,7 @@ def test_file_metadata_names_table_and_version():
     md = schema.table("steps").file_metadata()
     assert md[b"rlarrow.table"] == b"steps"
     assert md[b"rlarrow.schema_version"] == b"1.0"
-    assert md[b"rlarrow.format_version"] == b"1.0"
+    assert md[b"rlarrow.format_version"] == b"1.1"
     assert md[b"rlarrow.writer"].startswith(b"rlarrow ")
 
 
