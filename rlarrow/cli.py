@@ -45,6 +45,49 @@ def _debug() -> bool:
     return bool(root is not None and root.params.get("debug")) or bool(os.environ.get("RLARROW_DEBUG"))
 
 
+#: Python spellings in rlarrow's messages -> what a user of the command line types instead.
+_CLI_SPELLINGS: list[tuple[str, str]] = [
+    (r" ?\([a-z_]+=[^()]*? in Python\)", ""),  # "with --overwrite (overwrite=True in Python)"
+    # "(overwrite=True; --overwrite in the CLI)"
+    (r"\([a-z_]+=[^();]*; (--[a-z0-9-]+) in the CLI\)", r"(\1)"),
+    (r"overwrite=True", "--overwrite"),
+    (r"skip_corrupt=True \(rlarrow convert --skip-corrupt\)", "rlarrow convert --skip-corrupt"),
+    (r"skip_corrupt=True", "rlarrow convert --skip-corrupt"),
+    (r"on_corrupt='skip'", "rlarrow convert --skip-corrupt"),
+    (r"([Pp])ass num_envs=\.\.\.", r"\1ass --num-envs N"),
+    (r"\bnum_envs=(\d+)", r"--num-envs \1"),
+    (r"\bmemory_size=(\d+)", r"--memory-size \1"),
+    (r"with dtype='float64'", "with --float64"),
+    (r"pass run_id=\.\.\.|pass run_id= ", "pass --run-id RUN "),
+    (r"create it with rlarrow\.Store\.create\((['\"])(.*?)\1\)",
+     r"check the path, or create it by importing into it: rlarrow convert INPUTS -o \2"),
+    (r"create one with rlarrow\.Store\.create\(path\)", "create one with: rlarrow convert INPUTS -o PATH"),
+    (r"open it with rlarrow\.Store\.open\(path\) or pass exist_ok=True", "write into it (commands add to "
+     "an existing store)"),
+    (r"opened read-only \(readonly=True\)", "opened read-only"),
+    (r"\(open it with readonly=True to read it\)", "(commands that only read it still work: info, sql, "
+     "plot, export)"),
+    (r"open it with readonly=True to read it", "commands that only read it still work (info, sql, plot, "
+     "export)"),
+    (r"tensor_types\['([^']*)'\] = '([^']*)'", r"--tensor \1=\2"),
+    (r" or a pyarrow type such as rlarrow\.tensors\.tensor_type\(.*?layout='binary'\)", ""),
+    (r"\(map names with names=\{role: name\}(, on the command line --names [^)]*)?\)",
+     "(name the tensor of each role with --names ROLE=TENSOR,..., e.g. --names states=obs,actions=act)"),
+    (r"\(pass new_layout=True to add a layout of the table with these types\)",
+     "(convert into another store, -o NEW_STORE; from Python, new_layout=True adds a layout with "
+     "these types)"),
+]
+
+
+def _cli_spelling(message: str) -> str:
+    """``message`` with Python spellings (``overwrite=True``, ``Store.create(...)``) as CLI flags."""
+    import re
+
+    for pattern, replacement in _CLI_SPELLINGS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
 def _friendly_errors(fn: F) -> F:
     """Turn every failure into a message and exit status 1, without a traceback (``--debug`` shows it).
 
@@ -62,7 +105,7 @@ def _friendly_errors(fn: F) -> F:
         except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
             if _debug():
                 raise
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(_cli_spelling(str(exc))) from exc
         except OSError as exc:
             if _debug():
                 raise
@@ -93,7 +136,12 @@ def cli(debug: bool) -> None:
               help="List at most this many runs (0: all).")
 @_friendly_errors
 def info(store: str, as_json: bool, max_runs: int) -> None:
-    """Show a store's tables, row counts, runs, schema versions and size on disk."""
+    """Show a store's tables, row counts, tensor columns, runs, schema versions and size on disk.
+
+    Tensor columns show their dtype, shape and layout (binary: one blob per row, decoded in SQL
+    by the *_decoded views; list: nested arrays). Each run shows its name, source, num_envs
+    and its metadata, shortened to one line (--json gives it whole).
+    """
     from rlarrow.store import Store
 
     summary = Store.open(store, readonly=True).info()
@@ -108,28 +156,29 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     click.echo(f"{'table':<10} {'rows':>12} {'files':>6} {'size':>10}  schema")
     for name, t in summary.tables.items():
         click.echo(f"{name:<10} {t.rows:>12,} {t.files:>6} {_human(t.bytes):>10}  v{t.schema_version}")
-    tensor_lines = []
-    for name, t in summary.tables.items():
-        if t.schema is None:
-            continue
-        from rlarrow import schema as _schema
-
-        declared = {c.name for c in _schema.table(name).columns if not c.is_tensor}
-        for field in t.schema:
-            if field.name not in declared:
-                tensor_lines.append(f"  {name}.{field.name}: {field.type}")
+    tensor_lines = [f"  {name}.{column}: {what}" for name, t in summary.tables.items()
+                    for column, what in t.tensors.items()]
     if tensor_lines:
         click.echo("")
         click.echo("tensor columns")
         for line in tensor_lines:
             click.echo(line)
+        if any(line.endswith(" binary") for line in tensor_lines):
+            click.echo("  (binary: the rlarrow.tensor extension, a blob per row; SQL reads them as arrays "
+                       "from the views steps_decoded, memory_decoded, transitions_decoded)")
     click.echo("")
     runs = summary.runs
     click.echo(f"runs ({len(runs)})")
     shown = runs if max_runs == 0 else runs[:max_runs]
     for r in shown:
-        label = f"  {r['name']}" if r.get("name") else ""
-        click.echo(f"  {r['run_id']}  {r['source']:<18} {r['created_at']}{label}")
+        parts = [r["run_id"], f"{r['source']:<18}", str(r["created_at"])]
+        if r.get("name"):
+            parts.append(f"name={r['name']}")
+        if r.get("num_envs") is not None:
+            parts.append(f"num_envs={r['num_envs']}")
+        if r.get("metadata") is not None:
+            parts.append(_shorten_metadata(r["metadata"]))
+        click.echo("  " + "  ".join(parts))
     if len(shown) < len(runs):
         click.echo(f"  ... {len(runs) - len(shown)} more (--runs 0 lists all)")
     if summary.problems:
@@ -203,7 +252,7 @@ def push(store: str, destination: str, prune: bool) -> None:
     """
     from rlarrow.remote import push as run_push
 
-    copied = run_push(store, destination, prune=prune, progress=True)
+    copied = run_push(store, destination, prune=prune, progress=None)  # a bar only on a terminal
     click.echo(f"copied {len(copied)} file(s) to {destination}" if copied
                else f"{destination} is up to date; wrote its manifest")
 
@@ -229,44 +278,60 @@ def push(store: str, destination: str, prune: bool) -> None:
 @click.option("--skip-corrupt", is_flag=True,
               help="tfevents: skip records whose checksum fails (counted) instead of stopping; "
                    "envlogger: import the episodes that are whole and list the damaged ones skipped.")
+@click.option("--names", "names_text", metavar="ROLE=TENSOR,...",
+              help="With --episodes: which memory tensor plays which role, e.g. states=obs,actions=act "
+                   "(roles: states, actions, rewards, next_states, terminated, truncated). skrl 1 names "
+                   "(states, next_states) and skrl 2 names (observations, next_observations) are known.")
+@click.option("--autoreset", type=click.Choice(["auto", "next-step", "same-step", "none"]), default="auto",
+              show_default=True,
+              help="With --episodes: how the vector env reset finished episodes (gymnasium 1.x make_vec: "
+                   "next-step). auto: detected from the data where it shows.")
+@click.option("--again", is_flag=True,
+              help="Import sources the store already holds (same content) once more, as new runs "
+                   "(default: skip them, saying so).")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
-            skip_corrupt: bool) -> None:
-    """Import into STORE: replay-memory exports, envlogger dirs, Minari datasets, TensorBoard logs.
+            skip_corrupt: bool, names_text: str | None, autoreset: str, again: bool) -> None:
+    """Import into STORE: experiment directories, memory exports, envlogger, Minari, TensorBoard logs.
 
-    Memory exports (.pt, .npz, .csv; files, directories, globs) become snapshots of the memory
-    table, one per file, under one run. An envlogger directory (with metadata.riegeli) or a
-    Minari dataset (arrow or parquet backend) becomes one run of episodes and steps. An event
-    file, or a directory with event files below it (tianshou, skrl, torch logs), becomes runs
-    of the scalars table, one per TensorBoard run (sub-runs such as add_scalars folders are
-    runs RUN_ID/<folder>).
-    """
-    from rlarrow.convert import convert_memory
-    from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
-    from rlarrow.io.minari import import_minari, is_minari_dir
-    from rlarrow.io.tfevents import import_tfevents, is_tfevents_source
+    \b
+    Each input becomes runs of the store:
+      runs/EXP        an experiment directory (skrl: event files, memories/, checkpoints/):
+                      ONE run named EXP holding its scalars, memory snapshots and
+                      (--episodes) episodes; checkpoints are not imported
+      runs/           every experiment below it, one run each
+      *.pt *.npz *.csv
+                      replay-memory exports: snapshots of one run (files, folders, globs)
+      ENVLOGGER_DIR   an envlogger directory (metadata.riegeli): one run of episodes
+      MINARI_DIR      a Minari dataset (arrow or parquet): one run of episodes
+      LOGDIR          TensorBoard event files: one run per TensorBoard run
+                      (add_scalars folders become RUN_ID/<folder>)
 
-    memory_inputs = []
-    for item in inputs:
-        if is_envlogger_dir(item):
-            click.echo(str(import_envlogger(item, store, run_id=run_id, name=name,
-                                            skip_corrupt=skip_corrupt)))
-        elif is_minari_dir(item):
-            click.echo(str(import_minari(item, store, run_id=run_id, name=name)))
-        elif is_tfevents_source(item):
-            tf_report = import_tfevents(item, store, run_id=run_id, name=name,
-                                        on_corrupt="skip" if skip_corrupt else "raise")
-            click.echo(f"imported {tf_report}")
-            for rid in tf_report.runs:
-                click.echo(f"  run {rid}")
-        else:
-            memory_inputs.append(item)
-    if memory_inputs:
-        report = convert_memory(memory_inputs, store, run_id=run_id, name=name, num_envs=num_envs,
-                                memory_size=memory_size, dtype="float64" if float64 else "float32",
-                                episodes=episodes, layout=layout)
-        click.echo(str(report))
+    Every source is hashed first: one the store holds already is skipped, with a message
+    naming its run (--again imports it again). One convert commits all or nothing: if
+    anything fails, the store is left as it was.
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    from rlarrow.importing import import_paths
+
+    names = None
+    if names_text:
+        names = {}
+        for item in names_text.split(","):
+            role, eq, tensor = item.strip().partition("=")
+            if not eq or not role or not tensor:
+                raise click.UsageError(f"--names {names_text!r}: write ROLE=TENSOR pairs separated by "
+                                       "commas, e.g. states=observations,next_states=next_observations")
+            names[role] = tensor
+    try:
+        report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again, episodes=episodes,
+                              names=names, autoreset=None if autoreset == "auto" else autoreset,
+                              skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
+                              dtype="float64" if float64 else "float32", layout=layout)
+    except (Exception, KeyboardInterrupt):
+        click.echo("convert: nothing was committed; the store is as it was before", err=True)
+        raise
+    click.echo(_cli_spelling(str(report)))
 
 
 @cli.command()
@@ -278,7 +343,9 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
               help="Memory export format, envlogger (a run's episodes as an envlogger directory), or "
                    "tfevents (the scalars as TensorBoard event files, DIR/<run_id>/).")
 @click.option("--run-id", help="Only this run's snapshots.")
-@click.option("--overwrite", is_flag=True, help="Replace files that exist.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what the target holds (DIR/memories/, the envlogger DIR, a run's event files); "
+                   "without it a target that holds anything is refused.")
 @_friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
     """Write STORE back out: memory snapshots, an envlogger run, or scalars as event files.
@@ -298,7 +365,7 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     if fmt == "envlogger":
         from rlarrow.io.envlogger import export_envlogger
 
-        click.echo(f"wrote {export_envlogger(store, directory, run_id=run_id)}")
+        click.echo(f"wrote {export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)}")
         return
     from rlarrow.convert import export_memory
 
@@ -328,7 +395,12 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
 
     Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
     discounted_return(rewards, gamma), success_rate(flag), smoothed(n), ema(weight),
-    steps_to_threshold(tag, threshold). See docs/format.md for the columns.
+    steps_to_threshold(tag, threshold[, direction := 'below']). See docs/format.md for the columns.
+
+    Binary-layout tensors (convert's default) are BLOBs in steps and memory; the views
+    steps_decoded, memory_decoded and transitions_decoded hold them decoded to arrays of their
+    dtype and shape, exactly, and tensor_<dtype>_<shape>(blob) decodes one (`rlarrow info STORE`
+    lists the tensor columns).
 
     csv, json and parquet stream the result batch by batch, whatever its size. In csv and json,
     tensors are nested lists ([[1.0, 2.0], [3.0, 4.0]]) and dict observations JSON objects;
@@ -339,6 +411,8 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
       rlarrow sql runs.rlarrow 'select run_id, avg("return") from episodes group by all'
       rlarrow sql runs.rlarrow "select * from transitions" -o transitions.parquet --format parquet
       rlarrow sql runs.rlarrow "select step, observation from steps limit 5" --format json
+      rlarrow sql runs.rlarrow "select states[1] from memory_decoded limit 5"
+      rlarrow sql runs.rlarrow "select * from steps_to_threshold('train/loss', 0.05, direction := 'below')"
     """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
     import duckdb
     import pyarrow as pa
@@ -365,7 +439,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     try:
         hints = _export.resolve_tensor_types(st, given)
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(_cli_spelling(str(exc))) from None
     con = connect(st)
     try:
         try:
@@ -393,28 +467,63 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--tag", "tags", multiple=True, help="A scalar tag to draw (repeat for more panels).")
-@click.option("--run", "runs", multiple=True, help="Only this run (repeat for more); default: all.")
+@click.option("--run", "runs", multiple=True, metavar="RUN",
+              help="Only this run, by id or name (repeat for more); default: all.")
+@click.option("--group-by", metavar="name|source|KEY",
+              help="Draw mean ± std per group of runs: by a runs column (name, source, ...) or a metadata "
+                   "key (algo, params.lr); default: one across all runs.")
 @click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Moving average over this many points.")
-@click.option("--episodes", is_flag=True, help="Draw episode returns (curve and histogram) instead of tags.")
+              help="Moving average over this many points (--episodes: 10 when not given).")
+@click.option("--episodes", is_flag=True,
+              help="Draw episode returns against env steps (curve and histogram) instead of tags.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The image to write (png, svg, pdf).")
 @_friendly_errors
-def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], smooth: int, episodes: bool,
-         output: str) -> None:
-    """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes)."""
+def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str | None, smooth: int,
+         episodes: bool, output: str) -> None:
+    """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes).
+
+    A line per run and, with two runs or more, their mean ± std: one band per group with
+    --group-by (runs of different algorithms apart), else one across all runs.
+
+    \b
+    Examples:
+      rlarrow plot runs.rlarrow --tag train/loss --group-by algo --smooth 10 -o loss.png
+      rlarrow plot runs.rlarrow --episodes --run ppo-seed1 --run ppo-seed2 -o returns.svg
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
     from rlarrow.plot import plot_episodes, plot_scalars
 
     if episodes == bool(tags):
         raise click.UsageError("give --tag TAG (one or more), or --episodes")
-    try:
-        if episodes:
-            plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, output=output)
-        else:
-            plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, output=output)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+    if episodes:
+        plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, group_by=group_by, output=output)
+    else:
+        plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, group_by=group_by,
+                     output=output)
     click.echo(f"wrote {output}")
+
+
+def _shorten_metadata(value: Any, width: int = 72) -> str:
+    """Run metadata on one line: ``key=value`` pairs, long values and the whole line cut with ``...``."""
+
+    def compact(item: Any) -> str:
+        if isinstance(item, dict):
+            return "{" + ",".join(f"{k}:{compact(v)}" for k, v in item.items()) + "}"
+        if isinstance(item, list):
+            return "[" + ",".join(compact(v) for v in item) + "]"
+        if isinstance(item, float):
+            return f"{item:.6g}"  # a float32 stored as its float64 value reads 0.0003, not 0.000300000014
+        return json.dumps(item, ensure_ascii=False)
+
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            text = compact(item)
+            items.append(f"{key}={text if len(text) <= 24 else text[:21] + '...'}")
+        line = " ".join(items)
+    else:
+        line = "metadata=" + compact(value)
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def _box(rel: Any, max_rows: int) -> str:

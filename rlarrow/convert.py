@@ -44,6 +44,7 @@ from rlarrow.store import Store
 __all__ = [
     "MEMORY_FORMATS",
     "ConvertReport",
+    "collapse_assumptions",
     "convert_memory",
     "detect_format",
     "expand_inputs",
@@ -213,8 +214,29 @@ class ConvertReport:
             f"{self.rows} memory rows"
             + (f", unrolled into {self.episodes} episodes, {self.steps} steps" if self.steps else "")
         ]
-        lines += [f"assumed: {a}" for a in self.assumptions]
+        lines += [f"assumed: {a}" for a in collapse_assumptions(self.assumptions)]
         return "\n".join(lines)
+
+
+def collapse_assumptions(messages: Sequence[str]) -> list[str]:
+    """Say each assumption once: messages ``"FILE: text"`` with the same text are merged.
+
+    Example:
+        >>> collapse_assumptions(["a.pt: no write pointer", "b.pt: no write pointer", "c.csv: 1 env"])
+        ['no write pointer (2 files: a.pt, b.pt)', 'c.csv: 1 env']
+    """
+    groups: dict[str, list[str]] = {}
+    for m in messages:
+        where, sep, text = m.partition(": ")
+        groups.setdefault(text if sep else m, []).append(where if sep else "")
+    out = []
+    for text, wheres in groups.items():
+        if len(wheres) == 1:
+            out.append(f"{wheres[0]}: {text}" if wheres[0] else text)
+        else:
+            shown = ", ".join(wheres[:3]) + (", ..." if len(wheres) > 3 else "")
+            out.append(f"{text} ({len(wheres)} files: {shown})")
+    return out
 
 
 def iter_memory_tables(
@@ -283,6 +305,7 @@ def convert_memory(
     names: Mapping[str, str] | None = None,
     layout: str = "binary",
     progress: bool | None = None,
+    autoreset: str = "auto",
 ) -> ConvertReport:
     """Import memory exports into ``store``'s ``memory`` table, one snapshot per file.
 
@@ -297,12 +320,18 @@ def convert_memory(
         dtype: float dtype of csv exports (see :func:`rlarrow.io.csv.iter_csv_tables`).
         episodes: also unroll each snapshot into ``episodes`` and ``steps`` rows (see
             :func:`rlarrow.unroll.memory_to_episodes`).
-        names: role -> tensor name for the unrolling, when the memory names them otherwise.
+        names: role -> tensor name for the unrolling, when the memory names them otherwise
+            (skrl 2's and skrl 1's names are found without it; see
+            :func:`rlarrow.unroll.resolve_names`).
         layout: how a store without memory data yet stores the tensors: ``"binary"`` (the
             default: bulk data, written and read back at memory speed), ``"list"`` (SQL reaches
             every element) or ``"auto"`` (see :mod:`rlarrow.tensors`). A store keeps the
             layout its memory table already has.
         progress: a progress bar over the bytes read (None: when stderr is a terminal).
+        autoreset: the vector env's autoreset mode for the unrolling: ``"auto"`` (read from
+            each snapshot's data; where it does not show, next-step is assumed and said once
+            in the report), ``"next-step"``, ``"same-step"`` or ``"none"`` (see
+            :mod:`rlarrow.unroll`). Each episode's metadata records the mode used.
 
     Each file is one commit, made when the whole file has been read: a file that fails
     to read commits nothing of itself, and the error names it.
@@ -310,6 +339,12 @@ def convert_memory(
     Returns:
         A :class:`ConvertReport`.
     """
+    from rlarrow.errors import InvalidInputError
+    from rlarrow.unroll import AUTORESET_MODES, AutoresetAssumptionWarning
+
+    if autoreset not in AUTORESET_MODES:
+        raise InvalidInputError(None, f"autoreset={autoreset!r}: choose one of "
+                                f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
     started = time.perf_counter()
     files = expand_inputs(inputs)
     own = not isinstance(store, Store)
@@ -332,6 +367,7 @@ def convert_memory(
                 num_envs=num_envs,
             )
         report = ConvertReport(store=st.path, run_id=run_id)
+        autoreset_assumed: list[str] = []  # said once per conversion, not per file
         total = sum(f.stat().st_size for f in files)
         with bar(total, "convert", "B", progress) as pbar:
             for i, path in enumerate(files):
@@ -365,18 +401,27 @@ def convert_memory(
                         from rlarrow.unroll import unroll_store
 
                         eps, steps = unroll_store(
-                            st, run_id=run_id, snapshot_id=next_snapshot + i, names=names
+                            st, run_id=run_id, snapshot_id=next_snapshot + i, names=names,
+                            autoreset=autoreset,
                         )
                         report.episodes += eps
                         report.steps += steps
                 for w in caught:
-                    if issubclass(w.category, AssumptionWarning):
+                    if issubclass(w.category, AutoresetAssumptionWarning):
+                        autoreset_assumed.append(str(w.message))
+                    elif issubclass(w.category, AssumptionWarning):
                         report.assumptions.append(str(w.message))
                     else:
                         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
                 report.files.append(path)
                 report.snapshots += 1
                 report.bytes_read += size
+        if autoreset_assumed:
+            first = autoreset_assumed[0]
+            report.assumptions.append(
+                first if len(autoreset_assumed) == 1
+                else f"{len(autoreset_assumed)} of {report.snapshots} snapshots do not show the autoreset "
+                f"mode (the first: {first})")
         report.seconds = time.perf_counter() - started
         return report
     finally:
@@ -410,11 +455,33 @@ def _file_key(path: Path) -> tuple[str, int] | None:
 
 
 def _declaring(st: Store, layout: str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    """Pass ``tables`` on; before the first, fix the memory tensors' layout if the store has none."""
+    """Pass ``tables`` on; before the first, fix the tensors' storage for a new layout of ``memory``.
+
+    A memory whose tensors (names, dtypes, shapes) an existing layout of the table holds goes
+    there, however that layout stores them; one whose tensors no layout holds (the first
+    memory, or a DQN memory beside a PPO one) starts a layout in ``layout`` storage.
+    """
+    first = True
     for table in tables:
-        if layout != "list" and st.schema("memory") is None:
-            st.declare("memory", layout_types("memory", table.schema, layout))
+        if first and layout != "list":
+            types = layout_types("memory", table.schema, layout)
+            if not any(_same_tensors(info.schema, types) for info in st.layouts("memory")):
+                st.declare("memory", types, new_layout=True)
+        first = False
         yield table
+
+
+def _same_tensors(schema: pa.Schema | None, types: Mapping[str, pa.DataType]) -> bool:
+    """Whether ``schema`` has exactly the tensor columns ``types``, in any storage (binary or list)."""
+    if schema is None:
+        return False
+    declared = set(_schema.table("memory").column_names)
+    have = {f.name: f.type for f in schema if f.name not in declared}
+
+    def plain(t: pa.DataType) -> str:
+        return _schema.describe_type(t).removesuffix(" binary")
+
+    return have.keys() == types.keys() and all(plain(have[n]) == plain(t) for n, t in types.items())
 
 
 def layout_types(table_name: str, schema: pa.Schema, layout: str) -> dict[str, pa.DataType]:
@@ -457,14 +524,27 @@ def snapshots(
     Each snapshot's ``name`` is the name it was imported under (the export's file stem).
     With ``with_keys``, yields ``(snapshot, (run_id, snapshot_id))``.
     """
+    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    # Runs whose tensors differ are in different layouts of the table: each is read on its own,
+    # with its own schema (a run's snapshots are all in one layout).
+    if run_id is not None:
+        found = st.layout_of("memory", run_id)
+        numbers = [] if found is None else [found]
+    else:
+        numbers = [info.layout for info in st.layouts("memory")]
+    for layout in numbers:
+        yield from _layout_snapshots(st, layout, run_id, snapshot_id, with_keys)
+
+
+def _layout_snapshots(st: Store, layout: int, run_id: str | None, snapshot_id: int | None,
+                      with_keys: bool) -> Iterator[Any]:
     import pyarrow.compute as pc
 
-    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
     # Most files hold one snapshot (one commit): their statistics say which, and they are
     # read whole; files that mix snapshots are read with a filter.
     groups: dict[tuple[str, int], list[Path]] = {}
     mixed: list[Path] = []
-    for path in st.files("memory"):
+    for path in st.files("memory", layout=layout):
         key = _file_key(path)
         if key is None:
             mixed.append(path)
@@ -477,19 +557,21 @@ def snapshots(
         if snapshot_id is not None:
             one = pc.field("snapshot_id") == snapshot_id
             flt = one if flt is None else flt & one
-        keys = st.dataset("memory", _files=mixed).to_table(columns=["run_id", "snapshot_id"], filter=flt)
+        keys = st.dataset("memory", layout=layout, _files=mixed).to_table(columns=["run_id", "snapshot_id"],
+                                                                          filter=flt)
         distinct = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate([])
         for rid, sid in zip(distinct["run_id"].to_pylist(), distinct["snapshot_id"].to_pylist(), strict=True):
             groups.setdefault((rid, sid), [])
     declared = set(_schema.table("memory").column_names)
-    schema = st.schema("memory")
+    schema = st.schema("memory", layout=layout)
     columns = ["memory_index", "env_index"] + [f.name for f in schema or [] if f.name not in declared]
     for (rid, sid), files in groups.items():
         key_filter = (pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid)
         constants = _constants(files[0]) if files and not mixed else None
         pieces: Iterator[pa.Table] = _row_groups(files, columns if constants is not None else None)
         if mixed:
-            pieces = itertools.chain(pieces, [st.dataset("memory", _files=mixed).to_table(filter=key_filter)])
+            pieces = itertools.chain(pieces, [st.dataset("memory", layout=layout, _files=mixed)
+                                              .to_table(filter=key_filter)])
         snap = MemorySnapshot.from_table(pieces, path=os.fspath(st.path), constants=constants)
         yield (snap, (rid, sid)) if with_keys else snap
 
@@ -568,21 +650,33 @@ def export_memory(
     export comes back under its own name; a name used twice gets a numeric suffix.
     csv files hold the filled rows only, as skrl writes them.
 
+    ``directory/memories`` must be empty or new: with ``overwrite`` (``--overwrite``) its
+    content is replaced whole, once every file is written (a failure leaves it as it was).
+
     Returns:
         The files written.
+
+    Raises:
+        InvalidInputError: ``directory/memories`` holds something and not ``overwrite``.
     """
+    from rlarrow.io._target import check_target, fresh_directory
+
     if fmt not in MEMORY_FORMATS:
         raise ValueError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
-    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
     out_dir = Path(directory) / "memories"
+    what = f"a {fmt} memory export"
+    check_target(out_dir, overwrite=overwrite, what=what)
+    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
     written: list[Path] = []
     used: set[str] = set()
-    with bar(st.row_count("memory"), f"export {fmt}", "row", progress) as pbar:
+    with (fresh_directory(out_dir, overwrite=overwrite, what=what, skip_empty=True) as tmp,
+          bar(st.row_count("memory"), f"export {fmt}", "row", progress) as pbar):
         for snap in snapshots(st, run_id=run_id):
             stem = snap.name or "memory"
             if stem in used:
                 stem = f"{stem}-{len(written)}"
             used.add(stem)
-            written.append(write_memory(snap, out_dir / f"{stem}.{fmt}", fmt, overwrite=overwrite))
+            write_memory(snap, tmp / f"{stem}.{fmt}", fmt)
+            written.append(out_dir / f"{stem}.{fmt}")
             pbar.update(snap.memory_size * snap.num_envs)
     return written
