@@ -137,12 +137,29 @@ class ArrowMemoryFileIterator:
         return len(self.file_paths)
 
     def __iter__(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        from rlarrow.convert import detect_format, iter_memory_tables
+        import warnings
 
+        from rlarrow.convert import detect_format, iter_memory_tables
+        from rlarrow.errors import AssumptionWarning, RLArrowError
+
+        def is_csv(path: str) -> bool:
+            try:
+                return detect_format(Path(path)) == "csv"
+            except (RLArrowError, OSError):  # said in its turn, after the files before it
+                return False
+
+        num_envs = self.num_envs
+        csv_files = [Path(p).name for p in self.file_paths if is_csv(p)]
+        if num_envs is None and csv_files:  # said once for all the files, not once per file
+            shown = ", ".join(csv_files[:3]) + (", ..." if len(csv_files) > 3 else "")
+            warnings.warn(f"assumed num_envs=1 for {len(csv_files)} csv file(s) ({shown}): csv memory "
+                          "exports do not record it, so each row is taken as one memory row; pass "
+                          "num_envs=... to recover the (memory, env) layout", AssumptionWarning, stacklevel=2)
+            num_envs = 1
         for path in self.file_paths:
             p = Path(path)
-            for table in iter_memory_tables(p, detect_format(p), p.stem, 0, self.num_envs, self.memory_size,
-                                 self.dtype):
+            for table in iter_memory_tables(p, detect_format(p), p.stem, 0, num_envs, self.memory_size,
+                                             self.dtype):
                 for batch in table.to_batches(max_chunksize=self.batch_rows):
                     yield p.name, batch
 

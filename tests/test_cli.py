@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import rlarrow
@@ -34,7 +35,12 @@ def test_info_lists_tables_rows_runs_versions_and_size(populated):
     run_id = populated.runs().column("run_id")[0].as_py()
     assert run_id in text and "populate" in text
     assert "on disk" in text and "KiB" in text
-    assert "steps.observation: struct<position" in text
+    assert "steps.observation.position: float32 (3,) list" in text
+    assert "steps.observation.grid: uint8 (4, 5) " in text
+    assert "memory.states: float32 (3,) " in text
+    run_line = next(x for x in text.splitlines() if run_id in x)
+    for part in ("name=populate", "num_envs=2", 'env="grid"', "params={lr:0.0003,gamma:0.99}", "seed=7"):
+        assert part in run_line, run_line
 
 
 def test_info_json(populated):
@@ -43,6 +49,9 @@ def test_info_json(populated):
     assert data["tables"]["steps"]["rows"] == 18
     assert data["tables"]["steps"]["schema_version"] == "1.0"
     assert data["runs"][0]["name"] == "populate"
+    assert data["runs"][0]["num_envs"] == 2
+    assert data["runs"][0]["metadata"]["params"] == {"lr": 3e-4, "gamma": float(np.float32(0.99))}
+    assert data["tables"]["steps"]["tensors"]["observation.position"] == "float32 (3,) list"
 
 
 @pytest.mark.parametrize("args", [["info", "/no/such/store"], ["compact", "/"]])
@@ -100,3 +109,77 @@ def test_sql_renders_tensor_columns_as_values(populated, fmt):
     assert np.array_equal(np.array([r["observation"]["position"] for r in rows], np.float32), obs["position"])
     assert np.array_equal(np.array([r["observation"]["grid"] for r in rows], np.uint8), obs["grid"])
     assert rows[0]["action"] == stored.column("action")[0].as_py() and rows[5]["action"] is None
+
+
+COMMANDS = ["info", "repair", "migrate", "compact", "push", "convert", "export", "sql", "plot"]
+
+
+def test_every_help_renders_without_control_characters():
+    """click's no-rewrap marker (a backspace, \\b) keeps examples as written and never shows."""
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    runner = CliRunner()
+    top = runner.invoke(cli, ["--help"])
+    assert top.exit_code == 0 and all(c in top.output for c in COMMANDS)
+    for command in COMMANDS:
+        out = runner.invoke(cli, [command, "--help"])
+        assert out.exit_code == 0, (command, out.output)
+        assert "\\b" not in out.output and "\b" not in out.output, command
+    sql_help = runner.invoke(cli, ["sql", "--help"], terminal_width=80).output
+    lines = sql_help.splitlines()
+    example = ("rlarrow sql runs.rlarrow \"select * from steps_to_threshold('train/loss', 0.05, "
+               "direction := 'below')\"")
+    assert "    " + example in lines  # one line, indented, though wider than the terminal
+    assert "steps_decoded" in sql_help and "Examples:" in lines[lines.index("    " + example) - 5]
+    plot_help = runner.invoke(cli, ["plot", "--help"]).output
+    assert "--group-by" in plot_help and any(line.strip().startswith("rlarrow plot runs.rlarrow --episodes")
+                                             for line in plot_help.splitlines())
+
+
+def test_push_shows_no_progress_bar_when_stderr_is_not_a_terminal(populated, tmp_path):
+    out = rlarrow_cmd("push", str(populated.path), f"file://{tmp_path}/copy.rlarrow")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # no tqdm bar written into a log or a pipe
+
+
+@pytest.mark.parametrize(("message", "cli", "python"), [
+    ("x: exists; remove it, or replace it (overwrite=True; --overwrite in the CLI)", "(--overwrite)",
+     "overwrite=True"),
+    ("d: not empty; replace its content with --overwrite (overwrite=True in Python)", "with --overwrite",
+     "overwrite=True"),
+    ("m.csv: 12 rows do not divide into num_envs=5", "--num-envs 5", "num_envs="),
+    ("m.csv: does not record num_envs; assuming 1. Pass num_envs=... to recover", "Pass --num-envs N",
+     "num_envs="),
+    ("s: no such store; create it with rlarrow.Store.create('s')", "rlarrow convert INPUTS -o s",
+     "Store.create"),
+    ("s: could not write; the store is on read-only media: open it with readonly=True to read it",
+     "commands that only read it still work", "readonly="),
+    ("f: record fails its checksum (the file is damaged; on_corrupt='skip' skips such records)",
+     "rlarrow convert --skip-corrupt", "on_corrupt"),
+    ("d: damaged. Nothing was imported; import again with skip_corrupt=True (rlarrow convert --skip-corrupt) "
+     "to import", "import again with rlarrow convert --skip-corrupt to import", "skip_corrupt="),
+    ("m.csv: x in data row 3 (1e300) is not a float32; read it with dtype='float64'", "with --float64",
+     "dtype="),
+    ("m.pt: cannot unroll: no tensor for states; it has ['obs'] (map names with names={role: name}, on the "
+     "command line --names states=NAME,...)", "(name the tensor of each role with --names ROLE=TENSOR",
+     "names="),
+])
+def test_cli_errors_name_flags_not_python_arguments(message, cli, python):
+    from rlarrow.cli import _cli_spelling
+
+    text = _cli_spelling(message)
+    assert cli in text and python not in text, text
+
+
+def test_cli_error_messages_end_to_end(tmp_path):
+    missing = rlarrow_cmd("info", str(tmp_path / "nope.rlarrow"))
+    assert missing.returncode == 1 and "rlarrow convert INPUTS -o" in missing.stderr
+    assert "Store.create" not in missing.stderr and "Traceback" not in missing.stderr
+    from rlarrow.io.csv import write_csv
+
+    write_csv({"states": np.ones((6, 1, 2), np.float32)}, tmp_path / "m.csv")
+    uneven = rlarrow_cmd("convert", str(tmp_path / "m.csv"), "-o", str(tmp_path / "s.rlarrow"),
+                         "--num-envs", "4")
+    assert uneven.returncode == 1 and "--num-envs 4" in uneven.stderr and "num_envs=" not in uneven.stderr
