@@ -194,17 +194,20 @@ class SampleSource:
         # workers, in Ray tasks holding copies of this source) reads them whatever compacts
         # the store meanwhile
         lease = store.process_lease() if hasattr(store, "process_lease") else None
-        if hasattr(store, "layouts"):  # a Store: its layouts
+        if hasattr(store, "_selected"):  # a Store: its layouts
             files = (lease.pin_view(store, [source])[source] if lease is not None
                      else store.files(source, refresh=False))
             layouts = store._selected(source, layout)  # (the view pin_view took)
             files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
             schema, lacking = _shared_schema(store, source, layouts)
         else:
-            if layout not in (None, 1):
-                raise KeyError(f"{store.path}: layout={layout}: this store is read as one layout")
-            files = lease.pin_view(store, [source])[source] if lease is not None else store.files(source)
-            schema, lacking = store.schema(source), {}
+            numbers = store.layouts(source) if hasattr(store, "layouts") else [1]  # a RemoteStore
+            if layout is None and len(numbers) > 1:
+                raise KeyError(f"{store.path}: {source!r} has layouts {numbers} here, whose files differ: "
+                               "read one with layout=N")
+            one = {} if layout is None else {"layout": layout}
+            files = store.files(source, **one)  # (not a local store: nothing to pin)
+            schema, lacking = store.schema(source, **one), {}
         found = units(files, fs)
         if transitions:
             if sequence_length != 1:

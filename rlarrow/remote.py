@@ -46,9 +46,12 @@ from rlarrow.store import (
     MANIFEST_NAME,
     Store,
     _decode_schema,
+    _layout_number,
+    _logical,
     _pending_parts,
     check_manifest_versions,
     parse_manifest,
+    union_layouts,
 )
 
 __all__ = ["RemoteStore", "push", "resolve"]
@@ -117,42 +120,83 @@ class RemoteStore:
         """Names of the store's tables."""
         return list(self._manifest["tables"])
 
-    def files(self, table: str) -> list[str]:
-        """Paths (on :attr:`filesystem`) of the committed Parquet files of ``table``, oldest first."""
+    def _layouts(self, table: str, layout: int | None) -> list[str]:
+        """The layout directories of ``table`` that ``layout`` selects (None: all of them)."""
         _schema.table(table)
-        entry = self._manifest["tables"].get(table, {"files": []})
-        return [f"{self.root}/{table}/{f['name']}" for f in entry["files"]]
+        names = sorted((n for n in self._manifest["tables"] if _logical(n) == table), key=_layout_number)
+        if layout is None:
+            return names or [table]
+        chosen = [n for n in names if _layout_number(n) == layout]
+        if not chosen:
+            raise StoreError(f"{self.path}: table {table!r} has no layout {layout} (it has "
+                             f"{', '.join(str(_layout_number(n)) for n in names) or 'none'})")
+        return chosen
 
-    def row_count(self, table: str) -> int:
-        """Committed rows of ``table``."""
-        return int(self._manifest["tables"].get(table, {}).get("rows", 0))
+    def layouts(self, table: str) -> list[int]:
+        """The layout numbers of ``table`` (see :meth:`rlarrow.Store.layouts`)."""
+        return [_layout_number(n) for n in self._layouts(table, None)]
 
-    def schema(self, table: str) -> pa.Schema | None:
-        """The store's concrete Arrow schema of ``table`` (None until it holds data)."""
-        _schema.table(table)
-        text = self._manifest["tables"].get(table, {}).get("schema")
+    def files(self, table: str, *, layout: int | None = None) -> list[str]:
+        """Paths (on :attr:`filesystem`) of the committed Parquet files of ``table``, oldest first.
+
+        ``layout``: one layout's files (:meth:`rlarrow.Store.layouts`); None: every layout's.
+        """
+        out = []
+        for name in self._layouts(table, layout):
+            entry = self._manifest["tables"].get(name, {"files": []})
+            out += [f"{self.root}/{name}/{f['name']}" for f in entry["files"]]
+        return out
+
+    def row_count(self, table: str, *, layout: int | None = None) -> int:
+        """Committed rows of ``table`` (of one layout with ``layout``)."""
+        tables = self._manifest["tables"]
+        return sum(int(tables.get(n, {}).get("rows", 0)) for n in self._layouts(table, layout))
+
+    def schema(self, table: str, *, layout: int | None = None) -> pa.Schema | None:
+        """The store's concrete Arrow schema of ``table`` (None until it holds data).
+
+        With several layouts and no ``layout``: the schema they are read with together
+        (columns whose types differ left out), as :meth:`rlarrow.Store.schema` gives it.
+        """
+        names = self._layouts(table, layout)
+        return union_layouts([(n, self._layout_schema(n)) for n in names])[0]
+
+    def _layout_schema(self, name: str) -> pa.Schema | None:
+        text = self._manifest["tables"].get(name, {}).get("schema")
         return None if text is None else _decode_schema(text)
 
-    def dataset(self, table: str) -> Any:
-        """A ``pyarrow.dataset.Dataset`` over ``table``'s files (DuckDB and Polars scan it)."""
+    def dataset(self, table: str, *, layout: int | None = None) -> Any:
+        """A ``pyarrow.dataset.Dataset`` over ``table``'s files (DuckDB and Polars scan it).
+
+        Several layouts read together give the columns they share (see :meth:`schema`).
+        """
         import pyarrow.dataset as ds
 
-        files = self.files(table)
-        schema = self.schema(table) or _schema.table(table).arrow_schema()
-        if not files:
+        schema = self.schema(table, layout=layout) or _schema.table(table).arrow_schema()
+        located = [(n, self._layout_schema(n) or schema, self.files(table, layout=_layout_number(n)))
+                   for n in self._layouts(table, layout)]
+        located = [(n, own, files) for n, own, files in located if files]
+        if not located:
             return ds.dataset(schema.empty_table())
-        return ds.dataset(files, format="parquet", schema=schema, filesystem=self.filesystem)
+        if len(located) == 1:
+            _, own, files = located[0]
+            return ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+        # several layouts: each read with its own schema, joined by column name (read whole)
+        tables = [ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+                  .to_table(columns=[c for c in schema.names if c in own.names]) for _, own, files in located]
+        joined = pa.concat_tables(tables, promote_options="default")
+        return ds.dataset(joined.select(schema.names).cast(schema))
 
     def read(self, table: str, columns: Sequence[str] | None = None,
-             filter: Any = None) -> pa.Table:  # noqa: A002 - pyarrow's name
-        """Read ``table`` (optionally some columns and a pyarrow filter expression).
+             filter: Any = None, *, layout: int | None = None) -> pa.Table:  # noqa: A002 - pyarrow's name
+        """Read ``table`` (optionally some columns, a pyarrow filter expression, one layout).
 
         Raises:
             CorruptFileError: a file is missing or damaged (the error names the store).
         """
         try:
-            result = self.dataset(table).to_table(columns=list(columns) if columns is not None else None,
-                                                  filter=filter)
+            result = self.dataset(table, layout=layout).to_table(
+                columns=list(columns) if columns is not None else None, filter=filter)
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptFileError(f"{self.path}/{table}", f"cannot read table {table!r} ({exc}); push "
                                    "the store again to replace missing or damaged files") from exc

@@ -150,6 +150,40 @@ def _one(name: str) -> int | None:
     return 1 if name == _logical(name) else None
 
 
+def union_layouts(schemas: Sequence[tuple[str, pa.Schema | None]]) -> tuple[pa.Schema | None,
+                                                                          dict[str, list[str]]]:
+    """The schema of layouts read together, and the columns left out (with each layout's type).
+
+    ``schemas``: (layout directory, its schema or None) in layout order. Union by name, in
+    order of first appearance: a column some layouts lack is nullable (their rows read
+    null); a column whose type differs between layouts is left out.
+    """
+    known = [(n, s) for n, s in schemas if s is not None]
+    if not known:
+        return None, {}
+    if len(known) == 1:
+        return known[0][1], {}
+    fields: dict[str, pa.Field] = {}
+    types: dict[str, list[str]] = {}
+    clash: set[str] = set()
+    for n, s in known:
+        for f in s:
+            types.setdefault(f.name, []).append(
+                f"layout {_layout_number(n)} ({n}/) has {_schema.describe_type(f.type)}")
+            if f.name not in fields:
+                fields[f.name] = f
+            elif fields[f.name].type != f.type:
+                clash.add(f.name)
+    out = []
+    for name, f in fields.items():
+        if name in clash:
+            continue
+        if any(name not in s.names for _, s in known):
+            f = f.with_nullable(True)
+        out.append(f)
+    return pa.schema(out), {name: types[name] for name in fields if name in clash}
+
+
 def _has_layouts(table: str) -> bool:
     """Whether ``table`` has tensor columns, whose types may differ from run to run (layouts)."""
     spec = _schema.table(_logical(table))
@@ -1296,31 +1330,7 @@ class Store:
         Union by name, in order of first appearance: a column some layouts lack is nullable
         (their rows read null); a column whose type differs between layouts is left out.
         """
-        schemas = [(n, self.schema(_logical(n), layout=_layout_number(n))) for n in names]
-        known = [(n, s) for n, s in schemas if s is not None]
-        if not known:
-            return None, {}
-        if len(known) == 1:
-            return known[0][1], {}
-        fields: dict[str, pa.Field] = {}
-        types: dict[str, list[str]] = {}
-        clash: set[str] = set()
-        for n, s in known:
-            for f in s:
-                types.setdefault(f.name, []).append(
-                    f"layout {_layout_number(n)} ({n}/) has {_schema.describe_type(f.type)}")
-                if f.name not in fields:
-                    fields[f.name] = f
-                elif fields[f.name].type != f.type:
-                    clash.add(f.name)
-        out = []
-        for name, f in fields.items():
-            if name in clash:
-                continue
-            if any(name not in s.names for _, s in known):
-                f = f.with_nullable(True)
-            out.append(f)
-        return pa.schema(out), {name: types[name] for name in fields if name in clash}
+        return union_layouts([(n, self.schema(_logical(n), layout=_layout_number(n))) for n in names])
 
     def _leave_out(self, table: str, names: list[str], columns: Sequence[str] | None) -> None:
         """Warn once (per store and table) of columns left out of layouts read together.

@@ -257,12 +257,21 @@ def test_compaction_recovery_and_info_with_layouts(project, tmp_path):
 
 
 def test_push_copies_layout_directories(project, tmp_path):
-    from rlarrow.remote import push
+    from rlarrow.remote import RemoteStore, push
 
     push(project, f"file://{tmp_path}/copy", progress=False)
     copy = rlarrow.Store.open(tmp_path / "copy")
     assert [x.run_ids for x in copy.layouts("steps")] == [["cartpole"], ["pixels"]]
     assert copy.read("memory", layout=2).num_rows == N
+    remote = RemoteStore(f"file://{tmp_path}/copy")  # read where it lies, per layout or together
+    assert remote.layouts("memory") == [1, 2]
+    assert remote.read("memory", layout=2).equals(project.read("memory", layout=2))
+    together = remote.read("memory")
+    assert together.num_rows == 2 * N and set(together.column_names) == set(project.schema("memory").names)
+    frames = remote.read("steps", layout=2, columns=["observation"]).column("observation")
+    assert rlarrow.tensors.to_numpy(frames).shape[1:] == (84, 84, 3)
+    with pytest.raises(rlarrow.StoreError, match="no layout 3"):
+        remote.files("steps", layout=3)
 
 
 @pytest.mark.slow
