@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlarrow.errors import StoreError
+
 TRANSITION_COLUMNS = ["observation", "action", "reward", "discount", "is_terminal", "is_last"]
 KEYS = ["run_id", "episode_id", "step"]
 _WINDOW_KEYS = [*KEYS, "is_last"]
@@ -203,8 +205,8 @@ class SampleSource:
         else:
             numbers = store.layouts(source) if hasattr(store, "layouts") else [1]  # a RemoteStore
             if layout is None and len(numbers) > 1:
-                raise KeyError(f"{store.path}: {source!r} has layouts {numbers} here, whose files differ: "
-                               "read one with layout=N")
+                raise StoreError(f"{store.path}: {source!r} has layouts {numbers} here, whose files differ: "
+                                 "read one with layout=N")
             one = {} if layout is None else {"layout": layout}
             files = store.files(source, **one)  # (not a local store: nothing to pin)
             schema, lacking = store.schema(source, **one), {}

@@ -197,6 +197,8 @@ class ConvertReport:
 
     store: Path
     run_id: str
+    #: the snapshot id of ``files[0]``; file ``i`` became snapshot ``first_snapshot + i``
+    first_snapshot: int = 0
     files: list[Path] = field(default_factory=list)
     snapshots: int = 0
     rows: int = 0
@@ -366,7 +368,7 @@ def convert_memory(
                 source_path=os.path.commonpath([os.path.abspath(f) for f in files]),
                 num_envs=num_envs,
             )
-        report = ConvertReport(store=st.path, run_id=run_id)
+        report = ConvertReport(store=st.path, run_id=run_id, first_snapshot=next_snapshot)
         autoreset_assumed: list[str] = []  # said once per conversion, not per file
         total = sum(f.stat().st_size for f in files)
         with bar(total, "convert", "B", progress) as pbar:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,7 +42,7 @@ from rlarrow.convert import (
     detect_format,
     expand_inputs,
 )
-from rlarrow.errors import AssumptionWarning, InvalidInputError, UnsupportedInputError
+from rlarrow.errors import InvalidInputError, UnsupportedInputError
 from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
 from rlarrow.io.minari import import_minari, is_minari_dir
 from rlarrow.io.tfevents import import_tfevents, is_event_file, is_tfevents_source
@@ -191,12 +190,10 @@ def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
             elif is_experiment_dir(p):
                 units.append(_experiment(p))
             elif found := find_units(p):
-                covered = {f for u in found for f in (u.events + u.memories)}
-                covered_dirs = [u.path for u in found if u.kind in ("envlogger", "minari")]
-                loose = [f for f in _files_below(p) if f not in covered
-                         and not any(d is not None and f.is_relative_to(d) for d in covered_dirs)
-                         and (is_event_file(f) or f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
-                         and not any(u.path is not None and f.is_relative_to(u.path) for u in found)]
+                inside = [u.path for u in found if u.path is not None]
+                loose = [f for f in _files_below(p)
+                         if (is_event_file(f) or f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
+                         and not any(f.is_relative_to(d) for d in inside)]
                 if loose:
                     raise InvalidInputError(p, f"holds {len(found)} experiment(s) or dataset(s) and also "
                                             f"{len(loose)} event file(s) or memory export(s) outside them "
@@ -452,25 +449,10 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
 
 def _memories(st: Store, files: list[Path], run_id: str | None, name: str | None, kwargs: dict[str, Any],
               report: ImportReport, *, echo: bool = True) -> tuple[str, dict[Path, int]]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AssumptionWarning)
-        mem = convert_memory(files, st, run_id=run_id, name=name, **kwargs)
-    for w in caught:
-        if issubclass(w.category, AssumptionWarning):
-            report.assumptions.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    first = _first_snapshot(st, mem.run_id, len(mem.files))
+    # (convert_memory collects its files' assumptions into its report itself)
+    mem = convert_memory(files, st, run_id=run_id, name=name, **kwargs)
     if echo:
         report.lines.append(str(mem))
     else:
         report.assumptions += mem.assumptions
-    return mem.run_id, {p: first + i for i, p in enumerate(mem.files)}
-
-
-def _first_snapshot(st: Store, run_id: str, count: int) -> int:
-    import pyarrow.compute as pc
-
-    rows = st.read("memory", columns=["snapshot_id"], filter=pc.field("run_id") == run_id)
-    ids = rows.column("snapshot_id")
-    return int(pc.max(ids).as_py()) - count + 1 if len(ids) else 0
+    return mem.run_id, {p: mem.first_snapshot + i for i, p in enumerate(mem.files)}

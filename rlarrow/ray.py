@@ -38,7 +38,7 @@ import pyarrow as pa
 from rlarrow import schema as _schema
 from rlarrow._deps import require
 from rlarrow._samples import SampleSource, filter_mask
-from rlarrow.errors import SchemaMismatchError
+from rlarrow.errors import SchemaMismatchError, StoreError
 from rlarrow.store import CommitInfo, Store
 
 require("ray", feature="rlarrow.ray")  # names the extra when Ray is missing
@@ -99,10 +99,13 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
         st._leave_out(table, names, columns)
         listed = [f for f in listed if Path(f).parent.name in names]
         schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
-    elif layout not in (None, 1):
-        raise KeyError(f"{st.path}: layout={layout}: this store is read as one layout")
-    else:
-        schema = st.schema(table) or _schema.table(table).arrow_schema()
+    else:  # a RemoteStore: one layout at a time where it has several (their files differ)
+        numbers = st.layouts(table)
+        if layout is None and len(numbers) > 1:
+            raise StoreError(f"{st.path}: {table!r} has layouts {numbers} here, whose files differ: "
+                             "read one with layout=N")
+        listed = st.files(table, layout=layout)
+        schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
     files = [os.fspath(f) if fs is not None else os.path.abspath(f) for f in listed]
     schema = schema.with_metadata(_schema.table(table).file_metadata())
     if columns is not None:
