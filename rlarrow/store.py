@@ -48,7 +48,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -232,11 +232,11 @@ class LayoutInfo:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _new_file_name() -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     return f"part-{stamp}-{secrets.token_hex(4)}.parquet"
 
 
@@ -1829,7 +1829,7 @@ class Store:
             {
                 "run_id": run_id,
                 "name": name,
-                "created_at": [created_at or datetime.now(timezone.utc)],
+                "created_at": [created_at or datetime.now(UTC)],
                 "source": source,
                 "source_path": None if source_path is None else os.fspath(source_path),
                 "source_version": source_version,
@@ -2591,7 +2591,7 @@ def new_run_id() -> str:
     >>> len(new_run_id())
     22
     """
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
 class TableWriter:
