@@ -24,7 +24,7 @@ install: $(STAMP)
 
 ## Run the main job on generated data and show what it made.
 demo: $(STAMP)
-	$(BIN)/python -m rlarrow.demo $(DEMO_DIR)
+	$(BIN)/python -m rlarrow.cli.demo $(DEMO_DIR)
 
 ## The test suite without the slow tests (kill loops, large data): a few minutes.
 test: $(STAMP)

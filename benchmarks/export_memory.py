@@ -69,7 +69,7 @@ def generate(steps: int) -> Path:
                 i = np.arange(start, start + n)
                 step = i % LENGTH
                 last = step == LENGTH - 1
-                st.append("steps", rlarrow.schema.build("steps", {
+                st.append("steps", rlarrow.core.schema.build("steps", {
                     "run_id": f"run-{r}", "episode_id": i // LENGTH, "step": step, "env_index": 0,
                     "observation": rng.standard_normal((n, 4)).astype(np.float32),
                     "action": pa.array(rng.integers(0, 4, n), mask=last),

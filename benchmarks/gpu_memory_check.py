@@ -1,4 +1,4 @@
-"""rlarrow.memory on a GPU: tensors stay on the device, sampling gathers only the batch.
+"""rlarrow.record.replay on a GPU: tensors stay on the device, sampling gathers only the batch.
 
 Run on a CUDA machine: ``python benchmarks/gpu_memory_check.py``. It fills a 100,000 x 16
 memory on ``cuda:0``, samples 4096-row batches, and checks that the extra GPU memory a
@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from rlarrow.memory import RandomMemory
+from rlarrow.record.replay import RandomMemory
 
 
 def main() -> None:

@@ -35,9 +35,9 @@ def generate(memory_size: int, num_envs: int) -> dict[str, Path]:
     """The memory as skrl exports it (pt, npz, csv), generated once and kept."""
     import numpy as np
 
-    from rlarrow.io.csv import write_csv
-    from rlarrow.io.npz import write_npz
-    from rlarrow.io.pt import write_pt
+    from rlarrow.io.memory.csv import write_csv
+    from rlarrow.io.memory.npz import write_npz
+    from rlarrow.io.memory.pt import write_pt
 
     directory = DATA / f"memory-{memory_size}x{num_envs}" / "memories"
     paths = {ext: directory / f"26-11-22_00-00-00-000000_memory_0x1.{ext}" for ext in ("pt", "npz", "csv")}
@@ -78,7 +78,7 @@ def task(name: str, path: str, num_envs: int, memory_size: int) -> None:
         for _, data in MemoryFileIterator(path):
             del data
     elif name == "rlarrow_iter_csv":
-        from rlarrow.postprocessing import MemoryFileIterator as Ours
+        from rlarrow.io.postprocessing import MemoryFileIterator as Ours
 
         for _, data in Ours(path):
             del data
@@ -93,17 +93,17 @@ def task(name: str, path: str, num_envs: int, memory_size: int) -> None:
             arrays = {k: npz[k] for k in npz.files}
         del arrays
     elif name == "rlarrow_convert":  # what `rlarrow convert` runs: hash, dedupe check, one transaction
-        from rlarrow.importing import import_paths
+        from rlarrow.io.importing import import_paths
 
         import_paths([path], _store_dir("converted-") / "s", num_envs=num_envs, memory_size=memory_size,
                      progress=False)
     elif name == "rlarrow_convert_memory":  # the memory importer alone (no hash, no transaction)
-        from rlarrow.convert import convert_memory
+        from rlarrow.io.memory.importer import convert_memory
 
         convert_memory([path], _store_dir("converted-") / "s", num_envs=num_envs, memory_size=memory_size,
                        progress=False)
     elif name == "rlarrow_read":
-        from rlarrow.convert import snapshots
+        from rlarrow.io.memory.importer import snapshots
 
         for snap in snapshots(path):
             del snap
@@ -188,7 +188,7 @@ def main() -> None:
                  "ratio": ours["seconds"] / peer["seconds"], "note": "imports included (torch's too)"})
     store = _store_dir()
     try:
-        from rlarrow.convert import convert_memory
+        from rlarrow.io.memory.importer import convert_memory
 
         convert_memory([paths["npz"]], store / "s", progress=False)
         size_mb = sum(p.stat().st_size for p in (store / "s" / "memory").glob("*.parquet")) / 1e6

@@ -44,7 +44,7 @@ def generate() -> Path:
                 step = i % LENGTH
                 last = step == LENGTH - 1
                 reward = pa.array(rng.standard_normal(n), mask=last)  # the final step has none
-                st.append("steps", rlarrow.schema.build("steps", {
+                st.append("steps", rlarrow.core.schema.build("steps", {
                     "run_id": f"run-{r}", "episode_id": i // LENGTH, "step": step, "env_index": 0,
                     "observation": rng.standard_normal((n, 8)).astype(np.float32),
                     "action": pa.array(rng.integers(0, 4, n), mask=last), "reward": reward,

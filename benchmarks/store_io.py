@@ -20,7 +20,7 @@ from _report import best_of, report  # noqa: E402
 from data import steps_columns  # noqa: E402
 
 import rlarrow  # noqa: E402
-from rlarrow import schema  # noqa: E402
+from rlarrow.core import schema  # noqa: E402
 
 N = 20_000  # steps with 84x84 uint8 frames: ~140 MB in memory
 

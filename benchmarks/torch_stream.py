@@ -5,7 +5,7 @@ written once into a store under ``benchmarks/data/`` (binary-layout tensors, as
 ``rlarrow convert`` fixes them). One epoch, batches of 256:
 
 - rlarrow: ``StreamingDataset(..., shuffle=True)`` read in this process, and through
-  ``rlarrow.torch.DataLoader`` with 2 workers;
+  ``rlarrow.train.torch.DataLoader`` with 2 workers;
 - peer: the same data held in memory as one torch tensor, indexed with a random permutation
   batch by batch (``data[perm[i:i + 256]]``), the ceiling of any loader;
 - peer: Hugging Face ``datasets`` streaming the same Parquet files (``load_dataset("parquet",
@@ -36,7 +36,7 @@ def generate(rows: int) -> Path:
     import pyarrow as pa
 
     import rlarrow
-    from rlarrow.tensors import tensor_type
+    from rlarrow.core.tensors import tensor_type
 
     path = DATA / f"transitions-v2-{rows}"  # v2: episodes end with is_last
     if (path / "_rlarrow_store.json").is_file():
@@ -49,7 +49,7 @@ def generate(rows: int) -> Path:
         for start in range(0, rows, chunk):
             n = min(chunk, rows - start)
             i = np.arange(start, start + n)
-            st.append("steps", rlarrow.schema.build("steps", {
+            st.append("steps", rlarrow.core.schema.build("steps", {
                 "run_id": "bench", "episode_id": i // 1000, "step": i % 1000, "env_index": 0,
                 "observation": rng.standard_normal((n, 32)).astype(np.float32),
                 "action": rng.standard_normal((n, 8)).astype(np.float32),
@@ -99,7 +99,7 @@ def main() -> None:
     import torch
     from _report import peak_rss_mb, report
 
-    from rlarrow.torch import DataLoader, StreamingDataset
+    from rlarrow.train.torch import DataLoader, StreamingDataset
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -146,7 +146,7 @@ def main() -> None:
         {"path": f"{args.rows:,} transitions, shuffled, batch 256: in-process", "rlarrow": rate(t_ours),
          "peer": rate(t_mem), "unit": "rows/s", "ratio": t_mem / t_ours,
          "note": f"target >= 0.5 of in-memory indexing; peak RSS by epoch {[round(r) for r in rss]} MB"},
-        {"path": "same, rlarrow.torch.DataLoader with 2 workers", "rlarrow": rate(t_workers),
+        {"path": "same, rlarrow.train.torch.DataLoader with 2 workers", "rlarrow": rate(t_workers),
          "peer": rate(t_mem), "unit": "rows/s", "ratio": t_mem / t_workers,
          "note": "workers decode in parallel; batches cross processes"},
     ]

@@ -19,17 +19,29 @@ Example:
     >>> store.row_count("steps")
     3
 
+The package is in layers, each a folder that may import only those below it
+(``docs/architecture.md``)::
+
+    rlarrow.cli                       the command line, the demo
+    rlarrow.train                     PyTorch and Ray loaders
+    rlarrow.query | rlarrow.record    SQL, Polars, Reader | recorders, logger, replay memory
+    rlarrow.io                        one module or subpackage per file format
+    rlarrow.core                      schemas, tensors, metadata, errors, the store
+
 Importing rlarrow imports none of its optional dependencies (torch, tensorboard,
-dm_env, envlogger, matplotlib, ray); the features that need them import them when used.
+dm_env, envlogger, matplotlib, ray), nor pyarrow, DuckDB or Polars: the names below are
+loaded on first use, and ``from rlarrow import *`` works without any extra.
 """
+
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from rlarrow import _moved
 from rlarrow._version import __version__
-from rlarrow.errors import (
+from rlarrow.core.errors import (
     AssumptionWarning,
     CorruptFileError,
     FormatVersionError,
@@ -44,31 +56,20 @@ from rlarrow.errors import (
     UnsupportedInputError,
 )
 
-if TYPE_CHECKING:
-    from rlarrow import (
-        alignment,
-        convert,
-        gym,
-        logger,
-        memory,
-        metadata,
-        migrations,
-        postprocessing,
-        query,
-        reader,
-        recorder,
-        schema,
-        specs,
-        tensors,
-        unroll,
-    )
-    from rlarrow.logger import SummaryWriter
-    from rlarrow.migrations import migrate
-    from rlarrow.query import connect, scan, sql
-    from rlarrow.reader import Reader, StepData
-    from rlarrow.recorder import EnvLogger
-    from rlarrow.store import CommitInfo, Store, StoreInfo, TableWriter, new_run_id
+_moved.install()
 
+if TYPE_CHECKING:
+    from rlarrow import cli, core, io, query, record, train
+    from rlarrow.core.migrations import migrate
+    from rlarrow.core.store import CommitInfo, Store, StoreInfo, StoreLike, TableWriter, new_run_id
+    from rlarrow.query import connect, scan, sql
+    from rlarrow.query.reader import Reader, StepData
+    from rlarrow.record.dm_env import EnvLogger
+    from rlarrow.record.logger import SummaryWriter
+
+# Only what imports without any optional extra: `from rlarrow import *` must work on a bare
+# install (tests/test_imports.py). rlarrow.train.torch, rlarrow.record.gym and the like are
+# imported by path.
 __all__ = [
     "AssumptionWarning",
     "CommitInfo",
@@ -86,64 +87,50 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreInfo",
+    "StoreLike",
     "SummaryWriter",
     "TableWriter",
     "TruncatedInputWarning",
     "UnsupportedInputError",
     "__version__",
-    "alignment",
+    "cli",
     "connect",
-    "convert",
-    "gym",
-    "logger",
-    "memory",
-    "metadata",
+    "core",
+    "io",
     "migrate",
-    "migrations",
     "new_run_id",
-    "plot",
-    "postprocessing",
     "query",
-    "ray",
-    "reader",
-    "recorder",
-    "remote",
+    "record",
     "scan",
-    "schema",
-    "specs",
     "sql",
-    "tensors",
-    "torch",
-    "unroll",
+    "train",
 ]
 
 # name -> module that defines it; loaded on first use so `import rlarrow` stays light.
 _LAZY = {
-    "Store": "rlarrow.store",
-    "StoreInfo": "rlarrow.store",
-    "TableWriter": "rlarrow.store",
-    "CommitInfo": "rlarrow.store",
-    "new_run_id": "rlarrow.store",
-    "migrate": "rlarrow.migrations",
+    "Store": "rlarrow.core.store",
+    "StoreInfo": "rlarrow.core.store",
+    "StoreLike": "rlarrow.core.store",
+    "TableWriter": "rlarrow.core.store",
+    "CommitInfo": "rlarrow.core.store",
+    "new_run_id": "rlarrow.core.store",
+    "migrate": "rlarrow.core.migrations",
     "connect": "rlarrow.query",
     "sql": "rlarrow.query",
     "scan": "rlarrow.query",
-    "EnvLogger": "rlarrow.recorder",
-    "Reader": "rlarrow.reader",
-    "StepData": "rlarrow.reader",
-    "SummaryWriter": "rlarrow.logger",
+    "EnvLogger": "rlarrow.record.dm_env",
+    "Reader": "rlarrow.query.reader",
+    "StepData": "rlarrow.query.reader",
+    "SummaryWriter": "rlarrow.record.logger",
 }
-_SUBMODULES = {
-    "alignment", "cli", "convert", "errors", "gym", "logger", "memory", "metadata", "migrations",
-    "plot", "postprocessing", "query", "ray", "reader", "recorder", "remote", "schema", "specs", "store",
-    "tensors", "torch", "unroll",
-}
+_LAYERS = {"cli", "core", "io", "query", "record", "train"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
+    elif name in _LAYERS or f"rlarrow.{name}" in _moved.MOVED:
+        # a moved module (rlarrow.torch, rlarrow.store, ...) warns and gives the new one
         value = importlib.import_module(f"rlarrow.{name}")
     else:
         raise AttributeError(f"module 'rlarrow' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
 
 main()

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +102,7 @@ def populate(store: rlarrow.Store, *, episodes: int = 3, length: int = 5) -> str
     store.append("sources", {
         "run_id": run, "snapshot_id": [0, None], "format": ["pt", "tfevents"],
         "path": ["/data/memory_0.pt", "/data/events.out.tfevents.1"], "sha256": ["a" * 64, "b" * 64],
-        "bytes": [4096, 512], "imported_at": [datetime(2026, 1, 1, tzinfo=timezone.utc)] * 2,
+        "bytes": [4096, 512], "imported_at": [datetime(2026, 1, 1, tzinfo=UTC)] * 2,
     })
     return run
 

@@ -1,7 +1,7 @@
 """A real skrl 2 training run (PPO or DQN on a gymnasium 1.x vector CartPole) for the tests.
 
 skrl's own memory exports its buffer (pt, npz and csv, by skrl's ``Memory.save``) each time it
-fills; the same vector env is recorded by :class:`rlarrow.gym.RecordVectorEpisodes` and
+fills; the same vector env is recorded by :class:`rlarrow.record.gym.RecordVectorEpisodes` and
 measured by gymnasium's ``RecordEpisodeStatistics``, so that tests/test_skrl_workflow.py can
 check what ``convert_memory(..., episodes=True)`` makes of the exports against both.
 """
@@ -24,7 +24,7 @@ from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 
-from rlarrow.gym import RecordVectorEpisodes
+from rlarrow.record.gym import RecordVectorEpisodes
 
 NUM_ENVS = 4
 FORMATS = ("pt", "npz", "csv")

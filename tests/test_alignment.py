@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FIXTURES
 
-from rlarrow import alignment, tensors
+from rlarrow.core import alignment, tensors
 
 HAVE_DM_ENV = importlib.util.find_spec("dm_env") is not None
 MINARI = FIXTURES / "minari" / "cartpole"

@@ -77,7 +77,7 @@ def test_push_command_copies_to_a_uri_and_only_new_files_after(populated, tmp_pa
     assert out.returncode == 0, out.stderr
     n = sum(len(store.files(t)) for t in store.tables())
     assert f"copied {n} file(s)" in out.stdout
-    from rlarrow.remote import RemoteStore
+    from rlarrow.core.remote import RemoteStore
 
     assert RemoteStore(dest).read("steps").equals(store.read("steps"))
     again = rlarrow_cmd("push", str(store.path), dest)
@@ -104,7 +104,7 @@ def test_sql_renders_tensor_columns_as_values(populated, fmt):
         rows = [json.loads(line) for line in out.stdout.splitlines()]
     stored = populated.read("steps", columns=["episode_id", "step", "observation", "action"])
     stored = stored.sort_by([("episode_id", "ascending"), ("step", "ascending")])
-    obs = rlarrow.tensors.to_numpy(stored.column("observation"))
+    obs = rlarrow.core.tensors.to_numpy(stored.column("observation"))
     assert len(rows) == stored.num_rows == 18
     assert np.array_equal(np.array([r["observation"]["position"] for r in rows], np.float32), obs["position"])
     assert np.array_equal(np.array([r["observation"]["grid"] for r in rows], np.uint8), obs["grid"])
@@ -118,7 +118,7 @@ def test_every_help_renders_without_control_characters():
     """click's no-rewrap marker (a backspace, \\b) keeps examples as written and never shows."""
     from click.testing import CliRunner
 
-    from rlarrow.cli import cli
+    from rlarrow.cli.commands import cli
 
     runner = CliRunner()
     top = runner.invoke(cli, ["--help"])
@@ -167,7 +167,7 @@ def test_push_shows_no_progress_bar_when_stderr_is_not_a_terminal(populated, tmp
      "names="),
 ])
 def test_cli_errors_name_flags_not_python_arguments(message, cli, python):
-    from rlarrow.cli import _cli_spelling
+    from rlarrow.cli.commands import _cli_spelling
 
     text = _cli_spelling(message)
     assert cli in text and python not in text, text
@@ -177,7 +177,7 @@ def test_cli_error_messages_end_to_end(tmp_path):
     missing = rlarrow_cmd("info", str(tmp_path / "nope.rlarrow"))
     assert missing.returncode == 1 and "rlarrow convert INPUTS -o" in missing.stderr
     assert "Store.create" not in missing.stderr and "Traceback" not in missing.stderr
-    from rlarrow.io.csv import write_csv
+    from rlarrow.io.memory.csv import write_csv
 
     write_csv({"states": np.ones((6, 1, 2), np.float32)}, tmp_path / "m.csv")
     uneven = rlarrow_cmd("convert", str(tmp_path / "m.csv"), "-o", str(tmp_path / "s.rlarrow"),

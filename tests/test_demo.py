@@ -12,14 +12,14 @@ import rlarrow
 
 
 def test_demo_runs_and_builds_a_store(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rlarrow.demo", str(tmp_path / "out")],
+    out = subprocess.run([sys.executable, "-m", "rlarrow.cli.demo", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "mean_return_last_20" in out.stdout and "corridor-seed1" in out.stdout
     path = tmp_path / "out" / "demo.rlarrow"
     store = rlarrow.Store.open(path)
     assert store.row_count("runs") == 2
-    recorded = [t for t in rlarrow.schema.TABLE_NAMES if t != "sources"]  # recorded here, not imported
+    recorded = [t for t in rlarrow.core.schema.TABLE_NAMES if t != "sources"]  # recorded here, not imported
     assert {t: store.row_count(t) > 0 for t in recorded} == dict.fromkeys(recorded, True)
     # Every episode's steps are contiguous and its row count matches the episodes table.
     mismatches = duckdb.sql(f"""

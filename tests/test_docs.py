@@ -13,10 +13,10 @@ import rlarrow
 
 README = (REPO / "README.md").read_text()
 
-MODULES = ["rlarrow", "rlarrow.errors", "rlarrow.tensors", "rlarrow.metadata", "rlarrow.schema",
-           "rlarrow.store", "rlarrow.migrations", "rlarrow.io.tfevents", "rlarrow.io._crc32c",
-           "rlarrow.logger", "rlarrow.postprocessing", "rlarrow.query",
-           "rlarrow.plot", "rlarrow.remote"]
+MODULES = ["rlarrow", "rlarrow.core.errors", "rlarrow.core.tensors", "rlarrow.core.metadata",
+           "rlarrow.core.schema", "rlarrow.core.store", "rlarrow.core.migrations", "rlarrow.core.remote",
+           "rlarrow.io.tfevents", "rlarrow.io.tfevents._crc32c", "rlarrow.io.postprocessing",
+           "rlarrow.record.logger", "rlarrow.query.connection", "rlarrow.query.plot"]
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):

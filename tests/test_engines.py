@@ -8,7 +8,7 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
-from rlarrow import schema
+from rlarrow.core import schema
 
 TABLES = list(schema.TABLE_NAMES)
 ROWS = {"runs": 1, "episodes": 3, "steps": 18, "scalars": 10, "memory": 8, "sources": 2}

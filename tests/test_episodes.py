@@ -167,7 +167,7 @@ def test_reader_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
     """Big decoded row groups (frames) are not all kept: the cache holds to a byte budget."""
     everything = [s.timestep.observation
                   for s in recorded_catch(tmp_path / "s", 6, flush_every_steps=13, seeds=(3, 4)).steps]
-    monkeypatch.setattr("rlarrow.reader._CACHED_BYTES", 1)  # every group is over budget
+    monkeypatch.setattr("rlarrow.query.reader._CACHED_BYTES", 1)  # every group is over budget
     reader = rlarrow.Reader(tmp_path / "s")
     assert len(reader._rows.groups) > 3
     steps = zip(reader.steps, everything, strict=True)
@@ -442,7 +442,7 @@ def test_plain_observations_are_copied_in_order_whatever_the_flushes(tmp_path, f
     steps = store.read("steps")
     n = env._env.count
     assert steps.num_rows == n
-    obs = rlarrow.tensors.to_numpy(steps.column("observation"))
+    obs = rlarrow.core.tensors.to_numpy(steps.column("observation"))
     assert obs.shape == (n, width)
     want = np.arange(1, n + 1, dtype=np.float32)
     np.testing.assert_array_equal(obs[:, 0], want)
@@ -473,7 +473,7 @@ def test_observations_are_cast_to_the_spec_and_a_wrong_shape_is_refused_naming_b
     store = rlarrow.Store.open(tmp_path / "s")
     assert store.row_count("steps") == 5  # the first episode and the second's first row
     assert store.row_count("episodes") == 2
-    obs = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    obs = rlarrow.core.tensors.to_numpy(store.read("steps").column("observation"))
     assert obs.dtype == np.float32 and obs.shape == (5, width)  # float64 from the env, the spec's float32
     np.testing.assert_array_equal(obs[:, 0], [1, 2, 3, 4, 5])
 

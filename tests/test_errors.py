@@ -7,7 +7,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from rlarrow.errors import (
+from rlarrow.core.errors import (
     CorruptFileError,
     FormatVersionError,
     InvalidInputError,

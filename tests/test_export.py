@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import rlarrow
-from rlarrow import _export
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
+from rlarrow.core.tensors import tensor_type
 from rlarrow.query import export, sql
-from rlarrow.tensors import tensor_type
+from rlarrow.query import output as _export
 
 EPISODES, LENGTH = 3, 4
 SPECIAL = np.array([0.1, np.nan, np.inf, -np.inf, -0.0, 3.4028235e38, 1e-45, 16777216.0], np.float32)

@@ -126,7 +126,7 @@ def test_imports_and_recordings_under_several_hash_seeds_share_one_store(tmp_pat
     assert _field_names(st.schema("steps").field("observation").type) == SORTED
     steps = st.read("steps")
     assert steps.num_rows == 4 * (3 * 4 + 2 * 4 + 2 * 4)
-    frames = rlarrow.tensors.to_numpy(steps.column("observation"))["frame"]
+    frames = rlarrow.core.tensors.to_numpy(steps.column("observation"))["frame"]
     assert frames.shape == (steps.num_rows, 6, 4)
 
 
@@ -160,7 +160,7 @@ def test_a_recording_fixes_the_spec_order_and_imports_keep_it(tmp_path):
 
 
 def test_fields_that_differ_in_more_than_order_start_a_layout(tmp_path):
-    from rlarrow._columns import declare_steps, same_fields
+    from rlarrow.core.step_columns import declare_steps, same_fields
 
     a = pa.struct([("x", pa.float32()), ("y", pa.struct([("p", pa.int64()), ("q", pa.bool_())]))])
     b = pa.struct([("y", pa.struct([("q", pa.bool_()), ("p", pa.int64())])), ("x", pa.float32())])

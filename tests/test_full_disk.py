@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import rlarrow
-from rlarrow import migrations
-from rlarrow.errors import StoreError
-from rlarrow.store import MANIFEST_NAME, _encode_schema
+from rlarrow.core import migrations
+from rlarrow.core.errors import StoreError
+from rlarrow.core.store import MANIFEST_NAME, _encode_schema
 
 PAGE = 4096
 

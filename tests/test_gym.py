@@ -1,4 +1,4 @@
-"""rlarrow.gym records gymnasium envs; a vector env's episodes equal each sub-env run alone."""
+"""rlarrow.record.gym records gymnasium envs; a vector env's episodes equal each sub-env run alone."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def episodes_of(store, run_id):
 def test_single_env_episodes(tmp_path):
     import gymnasium as gym
 
-    from rlarrow.gym import RecordEpisodes
+    from rlarrow.record.gym import RecordEpisodes
 
     env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s", metadata={"agent": "left"}, keep_infos=True)
     obs, _ = env.reset(seed=3)
@@ -48,7 +48,7 @@ def test_single_env_episodes(tmp_path):
     assert [row["num_steps"] for row, _ in eps.values()][:3] == [k + 1 for k in lengths]
     row, steps = eps[0]
     assert row["terminated"] and row["return"] == lengths[0]
-    assert np.array_equal(rlarrow.tensors.to_numpy(steps.column("observation"))[0], first_obs)
+    assert np.array_equal(rlarrow.core.tensors.to_numpy(steps.column("observation"))[0], first_obs)
     assert steps.column("action").to_pylist() == [0] * lengths[0] + [None]
     assert steps.column("discount").null_count == steps.num_rows  # gymnasium has no discount
     assert steps.column("is_terminal").to_pylist()[-1] is True
@@ -61,7 +61,7 @@ def test_single_env_episodes(tmp_path):
 def test_vector_env_episodes_equal_each_sub_env_alone(tmp_path, mode):
     import gymnasium as gym
 
-    from rlarrow.gym import RecordEpisodes, RecordVectorEpisodes
+    from rlarrow.record.gym import RecordEpisodes, RecordVectorEpisodes
 
     seeds = [10, 11, 12]
     rng = np.random.default_rng(0)
@@ -114,7 +114,7 @@ def test_gym_recordings_have_dm_env_specs_from_their_spaces(tmp_path):
     import gymnasium as gym
     from gymnasium import spaces
 
-    from rlarrow.gym import RecordEpisodes
+    from rlarrow.record.gym import RecordEpisodes
 
     env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s")
     env.reset(seed=0)

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 import rlarrow
-from rlarrow.cli import cli
-from rlarrow.errors import CorruptFileError
-from rlarrow.importing import content_hash, find_units, import_paths, is_experiment_dir
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.cli.commands import cli
+from rlarrow.core.errors import CorruptFileError
+from rlarrow.core.store import MANIFEST_NAME
+from rlarrow.io.importing import content_hash, find_units, import_paths, is_experiment_dir
 from tests.conftest import FIXTURES
 from tests.test_transaction import committed
 
@@ -127,7 +127,7 @@ def test_a_failure_half_way_commits_nothing(tmp_path):
     with pytest.raises(CorruptFileError, match=pt.name):
         import_paths([good, bad], store)
     assert committed(store) == before
-    leftovers = [p for t in rlarrow.schema.TABLE_NAMES for p in (store / t).iterdir()]
+    leftovers = [p for t in rlarrow.core.schema.TABLE_NAMES for p in (store / t).iterdir()]
     assert leftovers == []
     result = CliRunner().invoke(cli, ["convert", str(good), str(bad), "-o", str(store)])
     assert result.exit_code == 1 and "nothing was committed" in result.output
@@ -231,8 +231,8 @@ def test_a_real_skrl_project_becomes_one_store(tmp_path):
     assert "log_prob" in names_of[ppo_rid] or "values" in names_of[ppo_rid]
     assert "next_observations" in names_of[dqn_rid]
     # a second convert of the same project is recognised and adds nothing
-    rows = {t: st.row_count(t) for t in rlarrow.schema.TABLE_NAMES}
+    rows = {t: st.row_count(t) for t in rlarrow.core.schema.TABLE_NAMES}
     again = convert(str(runs), "-o", str(store))
     assert again.count("imported before") == 2
-    assert {t: rlarrow.Store.open(store).row_count(t) for t in rlarrow.schema.TABLE_NAMES} == rows
+    assert {t: rlarrow.Store.open(store).row_count(t) for t in rlarrow.core.schema.TABLE_NAMES} == rows
     assert out.count("experiment") >= 2

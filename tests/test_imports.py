@@ -23,8 +23,8 @@ def test_import_and_store_use_import_no_optional_dependency(tmp_path):
         s = rlarrow.Store.create({str(tmp_path / 's')!r})
         s.append("scalars", {{"run_id": "r", "scope": "t", "tag": "x", "step": [1], "value": [1.0]}})
         s.info(); s.read("scalars")
-        from rlarrow.cli import main
-        from rlarrow.remote import RemoteStore
+        from rlarrow.cli.commands import main
+        from rlarrow.core.remote import RemoteStore
         print(sorted(m for m in {HEAVY!r} if m in sys.modules))
     """)
     assert out.returncode == 0, out.stderr
@@ -55,7 +55,7 @@ BLOCKER = """
 def test_missing_extra_names_the_install_command(module, extra):
     out = run(BLOCKER.format(name=module) + f"""
     import rlarrow
-    from rlarrow._deps import require
+    from rlarrow.core.deps import require
     try:
         require({module!r})
     except rlarrow.MissingDependencyError as exc:

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlarrow
-from rlarrow.cli import cli
-from rlarrow.errors import CorruptFileError, RLArrowError
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.cli.commands import cli
+from rlarrow.core.errors import CorruptFileError, RLArrowError
+from rlarrow.core.store import MANIFEST_NAME
 
 
 @pytest.fixture
@@ -377,7 +377,7 @@ def test_a_missing_file_fails_only_queries_of_its_table_and_fast(populated):
 def test_a_failed_auto_compaction_does_not_undo_the_commit(populated, monkeypatch):
     import numpy as np
 
-    from rlarrow.errors import RLArrowWarning, StoreError
+    from rlarrow.core.errors import RLArrowWarning, StoreError
 
     def fail(*args, **kwargs):
         raise StoreError("disk full while compacting")

@@ -18,8 +18,8 @@ import rlarrow
 ROWS_PER_COMMIT = 50
 
 CHILD = r"""
-import sys, numpy as np, rlarrow, rlarrow.store
-rlarrow.store.ROW_GROUP_BYTES = 256  # so that a 50-row append is written as 3 files in parallel
+import sys, numpy as np, rlarrow, rlarrow.core.store
+rlarrow.core.store.ROW_GROUP_BYTES = 256  # so that a 50-row append is written as 3 files in parallel
 store = rlarrow.Store.open(sys.argv[1], auto_compact=4)
 start = int(sys.argv[2])
 print("ready", flush=True)
@@ -27,7 +27,7 @@ seq = start
 steps_writer = store.writer("steps", flush_rows=40)
 while True:
     k = np.arange(seq * 50, (seq + 1) * 50)
-    rows = rlarrow.schema.build("scalars", {"run_id": "kill", "scope": "train", "tag": "seq", "step": k,
+    rows = rlarrow.core.schema.build("scalars", {"run_id": "kill", "scope": "train", "tag": "seq", "step": k,
                                             "value": np.full(50, float(seq))})
     info = store.append("scalars", rows, threads=3 if seq % 2 else 1)  # odd: 3 files, one commit
     assert len(info.files) == (3 if seq % 2 else 0), info

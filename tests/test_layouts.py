@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import rlarrow
-from rlarrow.errors import RLArrowWarning, SchemaMismatchError
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.core.errors import RLArrowWarning, SchemaMismatchError
+from rlarrow.core.store import MANIFEST_NAME
 
 N = 6  # rows of each memory
 
@@ -77,19 +77,19 @@ def test_each_run_keeps_its_layout_and_reads_back_exactly(project):
         want = memory(run, algo, seed)
         for name in ("states", "actions", "log_prob", "next_states"):
             if name in want:
-                assert np.array_equal(rlarrow.tensors.to_numpy(table.column(name)), want[name]), name
+                assert np.array_equal(rlarrow.core.tensors.to_numpy(table.column(name)), want[name]), name
             else:
                 assert name not in table.column_names  # each layout has its own tensors
     obs = {"cartpole": cartpole(seed=3), "pixels": pixels(seed=4)}
     for run, expected in obs.items():
         table = st.read("steps", layout=st.layout_of("steps", run))
-        assert np.array_equal(rlarrow.tensors.to_numpy(table.column("observation")), expected)
+        assert np.array_equal(rlarrow.core.tensors.to_numpy(table.column("observation")), expected)
     # every layout directory is one exact schema any Parquet engine globs
     for x in st.layouts("steps"):
         assert all(pq.read_schema(f).remove_metadata().equals(x.schema)
                    for f in st.files("steps", layout=x.layout))
     assert st.row_count("steps") == 10 and st.row_count("steps", layout=2) == 5
-    assert rlarrow.Store.open(st.path).tables() == list(rlarrow.schema.TABLE_NAMES)
+    assert rlarrow.Store.open(st.path).tables() == list(rlarrow.core.schema.TABLE_NAMES)
 
 
 def test_read_together_unions_by_name_and_leaves_out_clashing_columns(project):
@@ -136,7 +136,7 @@ def test_a_run_spanning_layouts_is_refused_one_line_per_column(project):
 
 def test_declare_keeps_refusing_other_types_unless_asked_for_a_layout(project):
     st = project
-    binary = rlarrow.tensors.tensor_type("uint8", (84, 84, 3), layout="binary")
+    binary = rlarrow.core.tensors.tensor_type("uint8", (84, 84, 3), layout="binary")
     with pytest.raises(SchemaMismatchError, match="new_layout=True"):
         st.declare("steps", {"observation": binary, "action": pa.int64()})
     st.declare("steps", {"observation": binary, "action": pa.int64()}, new_layout=True)
@@ -147,7 +147,7 @@ def test_declare_keeps_refusing_other_types_unless_asked_for_a_layout(project):
 
 def test_gym_recordings_go_to_the_layout_of_their_spaces(tmp_path):
     gym = pytest.importorskip("gymnasium")
-    import rlarrow.gym
+    import rlarrow.record.gym
 
     class Pixels(gym.Env):
         observation_space = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
@@ -171,14 +171,14 @@ def test_gym_recordings_go_to_the_layout_of_their_spaces(tmp_path):
         env.close()
 
     path = tmp_path / "s.rlarrow"
-    play(rlarrow.gym.RecordEpisodes(gym.make("CartPole-v1"), path))
-    play(rlarrow.gym.RecordEpisodes(Pixels(), path))  # a new layout, nothing declared by hand
-    play(rlarrow.gym.RecordEpisodes(gym.make("CartPole-v1"), path))  # back to the first
+    play(rlarrow.record.gym.RecordEpisodes(gym.make("CartPole-v1"), path))
+    play(rlarrow.record.gym.RecordEpisodes(Pixels(), path))  # a new layout, nothing declared by hand
+    play(rlarrow.record.gym.RecordEpisodes(gym.make("CartPole-v1"), path))  # back to the first
     st = rlarrow.Store.open(path)
     layouts = st.layouts("steps")
     assert [len(x.run_ids) for x in layouts] == [2, 1] and all(x.rows >= 12 for x in layouts)
     frames = st.read("steps", layout=2, columns=["observation"]).column("observation")
-    assert rlarrow.tensors.to_numpy(frames).shape[1:] == (84, 84, 3)
+    assert rlarrow.core.tensors.to_numpy(frames).shape[1:] == (84, 84, 3)
 
 
 def test_sql_has_a_view_per_layout_and_one_over_all(project):
@@ -215,7 +215,7 @@ def test_scan_per_layout_and_together(project):
 
 def test_streaming_dataset_per_layout_and_together(project):
     pytest.importorskip("torch")
-    from rlarrow.torch import StreamingDataset, TableDataset
+    from rlarrow.train.torch import StreamingDataset, TableDataset
 
     ds = StreamingDataset(project, "memory", layout=1, batch_size=N, shuffle=False)
     (batch,) = list(ds)
@@ -241,7 +241,7 @@ def test_compaction_recovery_and_info_with_layouts(project, tmp_path):
     assert info.tables["memory.2"].rows == 4 * N and "next_states" in info.tables["memory.2"].tensors
     from click.testing import CliRunner
 
-    from rlarrow.cli import cli
+    from rlarrow.cli.commands import cli
 
     out = CliRunner().invoke(cli, ["info", os.fspath(st.path)])
     assert out.exit_code == 0, out.output
@@ -257,7 +257,7 @@ def test_compaction_recovery_and_info_with_layouts(project, tmp_path):
 
 
 def test_push_copies_layout_directories(project, tmp_path):
-    from rlarrow.remote import RemoteStore, push
+    from rlarrow.core.remote import RemoteStore, push
 
     push(project, f"file://{tmp_path}/copy", progress=False)
     copy = rlarrow.Store.open(tmp_path / "copy")
@@ -269,7 +269,7 @@ def test_push_copies_layout_directories(project, tmp_path):
     together = remote.read("memory")
     assert together.num_rows == 2 * N and set(together.column_names) == set(project.schema("memory").names)
     frames = remote.read("steps", layout=2, columns=["observation"]).column("observation")
-    assert rlarrow.tensors.to_numpy(frames).shape[1:] == (84, 84, 3)
+    assert rlarrow.core.tensors.to_numpy(frames).shape[1:] == (84, 84, 3)
     with pytest.raises(rlarrow.StoreError, match="no layout 3"):
         remote.files("steps", layout=3)
 
@@ -277,7 +277,7 @@ def test_push_copies_layout_directories(project, tmp_path):
 @pytest.mark.slow
 def test_ray_reads_each_layout_and_together(project):
     ray = pytest.importorskip("ray")
-    import rlarrow.ray
+    import rlarrow.train.ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False,
@@ -286,15 +286,15 @@ def test_ray_reads_each_layout_and_together(project):
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        assert rlarrow.ray.read(project, "memory", layout=2).count() == N
-        together = rlarrow.ray.read(project, "memory").take_all()
+        assert rlarrow.train.ray.read(project, "memory", layout=2).count() == N
+        together = rlarrow.train.ray.read(project, "memory").take_all()
         assert len(together) == 2 * N
         assert {r["run_id"] for r in together if r["log_prob"] is None} == {"dqn"}
-        samples = rlarrow.ray.read_samples(project, "steps", layout=2).take_all()
+        samples = rlarrow.train.ray.read_samples(project, "steps", layout=2).take_all()
         assert len(samples) == 5 and samples[0]["observation"].shape == (84, 84, 3)
         # a dataset of new runs' pixel steps is written to the pixel layout
         rows = project.read("steps", layout=2).set_column(0, "run_id", pa.array(["px2"] * 5))
-        rlarrow.ray.write(ray.data.from_arrow(rows), project, "steps")
+        rlarrow.train.ray.write(ray.data.from_arrow(rows), project, "steps")
         assert project.layout_of("steps", "px2") == 2 and len(project.layouts("steps")) == 2
     finally:
         ray.shutdown()

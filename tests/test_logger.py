@@ -17,7 +17,7 @@ from conftest import FIXTURES
 
 import rlarrow
 from rlarrow.io.tfevents import read_tfevents
-from rlarrow.logger import ArrowLogger, DataScope, LazyLogger, LoggedSeries
+from rlarrow.record.logger import ArrowLogger, DataScope, LazyLogger, LoggedSeries
 
 HAS_TIANSHOU = all(importlib.util.find_spec(m) is not None for m in ("tianshou", "torch"))
 needs_tianshou = pytest.mark.skipif(not HAS_TIANSHOU, reason="needs tianshou 2 and torch (test-only peers)")
@@ -147,7 +147,7 @@ def test_a_killed_logger_keeps_what_it_flushed(tmp_path: Path) -> None:
     store = tmp_path / "s.rlarrow"
     code = textwrap.dedent(f"""
         import os
-        from rlarrow.logger import ArrowLogger
+        from rlarrow.record.logger import ArrowLogger
         log = ArrowLogger({str(store)!r}, run_id="r", update_interval=1, flush_seconds=0)
         for step in range(50):
             log.log_update_data({{"loss": step}}, step)

@@ -1,4 +1,4 @@
-"""rlarrow.memory behaves as skrl's Memory (run side by side) and its parquet export keeps order."""
+"""rlarrow.record.replay behaves as skrl's Memory (run side by side) and its parquet export keeps order."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import rlarrow
-from rlarrow.convert import read_memory
+from rlarrow.io.memory.importer import read_memory
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_SKRL = importlib.util.find_spec("skrl") is not None
 pytestmark = pytest.mark.skipif(not HAVE_TORCH,
-                                reason="rlarrow.memory needs torch: pip install 'rlarrow[torch]'")
+                                reason="rlarrow.record.replay needs torch: pip install 'rlarrow[torch]'")
 needs_skrl = pytest.mark.skipif(not HAVE_SKRL,
                                 reason="needs skrl (test-only peer): pip install skrl torch==2.13.0")
 
@@ -61,7 +61,7 @@ def test_same_buffers_and_pointers_as_skrl(case):
     from skrl.memories.torch import RandomMemory as SkrlMemory
 
     size, envs, calls = CASES[case]
-    ours, theirs = make(rlarrow.memory.RandomMemory, size, envs), make(SkrlMemory, size, envs)
+    ours, theirs = make(rlarrow.record.replay.RandomMemory, size, envs), make(SkrlMemory, size, envs)
     feed(ours, calls)
     if case == "one env, many samples":
         # skrl moves its memory index once per tensor here, so each tensor lands elsewhere;
@@ -88,7 +88,7 @@ def test_same_buffers_and_pointers_as_skrl(case):
 def test_sampling():
     import torch
 
-    memory = make(rlarrow.memory.RandomMemory, 5, 3)
+    memory = make(rlarrow.record.replay.RandomMemory, 5, 3)
     with pytest.raises(ValueError, match="0 valid rows"):
         memory.sample(["states"], batch_size=2)
     feed(memory, [3, 3])  # 6 valid rows of 15
@@ -97,7 +97,7 @@ def test_sampling():
     idx = memory.get_sampling_indexes()
     assert int(idx.max()) < 6 and not torch.isnan(states).any()
     assert torch.equal(states, memory.tensors_view["states"][idx])
-    no_repl = rlarrow.memory.RandomMemory(memory_size=5, num_envs=3, device="cpu", replacement=False)
+    no_repl = rlarrow.record.replay.RandomMemory(memory_size=5, num_envs=3, device="cpu", replacement=False)
     no_repl.create_tensor("states", 4)
     feed(no_repl, [3, 3])
     no_repl.sample(["states"], batch_size=32)
@@ -116,7 +116,7 @@ def test_sampling():
 def test_create_tensor_rules():
     import torch
 
-    memory = rlarrow.memory.Memory(4, 2, device="cpu")
+    memory = rlarrow.record.replay.Memory(4, 2, device="cpu")
     assert memory.create_tensor("states", 3) is True
     assert memory.create_tensor("states", 3) is False
     assert memory.create_tensor("none", None) is False
@@ -127,7 +127,7 @@ def test_create_tensor_rules():
     with pytest.raises(ValueError, match="column of the memory table"):
         memory.create_tensor("env_index", 1)
     with pytest.raises(ValueError, match="unsupported export format"):
-        rlarrow.memory.Memory(4, export_format="hdf5")
+        rlarrow.record.replay.Memory(4, export_format="hdf5")
     assert torch.isnan(memory.tensors["states"]).all()
     with pytest.raises(NotImplementedError, match="RandomMemory"):
         memory.sample(["states"], batch_size=1)
@@ -135,7 +135,7 @@ def test_create_tensor_rules():
 
 @pytest.mark.parametrize("fmt", ["pt", "npz", "csv", "parquet"])
 def test_export_on_fill_writes_before_overwriting(tmp_path, fmt):
-    memory = make(rlarrow.memory.RandomMemory, 4, 2, export=True, export_format=fmt,
+    memory = make(rlarrow.record.replay.RandomMemory, 4, 2, export=True, export_format=fmt,
                   export_directory=tmp_path)
     if fmt == "csv":  # csv holds no keep_dimensions tensor (see the next test)
         del memory.tensors["actions"], memory.tensors_view["actions"]
@@ -150,23 +150,23 @@ def test_export_on_fill_writes_before_overwriting(tmp_path, fmt):
 
 
 def test_csv_export_of_keep_dimensions_is_refused(tmp_path):
-    memory = make(rlarrow.memory.Memory, 2, 1)
+    memory = make(rlarrow.record.replay.Memory, 2, 1)
     feed(memory, [1])
     with pytest.raises(rlarrow.UnsupportedInputError, match="keep_dimensions"):
         memory.save(tmp_path, "csv")
 
 
 def test_parquet_keeps_pointers_and_load_restores_them(tmp_path):
-    memory = make(rlarrow.memory.RandomMemory, 5, 3)
+    memory = make(rlarrow.record.replay.RandomMemory, 5, 3)
     feed(memory, [3] * 7)  # wrapped: write pointer at 2
     path = memory.save(tmp_path, "parquet")
-    back = make(rlarrow.memory.RandomMemory, 5, 3)
+    back = make(rlarrow.record.replay.RandomMemory, 5, 3)
     back.load(path)
     assert (back.filled, back.memory_index, back.env_index) == (True, 2, 0)
     for name in memory.get_tensor_names():
         assert np.array_equal(back.tensors[name].numpy(), memory.tensors[name].numpy(), equal_nan=True)
     legacy = memory.save(tmp_path, "npz")
-    fresh = make(rlarrow.memory.RandomMemory, 5, 3)
+    fresh = make(rlarrow.record.replay.RandomMemory, 5, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fresh.load(legacy)
@@ -179,7 +179,7 @@ def test_parquet_keeps_pointers_and_load_restores_them(tmp_path):
 def test_tensors_live_on_the_requested_device():
     import torch
 
-    memory = rlarrow.memory.RandomMemory(memory_size=8, num_envs=4, device="cuda:0")
+    memory = rlarrow.record.replay.RandomMemory(memory_size=8, num_envs=4, device="cuda:0")
     memory.create_tensor("states", 3)
     memory.add_samples(states=torch.ones(4, 3))
     [[batch]] = memory.sample(["states"], batch_size=5)

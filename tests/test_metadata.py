@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlarrow import metadata
+from rlarrow.core import metadata
 
 
 def same(a, b) -> bool:

@@ -7,14 +7,16 @@ import importlib
 
 import pytest
 
-MODULES = ["rlarrow.specs", "rlarrow.io.unsupported", "rlarrow._columns", "rlarrow.reader",
-           "rlarrow.recorder",
-           "rlarrow.gym"]
+MODULES = ["rlarrow.core.specs", "rlarrow.io.unsupported", "rlarrow.core.step_columns",
+           "rlarrow.query.reader",
+           "rlarrow.record.dm_env",
+           "rlarrow.record.gym"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    needs = {"rlarrow.reader": "dm_env", "rlarrow.recorder": "dm_env", "rlarrow.gym": "gymnasium"}
+    needs = {"rlarrow.query.reader": "dm_env", "rlarrow.record.dm_env": "dm_env",
+             "rlarrow.record.gym": "gymnasium"}
     if name in needs:
         pytest.importorskip(needs[name], reason=f"{name}'s examples need {needs[name]}")
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)

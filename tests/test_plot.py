@@ -7,10 +7,10 @@ import pytest
 from conftest import populate
 
 import rlarrow
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
 
 pytest.importorskip("matplotlib", reason="plots need the plot extra (matplotlib)")
-from rlarrow.plot import PlotError, episode_end_steps, moving_average, plot_episodes, plot_scalars  # noqa: E402
+from rlarrow.query.plot import PlotError, episode_end_steps, moving_average, plot_episodes, plot_scalars  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import episode_columns, populate
 
 import rlarrow
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
 from rlarrow.query import connect, iter_episodes, scan, sql
 
 
@@ -31,7 +31,7 @@ def run_cli(args, capsys):
 
 def test_views_cover_every_table_and_an_empty_store_works(store, tmp_path):
     con = connect(store)
-    for table in rlarrow.schema.TABLE_NAMES:
+    for table in rlarrow.core.schema.TABLE_NAMES:
         assert con.sql(f"select count(*) from {table}").fetchall()[0][0] == store.row_count(table)
     empty = rlarrow.Store.create(tmp_path / "empty.rlarrow")
     con = connect(empty)

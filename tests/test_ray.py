@@ -1,4 +1,4 @@
-"""rlarrow.ray on a real local Ray cluster (ray.init(num_cpus=2)): reads, samples, writes, convert."""
+"""rlarrow.train.ray on a real local Ray cluster (ray.init(num_cpus=2)): reads, samples, writes, convert."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 from conftest import episode_columns, run_python_blocks
 
 import rlarrow
-from rlarrow.errors import SchemaMismatchError
-from rlarrow.tensors import tensor_type
+from rlarrow.core.errors import SchemaMismatchError
+from rlarrow.core.tensors import tensor_type
 
 ray = pytest.importorskip("ray", reason="Ray Data is the optional extra 'ray': pip install 'rlarrow[ray]'")
-torch = pytest.importorskip("torch", reason="the sample tests compare with rlarrow.torch (the torch extra)")
-import rlarrow.ray as rray  # noqa: E402
-from rlarrow.torch import StreamingDataset  # noqa: E402
+torch = pytest.importorskip("torch",
+                            reason="the sample tests compare with rlarrow.train.torch (the torch extra)")
+import rlarrow.train.ray as rray  # noqa: E402
+from rlarrow.train.torch import StreamingDataset  # noqa: E402
 
 LENGTHS = [4 + (e * 5) % 11 for e in range(24)]
 ORDER = [("run_id", "ascending"), ("episode_id", "ascending"), ("step", "ascending")]
@@ -168,15 +169,15 @@ def test_write_with_layout_stores_binary_tensors(cluster, tmp_path):
                           "write_pointer": 0, "env_pointer": 0, "filled": True, "frames": frames})
     rray.write(rray.read(src, "memory"), tmp_path / "dst", "memory", layout="binary")
     dst = rlarrow.Store.open(tmp_path / "dst")
-    assert isinstance(dst.schema("memory").field("frames").type, rlarrow.tensors.TensorType)
-    got = rlarrow.tensors.to_numpy(dst.read("memory").sort_by("memory_index").column("frames"))
+    assert isinstance(dst.schema("memory").field("frames").type, rlarrow.core.tensors.TensorType)
+    got = rlarrow.core.tensors.to_numpy(dst.read("memory").sort_by("memory_index").column("frames"))
     assert np.array_equal(got, frames)
 
 
 def test_parallel_convert_matches_the_sequential_one(cluster, tmp_path):
-    from rlarrow.convert import convert_memory
-    from rlarrow.io.npz import write_npz
-    from rlarrow.io.pt import write_pt
+    from rlarrow.io.memory.importer import convert_memory
+    from rlarrow.io.memory.npz import write_npz
+    from rlarrow.io.memory.pt import write_pt
 
     rng = np.random.default_rng(1)
     for i in range(5):

@@ -1,4 +1,4 @@
-"""rlarrow.remote: a store on any pyarrow filesystem, pushed there and read back (file:// URIs)."""
+"""rlarrow.core.remote: a store on any pyarrow filesystem, pushed there and read back (file:// URIs)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from conftest import episode_columns, populate
 
 import rlarrow
-from rlarrow.errors import CorruptFileError, FormatVersionError, StoreError
-from rlarrow.remote import RemoteStore, push
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.core.errors import CorruptFileError, FormatVersionError, StoreError
+from rlarrow.core.remote import RemoteStore, push
+from rlarrow.core.store import MANIFEST_NAME
 
 
 def keyed(t):
@@ -85,7 +85,7 @@ def test_remote_store_on_an_explicit_filesystem(populated, tmp_path):
 
 
 def test_streaming_dataset_reads_a_remote_store(tmp_path):
-    torch_mod = pytest.importorskip("rlarrow.torch", reason="the torch extra is not installed")
+    torch_mod = pytest.importorskip("rlarrow.train.torch", reason="the torch extra is not installed")
     st = rlarrow.Store.create(tmp_path / "s")
     for e in range(6):
         st.append("steps", episode_columns("r", e, 4 + e))

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 import rlarrow
-from rlarrow import schema
+from rlarrow.core import schema
 
 SCHEMA_FILES = sorted((REPO / "schemas").glob("*.v*.json"))
 
@@ -139,5 +139,5 @@ def test_build_repeats_scalars_and_encodes_json_columns():
     assert t.schema.field("created_at").type == pa.timestamp("us", tz="UTC")
     row = t.to_pylist()[0]
     assert row["metadata"] == '{"k":3}'
-    assert rlarrow.metadata.decode(row["metadata"], row["metadata_types"]) == {"k": np.int16(3)}
-    assert type(rlarrow.metadata.decode(row["metadata"], row["metadata_types"])["k"]) is np.int16
+    assert rlarrow.core.metadata.decode(row["metadata"], row["metadata_types"]) == {"k": np.int16(3)}
+    assert type(rlarrow.core.metadata.decode(row["metadata"], row["metadata_types"])["k"]) is np.int16

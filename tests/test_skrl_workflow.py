@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 import rlarrow
-from rlarrow.convert import convert_memory
-from rlarrow.tensors import to_numpy
+from rlarrow.core.tensors import to_numpy
+from rlarrow.io.memory.importer import convert_memory
 
 HAVE_PEERS = all(importlib.util.find_spec(m) is not None for m in ("skrl", "gymnasium", "torch"))
 pytestmark = [

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 import rlarrow
-from rlarrow import tensors
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
+from rlarrow.core import tensors
 from rlarrow.query import connect, sql
 
 DTYPES = ["float32", "float64", "int64", "uint8", "bool"]

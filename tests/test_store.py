@@ -12,8 +12,8 @@ import pytest
 from conftest import episode_columns, populate
 
 import rlarrow
-from rlarrow import schema
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.core import schema
+from rlarrow.core.store import MANIFEST_NAME
 
 
 def scalar_rows(start: int, n: int, run: str = "r") -> dict:
@@ -126,7 +126,7 @@ def test_tensor_type_fixed_by_first_commit(store):
 
 
 def test_declare_types_before_data(store):
-    obs = rlarrow.tensors.tensor_type("uint8", (2, 2))
+    obs = rlarrow.core.tensors.tensor_type("uint8", (2, 2))
     store.declare("steps", {"observation": obs, "action": pa.int64()})
     store.declare("steps", {"observation": obs, "action": pa.int64()})  # same again: fine
     rows = {"run_id": "r", "episode_id": 0, "step": [0], "env_index": 0,
@@ -187,7 +187,7 @@ def test_stale_temporary_files_are_removed_live_ones_kept(populated):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)
-    host = rlarrow.store._HOST
+    host = rlarrow.core.store._HOST
     stale = populated.path / "steps" / f".tmp-{host}-{dead_pid}-part-x.parquet.partial"
     live = populated.path / "steps" / f".tmp-{host}-{os.getpid()}-part-y.parquet.partial"
     stale.write_bytes(b"PAR1 half written")
@@ -333,14 +333,14 @@ def test_failed_write_names_the_file_and_damages_nothing(populated):
 
 
 def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatch):
-    import rlarrow.store as store_module
+    import rlarrow.core.store as store_module
 
     monkeypatch.setattr(store_module, "ROW_GROUP_BYTES", 64 << 10)  # "large" = over 128 KiB here
     hinted = []  # each file's writeback is started after every row group (the real call, counted)
     real_hint = store_module._start_writeback
     monkeypatch.setattr(store_module, "_start_writeback", lambda path: (hinted.append(path), real_hint(path)))
     store = rlarrow.Store.create(tmp_path / "s")
-    rows = rlarrow.schema.build("memory", {
+    rows = rlarrow.core.schema.build("memory", {
         "run_id": "r", "snapshot_id": 0, "memory_index": np.arange(20000), "env_index": 0,
         "memory_size": 20000, "num_envs": 1, "states": np.random.rand(20000, 4).astype(np.float32)})
     info = store.append("memory", rows, threads=3)
@@ -355,7 +355,7 @@ def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatc
     assert manifest["pending"] is None
     with pytest.raises(rlarrow.SchemaMismatchError):
         store.append("memory", rows.drop_columns(["states"]).append_column(
-            "states", rlarrow.tensors.to_arrow(np.zeros((20000, 5), np.float32))), threads=3)
+            "states", rlarrow.core.tensors.to_arrow(np.zeros((20000, 5), np.float32))), threads=3)
     assert store.row_count("memory") == 20000
     assert [p.name for p in (tmp_path / "s" / "memory").iterdir() if p.name.startswith(".")] == []
 
@@ -383,7 +383,7 @@ def test_codecs_zstd_where_it_pays_and_plain_for_noise(tmp_path):
     assert codec["reward"] == codec["run_id"] == codec["step"] == "ZSTD"  # flat columns always
     stats = {meta.column(i).path_in_schema: meta.column(i).is_stats_set for i in range(meta.num_columns)}
     assert stats["step"] and not stats["observation.noise.list.element"]
-    back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    back = rlarrow.core.tensors.to_numpy(store.read("steps").column("observation"))
     assert back["noise"].tobytes() == noise.tobytes() and back["frame"].dtype == np.uint8
 
 
@@ -397,9 +397,9 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
     obs = boards[rng.integers(0, 50, n)]
     frames = rng.integers(0, 256, (n, 8, 8), np.uint8)
     store.declare("steps", {"observation": pa.struct([
-        ("board", rlarrow.tensors.tensor_type(np.float32, (10, 5), layout="binary")),
-        ("frame", rlarrow.tensors.tensor_type(np.uint8, (8, 8), layout="binary")),
-        ("flag", rlarrow.tensors.tensor_type(np.bool_, (1,), layout="binary"))])})
+        ("board", rlarrow.core.tensors.tensor_type(np.float32, (10, 5), layout="binary")),
+        ("frame", rlarrow.core.tensors.tensor_type(np.uint8, (8, 8), layout="binary")),
+        ("flag", rlarrow.core.tensors.tensor_type(np.bool_, (1,), layout="binary"))])})
     flags = rng.random((n, 1)) < 0.1
     store.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(n), "env_index": 0,
                            "observation": {"board": obs, "frame": frames, "flag": flags},
@@ -415,7 +415,7 @@ def test_repeating_binary_tensors_are_dictionary_encoded(tmp_path):
     assert size["observation.board"] < n  # under a byte a row for 200-byte boards
     # one-byte flags repeat too, but zstd alone stores them as small and writes faster
     assert "RLE_DICTIONARY" not in enc["observation.flag"] and size["observation.flag"] < n / 2
-    back = rlarrow.tensors.to_numpy(store.read("steps").column("observation"))
+    back = rlarrow.core.tensors.to_numpy(store.read("steps").column("observation"))
     assert back["board"].tobytes() == obs.tobytes() and back["frame"].tobytes() == frames.tobytes()
     assert np.array_equal(back["flag"], flags)
 

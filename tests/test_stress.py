@@ -26,7 +26,7 @@ ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 
 LOGGER_CHILD = r"""
 import sys
-from rlarrow.logger import ArrowLogger
+from rlarrow.record.logger import ArrowLogger
 log = ArrowLogger(sys.argv[1], run_id="run", update_interval=1, flush_seconds=0)
 print("ready", flush=True)
 for step in range(1_000_000):
@@ -75,14 +75,14 @@ def kill_logger(tmp_path: Path, kills: int, seed: int) -> None:
 
 CONVERTER_CHILD = r"""
 import sys
-from rlarrow.cli import main
+from rlarrow.cli.commands import main
 print("ready", flush=True)
 main(["convert", *sys.argv[2:], "-o", sys.argv[1], "--num-envs", "2"])
 """
 
 
 def memory_exports(directory: Path, count: int) -> dict[str, dict[str, np.ndarray]]:
-    from rlarrow.io.npz import write_npz
+    from rlarrow.io.memory.npz import write_npz
 
     made = {}
     for i in range(count):
@@ -97,7 +97,7 @@ def memory_exports(directory: Path, count: int) -> dict[str, dict[str, np.ndarra
 
 
 def kill_converter(tmp_path: Path, kills: int, seed: int) -> None:
-    from rlarrow.convert import snapshots
+    from rlarrow.io.memory.importer import snapshots
 
     rng = random.Random(seed)
     exports = tmp_path / "memories"

@@ -1,4 +1,4 @@
-"""rlarrow.logger.SummaryWriter: torch's / skrl's SummaryWriter scalar calls into a store."""
+"""rlarrow.record.logger.SummaryWriter: torch's / skrl's SummaryWriter scalar calls into a store."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 import rlarrow
 from rlarrow.io.tfevents import read_tfevents
-from rlarrow.logger import UNSTORED_METHODS, SummaryWriter
+from rlarrow.record.logger import UNSTORED_METHODS, SummaryWriter
 
 HAS = {m: importlib.util.find_spec(m) is not None for m in ("torch", "tensorboard", "skrl", "gymnasium")}
 needs_torch = pytest.mark.skipif(not (HAS["torch"] and HAS["tensorboard"]),
@@ -87,7 +87,7 @@ def test_torch_is_not_imported_for_python_and_numpy_values(tmp_path: Path) -> No
     code = textwrap.dedent(f"""
         import sys
         import numpy as np
-        from rlarrow.logger import SummaryWriter
+        from rlarrow.record.logger import SummaryWriter
         with SummaryWriter({str(tmp_path / "s.rlarrow")!r}, log_dir={str(tmp_path / "tb")!r}) as w:
             w.add_scalar("x", 1.0, 1)
             w.add_scalar("y", np.float32(2.0), 1)

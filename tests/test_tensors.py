@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import rlarrow
-from rlarrow import tensors
+from rlarrow.core import tensors
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_DTYPES = [np.float16, np.float32, np.float64]
@@ -179,7 +179,7 @@ def test_binary_layout_in_a_store_reads_in_every_engine(tmp_path):
 def test_binary_layout_survives_compaction_and_info(tmp_path):
     from click.testing import CliRunner
 
-    from rlarrow.cli import cli
+    from rlarrow.cli.commands import cli
 
     store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)
     t = tensors.tensor_type("float32", (32, 32), layout="binary")

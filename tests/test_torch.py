@@ -1,4 +1,4 @@
-"""rlarrow.torch: streaming (shuffle, windows, sharding, resume) and map-style datasets."""
+"""rlarrow.train.torch: streaming (shuffle, windows, sharding, resume) and map-style datasets."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from conftest import episode_columns
 
 import rlarrow
 
-torch = pytest.importorskip("torch", reason="rlarrow.torch needs the torch extra")
-from rlarrow.torch import DataLoader, StreamingDataset, TableDataset  # noqa: E402
+torch = pytest.importorskip("torch", reason="rlarrow.train.torch needs the torch extra")
+from rlarrow.train.torch import DataLoader, StreamingDataset, TableDataset  # noqa: E402
 
 LENGTHS = [5 + (e * 7) % 13 for e in range(40)]  # uneven episodes
 
@@ -71,7 +71,7 @@ def test_torch_distributed_ranks_share_the_data(store, tmp_path):
     """Two real gloo ranks, each with two DataLoader workers."""
     script = textwrap.dedent(f"""
         import sys, torch, torch.distributed as dist
-        from rlarrow.torch import DataLoader, StreamingDataset
+        from rlarrow.train.torch import DataLoader, StreamingDataset
         rank = int(sys.argv[1])
         dist.init_process_group("gloo", init_method="file://{tmp_path}/rendezvous", rank=rank, world_size=2)
         ds = StreamingDataset({str(store)!r}, columns=["episode_id", "step"], batch_size=16)
@@ -114,7 +114,8 @@ def split_store(tmp_path_factory):
     """
     path = tmp_path_factory.mktemp("split") / "s.rlarrow"
     st = rlarrow.Store.create(path)
-    tables = {(run, e): rlarrow.schema.build("steps", episode_columns(run, e, LENGTHS[e], env_index=e % 2))
+    tables = {(run, e): rlarrow.core.schema.build("steps",
+                                                  episode_columns(run, e, LENGTHS[e], env_index=e % 2))
               for run in ("r", "q") for e in range(6)}
     chunk = 3
     for start in range(0, max(LENGTHS[:6]) + 1, chunk):
@@ -151,7 +152,7 @@ def test_transitions_pair_observations_with_the_next(store):
     ds = StreamingDataset(store, "transitions", columns=["observation", "action", "reward"], batch_size=64)
     table = rlarrow.Store.open(store).read("steps")
     by_key = {}
-    pos = rlarrow.tensors.to_numpy(table["observation"])["position"]
+    pos = rlarrow.core.tensors.to_numpy(table["observation"])["position"]
     for i, (e, s) in enumerate(zip(table["episode_id"].to_pylist(), table["step"].to_pylist(), strict=True)):
         by_key[pos[i].tobytes()] = (e, s)
     total = 0

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import rlarrow
-from rlarrow.errors import SchemaMismatchError
-from rlarrow.store import MANIFEST_NAME
+from rlarrow.core.errors import SchemaMismatchError
+from rlarrow.core.store import MANIFEST_NAME
 
 
 def scalars(run: str, n: int = 5) -> dict:
@@ -43,7 +43,7 @@ def test_inside_the_block_own_reads_see_it_others_do_not(store):
         run = store.add_run(source="user", name="a")
         store.append("scalars", scalars(run))
         store.append("memory", memory(run))
-        assert store._run_exists(run)
+        assert store.has_run(run)
         assert store.row_count("scalars") == 5 and store.read("memory").num_rows == 4
         assert store.schema("memory").field("states").type == pa_fixed(3)
         other = rlarrow.Store.open(store.path, readonly=True)
@@ -133,7 +133,7 @@ while True:
 
 @pytest.mark.slow
 def test_a_kill_at_any_moment_leaves_each_transaction_whole_or_absent(tmp_path):
-    import rlarrow.store
+    import rlarrow.core.store
 
     rng = random.Random(7)
     path = tmp_path / "store"
@@ -157,5 +157,5 @@ def test_a_kill_at_any_moment_leaves_each_transaction_whole_or_absent(tmp_path):
                 assert all(ids.count(r) == per_run for r in runs)
             assert {f"t{s}" for s in committed} <= runs
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
-        assert rlarrow.store.Store.open(path)._manifest["pending"] is None
+        assert rlarrow.core.store.Store.open(path)._manifest["pending"] is None
     assert len(committed) > 5

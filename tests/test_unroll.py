@@ -11,11 +11,11 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow.convert import convert_memory
-from rlarrow.io.memory import MemorySnapshot
-from rlarrow.io.npz import read_npz
-from rlarrow.tensors import to_numpy
-from rlarrow.unroll import (
+from rlarrow.core.tensors import to_numpy
+from rlarrow.io.memory.importer import convert_memory
+from rlarrow.io.memory.npz import read_npz
+from rlarrow.io.memory.snapshot import MemorySnapshot
+from rlarrow.io.memory.unroll import (
     AutoresetAssumptionWarning,
     detect_autoreset,
     memory_to_episodes,
@@ -267,7 +267,7 @@ def test_skrl2_names_win_over_skrl1_and_roles_are_checked():
 
 
 def test_convert_says_an_autoreset_assumption_once(tmp_path):
-    from rlarrow.io.npz import write_npz
+    from rlarrow.io.memory.npz import write_npz
 
     sparse = one_env(**dict(NEXT_STEP, rewards=[0, 0, 1, 0, 0, 1]))
     for i in range(3):

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import rlarrow
-from rlarrow import migrations, schema
-from rlarrow.cli import cli
-from rlarrow.store import MANIFEST_NAME, _encode_schema
+from rlarrow.cli.commands import cli
+from rlarrow.core import migrations, schema
+from rlarrow.core.store import MANIFEST_NAME, _encode_schema
 
 
 def _set_manifest(store_path, fn):

@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 
-from rlarrow.errors import AssumptionWarning
-from rlarrow.io.csv import write_csv
-from rlarrow.postprocessing import ArrowMemoryFileIterator
+from rlarrow.core.errors import AssumptionWarning
+from rlarrow.io.memory.csv import write_csv
+from rlarrow.io.postprocessing import ArrowMemoryFileIterator
 
 
 def test_arrow_iterator_says_the_csv_assumption_once_for_all_files(tmp_path):

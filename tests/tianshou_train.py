@@ -17,7 +17,7 @@ from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
-from rlarrow.logger import ArrowLogger
+from rlarrow.record.logger import ArrowLogger
 
 
 def train(store: str, max_epochs: int, resume: bool) -> None:

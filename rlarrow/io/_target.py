@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlarrow.errors import InvalidInputError
+from rlarrow.core.errors import InvalidInputError
 
 __all__ = ["check_target", "fresh_directory"]
 

@@ -11,7 +11,7 @@ envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38).
   envlogger's reader skips damaged index records and unreadable episode metadata without a
   word, so what it returns is cross-checked against the files (:func:`riegeli_record_count`
   counts their records from the chunk headers): damage is a
-  :class:`~rlarrow.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
+  :class:`~rlarrow.core.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
   that are whole are imported and the rest listed (a warning, and the report).
 * :func:`export_envlogger`: a run back into a directory envlogger's ``Reader`` reads
   as it read the original: the same steps, metadata and episode metadata, rewards and
@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from rlarrow import alignment
-from rlarrow import specs as _specs
-from rlarrow._columns import declare_steps, flat_value
-from rlarrow._deps import require
-from rlarrow._episodes import Sink
-from rlarrow.errors import CorruptFileError, RLArrowError, RLArrowWarning, UnsupportedInputError
+from rlarrow.core import alignment
+from rlarrow.core import specs as _specs
+from rlarrow.core.deps import require
+from rlarrow.core.episodes import Sink
+from rlarrow.core.errors import CorruptFileError, RLArrowError, RLArrowWarning, UnsupportedInputError
+from rlarrow.core.step_columns import declare_steps, flat_value
+from rlarrow.core.store import Store
 from rlarrow.io import EpisodesReport
-from rlarrow.store import Store
 
 __all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
            "riegeli_record_count"]
@@ -127,7 +127,7 @@ def import_envlogger(
         name: the run's name.
         progress: a progress bar over the episodes (None: when stderr is a terminal).
         skip_corrupt: import the episodes that are whole and leave out the rest, with a
-            :class:`~rlarrow.errors.RLArrowWarning` and the list in the report, instead of
+            :class:`~rlarrow.core.errors.RLArrowWarning` and the list in the report, instead of
             raising. Episode ids stay envlogger's episode indices, so a skipped episode
             leaves a gap.
 
@@ -143,7 +143,7 @@ def import_envlogger(
             before it (every ``50,000`` steps) is kept.
         MissingDependencyError: envlogger is not installed.
     """
-    from rlarrow._progress import bar
+    from rlarrow.core.progress import bar
 
     directory = Path(directory)
     if not is_envlogger_dir(directory):
@@ -616,7 +616,7 @@ def export_envlogger(
         MissingDependencyError: envlogger is not installed.
     """
     from rlarrow.io._target import check_target, fresh_directory
-    from rlarrow.reader import Reader
+    from rlarrow.query.reader import Reader
 
     check_target(directory, overwrite=overwrite, what="an envlogger export")
     envlogger = load()

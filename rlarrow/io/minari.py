@@ -31,13 +31,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlarrow import alignment
-from rlarrow import schema as _schema
-from rlarrow._columns import declare_steps, same_fields
-from rlarrow.errors import CorruptFileError, InvalidInputError, MissingDependencyError, UnsupportedInputError
+from rlarrow.core import alignment
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import (
+    CorruptFileError,
+    InvalidInputError,
+    MissingDependencyError,
+    UnsupportedInputError,
+)
+from rlarrow.core.step_columns import declare_steps, same_fields
+from rlarrow.core.store import Store
+from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
-from rlarrow.store import Store
-from rlarrow.tensors import tensor_type, to_arrow, with_null_rows
 
 __all__ = ["import_minari", "is_minari_dir"]
 
@@ -174,7 +179,7 @@ def import_minari(
         UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet.
         CorruptFileError: an episode file that cannot be read.
     """
-    from rlarrow._progress import bar
+    from rlarrow.core.progress import bar
 
     data = _data_dir(directory)
     if data is None:

@@ -2,7 +2,7 @@
 
 A target takes the path of a (mutated) input and imports it. What may come out:
 
-* an rlarrow error (:class:`rlarrow.errors.RLArrowError`, a clear message naming the file):
+* an rlarrow error (:class:`rlarrow.core.errors.RLArrowError`, a clear message naming the file):
   the damage was found (*rejected*);
 * a result equal to what the unmutated seed imports: the mutation hit bytes that do not
   carry values (padding, ignored metadata, a checksum-protected copy of something read
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 import rlarrow
-from rlarrow.errors import RLArrowError, TruncatedInputWarning
+from rlarrow.core.errors import RLArrowError, TruncatedInputWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -104,9 +104,9 @@ def mutated_copy(seed: Path, tmp: Path, ops: list[tuple[int, float, int]], pick:
 
 
 def _memory(seeds: Path) -> dict[str, list[Path]]:
-    from rlarrow.io.csv import write_csv
-    from rlarrow.io.npz import write_npz
-    from rlarrow.io.pt import write_pt
+    from rlarrow.io.memory.csv import write_csv
+    from rlarrow.io.memory.npz import write_npz
+    from rlarrow.io.memory.pt import write_pt
 
     rng = np.random.default_rng(0)
     tensors = {"states": rng.standard_normal((6, 2, 3)).astype(np.float32),
@@ -125,7 +125,7 @@ def _memory(seeds: Path) -> dict[str, list[Path]]:
 def _tfevents(seeds: Path) -> list[Path]:
     from rlarrow.io.tfevents import write_tfevents
 
-    table = rlarrow.schema.build("scalars", {
+    table = rlarrow.core.schema.build("scalars", {
         "run_id": "r", "scope": "train", "tag": ["train/loss"] * 20 + ["test/ret"] * 5,
         "step": np.arange(25), "value": np.linspace(-1, 1, 25), "wall_time": np.arange(25) * 0.5})
     directory = seeds / "tb"
@@ -236,7 +236,7 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
         partial = False
         try:
             if kind == "memory":
-                from rlarrow.convert import convert_memory
+                from rlarrow.io.memory.importer import convert_memory
 
                 convert_memory([path], st, run_id="fuzz", num_envs=2, progress=False)
             elif kind == "tfevents":

@@ -20,7 +20,7 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow.errors import CorruptFileError, RLArrowWarning, TruncatedInputWarning
+from rlarrow.core.errors import CorruptFileError, RLArrowWarning, TruncatedInputWarning
 
 SKRL = FIXTURES / "skrl"
 PT = next((SKRL / "wrapped" / "memories").glob("*.pt"))
@@ -31,7 +31,7 @@ MINARI = FIXTURES / "minari" / "cartpole"
 
 def _member_data(path: Path, member: str) -> tuple[int, int]:
     """(offset, size) of a stored zip member's bytes in the file."""
-    from rlarrow.io.memory import zip_members
+    from rlarrow.io.memory.snapshot import zip_members
 
     found = {m.name: m for m in zip_members(path)}[member]
     return found.start, found.size
@@ -54,7 +54,7 @@ def _pt_members(path: Path) -> list[str]:
 @pytest.mark.parametrize("which", ["data/0", "data/1", "data/3", "data/5"])
 def test_pt_with_a_changed_tensor_byte_is_refused_naming_the_member(tmp_path: Path, which: str) -> None:
     pytest.importorskip("torch")
-    from rlarrow.io.pt import read_pt
+    from rlarrow.io.memory.pt import read_pt
 
     member = next(m for m in _pt_members(PT) if m.endswith(which))
     start, size = _member_data(PT, member)
@@ -70,7 +70,7 @@ def test_pt_with_a_changed_tensor_byte_is_refused_naming_the_member(tmp_path: Pa
 
 def test_pt_with_a_damaged_pickle_is_reported_as_damage(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rlarrow.io.pt import read_pt
+    from rlarrow.io.memory.pt import read_pt
 
     member = next(m for m in _pt_members(PT) if m.endswith("data.pkl"))
     start, size = _member_data(PT, member)
@@ -85,8 +85,8 @@ def test_pt_with_a_damaged_pickle_is_reported_as_damage(tmp_path: Path) -> None:
 
 def test_large_pt_storages_are_checked_while_converting_and_nothing_is_committed(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rlarrow.convert import convert_memory
-    from rlarrow.io.pt import open_pt, write_pt
+    from rlarrow.io.memory.importer import convert_memory
+    from rlarrow.io.memory.pt import open_pt, write_pt
 
     rng = np.random.default_rng(0)
     path = write_pt({"states": rng.standard_normal((4096, 4, 32)).astype(np.float32),  # 2 MiB: deferred
@@ -108,7 +108,7 @@ def test_large_pt_storages_are_checked_while_converting_and_nothing_is_committed
 
 def test_pt_and_npz_central_directory_damage_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rlarrow.convert import read_memory
+    from rlarrow.io.memory.importer import read_memory
 
     for src in (PT, NPZ):
         data = src.read_bytes()
@@ -139,7 +139,7 @@ def _swallow_last_entry(data: bytes) -> bytes:
 def test_zip_directory_entry_swallowing_the_next_is_refused(tmp_path: Path) -> None:
     # zipfile reads the directory by its byte size: the last tensor would vanish without a word
     pytest.importorskip("torch")
-    from rlarrow.convert import read_memory
+    from rlarrow.io.memory.importer import read_memory
 
     for src in (PT, NPZ):
         bad = tmp_path / src.name
@@ -162,7 +162,7 @@ def _rename_in_central_directory(path: Path, old: bytes, new: bytes) -> None:
 
 
 def test_npz_member_name_damaged_in_the_directory_is_refused(tmp_path: Path) -> None:
-    from rlarrow.io.npz import read_npz
+    from rlarrow.io.memory.npz import read_npz
 
     for garbled in (b"st\x01tes.npy", b"stbtes.npy", b"states.npz", b"states\xe9npy"):
         bad = tmp_path / NPZ.name
@@ -175,7 +175,7 @@ def test_npz_member_name_damaged_in_the_directory_is_refused(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("name", ["st\x01tes.npy", "states", "states.txt", " states.npy", "a/b.npy", ".npy"])
 def test_npz_members_must_be_tensor_names(tmp_path: Path, name: str) -> None:
-    from rlarrow.io.npz import read_npz
+    from rlarrow.io.memory.npz import read_npz
 
     path = tmp_path / "m.npz"
     with zipfile.ZipFile(path, "w") as zf:  # what np.savez writes, under another member name
@@ -189,7 +189,7 @@ def test_npz_members_must_be_tensor_names(tmp_path: Path, name: str) -> None:
 
 
 def test_npz_with_valid_names_still_imports(tmp_path: Path) -> None:
-    from rlarrow.io.npz import read_npz, write_npz
+    from rlarrow.io.memory.npz import read_npz, write_npz
 
     arrays = {"next_states": np.ones((4, 2, 3), np.float32), "log_prob": np.zeros((4, 2, 1))}
     snap = read_npz(write_npz(arrays, tmp_path / "m.npz"))
@@ -202,7 +202,7 @@ def test_npz_with_valid_names_still_imports(tmp_path: Path) -> None:
 def _event_file(tmp_path: Path) -> Path:
     from rlarrow.io.tfevents import write_tfevents
 
-    table = rlarrow.schema.build("scalars", {
+    table = rlarrow.core.schema.build("scalars", {
         "run_id": "r", "scope": "train", "tag": ["train/loss"] * 5, "step": np.arange(5),
         "value": np.arange(5.0), "wall_time": np.arange(5.0)})
     write_tfevents(table, tmp_path / "tb")
@@ -210,7 +210,7 @@ def _event_file(tmp_path: Path) -> Path:
 
 
 def _header(length: int, *, valid_crc: bool) -> bytes:
-    from rlarrow.io._crc32c import crc32c, mask
+    from rlarrow.io.tfevents._crc32c import crc32c, mask
 
     head = struct.pack("<Q", length)
     crc = mask(crc32c(head)) if valid_crc else mask(crc32c(head)) ^ 1
@@ -428,7 +428,7 @@ def test_minari_garbled_column_name_is_corrupt_not_a_unicode_error(tmp_path: Pat
 
 
 def test_minari_damaged_arrow_buffers_are_corrupt_not_pyarrow_errors(tmp_path: Path) -> None:
-    from rlarrow.errors import RLArrowError
+    from rlarrow.core.errors import RLArrowError
     from rlarrow.io.minari import import_minari
 
     source = MINARI / "arrow-v0" / "data" / "5" / "part-0.arrow"

@@ -112,7 +112,7 @@ def test_rlarrow_recordings_export_to_envlogger_with_dict_observations(tmp_path)
 def test_cli_converts_envlogger_and_minari_and_exports_envlogger(tmp_path):
     from click.testing import CliRunner
 
-    from rlarrow.cli import cli
+    from rlarrow.cli.commands import cli
 
     envlogger, _ = import_envlogger()
     minari = FIXTURES / "minari" / "cartpole" / "arrow-v0"

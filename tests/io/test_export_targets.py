@@ -20,12 +20,12 @@ from conftest import FIXTURES
 from test_episodes import _envlogger_loads, import_envlogger
 
 import rlarrow
-from rlarrow.cli import cli
-from rlarrow.convert import convert_memory, export_memory
-from rlarrow.errors import InvalidInputError, RLArrowError
+from rlarrow.cli.commands import cli
+from rlarrow.core.errors import InvalidInputError, RLArrowError
 from rlarrow.io._target import fresh_directory
 from rlarrow.io.envlogger import export_envlogger
 from rlarrow.io.envlogger import import_envlogger as import_dir
+from rlarrow.io.memory.importer import convert_memory, export_memory
 
 CATCH = FIXTURES / "envlogger" / "catch"
 SKRL = FIXTURES / "skrl" / "wrapped" / "memories"
@@ -249,7 +249,7 @@ def test_gym_recordings_export_to_envlogger_with_their_specs(tmp_path):
     pytest.importorskip("gymnasium", reason="needs gymnasium: pip install gymnasium")
     import gymnasium as gym
 
-    from rlarrow.gym import RecordEpisodes
+    from rlarrow.record.gym import RecordEpisodes
 
     envlogger, _ = import_envlogger()
     env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s")

@@ -11,9 +11,9 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow import tensors
-from rlarrow.io.csv import iter_csv_tables, read_csv
-from rlarrow.io.npz import read_npz
+from rlarrow.core import tensors
+from rlarrow.io.memory.csv import iter_csv_tables, read_csv
+from rlarrow.io.memory.npz import read_npz
 
 SKRL = FIXTURES / "skrl"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -117,7 +117,7 @@ def test_an_oversized_header_is_refused_before_it_is_read(tmp_path, clean_env):
             fh.write(names)
     script = (
         "import rlarrow\n"
-        "from rlarrow.io.csv import read_csv\n"
+        "from rlarrow.io.memory.csv import read_csv\n"
         "def peak():\n"
         "    return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM'))\n"
         "before = peak()\n"

@@ -11,11 +11,11 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow.convert import convert_memory, detect_format, export_memory, read_memory, snapshots
-from rlarrow.io.csv import read_csv, write_csv
-from rlarrow.io.memory import MemorySnapshot
-from rlarrow.io.npz import read_npz, write_npz
-from rlarrow.io.pt import read_pt, write_pt
+from rlarrow.io.memory.csv import read_csv, write_csv
+from rlarrow.io.memory.importer import convert_memory, detect_format, export_memory, read_memory, snapshots
+from rlarrow.io.memory.npz import read_npz, write_npz
+from rlarrow.io.memory.pt import read_pt, write_pt
+from rlarrow.io.memory.snapshot import MemorySnapshot
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_SKRL = importlib.util.find_spec("skrl") is not None
@@ -201,7 +201,7 @@ def test_a_bad_file_names_itself_and_commits_nothing_of_itself(tmp_path):
 
 
 def test_parquet_memory_export_keeps_the_buffer_state(tmp_path):
-    from rlarrow.convert import write_memory
+    from rlarrow.io.memory.importer import write_memory
 
     snap = MemorySnapshot({"x": np.arange(12, dtype=np.float32).reshape(6, 2, 1)}, name="m",
                           is_full=True, write_pointer=2, env_pointer=0)
@@ -219,7 +219,7 @@ def test_parquet_memory_export_keeps_the_buffer_state(tmp_path):
 def test_cli_convert_and_export(tmp_path):
     from click.testing import CliRunner
 
-    from rlarrow.cli import cli
+    from rlarrow.cli.commands import cli
 
     runner = CliRunner()
     store = tmp_path / "s"

@@ -12,10 +12,10 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow import tensors
-from rlarrow.io.memory import MemorySnapshot
-from rlarrow.io.npz import read_npz
-from rlarrow.io.pt import read_pt
+from rlarrow.core import tensors
+from rlarrow.io.memory.npz import read_npz
+from rlarrow.io.memory.pt import read_pt
+from rlarrow.io.memory.snapshot import MemorySnapshot
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch: pip install 'rlarrow[torch]'")
@@ -182,10 +182,10 @@ def test_npz_damaged_inside_an_array_fails_its_checksum(tmp_path):
 @pytest.mark.parametrize("parallel", [False, True])
 def test_convert_checks_the_npz_checksums_before_it_commits(tmp_path, monkeypatch, parallel):
     """The CRC-32s are checked while the files are written: a damaged export commits nothing."""
-    from rlarrow.convert import convert_memory
+    from rlarrow.io.memory.importer import convert_memory
 
     if parallel:  # written as several files at once (the path large exports take)
-        monkeypatch.setattr("rlarrow.store.ROW_GROUP_BYTES", 1024)
+        monkeypatch.setattr("rlarrow.core.store.ROW_GROUP_BYTES", 1024)
     np.savez(tmp_path / "good.npz", states=np.ones((100, 2, 8), np.float32))
     np.savez(tmp_path / "m.npz", states=np.zeros((100, 2, 8), np.float32))
     raw = bytearray((tmp_path / "m.npz").read_bytes())

@@ -31,7 +31,7 @@ def test_minari_dataset_imports_whole_episodes(tmp_path, backend):
     store = rlarrow.Store.open(tmp_path / "s")
     run = store.runs().to_pylist()[0]
     assert (run["source"], run["alignment"]) == ("minari", "minari")
-    meta = rlarrow.metadata.decode(run["metadata"], run["metadata_types"])
+    meta = rlarrow.core.metadata.decode(run["metadata"], run["metadata_types"])
     assert meta["action_space"] == {"type": "Discrete", "dtype": "int64", "start": 0, "n": 2}
     steps = store.read("steps")
     for ep_dir in sorted((src / "data").glob("[0-9]*")):
@@ -48,7 +48,7 @@ def test_minari_dataset_imports_whole_episodes(tmp_path, backend):
         )
     episodes = store.read("episodes").to_pylist()
     first = next(e for e in episodes if e["episode_id"] == 0)
-    ep_meta = rlarrow.metadata.decode(first["metadata"], first["metadata_types"])
+    ep_meta = rlarrow.core.metadata.decode(first["metadata"], first["metadata_types"])
     assert ep_meta["seed"] == 0 and first["return"] == ep_meta["rewards_sum"] == 18.0
     assert first["num_steps"] == ep_meta["total_steps"] + 1 and first["terminated"]
 def test_episode_split_over_parts_comes_back_whole(tmp_path):
@@ -64,8 +64,8 @@ def test_episode_split_over_parts_comes_back_whole(tmp_path):
     got = steps.filter(pa.compute.equal(steps.column("episode_id"), 5))
     assert got.num_rows == whole.num_rows
     assert np.array_equal(
-        rlarrow.tensors.to_numpy(got.column("observation")),
-        rlarrow.tensors.to_numpy(whole.column("observations")),
+        rlarrow.core.tensors.to_numpy(got.column("observation")),
+        rlarrow.core.tensors.to_numpy(whole.column("observations")),
     )
 
 

@@ -202,7 +202,7 @@ def test_minari_import_keeps_the_spaces_shapes(tmp_path, minari_root, name, back
     store = rlarrow.Store.open(tmp_path / "s")
     obs_type = store.schema("steps").field("observation").type
     if name == "frames":  # Box(36, 40): a (36, 40) tensor, not 1440 values
-        assert rlarrow.tensors.tensor_shape(obs_type) == (36, 40)
+        assert rlarrow.core.tensors.tensor_shape(obs_type) == (36, 40)
     if name == "robot":  # the space's order, whatever order the files hold
         names = [obs_type.field(i).name for i in range(obs_type.num_fields)]
         assert names == ["pos", "grid", "pair", "camera"]
@@ -216,7 +216,7 @@ def test_minari_data_collector_datasets_import_as_minari_loads_them(tmp_path, mi
 
 
 def test_minari_and_gym_recordings_of_one_env_share_a_store(tmp_path, minari_root):
-    from rlarrow.gym import RecordEpisodes
+    from rlarrow.record.gym import RecordEpisodes
 
     robot = _envs()["robot"]
     src = make_dataset(minari_root, "robot", robot(), "parquet")

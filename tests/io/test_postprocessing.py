@@ -1,4 +1,4 @@
-"""rlarrow.postprocessing iterators: skrl's output, without skrl's bugs; and Arrow batches."""
+"""rlarrow.io.postprocessing iterators: skrl's output, without skrl's bugs; and Arrow batches."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from test_memory_export import SKRL, fixture, needs_skrl, needs_torch
 
 import rlarrow
-from rlarrow.postprocessing import ArrowMemoryFileIterator, MemoryFileIterator
-from rlarrow.tensors import to_numpy
+from rlarrow.core.tensors import to_numpy
+from rlarrow.io.postprocessing import ArrowMemoryFileIterator, MemoryFileIterator
 
 
 @needs_skrl

@@ -15,7 +15,7 @@ from conftest import FIXTURES
 
 import rlarrow
 from rlarrow.io import tfevents as tfe
-from rlarrow.io._crc32c import crc32c, crc32c_many, mask
+from rlarrow.io.tfevents._crc32c import crc32c, crc32c_many, mask
 
 TFE = FIXTURES / "tfevents"
 LAYOUT = json.loads((TFE / "LAYOUT.json").read_text())
@@ -303,7 +303,7 @@ def test_written_files_read_back_by_tensorboard_bit_exact(tmp_path: Path) -> Non
     values32 = np.array([0.1, -0.0, np.inf, -np.inf, 1e-40, 3.4e38], np.float32).astype(np.float64)
     values64 = np.array([0.1, -0.0, np.pi, 1e-310, -1e300, 2.0**-1074])
     n = len(values32)
-    table = rlarrow.schema.build("scalars", {
+    table = rlarrow.core.schema.build("scalars", {
         "run_id": ["r"] * n + ["r/sub"] * n + ["r"],
         "scope": "train",
         "tag": ["f32"] * n + ["f64"] * n + ["int"],
@@ -337,7 +337,7 @@ def test_written_files_read_back_by_tensorboard_bit_exact(tmp_path: Path) -> Non
 
 
 def test_import_then_export_round_trips_through_the_cli(tmp_path: Path) -> None:
-    from rlarrow.cli import main
+    from rlarrow.cli.commands import main
 
     store, out = tmp_path / "s.rlarrow", tmp_path / "out"
     with pytest.raises(SystemExit) as done:
@@ -365,7 +365,8 @@ def test_import_then_export_round_trips_through_the_cli(tmp_path: Path) -> None:
 def test_many_rows_survive_the_writers_periodic_flushes(tmp_path: Path) -> None:
     n = 10_000
     tags = [f"t{i % 7}" for i in range(n)]
-    table = rlarrow.schema.build("scalars", {"run_id": "r", "scope": "", "tag": tags, "step": np.arange(n),
+    table = rlarrow.core.schema.build("scalars", {"run_id": "r", "scope": "", "tag": tags,
+                                                  "step": np.arange(n),
                                              "value": np.arange(n) / 3})
     with tfe.EventFileWriter(tmp_path, flush_every=1000) as w:
         w.write_batch(table)
@@ -390,7 +391,7 @@ def test_event_file_writer_output_is_readable_while_still_open(tmp_path: Path) -
 
 
 def test_tensorboard_file_iterator_is_skrls_shape_for_every_encoding(tmp_path: Path) -> None:
-    from rlarrow.postprocessing import TensorboardFileIterator
+    from rlarrow.io.postprocessing import TensorboardFileIterator
 
     events = [tb_event("a", i, 1.0, tensor=scalar_tensor(2, double_val=[i / 2]), plugin="scalars")
               for i in range(3)]

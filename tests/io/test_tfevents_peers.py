@@ -22,7 +22,7 @@ import pytest
 
 import rlarrow
 from rlarrow.io import tfevents as tfe
-from rlarrow.logger import ArrowLogger
+from rlarrow.record.logger import ArrowLogger
 
 pytest.importorskip("tensorboard", reason="tensorboard (test-only peer) reads the files back")
 from tensorboard.backend.event_processing import event_accumulator as ea_mod  # noqa: E402
@@ -288,7 +288,7 @@ def test_damaged_exact_metadata_is_a_corrupt_record(tmp_path: Path) -> None:
 
 def test_unsigned_and_out_of_range_integers_round_trip(tmp_path: Path) -> None:
     """uint32_val / uint64_val are protobuf fields 16 / 17 (two-byte keys); too-big integers stay floats."""
-    table = rlarrow.schema.build("scalars", {
+    table = rlarrow.core.schema.build("scalars", {
         "run_id": "r", "scope": "", "tag": ["u32", "u64", "u64_top", "i64_nan"], "step": [1, 1, 1, 1],
         "value": [float(2**32 - 1), float(2**62 + 1), float(2**64 - 1), float("nan")],
         "value_int": [2**32 - 1, 2**62 + 1, None, None],

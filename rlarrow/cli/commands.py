@@ -1,0 +1,541 @@
+"""The ``rlarrow`` command line.
+
+Examples (from a shell)::
+
+    rlarrow info runs.rlarrow            # tables, rows, runs, versions, size on disk
+    rlarrow info runs.rlarrow --json     # the same as JSON
+    rlarrow compact runs.rlarrow         # merge small files
+    rlarrow repair runs.rlarrow          # name damaged files; --apply drops them
+    rlarrow migrate runs.rlarrow         # upgrade a store written by an older rlarrow
+    rlarrow convert runs/*/memories -o runs.rlarrow --num-envs 16   # skrl memory exports in
+    rlarrow export runs.rlarrow -o legacy --format pt                # and back out
+    rlarrow convert envlogger_dir minari_dataset -o runs.rlarrow     # episodes in
+    rlarrow export runs.rlarrow -o logs --format envlogger --run-id RUN
+    rlarrow --version
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from rlarrow._version import __version__
+from rlarrow.core.errors import RLArrowError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    return bool(root is not None and root.params.get("debug")) or bool(os.environ.get("RLARROW_DEBUG"))
+
+
+#: Python spellings in rlarrow's messages -> what a user of the command line types instead.
+_CLI_SPELLINGS: list[tuple[str, str]] = [
+    (r" ?\([a-z_]+=[^()]*? in Python\)", ""),  # "with --overwrite (overwrite=True in Python)"
+    # "(overwrite=True; --overwrite in the CLI)"
+    (r"\([a-z_]+=[^();]*; (--[a-z0-9-]+) in the CLI\)", r"(\1)"),
+    (r"overwrite=True", "--overwrite"),
+    (r"skip_corrupt=True \(rlarrow convert --skip-corrupt\)", "rlarrow convert --skip-corrupt"),
+    (r"skip_corrupt=True", "rlarrow convert --skip-corrupt"),
+    (r"on_corrupt='skip'", "rlarrow convert --skip-corrupt"),
+    (r"([Pp])ass num_envs=\.\.\.", r"\1ass --num-envs N"),
+    (r"\bnum_envs=(\d+)", r"--num-envs \1"),
+    (r"\bmemory_size=(\d+)", r"--memory-size \1"),
+    (r"with dtype='float64'", "with --float64"),
+    (r"pass run_id=\.\.\.|pass run_id= ", "pass --run-id RUN "),
+    (r"create it with rlarrow\.Store\.create\((['\"])(.*?)\1\)",
+     r"check the path, or create it by importing into it: rlarrow convert INPUTS -o \2"),
+    (r"create one with rlarrow\.Store\.create\(path\)", "create one with: rlarrow convert INPUTS -o PATH"),
+    (r"open it with rlarrow\.Store\.open\(path\) or pass exist_ok=True", "write into it (commands add to "
+     "an existing store)"),
+    (r"opened read-only \(readonly=True\)", "opened read-only"),
+    (r"\(open it with readonly=True to read it\)", "(commands that only read it still work: info, sql, "
+     "plot, export)"),
+    (r"open it with readonly=True to read it", "commands that only read it still work (info, sql, plot, "
+     "export)"),
+    (r"tensor_types\['([^']*)'\] = '([^']*)'", r"--tensor \1=\2"),
+    (r" or a pyarrow type such as rlarrow\.tensors\.tensor_type\(.*?layout='binary'\)", ""),
+    (r"\(map names with names=\{role: name\}(, on the command line --names [^)]*)?\)",
+     "(name the tensor of each role with --names ROLE=TENSOR,..., e.g. --names states=obs,actions=act)"),
+    (r"\(pass new_layout=True to add a layout of the table with these types\)",
+     "(convert into another store, -o NEW_STORE; from Python, new_layout=True adds a layout with "
+     "these types)"),
+]
+
+
+def _cli_spelling(message: str) -> str:
+    """``message`` with Python spellings (``overwrite=True``, ``Store.create(...)``) as CLI flags."""
+    import re
+
+    for pattern, replacement in _CLI_SPELLINGS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
+def _friendly_errors(fn: F) -> F:
+    """Turn every failure into a message and exit status 1, without a traceback (``--debug`` shows it).
+
+    rlarrow's own errors say what is wrong and how to fix it. Anything else reaching here
+    (the file system, pyarrow, DuckDB) is named with its type, so that a damaged input, a
+    bad manifest, a read-only store or a full disk never ends in a traceback.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
+            if _debug():
+                raise
+            raise click.ClickException(_cli_spelling(str(exc))) from exc
+        except OSError as exc:
+            if _debug():
+                raise
+            raise click.ClickException(f"{exc.filename or ''}{': ' if exc.filename else ''}"
+                                       f"{exc.strerror or exc} (the operation stopped; what was committed "
+                                       "before is intact)") from exc
+        except Exception as exc:
+            if _debug():
+                raise
+            raise click.ClickException(
+                f"unexpected {type(exc).__module__}.{type(exc).__name__}: {exc}\n(rerun with --debug for "
+                "the traceback, and please report it: rlarrow should have said what went wrong)") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="rlarrow")
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error (or set RLARROW_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """rlarrow: RL runs as one queryable, streamable Arrow/Parquet dataset."""
+
+
+@cli.command()
+@click.argument("store", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--runs", "max_runs", default=20, show_default=True,
+              help="List at most this many runs (0: all).")
+@_friendly_errors
+def info(store: str, as_json: bool, max_runs: int) -> None:
+    """Show a store's tables, row counts, tensor columns, runs, schema versions and size on disk.
+
+    Tensor columns show their dtype, shape and layout (binary: one blob per row, decoded in SQL
+    by the *_decoded views; list: nested arrays). Each run shows its name, source, num_envs
+    and its metadata, shortened to one line (--json gives it whole).
+    """
+    from rlarrow.core.store import Store
+
+    summary = Store.open(store, readonly=True).info()
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+        return
+    click.echo(f"store    {summary.path}")
+    click.echo(f"format   {summary.format_version} (written by {summary.writer}, "
+               f"created {summary.created_at})")
+    click.echo(f"on disk  {_human(summary.bytes_on_disk)}")
+    click.echo("")
+    click.echo(f"{'table':<10} {'rows':>12} {'files':>6} {'size':>10}  schema")
+    for name, t in summary.tables.items():
+        click.echo(f"{name:<10} {t.rows:>12,} {t.files:>6} {_human(t.bytes):>10}  v{t.schema_version}")
+    tensor_lines = [f"  {name}.{column}: {what}" for name, t in summary.tables.items()
+                    for column, what in t.tensors.items()]
+    if tensor_lines:
+        click.echo("")
+        click.echo("tensor columns")
+        for line in tensor_lines:
+            click.echo(line)
+        if any(line.endswith(" binary") for line in tensor_lines):
+            click.echo("  (binary: the rlarrow.tensor extension, a blob per row; SQL reads them as arrays "
+                       "from the views steps_decoded, memory_decoded, transitions_decoded)")
+    click.echo("")
+    runs = summary.runs
+    click.echo(f"runs ({len(runs)})")
+    shown = runs if max_runs == 0 else runs[:max_runs]
+    for r in shown:
+        parts = [r["run_id"], f"{r['source']:<18}", str(r["created_at"])]
+        if r.get("name"):
+            parts.append(f"name={r['name']}")
+        if r.get("num_envs") is not None:
+            parts.append(f"num_envs={r['num_envs']}")
+        if r.get("metadata") is not None:
+            parts.append(_shorten_metadata(r["metadata"]))
+        click.echo("  " + "  ".join(parts))
+    if len(shown) < len(runs):
+        click.echo(f"  ... {len(runs) - len(shown)} more (--runs 0 lists all)")
+    if summary.problems:
+        click.echo("")
+        click.echo(f"damaged or missing files ({len(summary.problems)}): `rlarrow repair {store}` says "
+                   "what dropping them costs")
+        for p in summary.problems:
+            click.echo(f"  {p.file}: {p.problem} ({p.rows:,} rows)")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--apply", is_flag=True,
+              help="Drop the damaged or missing files from the manifest (default: only say what would go).")
+@_friendly_errors
+def repair(store: str, apply: bool) -> None:
+    """Find a store's missing or damaged files and, with --apply, drop them so the rest reads again.
+
+    Every listed file is read whole. Dropped files leave the manifest; those still on disk
+    move to STORE/_damaged/ (no table or engine reads them there). The report says how many
+    rows each costs.
+    """
+    from rlarrow.core.store import Store
+
+    # without recovery: a damaged unlisted file would stop the open that is to repair it
+    s = Store(store, readonly=not apply, _recover=False)
+    with s:
+        report = s.repair(apply=apply)
+    click.echo(str(report))
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Only say what would be migrated.")
+@_friendly_errors
+def migrate(store: str, dry_run: bool) -> None:
+    """Upgrade a store written by an older rlarrow to the current format, in place."""
+    from rlarrow.core.migrations import migrate as run_migrate
+
+    for line in run_migrate(store, dry_run=dry_run, progress=True):
+        click.echo(("would migrate " if dry_run and not line.startswith("nothing") else "") + line)
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
+@_friendly_errors
+def compact(store: str, tables: tuple[str, ...]) -> None:
+    """Merge a store's small Parquet files into larger ones."""
+    from rlarrow.core.store import Store
+
+    with Store.open(store) as s:
+        changed = s.compact(list(tables) or None, progress=True)
+    if not changed:
+        click.echo("nothing to compact")
+    for name, (before, after) in changed.items():
+        click.echo(f"{name}: {before} -> {after} files")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("destination")
+@click.option("--prune", is_flag=True,
+              help="Afterwards delete the destination's data files the store no longer lists.")
+@_friendly_errors
+def push(store: str, destination: str, prune: bool) -> None:
+    """Copy a store to object storage or another directory (any pyarrow filesystem URI).
+
+    Only files the destination lacks are copied; the manifest goes last, so readers of
+    DESTINATION (s3://bucket/runs.rlarrow, gs://..., file:///...) never see half a push.
+    """
+    from rlarrow.core.remote import push as run_push
+
+    copied = run_push(store, destination, prune=prune, progress=None)  # a bar only on a terminal
+    click.echo(f"copied {len(copied)} file(s) to {destination}" if copied
+               else f"{destination} is up to date; wrote its manifest")
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", "store", required=True, type=click.Path(file_okay=False),
+              help="The store to write into (created when missing).")
+@click.option("--num-envs", type=click.IntRange(min=1),
+              help="Environments of csv exports (csv files do not record it; 1 is assumed).")
+@click.option("--memory-size", type=click.IntRange(min=1),
+              help="Memory size of csv exports (default: the rows in the file per env).")
+@click.option("--float64", "float64", is_flag=True, help="Read csv floats as float64 (default float32).")
+@click.option("--run-id", help="File the snapshots under this run (new or existing).")
+@click.option("--name", help="A name for the new run.")
+@click.option("--layout", type=click.Choice(["binary", "list", "auto"]), default="binary",
+              show_default=True,
+              help="How a new memory table stores tensors: binary (fast, compact) or list (SQL reaches "
+                   "elements).")
+@click.option("--episodes", is_flag=True,
+              help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
+                   "rewards, terminated tensors).")
+@click.option("--skip-corrupt", is_flag=True,
+              help="tfevents: skip records whose checksum fails (counted) instead of stopping; "
+                   "envlogger: import the episodes that are whole and list the damaged ones skipped.")
+@click.option("--names", "names_text", metavar="ROLE=TENSOR,...",
+              help="With --episodes: which memory tensor plays which role, e.g. states=obs,actions=act "
+                   "(roles: states, actions, rewards, next_states, terminated, truncated). skrl 1 names "
+                   "(states, next_states) and skrl 2 names (observations, next_observations) are known.")
+@click.option("--autoreset", type=click.Choice(["auto", "next-step", "same-step", "none"]), default="auto",
+              show_default=True,
+              help="With --episodes: how the vector env reset finished episodes (gymnasium 1.x make_vec: "
+                   "next-step). auto: detected from the data where it shows.")
+@click.option("--again", is_flag=True,
+              help="Import sources the store already holds (same content) once more, as new runs "
+                   "(default: skip them, saying so).")
+@_friendly_errors
+def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
+            float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
+            skip_corrupt: bool, names_text: str | None, autoreset: str, again: bool) -> None:
+    """Import into STORE: experiment directories, memory exports, envlogger, Minari, TensorBoard logs.
+
+    \b
+    Each input becomes runs of the store:
+      runs/EXP        an experiment directory (skrl: event files, memories/, checkpoints/):
+                      ONE run named EXP holding its scalars, memory snapshots and
+                      (--episodes) episodes; checkpoints are not imported
+      runs/           every experiment below it, one run each
+      *.pt *.npz *.csv
+                      replay-memory exports: snapshots of one run (files, folders, globs)
+      ENVLOGGER_DIR   an envlogger directory (metadata.riegeli): one run of episodes
+      MINARI_DIR      a Minari dataset (arrow or parquet): one run of episodes
+      LOGDIR          TensorBoard event files: one run per TensorBoard run
+                      (add_scalars folders become RUN_ID/<folder>)
+
+    Every source is hashed first: one the store holds already is skipped, with a message
+    naming its run (--again imports it again). One convert commits all or nothing: if
+    anything fails, the store is left as it was.
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    from rlarrow.io.importing import import_paths
+
+    names = None
+    if names_text:
+        names = {}
+        for item in names_text.split(","):
+            role, eq, tensor = item.strip().partition("=")
+            if not eq or not role or not tensor:
+                raise click.UsageError(f"--names {names_text!r}: write ROLE=TENSOR pairs separated by "
+                                       "commas, e.g. states=observations,next_states=next_observations")
+            names[role] = tensor
+    try:
+        report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again, episodes=episodes,
+                              names=names, autoreset=None if autoreset == "auto" else autoreset,
+                              skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
+                              dtype="float64" if float64 else "float32", layout=layout)
+    except (Exception, KeyboardInterrupt):
+        click.echo("convert: nothing was committed; the store is as it was before", err=True)
+        raise
+    click.echo(_cli_spelling(str(report)))
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
+              help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
+@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet", "envlogger", "tfevents"]),
+              default="pt", show_default=True,
+              help="Memory export format, envlogger (a run's episodes as an envlogger directory), or "
+                   "tfevents (the scalars as TensorBoard event files, DIR/<run_id>/).")
+@click.option("--run-id", help="Only this run's snapshots.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what the target holds (DIR/memories/, the envlogger DIR, a run's event files); "
+                   "without it a target that holds anything is refused.")
+@_friendly_errors
+def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
+    """Write STORE back out: memory snapshots, an envlogger run, or scalars as event files.
+
+    Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
+    envlogger directory, the scalars as TensorBoard event files (DIR/<run_id>/).
+    """
+    if fmt == "tfevents":
+        from rlarrow.io.tfevents import export_tfevents
+
+        files = export_tfevents(store, directory, run_id=run_id, overwrite=overwrite)
+        if not files:
+            click.echo("no scalars in the store")
+        for f in files:
+            click.echo(f"wrote {f}")
+        return
+    if fmt == "envlogger":
+        from rlarrow.io.envlogger import export_envlogger
+
+        click.echo(f"wrote {export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)}")
+        return
+    from rlarrow.io.memory.importer import export_memory
+
+    paths = export_memory(store, directory, fmt, run_id=run_id, overwrite=overwrite)
+    if not paths:
+        click.echo("no memory snapshots in the store")
+    for p in paths:
+        click.echo(f"wrote {p}")
+
+
+@cli.command("sql")
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True,
+              help="table: a readable box (csv with -o); csv, json (one object per line), parquet: "
+                   "streamed to -o FILE or to stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to this file.")
+@click.option("--max-rows", type=int, default=40, show_default=True, help="Rows shown by --format table.")
+@click.option("--tensor", "tensors", multiple=True, metavar="NAME=TABLE.COLUMN",
+              help="csv/json: result column NAME holds the binary-layout tensor TABLE.COLUMN (for a renamed "
+                   "column, e.g. obs=steps.observation); repeatable.")
+@_friendly_errors
+def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
+                tensors: tuple[str, ...]) -> None:
+    """Run a SQL QUERY over STORE with DuckDB.
+
+    Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
+    discounted_return(rewards, gamma), success_rate(flag), smoothed(n), ema(weight),
+    steps_to_threshold(tag, threshold[, direction := 'below']). See docs/format.md for the columns.
+
+    Binary-layout tensors (convert's default) are BLOBs in steps and memory; the views
+    steps_decoded, memory_decoded and transitions_decoded hold them decoded to arrays of their
+    dtype and shape, exactly, and tensor_<dtype>_<shape>(blob) decodes one (`rlarrow info STORE`
+    lists the tensor columns).
+
+    csv, json and parquet stream the result batch by batch, whatever its size. In csv and json,
+    tensors are nested lists ([[1.0, 2.0], [3.0, 4.0]]) and dict observations JSON objects;
+    floats read back exactly; NaN and infinities are NaN, Infinity, -Infinity (strings in json).
+
+    \b
+    Examples:
+      rlarrow sql runs.rlarrow 'select run_id, avg("return") from episodes group by all'
+      rlarrow sql runs.rlarrow "select * from transitions" -o transitions.parquet --format parquet
+      rlarrow sql runs.rlarrow "select step, observation from steps limit 5" --format json
+      rlarrow sql runs.rlarrow "select states[1] from memory_decoded limit 5"
+      rlarrow sql runs.rlarrow "select * from steps_to_threshold('train/loss', 0.05, direction := 'below')"
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    import duckdb
+    import pyarrow as pa
+
+    from rlarrow.query import output as _export
+    from rlarrow.query.connection import _store, connect, export_relation
+
+    given: dict[str, str] = {}
+    for item in tensors:
+        name, eq, column = item.partition("=")
+        if not eq or not name or "." not in column:
+            raise click.UsageError(f"--tensor {item!r}: write NAME=TABLE.COLUMN, e.g. obs=steps.observation")
+        given[name] = column
+    if fmt == "table" and output is not None:
+        fmt = "csv"
+    binary_out: Any = None
+    if fmt != "table" and output is None:
+        binary_out = getattr(sys.stdout, "buffer", None)
+        if binary_out is None:
+            raise click.UsageError("stdout takes no bytes here; give -o FILE")
+        if fmt == "parquet" and binary_out.isatty():
+            raise click.UsageError("--format parquet writes binary: give -o FILE, or pipe stdout to a file")
+    st = _store(store)
+    try:
+        hints = _export.resolve_tensor_types(st, given)
+    except ValueError as exc:
+        raise click.UsageError(_cli_spelling(str(exc))) from None
+    con = connect(st)
+    try:
+        try:
+            rel = con.sql(query)
+        except duckdb.Error as exc:
+            raise click.ClickException(f"{exc}\n(views: runs, episodes, steps, scalars, memory, "
+                                       "transitions; `rlarrow info STORE` lists the columns)") from None
+        if rel is None:
+            click.echo("ok")
+            return
+        if fmt == "table":
+            click.echo(_box(rel, max_rows))
+            return
+        try:
+            rows = export_relation(st, rel, binary_out if output is None else output, fmt, hints=hints,
+                                   overwrite=True)
+        except (duckdb.Error, pa.ArrowException) as exc:
+            raise click.ClickException(f"the query failed while its rows were written: {exc}") from None
+    finally:
+        con.close()
+    if output is not None:
+        click.echo(f"wrote {rows} rows to {output}", err=True)
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--tag", "tags", multiple=True, help="A scalar tag to draw (repeat for more panels).")
+@click.option("--run", "runs", multiple=True, metavar="RUN",
+              help="Only this run, by id or name (repeat for more); default: all.")
+@click.option("--group-by", metavar="name|source|KEY",
+              help="Draw mean ± std per group of runs: by a runs column (name, source, ...) or a metadata "
+                   "key (algo, params.lr); default: one across all runs.")
+@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Moving average over this many points (--episodes: 10 when not given).")
+@click.option("--episodes", is_flag=True,
+              help="Draw episode returns against env steps (curve and histogram) instead of tags.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The image to write (png, svg, pdf).")
+@_friendly_errors
+def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str | None, smooth: int,
+         episodes: bool, output: str) -> None:
+    """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes).
+
+    A line per run and, with two runs or more, their mean ± std: one band per group with
+    --group-by (runs of different algorithms apart), else one across all runs.
+
+    \b
+    Examples:
+      rlarrow plot runs.rlarrow --tag train/loss --group-by algo --smooth 10 -o loss.png
+      rlarrow plot runs.rlarrow --episodes --run ppo-seed1 --run ppo-seed2 -o returns.svg
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    from rlarrow.query.plot import plot_episodes, plot_scalars
+
+    if episodes == bool(tags):
+        raise click.UsageError("give --tag TAG (one or more), or --episodes")
+    if episodes:
+        plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, group_by=group_by, output=output)
+    else:
+        plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, group_by=group_by,
+                     output=output)
+    click.echo(f"wrote {output}")
+
+
+def _shorten_metadata(value: Any, width: int = 72) -> str:
+    """Run metadata on one line: ``key=value`` pairs, long values and the whole line cut with ``...``."""
+
+    def compact(item: Any) -> str:
+        if isinstance(item, dict):
+            return "{" + ",".join(f"{k}:{compact(v)}" for k, v in item.items()) + "}"
+        if isinstance(item, list):
+            return "[" + ",".join(compact(v) for v in item) + "]"
+        if isinstance(item, float):
+            return f"{item:.6g}"  # a float32 stored as its float64 value reads 0.0003, not 0.000300000014
+        return json.dumps(item, ensure_ascii=False)
+
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            text = compact(item)
+            items.append(f"{key}={text if len(text) <= 24 else text[:21] + '...'}")
+        line = " ".join(items)
+    else:
+        line = "metadata=" + compact(value)
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def _box(rel: Any, max_rows: int) -> str:
+    """DuckDB's own readable table, cut at ``max_rows`` rows."""
+    total = rel.count("*").fetchall()[0][0] if max_rows else 0
+    shown = rel.limit(max_rows) if max_rows and total > max_rows else rel
+    text = str(shown)
+    if max_rows and total > max_rows:
+        text += f"({total} rows; {max_rows} shown: --max-rows N for more, or --format csv)\n"
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rlarrow`` command."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="rlarrow")

@@ -1,0 +1,36 @@
+"""Optional dependencies, imported only when a feature needs them."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from rlarrow.core.errors import MissingDependencyError
+
+# module name -> (extra that provides it, what it is for)
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "PyTorch datasets and tensors"),
+    "tensorboard": ("tensorboard", "reading back with TensorBoard"),
+    "dm_env": ("dm-env", "recording dm_env environments"),
+    "envlogger": ("envlogger", "reading and writing envlogger directories"),
+    "matplotlib": ("plot", "plots"),
+    "gymnasium": ("gym", "recording gymnasium environments"),
+    "ray": ("ray", "Ray Data over a store"),
+}
+
+
+def require(module: str, *, feature: str | None = None) -> ModuleType:
+    """Import an optional dependency or raise an error naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        top = module.split(".")[0]
+        if exc.name is not None and exc.name != top and not exc.name.startswith(top + "."):
+            raise  # the module exists but one of *its* dependencies is missing
+        extra, purpose = OPTIONAL.get(top, (top, top))
+        what = feature or purpose
+        raise MissingDependencyError(
+            f"{what} needs the optional dependency {top!r}, which is not installed; "
+            f"install it with: pip install 'rlarrow[{extra}]'",
+            name=top,
+        ) from exc

@@ -1,0 +1,431 @@
+"""Episode buffers and their commits, shared by the recorders (dm_env and gymnasium).
+
+A recorder appends each step's values to its environment's :class:`Lane` (its hot path):
+one list per column for all the lane's episodes, one after another, so that a commit
+slices each list once whatever the number of episodes in it. A :class:`Sink` turns the
+rows that are complete into one ``steps`` table per commit (RLDS alignment), with the
+ended episodes' ``episodes`` rows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.step_columns import actions as _actions
+from rlarrow.core.step_columns import ordered as _ordered
+from rlarrow.core.step_columns import scalars as _scalars
+from rlarrow.core.step_columns import stack as _stack
+from rlarrow.core.store import Store
+
+__all__ = ["Arena", "Episode", "Lane", "Sink"]
+
+#: an arena holds at most this many bytes before it grows past the flush size
+_ARENA_BYTES = 256 << 20
+#: observations of at most this many bytes are kept as ``bytes`` (see :class:`Lane`), larger
+#: ones in an :class:`Arena`: ``tobytes`` and a join at commit copy a 200-byte board in a
+#: third of the time an arena's row assignment takes, a 7 KB frame in twice the time
+PACKED_BYTES = 512
+
+
+def checked_row(value: Any, shape: tuple[int, ...], dtype: Any, where: str) -> np.ndarray:
+    """``value`` as an array of the spec's shape and dtype (a cast, as assignment makes one).
+
+    Raises:
+        ValueError: another shape, naming ``where`` (the environment) and both shapes.
+    """
+    arr = np.asarray(value, dtype=dtype)
+    if arr.shape != shape:  # assigning would broadcast it silently
+        raise ValueError(f"{where} returned an observation of shape {arr.shape}; its "
+                         f"observation spec says {shape}. Fix the environment or its spec")
+    return arr
+
+
+class Arena:
+    """Preallocated rows for one plain (non-nested) observation array, of one lane.
+
+    A recorder copies each step's observation into the next free row (no allocation per
+    step): the lane's row t is the arena's row t, so a commit takes its first rows as one
+    view and nothing is stacked. After a commit the rows still needed (the newest one of
+    an open episode) move to the front.
+
+    Args:
+        shape, dtype: one observation's shape and dtype (the spec's).
+        rows: rows to allocate at first (more are added when needed).
+        where: what to name in errors (the environment).
+    """
+
+    __slots__ = ("buf", "n", "rows", "shape", "where")
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, rows: int, where: str = "the environment") -> None:
+        self.shape = tuple(shape)
+        self.where = where
+        row_bytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        self.buf = np.empty((max(2, min(rows, _ARENA_BYTES // row_bytes)), *self.shape), dtype)
+        self.rows = len(self.buf)  # allocated
+        self.n = 0  # used
+
+    def put(self, value: Any) -> None:
+        """Copy one observation into the next row."""
+        i = self.n
+        if i == self.rows:
+            grown = np.empty((2 * i, *self.shape), self.buf.dtype)
+            grown[:i] = self.buf
+            self.buf, self.rows = grown, 2 * i
+        if type(value) is not np.ndarray or value.shape != self.shape:
+            value = checked_row(value, self.shape, self.buf.dtype, self.where)
+        self.buf[i] = value
+        self.n = i + 1
+
+    def restart(self, taken: int, *, reuse: bool) -> None:
+        """Drop the first ``taken`` rows; the rest move to the front (of a new buffer unless ``reuse``).
+
+        ``reuse`` only when nothing refers to the taken rows any more (their commit is done).
+        """
+        left = self.n - taken
+        buf = self.buf if reuse else np.empty_like(self.buf)  # same row count
+        if left:
+            buf[:left] = self.buf[taken:self.n]  # NumPy copies through a buffer where they overlap
+        self.buf, self.n = buf, left
+
+
+class Episode:
+    """One episode's place in its lane and what its ``episodes`` row needs."""
+
+    __slots__ = (
+        "ended",
+        "env_index",
+        "episode_id",
+        "finished",
+        "first",
+        "first_discount",
+        "first_reward",
+        "meta",
+        "ret",
+        "start",
+        "terminated",
+    )
+
+    def __init__(self, episode_id: int, env_index: int = 0) -> None:
+        self.episode_id = episode_id
+        self.env_index = env_index
+        self.first = 0  # the lane's row holding its first uncommitted step
+        self.start = 0  # that step's index in the episode (the rows before it are committed)
+        self.ret = 0.0
+        self.meta: Any = None
+        self.finished = False  # no rows will follow: ended, or cut (a reset or close before its end)
+        self.ended = False  # by the environment (LAST, terminated or truncated)
+        self.terminated = False
+        self.first_reward: Any = None
+        self.first_discount: Any = None
+
+
+class Lane:
+    """One environment's rows not yet committed, its episodes one after another.
+
+    Row t holds observation t with the action taken on it and the reward and discount that
+    followed (RLDS). ``action``, ``reward`` and ``discount`` lack only the newest row of an
+    open episode (its action is not known yet); a finished episode's last row has None in
+    them. ``custom`` (step metadata) is either empty or has every row. With an
+    :class:`Arena`, observations are its rows and ``obs`` stays empty; with ``packed``
+    (``(shape, dtype)``), ``obs`` holds each observation's bytes (C order), joined into one
+    array at commit. A lane with either is its sink's only one.
+    """
+
+    __slots__ = ("action", "arena", "custom", "discount", "env_index", "episodes", "obs", "packed", "reward")
+
+    def __init__(self, env_index: int = 0) -> None:
+        self.env_index = env_index
+        self.obs: list[Any] = []
+        self.action: list[Any] = []
+        self.reward: list[Any] = []
+        self.discount: list[Any] = []
+        self.custom: list[Any] = []
+        self.episodes: list[Episode] = []  # those with uncommitted rows (or open), in order
+        self.arena: Arena | None = None
+        self.packed: tuple[tuple[int, ...], np.dtype[Any]] | None = None
+
+    @property
+    def rows(self) -> int:
+        """Steps held so far."""
+        return self.arena.n if self.arena is not None else len(self.obs)
+
+    @property
+    def current(self) -> Episode | None:
+        """The episode being recorded (None when there is none, or it finished)."""
+        ep = self.episodes[-1] if self.episodes else None
+        return ep if ep is not None and not ep.finished else None
+
+    def begin(self, ep: Episode, first: int | None = None) -> None:
+        """Start ``ep`` at lane row ``first`` (default: the newest, its first observation's).
+
+        An unfinished episode before it is cut (``partial_end``). The caller adds the first
+        row's observation before, and its step metadata (if the lane keeps any) after.
+        """
+        if self.current is not None:
+            self.cut()
+        ep.first = self.rows - 1 if first is None else first
+        self.episodes.append(ep)
+
+    def end(self, terminated: bool) -> None:
+        """The environment ended the current episode (after its last row was added)."""
+        ep = self.episodes[-1]
+        ep.ended, ep.terminated = True, terminated
+        self.cut()
+
+    def cut(self) -> None:
+        """Finish the current episode: its newest row gets no action, reward or discount."""
+        self.episodes[-1].finished = True
+        self.action.append(None)
+        self.reward.append(None)
+        self.discount.append(None)
+
+
+class _Rows:
+    """The rows one commit takes from its lanes, column by column."""
+
+    __slots__ = ("action", "discount", "episodes", "has_metadata", "metadata", "observation", "pads",
+                 "reward", "rows")
+
+    def __init__(self) -> None:
+        self.rows = 0
+        #: per episode: (episode_id, env_index, first step, rows, ended, terminal)
+        self.episodes: list[tuple[int, int, int, int, bool, bool]] = []
+        self.observation: Any = []  # a list, or one array (from a lane with an arena or packed rows)
+        self.action: list[Any] = []
+        self.reward: list[Any] = []
+        self.discount: list[Any] = []
+        self.metadata: list[Any] = []
+        self.has_metadata = False
+        self.pads: list[int] = []  # rows with no action (an episode's last)
+
+
+class Sink:
+    """Commits its lanes' complete rows to a store, under a flush policy.
+
+    Args:
+        store: the store; ``own_store``: close it on :meth:`close`.
+        run_id: the run the rows belong to.
+        action_dtype: the dtype of plain (non-nested) actions, None for nested ones.
+        flush_every_steps, flush_every_seconds, background: see :class:`rlarrow.EnvLogger`.
+        num_envs: one :class:`Lane` per environment (``env_index``), in :attr:`lanes`.
+        types: the store's ``observation`` and ``action`` column types (from
+            :func:`rlarrow.core.step_columns.declare_steps`): dict values are committed in their
+            struct field order.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        *,
+        own_store: bool,
+        action_dtype: Any,
+        flush_every_steps: int | None,
+        flush_every_seconds: float | None,
+        background: bool,
+        num_envs: int = 1,
+        types: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.types = types or {}
+        self.run_id = run_id
+        self.own_store = own_store
+        self.action_dtype = action_dtype
+        self.flush_every_steps = flush_every_steps
+        self.flush_every_seconds = flush_every_seconds
+        self.lanes = [Lane(i) for i in range(num_envs)]
+        self.next_episode = 0
+        self.unflushed = 0
+        self.last_flush = time.monotonic()
+        self._pending: Any = None
+        self._pool: Any = None
+        if background:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
+
+    def new_episode(self, env_index: int = 0) -> Episode:
+        """A new episode with the run's next episode id (for :meth:`Lane.begin`)."""
+        ep = Episode(self.next_episode, env_index)
+        self.next_episode += 1
+        return ep
+
+    def due(self) -> bool:
+        """Whether the flush policy asks for a commit now."""
+        return (self.flush_every_steps is not None and self.unflushed >= self.flush_every_steps) or (
+            self.flush_every_seconds is not None
+            and time.monotonic() - self.last_flush >= self.flush_every_seconds
+        )
+
+    @staticmethod
+    def _take(lane: Lane, out: _Rows, ended: list[Episode]) -> int:
+        """Move the lane's rows that are ready into ``out``; return how many.
+
+        All of them when its last episode finished, else all but the newest, whose action
+        is not known yet. Each episode's rewards taken are added to its return (in order,
+        as ``sum`` does); the episodes finished are appended to ``ended``.
+        """
+        eps = lane.episodes
+        if not eps:
+            return 0
+        rows = lane.rows
+        k = rows if eps[-1].finished else rows - 1
+        if k <= 0:
+            return 0
+        base, reward, env = out.rows, lane.reward, lane.env_index
+        info = out.episodes
+        last = len(eps) - 1
+        for j, ep in enumerate(eps):
+            lo = ep.first
+            hi = eps[j + 1].first if j < last else k
+            n = hi - lo
+            if n <= 0:  # an open episode of one row: its newest
+                continue
+            rewards = reward[lo:hi - 1] if ep.finished else reward[lo:hi]  # a finished one's last is None
+            try:
+                ep.ret = sum(rewards, ep.ret)
+            except TypeError:  # a None reward (not dm_env's contract, but kept as a null)
+                ep.ret = sum((r for r in rewards if r is not None), ep.ret)
+            info.append((ep.episode_id, env, ep.start, n, ep.ended, ep.ended and ep.terminated))
+            ep.start += n
+            if ep.finished:
+                out.pads.append(base + hi - 1)
+                ended.append(ep)
+        open_ep = eps[-1]
+        lane.episodes = [] if open_ep.finished else [open_ep]
+        open_ep.first = 0
+        out.action += lane.action[:k]
+        out.reward += reward[:k]
+        out.discount += lane.discount[:k]
+        del lane.action[:k], lane.reward[:k], lane.discount[:k]
+        if lane.custom:
+            out.metadata += lane.custom[:k]
+            out.has_metadata = True
+            del lane.custom[:k]
+        else:
+            out.metadata += [None] * k
+        if lane.arena is not None:
+            out.observation = lane.arena.buf[:k]  # a view; the arena restarts after the commit
+        elif lane.packed is not None:
+            shape, dtype = lane.packed
+            out.observation = np.frombuffer(b"".join(lane.obs[:k]), dtype).reshape(k, *shape)
+            del lane.obs[:k]
+        else:
+            out.observation += lane.obs[:k]
+            del lane.obs[:k]
+        out.rows = base + k
+        return k
+
+    def flush(self, *, final: bool = False, wait: bool = True) -> None:
+        """Commit every complete row recorded so far (and the episodes that ended).
+
+        With ``final``, also the newest row of an unfinished episode, which is cut (its
+        ``episodes`` row is marked ``partial_end``): what :meth:`close` does. One commit
+        per call. The automatic flushes (``flush_every_*``) pass ``wait=False``: with
+        ``background`` the commit then runs in a writer thread while the environment
+        steps on (one commit in flight at a time, in order).
+
+        Raises:
+            StoreError: an earlier background commit failed (nothing after it was committed).
+        """
+        rows = _Rows()
+        ended: list[Episode] = []
+        arenas = []
+        for lane in self.lanes:
+            if final and lane.current is not None:
+                lane.cut()
+            taken = self._take(lane, rows, ended)
+            if lane.arena is not None:
+                arenas.append((lane.arena, taken))
+        ep_rows = self._episode_rows(ended) if ended else None
+        self.unflushed = 0
+        self.last_flush = time.monotonic()
+        self._wait()  # one commit in flight at most: order kept, memory bounded
+        if self._pool is not None and not wait:
+            self._pending = self._pool.submit(self._commit, rows, ep_rows)
+            for arena, taken in arenas:
+                arena.restart(taken, reuse=False)  # the commit in flight reads the old rows
+        else:
+            try:
+                self._commit(rows, ep_rows)
+            finally:
+                for arena, taken in arenas:
+                    arena.restart(taken, reuse=True)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()  # re-raises a failed background commit
+
+    def _commit(self, rows: _Rows, ep_rows: dict[str, Any] | None) -> None:
+        data: dict[str, Any] = {}
+        if rows.rows:
+            ids, envs, starts, lengths, ended, terminal = (
+                np.array(c) for c in zip(*rows.episodes, strict=True))
+            lengths = lengths.astype(np.int64)
+            firsts = np.cumsum(lengths) - lengths  # each episode's first row in the commit
+            step = np.arange(rows.rows, dtype=np.int64) + np.repeat(starts.astype(np.int64) - firsts, lengths)
+            is_last = np.zeros(rows.rows, bool)
+            is_last[firsts + lengths - 1] = ended
+            is_terminal = np.zeros(rows.rows, bool)
+            is_terminal[firsts + lengths - 1] = terminal
+            pads = np.zeros(rows.rows, bool)
+            pads[rows.pads] = True
+            table = _schema.build(
+                "steps",
+                {
+                    "run_id": self.run_id,
+                    "episode_id": np.repeat(ids.astype(np.int64), lengths),
+                    "step": step,
+                    "env_index": np.repeat(envs.astype(np.int32), lengths),
+                    "observation": (rows.observation if isinstance(rows.observation, np.ndarray)
+                                    else _ordered(_stack(rows.observation), self.types.get("observation"))),
+                    "action": _actions(rows.action, self.action_dtype, pads, self.types.get("action")),
+                    "reward": _scalars(rows.reward),
+                    "discount": _scalars(rows.discount),
+                    "is_first": step == 0,
+                    "is_last": is_last,
+                    "is_terminal": is_terminal,
+                    "metadata": rows.metadata if rows.has_metadata else None,
+                },
+                num_rows=rows.rows,
+                established=self.store.schema("steps"),
+            )
+            data["steps"] = table
+        if ep_rows is not None:
+            data["episodes"] = ep_rows
+        self.store.append_together(data)  # one commit: one manifest write for both tables
+
+    def _episode_rows(self, eps: list[Episode]) -> dict[str, Any]:
+        def meta(ep: Episode) -> Any:
+            if ep.first_reward is None and ep.first_discount is None:
+                return ep.meta
+            return {"episode_fn": ep.meta, "first_reward": ep.first_reward,
+                    "first_discount": ep.first_discount}
+
+        return {
+            "run_id": self.run_id,
+            "partial_start": False,
+            "episode_id": [ep.episode_id for ep in eps],
+            "env_index": [ep.env_index for ep in eps],
+            "num_steps": [ep.start for ep in eps],
+            "return": [ep.ret for ep in eps],
+            "terminated": [ep.terminated for ep in eps],
+            "truncated": [ep.ended and not ep.terminated for ep in eps],
+            "partial_end": [not ep.ended for ep in eps],
+            "metadata": [meta(ep) for ep in eps],
+        }
+
+    def close(self) -> None:
+        """Commit everything (open episodes as ``partial_end``), stop the writer thread, close."""
+        try:
+            self.flush(final=True)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            if self.own_store:
+                self.store.close()

@@ -1,0 +1,201 @@
+"""Errors and warnings raised by rlarrow.
+
+Every error rlarrow raises on purpose derives from :class:`RLArrowError`, so one
+``except rlarrow.RLArrowError`` catches them all::
+
+    RLArrowError
+    ├── SchemaMismatchError      data does not fit a table's schema (all problems listed)
+    ├── InvalidInputError        an input file or directory cannot be used
+    │   ├── UnsupportedInputError    not a format rlarrow reads (or not an rlarrow file)
+    │   └── CorruptFileError         truncated or damaged file (names file and offset/row)
+    ├── FormatVersionError       written by an incompatible rlarrow format version
+    ├── StoreError               store missing, already present, or in a state rlarrow refuses
+    └── MissingDependencyError   an optional extra is not installed (also a ModuleNotFoundError)
+
+    RLArrowWarning
+    ├── FormatVersionWarning     written by a newer minor format version
+    ├── AssumptionWarning        an importer had to assume something the input does not say
+    └── TruncatedInputWarning    an input ends in an incomplete record (what came before was read)
+
+Errors from pyarrow, DuckDB and the file system are translated at the boundary
+(``raise ... from exc``) and carry the path of the file involved.
+
+Example:
+    >>> import rlarrow
+    >>> try:
+    ...     rlarrow.Store.open("no/such/store")
+    ... except rlarrow.StoreError as exc:
+    ...     print(type(exc).__name__)
+    StoreError
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = [
+    "AssumptionWarning",
+    "CorruptFileError",
+    "FormatVersionError",
+    "FormatVersionWarning",
+    "InvalidInputError",
+    "MissingDependencyError",
+    "RLArrowError",
+    "RLArrowWarning",
+    "SchemaMismatchError",
+    "StoreError",
+    "TruncatedInputWarning",
+    "UnsupportedInputError",
+]
+
+
+class RLArrowError(Exception):
+    """Base class of every error rlarrow raises on purpose."""
+
+
+class _Pickles:
+    """Pickling for errors and warnings whose ``__init__`` takes more than their message.
+
+    They cross processes whole: DataLoader workers, multiprocessing, Ray tasks.
+    """
+
+    args: tuple[Any, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    err = cls.__new__(cls)
+    BaseException.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
+class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
+    """Data does not match a table's schema.
+
+    The message lists the problems, then, when both schemas are known, one line per
+    column that differs (``observation: store has float32 (4,), data has uint8 (84, 84,
+    3)``), never the whole schemas: those are in ``expected`` and ``got``.
+
+    Attributes:
+        table: the table the data was meant for.
+        problems: every problem found, one line each.
+        expected: the schema the data should have had (an Arrow schema, or the table's
+            column description), or None.
+        got: the data's schema, or None.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        problems: list[str],
+        *,
+        expected: object = None,
+        got: object = None,
+    ) -> None:
+        self.table = table
+        self.problems = list(problems)
+        self.expected = expected
+        self.got = got
+        lines = [f"data for table {table!r} does not match its schema ({len(problems)} problem(s)):"]
+        lines += [f"  - {p}" for p in problems]
+        differences = _column_differences(expected, got)
+        if differences is not None:
+            lines.append("column by column (expected schema: the store's; got schema: the data's):")
+            lines += [f"    {d}" for d in differences]
+        elif expected is not None or got is not None:
+            lines.append("expected schema: the table's columns (rlarrow.core.schema.table(name).describe()); "
+                         "got schema: the data's (the error's .expected and .got)")
+        super().__init__("\n".join(lines))
+
+
+def _column_differences(expected: object, got: object) -> list[str] | None:
+    """One line per column whose type differs between two Arrow schemas (None: not two schemas)."""
+    try:
+        import pyarrow as pa
+
+        from rlarrow.core.schema import column_differences
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return None
+    if not isinstance(expected, pa.Schema) or not isinstance(got, pa.Schema):
+        return None
+    return column_differences(expected, got) or [
+        "(every column has the same type: their order or nullability differs)"]
+
+
+class InvalidInputError(_Pickles, RLArrowError, ValueError):
+    """An input file or directory cannot be used.
+
+    Attributes:
+        path: the file or directory at fault.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, message: str) -> None:
+        self.path = None if path is None else os.fspath(path)
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class UnsupportedInputError(InvalidInputError):
+    """The input is not in a format rlarrow reads, or not an rlarrow file."""
+
+
+class CorruptFileError(InvalidInputError):
+    """The input is truncated or damaged.
+
+    Attributes:
+        offset: byte offset of the damage, when known.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        message: str,
+        *,
+        offset: int | None = None,
+    ) -> None:
+        self.offset = offset
+        if offset is not None:
+            message = f"at byte {offset}: {message}"
+        super().__init__(path, message)
+
+
+class FormatVersionError(RLArrowError):
+    """A store or file was written with a format version this rlarrow cannot read as is."""
+
+
+class StoreError(RLArrowError):
+    """A store is missing, already exists, or is in a state rlarrow refuses to touch."""
+
+
+class MissingDependencyError(RLArrowError, ModuleNotFoundError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+
+class RLArrowWarning(UserWarning):
+    """Base class of rlarrow's warnings."""
+
+
+class FormatVersionWarning(RLArrowWarning):
+    """A store or file was written by a newer minor format version than this rlarrow knows."""
+
+
+class AssumptionWarning(RLArrowWarning):
+    """An importer assumed something its input does not say (the message says what)."""
+
+
+class TruncatedInputWarning(_Pickles, RLArrowWarning):
+    """An input ends in an incomplete record (a writer still running, or killed).
+
+    Every complete record before it was read. Attributes: ``path``, the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {message}")
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())

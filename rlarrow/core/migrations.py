@@ -1,0 +1,147 @@
+"""Format migrations: upgrading a store written by an older major schema version.
+
+Every table's schema has a ``MAJOR.MINOR`` version (``schemas/<table>.v<MAJOR>.json``).
+A minor version only adds nullable columns, so older readers still read the data (they
+warn). A major version changes what existing columns mean or how they are stored;
+opening a store of an older major version raises :class:`~rlarrow.FormatVersionError`
+naming ``rlarrow migrate STORE``, which runs the migration functions registered here,
+one major version at a time, file by file, each rewrite journaled like a compaction
+(a process killed mid-migration leaves the store as it was or migrated, never mixed
+within a file).
+
+Version 1 is the first released data model, so no migration ships yet; one for
+version N -> N+1 is registered with::
+
+    @register_migration("steps", from_major=1)
+    def steps_v1_to_v2(table: pa.Table) -> pa.Table:
+        ...  # return the table in the v2 layout
+
+Example:
+    >>> from rlarrow.core import migrations
+    >>> migrations.registered()
+    []
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import FormatVersionError
+from rlarrow.core.progress import iterate as _iterate
+from rlarrow.core.store import Store, _encode_schema
+
+__all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
+
+Migration = Callable[[pa.Table], pa.Table]
+_REGISTRY: dict[tuple[str, int], Migration] = {}
+
+
+def register_migration(table: str, *, from_major: int) -> Callable[[Migration], Migration]:
+    """Register ``fn(table) -> table`` upgrading ``table`` from ``from_major`` to the next major."""
+
+    def decorator(fn: Migration) -> Migration:
+        _REGISTRY[(table, from_major)] = fn
+        return fn
+
+    return decorator
+
+
+def unregister_migration(table: str, *, from_major: int) -> None:
+    """Remove a registered migration (tests and plug-ins)."""
+    _REGISTRY.pop((table, from_major), None)
+
+
+def registered() -> list[tuple[str, int]]:
+    """``(table, from_major)`` of every registered migration."""
+    return sorted(_REGISTRY)
+
+
+def _plan(table: str, got_major: int, want_major: int) -> list[Migration]:
+    steps = []
+    for major in range(got_major, want_major):
+        fn = _REGISTRY.get((table, major))
+        if fn is None:
+            raise FormatVersionError(
+                f"no migration is registered for table {table!r} from schema v{major} to "
+                f"v{major + 1}; this store cannot be upgraded by this rlarrow "
+                f"(registered: {registered() or 'none'})"
+            )
+        steps.append(fn)
+    return steps
+
+
+def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bool = False) -> list[str]:
+    """Upgrade the store at ``path`` in place to the current format; returns what was done.
+
+    Tables already current are left alone, so running it twice is harmless.
+
+    Raises:
+        FormatVersionError: a table needs a migration that is not registered, or the
+            store is newer than this rlarrow.
+    """
+    store = Store(path, _check_versions=False)
+    actions: list[str] = []
+    with store._locked():
+        manifest: dict[str, Any] = store._recover(store._read_manifest())
+        fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
+        if fmt[0] > _schema.FORMAT_VERSION[0]:
+            raise FormatVersionError(f"{path}: store format {fmt[0]} is newer than this rlarrow; "
+                                     "upgrade with: pip install -U rlarrow")
+        plans: dict[str, list[Migration]] = {}
+        for name, entry in manifest["tables"].items():
+            got = _schema.parse_version(entry.get("schema_version", "0.0"))
+            table = name.partition(".")[0]  # a further layout TABLE.N migrates as its table
+            if table not in _schema.TABLE_NAMES:
+                continue  # a table of a newer minor format: not this rlarrow's to migrate
+            want = _schema.table(table).version
+            if got[0] > want[0]:
+                raise FormatVersionError(f"{path}: table {name!r} is schema v{got[0]}, newer than "
+                                         "this rlarrow; upgrade with: pip install -U rlarrow")
+            if got[0] < want[0]:
+                plans[name] = _plan(table, got[0], want[0])
+                actions.append(f"{name}: schema v{got[0]} -> v{want[0]} "
+                               f"({len(entry['files'])} file(s), {entry['rows']} rows)")
+        if fmt < _schema.FORMAT_VERSION:
+            actions.append(f"store format {_schema.format_version(fmt)} -> "
+                           f"{_schema.format_version(_schema.FORMAT_VERSION)}")
+        if dry_run or not actions:
+            return actions or ["nothing to do: the store is current"]
+        for name, fns in plans.items():
+            spec = _schema.table(name.partition(".")[0])
+
+            def transform(data: pa.Table, fns: list[Migration] = fns, table: str = spec.name) -> pa.Table:
+                for fn in fns:
+                    data = fn(data)
+                return _schema.conform(table, data)
+
+            version = _schema.format_version(spec.version)
+            entry = manifest["tables"][name]
+            names = [f["name"] for f in entry["files"]]
+            for file_name in _iterate(names, f"migrate {name}", "file", None if progress else False):
+                # A file's own footer says whether an interrupted run already migrated it.
+                info = _schema.read_file_info(store.path / name / file_name)
+                if info.schema_version[0] < spec.version[0]:
+                    store._replace(manifest, name, [file_name], transform=transform)
+            entry = manifest["tables"][name]
+            entry["schema_version"] = version
+            entry["schema"] = None
+            if entry["files"]:
+                first = _schema.read_file_info(store.path / name / entry["files"][0]["name"])
+                entry["schema"] = _encode_schema(first.schema.remove_metadata())
+            store._write_manifest(manifest)
+        for name in _schema.TABLE_NAMES:  # tables added since the store was written
+            if name not in manifest["tables"]:
+                (Path(path) / name).mkdir(exist_ok=True)
+                manifest["tables"][name] = {
+                    "schema_version": _schema.format_version(_schema.table(name).version),
+                    "schema": None, "rows": 0, "files": [],
+                }
+        manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
+        store._write_manifest(manifest)
+    return actions

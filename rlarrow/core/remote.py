@@ -1,0 +1,270 @@
+"""A store on object storage (S3, GCS, Azure, HDFS, ...) through pyarrow filesystems.
+
+A store is a manifest (``_rlarrow_store.json``) and immutable Parquet files, so it can live
+anywhere pyarrow can read. Writing needs a local (or shared POSIX) directory: a store's
+commits rename files and take a lock, which object stores do not offer. The way to a
+bucket is to write locally, then :func:`push` (or ``rlarrow push STORE URI``): it copies
+the committed files that are not there yet and writes the manifest last, so a reader of the
+bucket sees either the old store or the new one, whole.
+
+:class:`RemoteStore` reads a store at a URI (``s3://bucket/runs.rlarrow``,
+``gs://...``, ``file:///...``) or on a given ``pyarrow.fs.FileSystem``: its tables as
+pyarrow datasets (DuckDB and Polars scan those), or whole; :mod:`rlarrow.train.ray` and
+:class:`rlarrow.train.torch.StreamingDataset` take it as they take a local store.
+
+Example:
+    >>> import rlarrow, tempfile, os
+    >>> from rlarrow.core.remote import RemoteStore, push
+    >>> tmp = tempfile.mkdtemp()
+    >>> with rlarrow.Store.create(f"{tmp}/local") as st:
+    ...     _ = st.append("scalars", {"run_id": "r", "scope": "train", "tag": "train/loss",
+    ...                               "step": [0, 1], "value": [1.0, 0.5]})
+    ...     copied = push(st, f"file://{tmp}/bucket/runs.rlarrow", progress=False)
+    >>> remote = RemoteStore(f"file://{tmp}/bucket/runs.rlarrow")
+    >>> remote.read("scalars", columns=["step", "value"]).to_pydict()
+    {'step': [0, 1], 'value': [1.0, 0.5]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.progress import bar
+from rlarrow.core.store import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    Store,
+    _decode_schema,
+    _layout_number,
+    _logical,
+    _pending_parts,
+    check_manifest_versions,
+    parse_manifest,
+    union_layouts,
+)
+from rlarrow.core.store.manifest import is_plain_file_name
+
+__all__ = ["RemoteStore", "push", "resolve"]
+
+_COPY_CHUNK = 8 << 20
+
+
+def resolve(location: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None,
+            ) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of a store location: a URI, or a path on ``filesystem`` (default: local)."""
+    text = os.fspath(location)
+    if filesystem is not None:
+        return filesystem, text.rstrip("/")
+    if "://" in text:
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowInvalid, ValueError, OSError) as exc:
+            raise StoreError(f"{text}: pyarrow cannot open this location ({exc}); give a URI it "
+                             "knows (s3://, gs://, abfs://, hdfs://, file://) or pass filesystem=") from exc
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(text)
+
+
+class RemoteStore:
+    """A read-only store on any pyarrow filesystem, as its manifest listed it when opened.
+
+    Args:
+        location: a URI (``s3://bucket/runs.rlarrow``, ``file:///data/runs.rlarrow``) or,
+            with ``filesystem``, a path on it.
+        filesystem: a ``pyarrow.fs.FileSystem`` (credentials, region, endpoint); default:
+            the one the URI names.
+
+    Raises:
+        StoreError: no store there.
+        CorruptFileError: a damaged manifest.
+        FormatVersionError: a store this rlarrow cannot read (see :meth:`rlarrow.Store.open`).
+    """
+
+    def __init__(self, location: str | os.PathLike[str], *,
+                 filesystem: pafs.FileSystem | None = None) -> None:
+        self.filesystem, self.root = resolve(location, filesystem)
+        self.path = os.fspath(location)
+        manifest_path = f"{self.root}/{MANIFEST_NAME}"
+        try:
+            with self.filesystem.open_input_stream(manifest_path) as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: no rlarrow store here (no {MANIFEST_NAME}); copy one "
+                             "there with rlarrow.core.remote.push(store, uri)") from None
+        manifest = parse_manifest(data, self.path + "/" + MANIFEST_NAME)
+        check_manifest_versions(manifest, self.path)
+        pending = manifest.get("pending")
+        if pending and all(self._exists(f"{part['table']}/{n}")
+                           for part in _pending_parts(pending) for n in part["new"]):
+            Store._apply_replacement(manifest, pending)  # the rename was the commit
+        self._manifest = manifest
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{t}={e['rows']}" for t, e in self._manifest["tables"].items() if e["rows"])
+        return f"RemoteStore({self.path!r}, {counts or 'empty'})"
+
+    def _exists(self, rel: str) -> bool:
+        return bool(self.filesystem.get_file_info(f"{self.root}/{rel}").type != pafs.FileType.NotFound)
+
+    def tables(self) -> list[str]:
+        """Names of the store's tables."""
+        return list(self._manifest["tables"])
+
+    def _layouts(self, table: str, layout: int | None) -> list[str]:
+        """The layout directories of ``table`` that ``layout`` selects (None: all of them)."""
+        _schema.table(table)
+        names = sorted((n for n in self._manifest["tables"] if _logical(n) == table), key=_layout_number)
+        if layout is None:
+            return names or [table]
+        chosen = [n for n in names if _layout_number(n) == layout]
+        if not chosen:
+            raise StoreError(f"{self.path}: table {table!r} has no layout {layout} (it has "
+                             f"{', '.join(str(_layout_number(n)) for n in names) or 'none'})")
+        return chosen
+
+    def layouts(self, table: str) -> list[int]:
+        """The layout numbers of ``table`` (see :meth:`rlarrow.Store.layouts`)."""
+        return [_layout_number(n) for n in self._layouts(table, None)]
+
+    def files(self, table: str, *, layout: int | None = None) -> list[str]:
+        """Paths (on :attr:`filesystem`) of the committed Parquet files of ``table``, oldest first.
+
+        ``layout``: one layout's files (:meth:`rlarrow.Store.layouts`); None: every layout's.
+        """
+        out = []
+        for name in self._layouts(table, layout):
+            entry = self._manifest["tables"].get(name, {"files": []})
+            out += [f"{self.root}/{name}/{f['name']}" for f in entry["files"]]
+        return out
+
+    def row_count(self, table: str, *, layout: int | None = None) -> int:
+        """Committed rows of ``table`` (of one layout with ``layout``)."""
+        tables = self._manifest["tables"]
+        return sum(int(tables.get(n, {}).get("rows", 0)) for n in self._layouts(table, layout))
+
+    def schema(self, table: str, *, layout: int | None = None) -> pa.Schema | None:
+        """The store's concrete Arrow schema of ``table`` (None until it holds data).
+
+        With several layouts and no ``layout``: the schema they are read with together
+        (columns whose types differ left out), as :meth:`rlarrow.Store.schema` gives it.
+        """
+        names = self._layouts(table, layout)
+        return union_layouts([(n, self._layout_schema(n)) for n in names])[0]
+
+    def _layout_schema(self, name: str) -> pa.Schema | None:
+        text = self._manifest["tables"].get(name, {}).get("schema")
+        return None if text is None else _decode_schema(text)
+
+    def dataset(self, table: str, *, layout: int | None = None) -> Any:
+        """A ``pyarrow.dataset.Dataset`` over ``table``'s files (DuckDB and Polars scan it).
+
+        Several layouts read together give the columns they share (see :meth:`schema`).
+        """
+        import pyarrow.dataset as ds
+
+        schema = self.schema(table, layout=layout) or _schema.table(table).arrow_schema()
+        located = [(n, self._layout_schema(n) or schema, self.files(table, layout=_layout_number(n)))
+                   for n in self._layouts(table, layout)]
+        located = [(n, own, files) for n, own, files in located if files]
+        if not located:
+            return ds.dataset(schema.empty_table())
+        if len(located) == 1:
+            _, own, files = located[0]
+            return ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+        # several layouts: each read with its own schema, joined by column name (read whole)
+        tables = [ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+                  .to_table(columns=[c for c in schema.names if c in own.names]) for _, own, files in located]
+        joined = pa.concat_tables(tables, promote_options="default")
+        return ds.dataset(joined.select(schema.names).cast(schema))
+
+    def read(self, table: str, columns: Sequence[str] | None = None,
+             filter: Any = None, *, layout: int | None = None) -> pa.Table:  # noqa: A002 - pyarrow's name
+        """Read ``table`` (optionally some columns, a pyarrow filter expression, one layout).
+
+        Raises:
+            CorruptFileError: a file is missing or damaged (the error names the store).
+        """
+        try:
+            result = self.dataset(table, layout=layout).to_table(
+                columns=list(columns) if columns is not None else None, filter=filter)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptFileError(f"{self.path}/{table}", f"cannot read table {table!r} ({exc}); push "
+                                   "the store again to replace missing or damaged files") from exc
+        return result.replace_schema_metadata(_schema.table(table).file_metadata())
+
+
+def push(store: Store | str | os.PathLike[str], destination: str | os.PathLike[str], *,
+         filesystem: pafs.FileSystem | None = None, prune: bool = False,
+         progress: bool | None = None) -> list[str]:
+    """Copy a local store's committed data to ``destination`` (a URI or a path on ``filesystem``).
+
+    Files the destination already has (same name and size: store files never change) are
+    skipped, so pushing again after more commits copies only the new ones. The manifest is
+    written last: readers of the destination see the old store or the new one, never half.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or the path of one.
+        destination: where the copy goes (``s3://bucket/runs.rlarrow``, ``file:///...``).
+        filesystem: a ``pyarrow.fs.FileSystem`` for ``destination`` (default: the URI's).
+        prune: afterwards, delete the destination's data files that the new manifest does
+            not list (files a compaction replaced). Off by default: a reader that opened
+            the old manifest may still be reading them.
+        progress: a progress bar over the bytes copied (None: when stderr is a terminal).
+
+    Returns:
+        The store-relative names of the files copied.
+    """
+    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    fs, root = resolve(destination, filesystem)
+    st.refresh()
+    manifest = json.loads(json.dumps(st._manifest))
+    manifest["pending"] = None
+    manifest["retired"] = []
+    wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))
+                                     for table, entry in manifest["tables"].items() for f in entry["files"]]
+    fs.create_dir(root, recursive=True)
+    for table in manifest["tables"]:
+        fs.create_dir(f"{root}/{table}", recursive=True)
+    have = {}
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File:
+            have[os.path.relpath(info.path, root).replace(os.sep, "/")] = info.size
+    todo = [(rel, size) for rel, size in wanted if have.get(rel) != size]
+    with bar(sum(size for _, size in todo), "push", "B", progress) as pbar:
+        for rel, _ in todo:
+            _copy(Path(st.path) / rel, fs, f"{root}/{rel}", pbar)
+    if not fs.get_file_info(f"{root}/{LOCK_NAME}").type == pafs.FileType.File:
+        with fs.open_output_stream(f"{root}/{LOCK_NAME}"):
+            pass  # a file:// copy is then a whole local store, writable by rlarrow.Store
+    tmp = f"{root}/.{MANIFEST_NAME}.{secrets.token_hex(4)}.tmp"
+    with fs.open_output_stream(tmp) as out:
+        out.write(json.dumps(manifest, indent=1).encode("utf-8"))
+    fs.move(tmp, f"{root}/{MANIFEST_NAME}")
+    if prune:
+        listed = {rel for rel, _ in wanted}
+        for rel in have:
+            table, _, name = rel.partition("/")
+            # a table's own data files only (not readers' links, nothing outside the tables)
+            if table in manifest["tables"] and is_plain_file_name(name) and rel not in listed:
+                fs.delete_file(f"{root}/{rel}")
+    return [rel for rel, _ in todo]
+
+
+def _copy(source: Path, fs: pafs.FileSystem, target: str, pbar: Any) -> None:
+    with open(source, "rb") as src, fs.open_output_stream(target) as out:
+        while True:
+            chunk = src.read(_COPY_CHUNK)
+            if not chunk:
+                break
+            out.write(chunk)
+            pbar.update(len(chunk))

@@ -1,0 +1,286 @@
+"""The store manifest on disk: checked parsing and checked, whole-file writes.
+
+A manifest (``_rlarrow_store.json``) comes from a store someone may have downloaded,
+shared or damaged, so nothing in it is trusted: :func:`parse` checks every key and type
+the store uses, and every file name in it (listed files, ``retired``, the ``pending``
+journal) must be a plain name inside its table directory, so that no manifest can make
+rlarrow read, rename or delete a file outside the store.
+
+:func:`write_file` replaces a file only with a complete, synced copy: every byte written
+(a short write, as on a full disk, is retried or fails), fsync, atomic rename, directory
+fsync. A failure raises :class:`~rlarrow.core.errors.StoreError` and leaves the previous file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+from rlarrow.core.errors import CorruptFileError, StoreError
+
+MANIFEST_NAME = "_rlarrow_store.json"
+
+# A table's first layout is its own directory (``steps``); further layouts of a table with
+# tensor columns are ``steps.2``, ``steps.3``, ... (docs/format.md, "Layouts").
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}(?:\.(?:[2-9]|[1-9][0-9]{1,5}))?\Z")
+_VERSION = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}\Z")
+# What rlarrow writes is part-<stamp>-<hex>.parquet; other writers' names (Ray, older
+# versions) are accepted when they are plain: no separator, no leading dot, no control
+# characters, a .parquet suffix.
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,254}\.parquet\Z")
+
+
+def is_plain_file_name(name: object) -> bool:
+    """Whether ``name`` can only mean a data file directly inside its table directory.
+
+    >>> is_plain_file_name("part-20260101T000000000000-0a1b2c3d.parquet")
+    True
+    >>> [is_plain_file_name(n) for n in ("../x.parquet", "/etc/x.parquet", ".x.parquet", "a/b.parquet")]
+    [False, False, False, False]
+    """
+    return isinstance(name, str) and _FILE_NAME.match(name) is not None and ".." not in name
+
+
+def is_table_name(name: object) -> bool:
+    """Whether ``name`` is a plain table (directory) name: lower-case letters, digits, ``_``.
+
+    A further layout of a table is ``TABLE.N`` (N from 2): still one plain directory name.
+
+    >>> [is_table_name(n) for n in ("steps", "steps.2", "steps.1", "steps.02", "../steps", ".steps")]
+    [True, True, False, False, False, False]
+    """
+    return isinstance(name, str) and _TABLE_NAME.match(name) is not None
+
+
+class _Checker:
+    """Collects the first problem of a manifest, named by its place (``tables.steps.files[3].name``)."""
+
+    def __init__(self, path: object) -> None:
+        self.path = path
+
+    def fail(self, where: str, what: str) -> CorruptFileError:
+        return CorruptFileError(
+            os.fspath(self.path) if isinstance(self.path, (str, os.PathLike)) else str(self.path),
+            f"damaged store manifest: {where} {what}; restore the manifest from a backup, or run "
+            "`rlarrow repair STORE` to see what can be kept",
+        )
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"should be an object, not {type(value).__name__}")
+        return value
+
+    def lst(self, value: Any, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(where, f"should be a list, not {type(value).__name__}")
+        return value
+
+    def count(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(where, f"should be a count (an integer >= 0), not {value!r:.60}")
+        return value
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(where, f"should be text, not {type(value).__name__}")
+        return value
+
+    def version(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or _VERSION.match(value) is None:
+            raise self.fail(where, f"should be a MAJOR.MINOR version, not {value!r:.60}")
+        return value
+
+    def file_name(self, value: Any, where: str, table: str) -> str:
+        if not is_plain_file_name(value):
+            raise self.fail(where, f"{value!r:.200} is not a plain file name inside {table}/ (no "
+                            "separators, no '..', not absolute, not hidden, ending in .parquet); "
+                            "rlarrow never reads or deletes a file outside the store")
+        return str(value)
+
+    def file_entry(self, value: Any, where: str, table: str) -> None:
+        entry = self.obj(value, where)
+        for key in ("name", "rows", "bytes"):
+            if key not in entry:
+                raise self.fail(where, f"has no {key!r}")
+        self.file_name(entry["name"], f"{where}.name", table)
+        self.count(entry["rows"], f"{where}.rows")
+        self.count(entry["bytes"], f"{where}.bytes")
+
+
+def validate(manifest: Any, path: object) -> dict[str, Any]:
+    """Check a decoded manifest's structure, types and file names; returns it.
+
+    Raises:
+        CorruptFileError: the first problem, naming its place in the manifest.
+    """
+    c = _Checker(path)
+    m = c.obj(manifest, "the manifest")
+    if m.get("format") != "rlarrow-store":
+        raise c.fail("'format'", f"is {m.get('format')!r:.60}, not 'rlarrow-store' (is this a store?)")
+    c.version(m.get("format_version", "0.0"), "'format_version'")
+    tables = c.obj(m.get("tables"), "'tables'")
+    for table, value in tables.items():
+        where = f"tables.{table}"
+        if not is_table_name(table):
+            raise c.fail(f"table {table!r:.80}", "is not a plain table name (a-z, 0-9, _; a layout TABLE.N)")
+        entry = c.obj(value, where)
+        c.version(entry.get("schema_version", "0.0"), f"{where}.schema_version")
+        if entry.get("schema") is not None:
+            c.text(entry["schema"], f"{where}.schema")
+        files = c.lst(entry.get("files"), f"{where}.files")
+        names = set()
+        for i, f in enumerate(files):
+            c.file_entry(f, f"{where}.files[{i}]", table)
+            if f["name"] in names:
+                raise c.fail(f"{where}.files[{i}].name", f"lists {f['name']!r} twice")
+            names.add(f["name"])
+        if files and entry.get("schema") is None:
+            raise c.fail(f"{where}.schema", "is missing, yet the table lists files")
+        rows = c.count(entry.get("rows"), f"{where}.rows")
+        if rows != sum(f["rows"] for f in files):
+            raise c.fail(f"{where}.rows", f"is {rows}, but its files hold {sum(f['rows'] for f in files)}")
+    listed = {f"{t}/{f['name']}" for t, e in tables.items() for f in e["files"]}
+    for i, rel in enumerate(c.lst(m.get("retired", []), "'retired'")):
+        table, sep, name = c.text(rel, f"retired[{i}]").partition("/")
+        if not sep or table not in tables:
+            raise c.fail(f"retired[{i}]", f"{rel!r:.200} is not TABLE/FILE of one of the store's tables")
+        c.file_name(name, f"retired[{i}]", table)
+        if rel in listed:
+            raise c.fail(f"retired[{i}]", f"{rel!r:.200} is listed too (committed or retired, not both)")
+    pending = m.get("pending")
+    if pending is not None:
+        p = c.obj(pending, "'pending'")
+        c.text(p.get("op", ""), "pending.op")
+        # A transaction's append journals files of several tables: the first in `pending`
+        # itself, the others in `pending.also`, each of the same shape.
+        parts = [("pending", p)]
+        for i, part in enumerate(c.lst(p.get("also", []), "pending.also")):
+            parts.append((f"pending.also[{i}]", c.obj(part, f"pending.also[{i}]")))
+        for where, part in parts:
+            _check_pending_part(c, part, where, tables, listed)
+    return m
+
+
+def _check_pending_part(c: _Checker, p: dict[str, Any], where: str, tables: dict[str, Any],
+                        listed: set[str]) -> None:
+    if not isinstance(p.get("table"), str) or p["table"] not in tables:
+        raise c.fail(f"{where}.table", f"{p.get('table')!r:.80} is not one of the store's tables")
+    table = p["table"]
+    for key in ("old", "new"):
+        for i, name in enumerate(c.lst(p.get(key), f"{where}.{key}")):
+            c.file_name(name, f"{where}.{key}[{i}]", table)
+            if key == "new" and f"{table}/{name}" in listed:
+                raise c.fail(f"{where}.new[{i}]", f"{name!r} is listed already (a journal adds new ones)")
+    entries = c.lst(p.get("new_entries"), f"{where}.new_entries")
+    for i, f in enumerate(entries):
+        c.file_entry(f, f"{where}.new_entries[{i}]", table)
+    if [f["name"] for f in entries] != p["new"]:
+        raise c.fail(f"{where}.new_entries", f"do not match {where}.new")
+
+
+def parse(data: bytes, path: object) -> dict[str, Any]:
+    """A manifest's bytes decoded and checked (``path`` names it in errors).
+
+    Raises:
+        CorruptFileError: not UTF-8 JSON, or fails :func:`validate`.
+    """
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Checker(path).fail("the file", f"is not JSON text ({exc})") from exc
+    return validate(manifest, path)
+
+
+def check_inside(table_dir: Path, name: str) -> Path:
+    """``table_dir / name``, refused when it is a symbolic link (it could lead outside the store).
+
+    A missing file is returned as is (the caller decides what a missing file means).
+
+    Raises:
+        CorruptFileError: the path is a symbolic link, or not a regular file.
+    """
+    path = table_dir / name
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:  # the table "directory" is a file, or unreadable
+        raise CorruptFileError(path, f"cannot be looked at ({exc.strerror or exc}); is {table_dir} the "
+                               "store's table directory?") from exc
+    if stat.S_ISLNK(mode):
+        raise CorruptFileError(path, "is a symbolic link; a store's data files must be regular files "
+                               "inside it (rlarrow never follows a link out of a store): replace it "
+                               "with the file itself, or run `rlarrow repair STORE`")
+    if not stat.S_ISREG(mode):
+        raise CorruptFileError(path, "is not a regular file; move it out of the store, or run "
+                               "`rlarrow repair STORE`")
+    return path
+
+
+def write_file(directory: Path, name: str, data: bytes) -> None:
+    """Replace ``directory/name`` with ``data``: whole, synced, renamed atomically, or not at all.
+
+    Raises:
+        StoreError: the write failed (full disk, read-only, permissions); the previous
+            file is left as it was and no temporary file remains.
+    """
+    tmp = directory / f".{name}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        raise write_error(directory / name, exc) from exc
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # pragma: no cover - POSIX write returns >0 or raises
+                    raise OSError(errno.ENOSPC, "no bytes written")
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, directory / name)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise write_error(directory / name, exc) from exc
+    fsync_dir(directory)
+
+
+def write_error(path: Path, exc: OSError) -> StoreError:
+    """A StoreError for a failed write at ``path``, saying what to do about it."""
+    reason = {
+        errno.ENOSPC: "the disk is full: free space and retry",
+        errno.EDQUOT: "the disk quota is used up: free space and retry",
+        errno.EFBIG: "a file size limit was reached (ulimit -f)",
+        errno.EROFS: "the store is on read-only media: open it with readonly=True to read it",
+        errno.EACCES: "permission denied: open it with readonly=True to read it, or ask for write "
+                      "access",
+        errno.EPERM: "permission denied: open it with readonly=True to read it, or ask for write "
+                     "access",
+    }.get(exc.errno or 0, "")
+    return StoreError(f"{path}: could not write ({exc.strerror or exc}){'; ' + reason if reason else ''}. "
+                      "Nothing of this operation was committed; every earlier commit is intact")
+
+
+def fsync_dir(path: Path) -> None:
+    """Fsync a directory (a rename inside it becomes durable); a no-op where that is impossible."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,458 @@
+"""Import whatever a training run left behind, all or nothing, once.
+
+:func:`import_paths` is what ``rlarrow convert`` runs. It sorts its inputs into units, each
+of which becomes one run of the store:
+
+- an **experiment directory**, as skrl writes one (``runs/EXP/`` holding event files, a
+  ``memories/`` folder of exports and ``checkpoints/``): its scalars, memory snapshots and
+  (with ``episodes=True``) their episodes go into ONE run named after the directory;
+  checkpoints are not data and are listed in the run's metadata as not imported;
+- a folder of experiments (``runs/``, searched recursively): one run per experiment;
+- an envlogger directory, a Minari dataset: one run each;
+- event files or a TensorBoard log directory: one run per TensorBoard run (as
+  :func:`rlarrow.io.tfevents.import_tfevents` does);
+- memory exports (files, folders, globs) not inside an experiment: one run together.
+
+Every source is hashed (SHA-256) first. A source the store's ``sources`` table already
+holds was imported before: it is skipped with a message naming its run, unless
+``again=True``. Everything is written in one :meth:`rlarrow.Store.transaction`: a failure
+anywhere (a damaged file, a full disk, Ctrl-C, a kill) leaves the store as it was.
+
+Example:
+    >>> import rlarrow.io.importing as imp
+    >>> report = imp.import_paths(["runs/"], "project.rlarrow", episodes=True)  # doctest: +SKIP
+    >>> print(report)  # doctest: +SKIP
+    run 3f2a...  PPO_cartpole (experiment): 1 event file, 3 memory snapshot(s), 212 episodes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rlarrow.core.errors import InvalidInputError, UnsupportedInputError
+from rlarrow.core.store import Store, new_run_id
+from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
+from rlarrow.io.memory.importer import (
+    MEMORY_FORMATS,
+    collapse_assumptions,
+    convert_memory,
+    detect_format,
+    expand_inputs,
+)
+from rlarrow.io.minari import import_minari, is_minari_dir
+from rlarrow.io.tfevents import import_tfevents, is_event_file, is_tfevents_source
+
+__all__ = ["ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
+
+#: Folders of an experiment directory that hold no data rlarrow imports.
+NOT_DATA = ("checkpoints",)
+_CHUNK = 1 << 20
+
+
+def content_hash(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """SHA-256 (hex) and size of a file; of a directory, over its sorted files.
+
+    A directory's hash covers each regular file's relative path, size and SHA-256 (hidden
+    files skipped), so renaming the directory keeps it and changing any file changes it.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin"); _ = open(p, "wb").write(b"abc")
+        >>> content_hash(p)
+        ('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', 3)
+    """
+    p = Path(path)
+    if p.is_file():
+        h = hashlib.sha256()
+        size = 0
+        with open(p, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+        return h.hexdigest(), size
+    outer = hashlib.sha256()
+    total = 0
+    for f in sorted(_files_below(p)):
+        digest, size = content_hash(f)
+        outer.update(f"{f.relative_to(p).as_posix()}\0{size}\0{digest}\n".encode())
+        total += size
+    return outer.hexdigest(), total
+
+
+def _files_below(directory: Path) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found += [Path(dirpath) / n for n in filenames if not n.startswith(".")]
+    return [f for f in found if f.is_file() and not f.is_symlink()]
+
+
+def _memory_files(directory: Path) -> list[Path]:
+    return sorted(f for f in _files_below(directory)
+                  if f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
+
+
+def is_experiment_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an experiment directory as skrl writes one.
+
+    That is a directory with a ``memories/`` folder of exports, or one with event files
+    directly inside and a ``checkpoints/`` or ``memories/`` folder beside them.
+    """
+    p = Path(path)
+    if not p.is_dir() or is_envlogger_dir(p) or is_minari_dir(p):
+        return False
+    memories = p / "memories"
+    if memories.is_dir() and _memory_files(memories):
+        return True
+    has_events = any(is_event_file(c) for c in p.iterdir())
+    return has_events and any((p / d).is_dir() for d in (*NOT_DATA, "memories"))
+
+
+@dataclass
+class _Unit:
+    kind: str  # experiment | envlogger | minari | tfevents | memory
+    path: Path | None  # the directory or file given (memory: None)
+    events: list[Path] = field(default_factory=list)
+    memories: list[Path] = field(default_factory=list)
+    ignored: list[Path] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.path is not None:
+            return os.fspath(self.path)
+        return f"{len(self.memories)} memory export(s)"
+
+    def sources(self) -> list[tuple[Path, str]]:
+        """The hashed sources: (path, format)."""
+        if self.kind in ("envlogger", "minari"):
+            assert self.path is not None
+            return [(self.path, self.kind)]
+        return [(e, "tfevents") for e in self.events] + [(m, _memory_format(m)) for m in self.memories]
+
+
+def _memory_format(path: Path) -> str:
+    try:
+        return detect_format(path)
+    except (UnsupportedInputError, OSError):
+        return path.suffix.lower().lstrip(".") or "memory"
+
+
+def _experiment(p: Path) -> _Unit:
+    events = sorted(f for f in _files_below(p) if is_event_file(f) and not _under(f, p, "memories"))
+    memories = _memory_files(p / "memories") if (p / "memories").is_dir() else []
+    ignored = [f for f in _files_below(p) if any(_under(f, p, d) for d in NOT_DATA)]
+    return _Unit("experiment", p, events=events, memories=memories, ignored=ignored)
+
+
+def _under(f: Path, root: Path, folder: str) -> bool:
+    return f.relative_to(root).parts[:1] == (folder,)
+
+
+def find_units(directory: str | os.PathLike[str]) -> list[Any]:
+    """The experiments, envlogger directories and Minari datasets anywhere below ``directory``.
+
+    The search does not descend into what it found. Returns ``[]`` when there is none (the
+    caller then takes the directory as a TensorBoard log or a folder of memory exports).
+    """
+    root = Path(directory)
+    units: list[_Unit] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        here = Path(dirpath)
+        if here != root and is_envlogger_dir(here):
+            units.append(_Unit("envlogger", here))
+        elif here != root and is_minari_dir(here):
+            units.append(_Unit("minari", here))
+        elif is_experiment_dir(here):
+            units.append(_experiment(here))
+        else:
+            continue
+        dirnames[:] = []
+    return units
+
+
+def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
+    units: list[_Unit] = []
+    memory_inputs: list[str | os.PathLike[str]] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            if is_envlogger_dir(p):
+                units.append(_Unit("envlogger", p))
+            elif is_minari_dir(p):
+                units.append(_Unit("minari", p))
+            elif is_experiment_dir(p):
+                units.append(_experiment(p))
+            elif found := find_units(p):
+                inside = [u.path for u in found if u.path is not None]
+                loose = [f for f in _files_below(p)
+                         if (is_event_file(f) or f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
+                         and not any(f.is_relative_to(d) for d in inside)]
+                if loose:
+                    raise InvalidInputError(p, f"holds {len(found)} experiment(s) or dataset(s) and also "
+                                            f"{len(loose)} event file(s) or memory export(s) outside them "
+                                            f"(e.g. {loose[0]}); convert those on their own")
+                units += found
+            elif is_tfevents_source(p):
+                events = sorted(f for f in _files_below(p) if is_event_file(f))
+                units.append(_Unit("tfevents", p, events=events))
+            else:
+                memory_inputs.append(item)
+        elif p.is_file() and is_event_file(p):
+            units.append(_Unit("tfevents", p, events=[p]))
+        else:
+            memory_inputs.append(item)
+    if memory_inputs:
+        try:
+            files = expand_inputs(memory_inputs)
+        except FileNotFoundError as exc:
+            raise _unsupported(memory_inputs, exc) from None
+        units.append(_Unit("memory", None, memories=files))
+    return units
+
+
+def _unsupported(inputs: Sequence[str | os.PathLike[str]], exc: FileNotFoundError) -> Exception:
+    """The clearest error for an input no importer takes."""
+    from rlarrow.io.unsupported import describe_unsupported
+
+    for item in inputs:
+        if Path(item).exists():
+            text = describe_unsupported(item)
+            if text:  # (the error names the path itself)
+                return UnsupportedInputError(item, text.removeprefix(os.fspath(item)).lstrip(": "))
+    globs = any(c in os.fspath(i) for i in inputs for c in "*?[")
+    if not globs and not all(Path(i).exists() for i in inputs):
+        missing = next(i for i in inputs if not Path(i).exists())
+        return InvalidInputError(missing, "no such file or directory")
+    return UnsupportedInputError(
+        ", ".join(os.fspath(i) for i in inputs),
+        f"{exc.args[0] if exc.args else exc}; rlarrow convert takes memory exports (.pt .npz .csv .parquet), "
+        "TensorBoard event files or log directories, envlogger directories, Minari datasets and "
+        "experiment directories (runs/EXP with memories/ and event files)")
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_paths` did: one line per run made, and per source skipped."""
+
+    store: Path
+    runs: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    hashed_bytes: int = 0
+
+    def __str__(self) -> str:
+        out = list(self.lines) + [f"skipped {s}" for s in self.skipped]
+        out += [f"assumed: {a}" for a in collapse_assumptions(self.assumptions)]
+        if not self.runs:
+            out.append(f"nothing new to import into {self.store}")
+        return "\n".join(out)
+
+
+def import_paths(
+    inputs: Sequence[str | os.PathLike[str]],
+    store: Store | str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    again: bool = False,
+    episodes: bool = False,
+    names: Mapping[str, str] | None = None,
+    autoreset: str | None = None,
+    skip_corrupt: bool = False,
+    num_envs: int | None = None,
+    memory_size: int | None = None,
+    dtype: str = "float32",
+    layout: str = "binary",
+    progress: bool | None = None,
+) -> ImportReport:
+    """Import ``inputs`` into ``store``, one run per unit (see the module docs), all or nothing.
+
+    Args:
+        inputs: files, directories and globs (what ``rlarrow convert`` takes).
+        store: a store, or the path of one (created when missing).
+        run_id: the run's id; with one unit only.
+        name: the run's name (an experiment's is its directory's name by default).
+        again: import sources the store already holds (by content) once more, as new runs.
+        episodes: also unroll memory snapshots into episodes and steps.
+        names: tensor names by role for the unrolling (``{"states": "observations"}``).
+        autoreset: the vector env's autoreset mode for the unrolling (see
+            :func:`rlarrow.io.memory.unroll.memory_to_episodes`); None: detected from the data.
+        skip_corrupt: import the whole records of damaged event files and envlogger
+            directories, and say what was skipped.
+        num_envs: environments of csv exports (see :func:`rlarrow.io.memory.importer.convert_memory`).
+        memory_size: memory size of csv exports.
+        dtype: float dtype of csv exports.
+        layout: how a new memory table stores tensors.
+        progress: progress bars (None: when stderr is a terminal).
+
+    Raises:
+        InvalidInputError, UnsupportedInputError, CorruptFileError, StoreError: what stopped
+            the import; nothing of it was committed.
+    """
+    units = _plan(inputs)
+    if run_id is not None and len(units) > 1:
+        raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
+                                f"make {len(units)} runs ({', '.join(u.label for u in units[:3])}...); "
+                                "--run-id names one run: convert them one at a time")
+    own = not isinstance(store, Store)
+    st = store if isinstance(store, Store) else Store.open(store, create=True)
+    report = ImportReport(store=st.path)
+    try:
+        known = _known_sources(st)
+        hashes: dict[Path, tuple[str, int]] = {}
+        from rlarrow.core.progress import bar
+
+        total = sum(_size(p) for u in units for p, _ in u.sources())
+        with bar(total, "hashing", "B", progress) as pbar:
+            for u in units:
+                for p, _ in u.sources():
+                    hashes[p] = content_hash(p)
+                    pbar.update(hashes[p][1])
+        report.hashed_bytes = sum(size for _, size in hashes.values())
+        now = datetime.now(UTC)
+        seen_now: dict[str, str] = {}
+        with st.transaction():
+            for u in units:
+                todo = _new_sources(u, hashes, known, seen_now, again, report)
+                if todo is None:
+                    continue
+                rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
+                                   autoreset=autoreset, skip_corrupt=skip_corrupt, num_envs=num_envs,
+                                   memory_size=memory_size, dtype=dtype, layout=layout, progress=progress,
+                                   report=report, hashes=hashes, now=now)
+                report.runs.append(rid)
+                for p in todo:
+                    seen_now[hashes[p][0]] = rid
+    finally:
+        if own:
+            st.close()
+    return report
+
+
+def _size(p: Path) -> int:
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in _files_below(p))
+
+
+def _known_sources(st: Store) -> dict[str, tuple[str, str, str]]:
+    if st.row_count("sources") == 0:
+        return {}
+    t = st.read("sources", columns=["sha256", "run_id", "path", "imported_at"])
+    out: dict[str, tuple[str, str, str]] = {}
+    for sha, rid, path, at in zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True):
+        out.setdefault(sha, (rid, path, at.strftime("%Y-%m-%d %H:%M UTC")))
+    return out
+
+
+def _new_sources(u: _Unit, hashes: dict[Path, tuple[str, int]], known: dict[str, tuple[str, str, str]],
+                 seen_now: dict[str, str], again: bool, report: ImportReport) -> list[Path] | None:
+    """The unit's sources to import; None to skip the unit (said in the report)."""
+    sources = [p for p, _ in u.sources()]
+    if again or not sources:
+        return sources
+
+    def before(p: Path) -> str | None:
+        sha = hashes[p][0]
+        if sha in known:
+            rid, path, at = known[sha]
+            return f"run {rid} (from {path}, {at})"
+        if sha in seen_now:
+            return f"run {seen_now[sha]} (earlier in this convert)"
+        return None
+
+    seen = {p: before(p) for p in sources}
+    if u.kind == "memory":  # snapshots: each file on its own
+        for p, where in seen.items():
+            if where:
+                report.skipped.append(f"{p}: imported before into {where}; --again imports it again")
+        todo = [p for p, where in seen.items() if not where]
+        return todo or None
+    old = [p for p, where in seen.items() if where]
+    if not old:
+        return sources
+    if len(old) == len(sources):
+        report.skipped.append(f"{u.label}: imported before into {seen[old[0]]}; --again imports it again")
+        return None
+    raise InvalidInputError(u.label, f"{len(old)} of its {len(sources)} files were imported before (e.g. "
+                            f"{old[0]} into {seen[old[0]]}) and the others not: the source changed since. "
+                            "Import it as a new run with --again, or convert the new files on their own")
+
+
+def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, name: str | None,
+                 episodes: bool, names: Mapping[str, str] | None, autoreset: str | None, skip_corrupt: bool,
+                 num_envs: int | None, memory_size: int | None, dtype: str, layout: str,
+                 progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
+                 now: datetime) -> str:
+    memory_kwargs: dict[str, Any] = {"num_envs": num_envs, "memory_size": memory_size, "dtype": dtype,
+                                     "episodes": episodes, "names": names, "layout": layout,
+                                     "progress": progress}
+    if autoreset is not None:
+        memory_kwargs["autoreset"] = autoreset
+    snapshot_of: dict[Path, int] = {}
+    if u.kind == "envlogger":
+        assert u.path is not None
+        env_report = import_envlogger(u.path, st, run_id=run_id, name=name, progress=progress,
+                                      skip_corrupt=skip_corrupt)
+        rid = env_report.run_id
+        report.lines.append(str(env_report))
+    elif u.kind == "minari":
+        assert u.path is not None
+        m_report = import_minari(u.path, st, run_id=run_id, name=name, progress=progress)
+        rid = m_report.run_id
+        report.lines.append(str(m_report))
+    elif u.kind == "tfevents":
+        assert u.path is not None
+        rid = run_id or new_run_id()
+        tf_report = import_tfevents(u.path, st, run_id=rid, name=name,
+                                    on_corrupt="skip" if skip_corrupt else "raise", progress=progress)
+        report.lines.append(f"imported {tf_report}")
+        report.lines += [f"  run {r}" for r in tf_report.runs]
+    elif u.kind == "memory":
+        rid, snapshot_of = _memories(st, todo, run_id, name, memory_kwargs, report)
+    else:  # experiment: one run of all of it
+        assert u.path is not None
+        rid = run_id or new_run_id()
+        events = [p for p in todo if p in u.events]
+        memories = [p for p in todo if p in u.memories]
+        rel = [os.fspath(p.relative_to(u.path)) for p in events + memories]
+        st.add_run(source="experiment", run_id=rid, name=name or u.path.name, source_path=u.path.resolve(),
+                   metadata={"experiment": u.path.name, "files": rel,
+                             "not_imported": [os.fspath(p.relative_to(u.path)) for p in u.ignored]})
+        parts = []
+        if events:
+            tf_report = import_tfevents(u.path, st, run_id=rid, existing_run=True,
+                                        on_corrupt="skip" if skip_corrupt else "raise", progress=progress)
+            parts.append(f"{tf_report}")
+        if memories:
+            _, snapshot_of = _memories(st, memories, rid, None, memory_kwargs, report, echo=False)
+            parts.append(f"{len(memories)} memory snapshot(s)")
+        what = "; ".join(parts) or "no data files"
+        report.lines.append(f"run {rid}  {name or u.path.name} (experiment {u.path}): {what}"
+                            + (f"; {len(u.ignored)} checkpoint file(s) not imported" if u.ignored else ""))
+    rows = [(rid, snapshot_of.get(p), fmt, os.fspath(p.resolve()), *hashes[p])
+            for p, fmt in u.sources() if p in todo]
+    if rows:
+        st.append("sources", {
+            "run_id": [r[0] for r in rows], "snapshot_id": [r[1] for r in rows],
+            "format": [r[2] for r in rows], "path": [r[3] for r in rows],
+            "sha256": [r[4] for r in rows], "bytes": [r[5] for r in rows],
+            "imported_at": [now] * len(rows)})
+    return rid
+
+
+def _memories(st: Store, files: list[Path], run_id: str | None, name: str | None, kwargs: dict[str, Any],
+              report: ImportReport, *, echo: bool = True) -> tuple[str, dict[Path, int]]:
+    # (convert_memory collects its files' assumptions into its report itself)
+    mem = convert_memory(files, st, run_id=run_id, name=name, **kwargs)
+    if echo:
+        report.lines.append(str(mem))
+    else:
+        report.assumptions += mem.assumptions
+    return mem.run_id, {p: mem.first_snapshot + i for i, p in enumerate(mem.files)}

@@ -1,0 +1,148 @@
+"""skrl/rofunc replay-memory exports as ``.pt`` files (a dict of tensors).
+
+Files are loaded with ``torch.load(..., weights_only=True)`` only: a pickle that would
+construct anything but tensors and plain containers is refused before it runs. Every member
+of a zip-format file (what ``torch.save`` writes) is checked against its CRC-32, which torch
+itself does not do: a damaged file is a :class:`~rlarrow.core.errors.CorruptFileError` naming the
+member, never tensors with changed values. (Legacy non-zip ``torch.save`` files carry no
+checksums.)
+
+:func:`write_pt` writes what skrl's ``Memory.save(format="pt")`` writes: ``torch.save`` of a
+dict of tensors, names sorted; with the same file name the bytes are the same.
+
+Example:
+    >>> from rlarrow.io import pt  # doctest: +SKIP
+    >>> snapshot = pt.read_pt("memories/26-11-22_13-53-58-633722_memory_0x7fc63c2dcdd0.pt")  # doctest: +SKIP
+    >>> pt.write_pt(snapshot, "out/memories/" + snapshot.name + ".pt")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlarrow.core.deps import require
+from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
+from rlarrow.io.memory.snapshot import (
+    MemorySnapshot,
+    atomic_output,
+    check_mapping,
+    check_zip_crcs,
+    export_tensors,
+    is_zip,
+    zip_crc_check,
+    zip_members,
+)
+
+__all__ = ["open_pt", "read_pt", "write_pt"]
+
+
+def read_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> MemorySnapshot:
+    """Read a ``.pt`` memory export into a :class:`~rlarrow.io.memory.MemorySnapshot`.
+
+    Every member of the file's zip archive must match its CRC-32 (torch's own reader does
+    not check them): damage is an error, never changed values.
+
+    Raises:
+        UnsupportedInputError: the file's pickle asks for code or types that are not
+            tensors (nothing of it is run), or it does not hold a dict of tensors.
+        CorruptFileError: the file is truncated or damaged (a member fails its CRC-32, or
+            torch cannot read it); the message names the member.
+        MissingDependencyError: torch is not installed.
+
+    ``mmap=True`` maps the file's tensors instead of reading them (zip-format files only;
+    the arrays then read from the file as they are used).
+    """
+    snap, verify = open_pt(path, mmap=mmap)
+    verify()
+    return snap
+
+
+#: Members up to this size (the pickle, the version and byte-order records) are checked
+#: before torch reads them; larger ones (tensor storages) by the returned ``verify``.
+_CHECK_FIRST_BYTES = 1 << 20
+
+
+def open_pt(path: str | os.PathLike[str], *,
+            mmap: bool = False) -> tuple[MemorySnapshot, Callable[[], None]]:
+    """:func:`read_pt`, with the checksum check of the tensor storages handed back to run later.
+
+    The archive's small members (its pickle above all) are checked before ``torch.load``
+    sees them, so a damaged pickle is reported as damage. ``verify()`` checks the CRC-32
+    of the rest (the tensors' bytes) and raises :class:`CorruptFileError` naming the first
+    member that fails; it may run in a thread while the arrays are used (as
+    :func:`rlarrow.io.memory.importer.convert_memory` does, before it commits) and must have passed
+    before anything made from them is trusted. A legacy (non-zip) ``torch.save`` file
+    carries no checksums: ``verify`` does nothing for it.
+
+    Raises:
+        What :func:`read_pt` raises, except the CRC-32 failures of tensor storages.
+    """
+    torch = require("torch", feature="reading .pt memory exports")
+    path = Path(path)
+    zipped = is_zip(path)
+    verify: Callable[[], None] = _nothing
+    if zipped:
+        members = zip_members(path)
+        check_zip_crcs(path, [m for m in members if m.size <= _CHECK_FIRST_BYTES])
+        verify = zip_crc_check(path, [m for m in members if m.size > _CHECK_FIRST_BYTES])
+    try:
+        with warnings.catch_warnings():
+            # torch's note about legacy pickle protocols; the safe unpickler still decides
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipped)
+    except pickle.UnpicklingError as exc:
+        raise UnsupportedInputError(
+            path, "refused: its pickle asks for something other than tensors and plain containers, "
+            f"which could run code, so it was not loaded ({str(exc).splitlines()[0]})") from exc
+    except (EOFError, zipfile.BadZipFile, RuntimeError, ValueError, OSError, IndexError, KeyError,
+            TypeError, AttributeError, AssertionError, struct.error) as exc:
+        # a damaged pickle fails inside torch's safe unpickler in all of these ways
+        if isinstance(exc, FileNotFoundError):
+            raise
+        verify()  # a storage whose checksum fails names the damage better than torch's error
+        raise CorruptFileError(path, f"not a readable torch file ({exc}); export the memory again") from exc
+    mapping = check_mapping(path, data, "torch.load of a .pt memory export")
+    tensors = {}
+    for name, value in mapping.items():
+        if not isinstance(value, torch.Tensor):
+            raise UnsupportedInputError(path, f"{name!r} is a {type(value).__name__}, not a tensor")
+        if value.dtype == torch.bfloat16:
+            raise UnsupportedInputError(path, f"{name!r} is bfloat16, which NumPy and Parquet cannot "
+                                        "hold exactly; convert it to float32 first")
+        tensors[name] = np.asarray(value.detach().cpu().numpy())
+    return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="pt"), verify
+
+
+def _nothing() -> None:
+    return None
+
+
+def write_pt(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,
+             overwrite: bool = False) -> Path:
+    """Write tensors ``(memory_size, num_envs, *size)`` as skrl's ``.pt`` memory export.
+
+    Args:
+        data: a snapshot, or a mapping of names to NumPy arrays or torch tensors.
+        path: the file to write (written atomically: a failure leaves no partial file).
+        overwrite: replace an existing file.
+
+    Returns:
+        The path written.
+    """
+    torch = require("torch", feature="writing .pt memory exports")
+    tensors = {}
+    for name, value in export_tensors(data).items():
+        tensors[name] = torch.from_numpy(value if value.flags.writeable and value.flags.c_contiguous
+                                         else np.array(value, order="C"))
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        torch.save(tensors, tmp)
+    return Path(path)

@@ -1,0 +1,15 @@
+"""Query layer: SQL (DuckDB), Polars and episode reading over a store.
+
+* :mod:`~rlarrow.query.connection`: :func:`connect`, :func:`sql`, :func:`scan`,
+  :func:`export`, :func:`iter_episodes` (views of every table, ``transitions`` included);
+* :mod:`~rlarrow.query.reader`: :class:`~rlarrow.query.reader.Reader`, episodes by index
+  and steps in dm_env order;
+* :mod:`~rlarrow.query.output`: streamed exports to Parquet, csv and JSON lines;
+* :mod:`~rlarrow.query.plot`: learning curves.
+
+May import :mod:`rlarrow.core` and :mod:`rlarrow.io`; see ``docs/architecture.md``.
+"""
+
+from rlarrow.query.connection import connect, export, iter_episodes, scan, sql
+
+__all__ = ["connect", "export", "iter_episodes", "scan", "sql"]

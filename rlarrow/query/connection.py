@@ -1,0 +1,691 @@
+"""SQL over a store with DuckDB, lazy frames with Polars, and episodes as arrays.
+
+:func:`connect` opens a DuckDB connection with one view per table over the store's
+committed Parquet files (``runs``, ``episodes``, ``steps``, ``scalars``, ``memory``), the
+derived view ``transitions``, and macros for common RL measures:
+
+==========================================  ====================================================
+``transitions``                             one row per step that has a next step in its
+                                            episode: ``observation, action, reward, discount,
+                                            next_observation, done`` (the next step is
+                                            terminal), ``truncated`` (last but not terminal)
+``episode_returns(gamma)``                  per episode: ``steps`` (actions), ``return``,
+                                            ``discounted_return``, ``terminated``
+``discounted_return(rewards, gamma)``       a list of rewards (in step order) discounted
+``success_rate(flag)``                      aggregate: the fraction of true values
+``smoothed(n)``                             ``scalars`` with ``moving_average``: the mean of
+                                            the last ``n`` points of each run and tag
+``ema(weight)``                             ``scalars`` with ``ema``: TensorBoard's debiased
+                                            exponential smoothing (weight 0.6 ... 0.999)
+``steps_to_threshold(tag, threshold)``      per run: the first step at which ``tag`` reached
+                                            ``threshold`` (null if never): ``value >= threshold``;
+                                            with ``direction := 'below'``, ``value <= threshold``
+                                            (a loss)
+``steps_decoded``, ``memory_decoded``,      the views with binary-layout tensors (BLOBs in
+``transitions_decoded``                     ``steps``...) decoded to arrays of their dtype and
+                                            shape; ``tensor_<dtype>_<d0>x<d1>(blob)`` (e.g.
+                                            ``tensor_uint8_84x84``) decodes one value
+==========================================  ====================================================
+
+The views read the files directly, so DuckDB pushes filters and column selections down to
+Parquet: a query on one run reads only the row groups whose statistics can hold it.
+:func:`export` streams a query's result into a Parquet, csv or JSON-lines file batch by batch
+(``rlarrow sql --format csv|json|parquet`` does the same), so results of any size fit in memory.
+Metadata columns are JSON: ``metadata->>'key'`` reaches any key.
+
+Example:
+    >>> import numpy as np, rlarrow, tempfile
+    >>> path = tempfile.mkdtemp() + "/runs.rlarrow"
+    >>> with rlarrow.Store.create(path) as st:
+    ...     _ = st.append("scalars", {"run_id": "a", "scope": "train", "tag": "return",
+    ...                               "step": np.arange(5), "value": [0.0, 1, 2, 3, 4]})
+    >>> sql(path, "select * from steps_to_threshold('return', 2.5)").to_pylist()
+    [{'run_id': 'a', 'step': 3}]
+    >>> con = connect(path)
+    >>> con.sql("select step, moving_average from smoothed(2) order by step").fetchall()[:3]
+    [(0, 0.0), (1, 0.5), (2, 1.5)]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import StoreError
+
+__all__ = ["connect", "export", "iter_episodes", "scan", "sql"]
+
+# EMA weights below this fraction of the newest point's are left out of the window
+_EMA_EPS = 1e-12
+
+
+def _store(store: Any) -> Any:
+    from rlarrow.core.store import Store
+
+    return store if isinstance(store, Store) else Store.open(store, readonly=True)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(_quote(os.fspath(f)) for f in files) + "]"
+
+
+# Transitions pair each step with the next step of its episode. Steps are stored in step order
+# almost always (recorders and importers write episodes in order), so one streaming pass over the
+# files pairs a row with the row after it whenever that row is its successor (same run and
+# episode, step + 1): DuckDB streams `lead() over ()` in bounded memory, in file order. The rows
+# left over (episodes split across files out of order, interleaved environments, gaps) go through
+# the general window, which then holds only them. A row takes the first branch exactly when the
+# row after it is its successor, and the second branch only holds rows for which that is not so
+# (or whose predecessor is not the row before them), so every transition comes out once. Both
+# passes see the files in the same order: DuckDB runs a streaming window in one ordered pipeline.
+_TRANSITIONS = """
+create or replace view transitions as
+with paired as not materialized (
+    select *,
+           coalesce(lead(run_id) over () = run_id and lead(episode_id) over () = episode_id
+                    and lead(step) over () = step + 1, false) as _next_follows,
+           coalesce(lag(run_id) over () = run_id and lag(episode_id) over () = episode_id
+                    and lag(step) over () = step - 1, false) as _prev_precedes,
+           lead(observation) over () as _next_observation,
+           lead(is_terminal) over () as _next_is_terminal,
+           lead(is_last) over () as _next_is_last
+    from steps)
+select run_id, episode_id, env_index, step, observation, action, reward, discount,
+       _next_observation as next_observation, coalesce(_next_is_terminal, false) as done,
+       coalesce(_next_is_last and not _next_is_terminal, false) as truncated
+from paired
+where _next_follows and action is not null
+union all
+select run_id, episode_id, env_index, step, observation, action, reward, discount,
+       next_observation, coalesce(next_is_terminal, false) as done,
+       coalesce(next_is_last and not next_is_terminal, false) as truncated
+from (select *,
+             lead(observation) over w as next_observation,
+             lead(is_terminal) over w as next_is_terminal,
+             lead(is_last) over w as next_is_last,
+             lead(step) over w as next_step
+      from paired
+      where not _next_follows or not _prev_precedes
+      window w as (partition by run_id, episode_id order by step))
+where not _next_follows and next_step is not null and action is not null
+"""
+
+_MACROS = [
+    """create or replace macro discounted_return(rewards, gamma) as
+       list_sum(list_transform(rewards, lambda x, i: coalesce(x, 0) * pow(gamma, i - 1)))""",
+    "create or replace macro success_rate(flag) as avg(case when flag then 1.0 else 0.0 end)",
+    """create or replace macro episode_returns(gamma) as table
+       select run_id, episode_id, steps, "return", discounted_return(rewards, gamma) as discounted_return,
+              terminated
+       from (select run_id, episode_id, count(action) as steps, sum(reward) as "return",
+                    list(reward order by step) as rewards, bool_or(is_terminal) as terminated
+             from steps group by run_id, episode_id)""",
+    """create or replace macro smoothed(n) as table
+       select *, avg(value) over (partition by run_id, tag order by step, wall_time
+                                  rows between n - 1 preceding and current row) as moving_average
+       from scalars""",
+    """create or replace macro steps_to_threshold(tag_name, threshold, direction := 'above') as table
+       select r.run_id, min(s.step) filter (where case direction when 'above' then s.value >= threshold
+           when 'below' then s.value <= threshold else error('steps_to_threshold: direction must be '
+           || '''above'' (value >= threshold) or ''below'' (value <= threshold), not ' || direction) end)
+           as step
+       from (select distinct run_id from scalars where tag = tag_name) r
+       join scalars s on s.run_id = r.run_id and s.tag = tag_name
+       group by r.run_id order by r.run_id""",
+]
+
+
+def _ema_macro(max_window: int) -> str:
+    # s_t = sum_{k<=t} (1-w) w^(t-k) x_k / (1 - w^(t+1)): the last `window` points carry all
+    # but 1e-12 of the weight, so each row takes a dot product over that window.
+    return f"""create or replace macro ema(weight) as table
+       select * exclude (_recent, _i),
+              list_sum(list_transform(_recent, lambda x, j: x * pow(weight, len(_recent) - j)))
+                * (1 - weight) / (1 - pow(weight, _i)) as ema
+       from (select *, row_number() over w as _i,
+                    list(value) over (w rows between {max_window - 1} preceding and current row) as _recent
+             from scalars window w as (partition by run_id, tag order by step, wall_time))"""
+
+
+def _tensor_decoders(con: Any, st: Any) -> None:
+    """Register SQL decoders for ``st``'s binary-layout tensors, and the ``*_decoded`` views.
+
+    DuckDB reads a binary-layout tensor (``rlarrow.tensor``) as a BLOB of its bytes. For each
+    such tensor type of the store this registers a scalar function
+    ``tensor_<dtype>[_<d0>x<d1>...]`` (``tensor_uint8_84x84(observation)``, ``tensor_int64(x)``
+    for shape ``()``) that turns the bytes into a DuckDB ARRAY of that dtype and shape (the
+    value itself for shape ``()``; LIST for an axis longer than DuckDB's largest ARRAY),
+    decoded by NumPy, exactly (int64 and NaN as stored); a blob of another byte width is an
+    error. The views ``steps_decoded``, ``memory_decoded`` and ``transitions_decoded`` are
+    ``steps``, ``memory`` and ``transitions`` with every binary-layout tensor (also inside
+    dict observations) decoded; only the columns a query selects are decoded.
+    """
+    from rlarrow.core.tensors import TensorType
+
+    # DuckDB's name of each dtype a binary-layout tensor can hold (float16 widens to FLOAT, exactly)
+    duckdb_types = {"b1": "BOOLEAN", "i1": "TINYINT", "i2": "SMALLINT", "i4": "INTEGER", "i8": "BIGINT",
+                    "u1": "UTINYINT", "u2": "USMALLINT", "u4": "UINTEGER", "u8": "UBIGINT", "f2": "FLOAT",
+                    "f4": "FLOAT", "f8": "DOUBLE"}
+    max_array = 100_000  # DuckDB's largest ARRAY; a longer (or empty) axis decodes to a LIST
+    registered: set[str] = set()
+
+    def function(type_: TensorType) -> str:
+        dtype = type_.numpy_dtype
+        name = f"tensor_{dtype.name}" + ("_" + "x".join(map(str, type_.shape)) if type_.shape else "")
+        if name in registered:
+            return name
+        shape, width = type_.shape, type_.storage_type.byte_width
+        count = int(np.prod(shape, dtype=np.int64))
+        sql_type = duckdb_types[dtype.kind + str(dtype.itemsize)] + "".join(
+            f"[{d}]" if 0 < d <= max_array else "[]" for d in reversed(shape))
+
+        def decode(blobs: Any) -> pa.Array:
+            arr = blobs.combine_chunks() if isinstance(blobs, pa.ChunkedArray) else blobs
+            rows = len(arr)
+            if pa.types.is_fixed_size_binary(arr.type):
+                starts = np.arange(rows + 1, dtype=np.int64) * arr.type.byte_width + arr.offset * width
+            else:
+                big = pa.types.is_large_binary(arr.type)
+                starts = np.frombuffer(arr.buffers()[1], np.int64 if big else np.int32, count=rows + 1,
+                                       offset=arr.offset * (8 if big else 4)).astype(np.int64)
+            lengths = np.diff(starts)
+            if rows and (lengths.min() != width or lengths.max() != width):
+                bad = int(lengths[np.flatnonzero(lengths != width)[0]])
+                raise StoreError(f"{name}: a value of {bad} bytes is not a {dtype.name} {shape} tensor "
+                                 f"({width} bytes); decode each binary tensor with the function of its own "
+                                 "type (`rlarrow info STORE` lists them), or use the *_decoded views")
+            data = arr.buffers()[2 if not pa.types.is_fixed_size_binary(arr.type) else 1]
+            flat = (np.frombuffer(data, dtype, count=rows * count, offset=int(starts[0])) if rows * count
+                    else np.empty(0, dtype))
+            out: pa.Array = pa.array(flat.astype(np.float32) if dtype.kind == "f" and dtype.itemsize == 2
+                                     else flat)
+            for axis in reversed(range(len(shape))):
+                d = shape[axis]
+                if 0 < d <= max_array:
+                    out = pa.FixedSizeListArray.from_arrays(out, d)
+                else:
+                    lists = rows * int(np.prod(shape[:axis], dtype=np.int64))
+                    out = pa.ListArray.from_arrays(pa.array(np.arange(lists + 1, dtype=np.int64) * d,
+                                                            pa.int32()), out)
+            return out
+
+        con.create_function(name, decode, ["BLOB"], sql_type, type="arrow")
+        registered.add(name)
+        return name
+
+    def ident(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def expression(ref: str, type_: pa.DataType) -> str | None:
+        if isinstance(type_, TensorType):
+            return f"{function(type_)}({ref})"
+        if pa.types.is_struct(type_):
+            parts = [(f, expression(f"struct_extract({ref}, {_quote(f.name)})", f.type)) for f in type_]
+            if all(e is None for _, e in parts):
+                return None
+            fields = ", ".join(f"{ident(f.name)} := {e or f'struct_extract({ref}, {_quote(f.name)})'}"
+                               for f, e in parts)
+            return f"case when {ref} is null then null else struct_pack({fields}) end"
+        return None
+
+    columns: dict[str, dict[str, str]] = {}
+    for table in ("steps", "memory"):
+        schema = st.schema(table)
+        decoded = {f.name: expression(ident(f.name), f.type) for f in (schema or [])}
+        columns[table] = {name: e for name, e in decoded.items() if e is not None}
+    step_columns = columns["steps"]
+    names = set(con.sql("select * from transitions").columns)
+    columns["transitions"] = {
+        name: step_columns[source].replace(ident(source), ident(name))
+        for name, source in (("observation", "observation"), ("next_observation", "observation"),
+                             ("action", "action"))
+        if source in step_columns and name in names}
+    statements = []
+    for view, exprs in columns.items():
+        replace = ", ".join(f"{e} as {ident(name)}" for name, e in exprs.items())
+        statements.append(f"create or replace view {view}_decoded as select *"
+                          + (f" replace ({replace})" if replace else "") + f" from {view}")
+    con.execute("; ".join(statements))  # one call: each statement alone costs about a millisecond
+
+
+def connect(store: Any, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
+    r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
+
+    The views see the files committed when it was called (call again to see later
+    commits), and stay readable while the connection lives, whatever writers and
+    compactions do meanwhile (the views read hard links to them: a
+    :class:`~rlarrow.core.store.ReaderLease`, released with the connection).
+    ``ema_window`` bounds the rows the ``ema`` macro weighs per point (default:
+    enough for weights up to 0.999 to leave out less than 1e-12 of the weight).
+
+    Example:
+        >>> con = connect("runs.rlarrow")  # doctest: +SKIP
+        >>> con.sql('select run_id, avg("return") from episodes group by all').pl()  # doctest: +SKIP
+    """
+    import duckdb
+
+    st = _store(store)
+    lease = st.lease()
+    con = duckdb.connect(database)
+    weakref.finalize(con, lease.release)
+    pinned = lease.pin_view(st, _schema.TABLE_NAMES)
+    for table in _schema.TABLE_NAMES:
+        layouts = st._layout_names(table)  # (the view pin_view took)
+        if len(layouts) <= 1:
+            _create_view(con, st, table, table, pinned[table], st.schema(table))
+            continue
+        # a table with several layouts (runs with other tensors): a view per layout, TABLE_N,
+        # and TABLE over all of them where columns agree (as Store.read reads them)
+        for name in layouts:
+            n = int(name.partition(".")[2] or 1)
+            files = [f for f in pinned[table] if Path(f).parent.name == name]
+            _create_view(con, st, table, f"{table}_{n}", files, st.schema(table, layout=n))
+        clash = st._combined_schema(layouts)[1]
+        exclude = f" exclude ({', '.join(_ident(c) for c in clash)})" if clash else ""
+        union = " union all by name ".join(
+            f"select *{exclude} from {table}_{int(name.partition('.')[2] or 1)}" for name in layouts)
+        con.execute(f"create or replace view {table} as {union}")
+    try:
+        steps_layouts = st._layout_names("steps")
+        if len(steps_layouts) <= 1:
+            con.execute(_TRANSITIONS)
+        else:  # transitions of each layout, and over all of them where columns agree
+            numbers = [int(name.partition(".")[2] or 1) for name in steps_layouts]
+            for n in numbers:
+                con.execute(_TRANSITIONS.replace("view transitions as", f"view transitions_{n} as")
+                            .replace("from steps)", f"from steps_{n})"))
+            clash = st._combined_schema(steps_layouts)[1]
+            left_out = {c for c in clash if c in ("observation", "action")}
+            columns = ", ".join(c for c in _TRANSITION_COLUMNS if c not in left_out and not (
+                c == "next_observation" and "observation" in left_out))
+            con.execute("create or replace view transitions as " + " union all by name ".join(
+                f"select {columns} from transitions_{n}" for n in numbers))
+    except duckdb.Error as exc:  # no user query yet: the files do not have the table's columns
+        con.close()
+        raise StoreError(f"{st.path}: the steps files do not have the table's columns ({exc}); "
+                         f"`rlarrow repair {st.path}` names a damaged file") from exc
+    for macro in _MACROS:
+        con.execute(macro)
+    window = ema_window or int(math.ceil(math.log(_EMA_EPS) / math.log(0.999)))
+    con.execute(_ema_macro(window))
+    _tensor_decoders(con, st)
+    return con
+
+
+_TRANSITION_COLUMNS = ["run_id", "episode_id", "env_index", "step", "observation", "action", "reward",
+                       "discount", "next_observation", "done", "truncated"]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _create_view(con: Any, st: Any, table: str, view: str, files: Sequence[Path],
+                 schema: pa.Schema | None) -> None:
+    """The view ``view`` over ``files`` (of ``table``, in ``schema``; none: an empty view)."""
+    missing = [f for f in files if not os.path.lexists(f)]
+    if files and not missing:
+        source = f"read_parquet({_file_list(files)})"
+        names = set(schema.names) if schema is not None else set()
+    else:
+        empty = schema or _schema.table(table).arrow_schema()
+        con.register(f"_rlarrow_empty_{view}", _plain(empty).empty_table())
+        source, names = f"_rlarrow_empty_{view}", set(empty.names)
+        if missing:  # damage: a query of this table fails naming it; the others work
+            message = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
+                       f"{st.path}` names every damaged file, `rlarrow repair` drops them")
+            source += f" where (select error({_quote(message)})) is null"
+    # steps before their first commit have no tensor columns: null ones keep the SQL valid
+    extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
+                    if table == "steps" and c not in names)
+    try:
+        con.execute(f"create or replace view {view} as select *{extra} from {source}")
+    except Exception as exc:
+        con.close()
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def _damaged(st: Any, exc: Exception) -> Exception:
+    """A StoreError for DuckDB failing to read the store's files; other errors as they are."""
+    import duckdb
+
+    # invalid input names the file when a file is at fault; error('...') in a query names none
+    reading = type(exc) is duckdb.Error or isinstance(exc, duckdb.IOException) or (
+        isinstance(exc, duckdb.InvalidInputException)
+        and (".parquet" in str(exc) or os.fspath(st.path) in str(exc)))
+    if not reading:  # the query's own errors (syntax, names, types, error()) stay DuckDB's
+        return exc
+    return StoreError(f"{st.path}: DuckDB could not read the store's files ({exc}); `rlarrow info` "
+                      "and Store.read name a damaged file")
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """The schema with extension types replaced by their storage (what DuckDB reads from files)."""
+    fields = []
+    for f in schema:
+        t = f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type
+        if pa.types.is_struct(t):
+            t = pa.struct(list(_plain(pa.schema(list(t)))))
+        fields.append(pa.field(f.name, t, f.nullable))
+    return pa.schema(fields)
+
+
+def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow") -> Any:
+    """Run ``query`` over ``store`` (see :func:`connect`) and return its result.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        query: DuckDB SQL over the store's views and macros.
+        params: values for ``?`` / ``$1`` placeholders in ``query``.
+        output: ``"arrow"`` (a ``pyarrow.Table``, the default), ``"polars"`` (a Polars
+            DataFrame) or ``"pandas"`` (a pandas DataFrame; pandas must be installed). The
+            conversions keep dtypes, nulls and NaN; tensor columns arrive as lists (of
+            lists) in every form. For DuckDB's lazy relation, with ``.pl()``/``.df()``,
+            query :func:`connect`'s connection instead.
+
+    Example:
+        >>> sql("runs.rlarrow", "select * from episode_returns(0.99) limit 5")  # doctest: +SKIP
+        >>> sql("runs.rlarrow", "select * from episodes", output="polars")  # doctest: +SKIP
+    """
+    if output not in ("arrow", "polars", "pandas"):
+        raise ValueError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
+    import duckdb
+
+    con = connect(store)
+    try:
+        rel = con.sql(query, params=params) if params else con.sql(query)
+        table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
+    except duckdb.Error as exc:
+        err = _damaged(_store(store), exc)
+        if err is exc:
+            raise
+        raise err from exc
+    finally:
+        con.close()
+    if output == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    if output == "pandas":
+        return table.to_pandas()
+    return table
+
+
+_SUFFIX_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
+                   ".jsonl": "json", ".ndjson": "json"}
+
+
+def export(
+    store: Any,
+    query: str,
+    path: str | os.PathLike[str] | IO[bytes],
+    *,
+    format: str | None = None,  # noqa: A002
+    params: Sequence[Any] | None = None,
+    tensor_types: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> int:
+    r"""Write the result of ``query`` over ``store`` to a Parquet, csv or JSON-lines file, streamed.
+
+    The result is never held whole: DuckDB hands over record batches, written one by one
+    (Parquet row groups of about 64 MiB), so any result fits in the memory of a few batches.
+    A file path is written atomically (a failed export leaves nothing at ``path``).
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        query: DuckDB SQL over the views and macros of :func:`connect`.
+        path: the file to write, or a binary stream (``sys.stdout.buffer``).
+        format: ``"parquet"``, ``"csv"`` or ``"json"`` (one object per line); default: from
+            ``path``'s suffix (``.parquet``, ``.csv``, ``.json``, ``.jsonl``, ``.ndjson``).
+        params: values for ``?`` / ``$1`` placeholders in ``query``.
+        tensor_types: result columns holding binary-layout tensors under another name than
+            the stored one, as ``{"obs": "steps.observation"}`` or ``{"obs": tensor_type}``.
+        overwrite: replace an existing file.
+
+    Parquet holds exactly :func:`sql`'s Arrow result (tensors as DuckDB returns them: lists,
+    and binary-layout tensors as their bytes). csv and JSON lines hold text: tensors and lists
+    as nested lists ``[[1.0, 2.0], [3.0, 4.0]]``, dict observations as JSON objects,
+    binary-layout tensors decoded to their dtype and shape (recognised by the column's name:
+    ``observation``, ``action``, ``next_observation``, the memory tensors' names, or the names
+    in ``tensor_types``, whose byte width must match; other blobs are hex text, as are blobs of
+    a name that two stored tensors of the same width share: name the one meant in
+    ``tensor_types``). Floats are the shortest text that reads back
+    as the same value (``0.1``, ``1.0``, a float32 as ``0.1`` too). NaN and infinities are
+    ``NaN``, ``Infinity`` and ``-Infinity``: bare in csv (Python's ``float`` and ``json.loads``
+    read them), as strings ``"NaN"`` ... in JSON lines, which must stay strict JSON. csv nulls
+    are empty cells, JSON nulls ``null``.
+
+    Returns:
+        The number of rows written.
+
+    Raises:
+        ValueError: an unknown format, a statement that returns no rows, or a bad
+            ``tensor_types`` entry.
+        FileExistsError: ``path`` exists and not ``overwrite``.
+        StoreError: DuckDB could not read the store's files.
+
+    Example:
+        >>> import numpy as np, rlarrow, tempfile, pathlib
+        >>> path = tempfile.mkdtemp() + "/runs.rlarrow"
+        >>> with rlarrow.Store.create(path) as st:
+        ...     _ = st.append("steps", {"run_id": "a", "episode_id": 0, "step": np.arange(3), "env_index": 0,
+        ...         "observation": np.array([[0.5, 1], [2, 3], [4, 5]], np.float32),
+        ...         "action": [1, 0, None], "reward": [1.0, float("nan"), None],
+        ...         "discount": [1.0, 0.0, None], "is_first": [True, False, False],
+        ...         "is_last": [False, False, True], "is_terminal": [False, False, True]})
+        >>> out = tempfile.mkdtemp() + "/t.jsonl"
+        >>> export(path, "select step, observation, next_observation, reward from transitions "
+        ...              "order by step", out)
+        2
+        >>> print(pathlib.Path(out).read_text(), end="")
+        {"step": 0, "observation": [0.5, 1.0], "next_observation": [2.0, 3.0], "reward": 1.0}
+        {"step": 1, "observation": [2.0, 3.0], "next_observation": [4.0, 5.0], "reward": "NaN"}
+    """
+    from rlarrow.query import output as _export
+
+    fmt = format
+    if fmt is None:
+        suffix = Path(os.fspath(path)).suffix.lower() if isinstance(path, (str, os.PathLike)) else ""
+        fmt = _SUFFIX_FORMATS.get(suffix)
+        if fmt is None:
+            raise ValueError(f"cannot tell the format of {path!r}: pass format='parquet', 'csv' or 'json'")
+    if fmt not in _export.FORMATS:
+        raise ValueError(f"format={fmt!r}: use 'parquet', 'csv' or 'json'")
+    st = _store(store)
+    hints = _export.resolve_tensor_types(st, tensor_types)
+    con = connect(st)
+    try:
+        rel = _relation(st, con, query, params)
+        if rel is None:
+            raise ValueError(f"{query!r} is a statement that returns no rows; export a query (select ...)")
+        return export_relation(st, rel, path, fmt, hints=hints, overwrite=overwrite)
+    finally:
+        con.close()
+
+
+def _relation(st: Any, con: Any, query: str, params: Sequence[Any] | None) -> Any:
+    import duckdb
+
+    try:
+        return con.sql(query, params=params) if params else con.sql(query)
+    except duckdb.Error as exc:
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
+                    hints: Mapping[str, list[pa.DataType]] | None = None, overwrite: bool = False) -> int:
+    """Stream a DuckDB relation over ``st``'s views into ``path`` (see :func:`export`)."""
+    import duckdb
+
+    from rlarrow.io.memory.snapshot import atomic_output
+    from rlarrow.query import output as _export
+
+    hints = _export.tensor_hints(st) if hints is None else hints
+    try:
+        reader = rel.to_arrow_reader(_export.batch_rows(st))
+        if not isinstance(path, (str, os.PathLike)):
+            return _export.write_stream(reader, path, fmt, hints)
+        if os.path.exists(path) and not os.path.isfile(path):  # a pipe or a device: written as it is
+            with open(path, "wb") as fh:
+                return _export.write_stream(reader, fh, fmt, hints)
+        with atomic_output(path, overwrite=overwrite) as tmp:
+            return _export.write_stream(reader, tmp, fmt, hints)
+    except duckdb.Error as exc:
+        err = _damaged(st, exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
+    """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
+
+    The frame reads the files committed when it was made, and keeps reading them whatever
+    compacts the store meanwhile: they are pinned for the life of the process
+    (:meth:`~rlarrow.Store.process_lease`; call ``scan`` again to see later commits).
+    ``layout``: one layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of
+    them, as :meth:`~rlarrow.Store.read` combines them (columns matched by name, a column
+    whose type differs between layouts left out, with a warning).
+
+    Example:
+        >>> import polars as pl
+        >>> scan("runs.rlarrow", "scalars").filter(pl.col("tag") == "train/loss").collect()  # doctest: +SKIP
+        >>> scan("runs.rlarrow", "memory", layout=2).collect()  # doctest: +SKIP
+    """
+    import polars as pl
+
+    st = _store(store)
+    # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
+    pinned = st.process_lease().pin_view(st, [table])[table]
+    names = st._selected(table, layout)  # (the view pin_view took)
+    st._leave_out(table, names, None)
+    schema = st.schema(table, layout=layout)
+    frames = []
+    for name in names:
+        files = [os.fspath(f) for f in pinned if Path(f).parent.name == name]
+        if not files:
+            continue
+        frame = pl.scan_parquet(files)
+        if len(names) > 1:  # the columns this layout shares with the others
+            own = st.schema(table, layout=int(name.partition(".")[2] or 1))
+            frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own.names])
+        frames.append(frame)
+    if not frames:
+        empty = schema or _schema.table(table).arrow_schema()
+        return pl.DataFrame(_plain(empty).empty_table()).lazy()
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
+
+
+def iter_episodes(
+    store: Any,
+    where: str | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    run_id: str | None = None,
+    as_torch: bool = False,
+    batch_episodes: int = 256,
+) -> Iterator[dict[str, Any]]:
+    r"""Each episode of ``store`` as a dict of arrays (NumPy, or torch tensors), in step order.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        where: a SQL predicate on the ``episodes`` table choosing episodes, e.g.
+            ``"\\"return\\" > 0.5 and not truncated"`` or ``"metadata->>'seed' = '3'"``; every
+            episode of ``steps`` when None.
+        columns: the ``steps`` columns to read (default: observation, action, reward,
+            discount, is_first, is_last, is_terminal); unselected columns are never read.
+        run_id: only this run.
+        as_torch: torch tensors instead of NumPy arrays (needs the ``torch`` extra).
+        batch_episodes: episodes read per Parquet scan.
+
+    Each dict also has ``run_id`` and ``episode_id``. Tensor columns come back with their
+    dtype and shape, dict observations as dicts; nullable columns (the last step's action
+    and reward) as float arrays with NaN, or object arrays where no NaN fits.
+
+    Example:
+        >>> for ep in iter_episodes("runs.rlarrow", "\\"return\\" > 0", columns=["reward"]):  # doctest: +SKIP
+        ...     print(ep["episode_id"], ep["reward"].sum())
+    """
+    import pyarrow.compute as pc
+
+    from rlarrow.core.tensors import to_numpy
+
+    st = _store(store)
+    cols = list(columns or ["observation", "action", "reward", "discount", "is_first", "is_last",
+                            "is_terminal"])
+    keys_source = "episodes" if where is not None else "steps"
+    query = f"select distinct run_id, episode_id from {keys_source}"
+    conds = [f"({where})"] if where is not None else []
+    if run_id is not None:
+        conds.append(f"run_id = {_quote(run_id)}")
+    if conds:
+        query += " where " + " and ".join(conds)
+    query += " order by run_id, episode_id"
+    con = connect(st)
+    try:
+        keys = con.sql(query).fetchall()
+    finally:
+        con.close()
+    if as_torch:
+        from rlarrow.core.deps import require
+
+        torch = require("torch", feature="iter_episodes(as_torch=True)")
+    datasets: dict[int | None, Any] = {}  # a run's rows are in one layout: read it there
+    for start in range(0, len(keys), batch_episodes):
+        chunk = keys[start:start + batch_episodes]
+        by_run: dict[str, list[int]] = {}
+        for rid, eid in chunk:
+            by_run.setdefault(rid, []).append(eid)
+        for rid, eids in by_run.items():
+            where_run = st.layout_of("steps", rid) if len(st._layout_names("steps")) > 1 else None
+            dataset = datasets.get(where_run)
+            if dataset is None:
+                dataset = datasets[where_run] = st.dataset("steps", layout=where_run)
+            flt = (pc.field("run_id") == rid) & pc.field("episode_id").isin(eids)
+            table = dataset.to_table(columns=["episode_id", "step", *cols], filter=flt)
+            table = table.sort_by([("episode_id", "ascending"), ("step", "ascending")])
+            ids = table.column("episode_id").to_numpy()
+            cuts = np.flatnonzero(np.diff(ids)) + 1
+            bounds = np.concatenate([[0], cuts, [len(ids)]])
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+                part = table.slice(a, b - a)
+                out: dict[str, Any] = {"run_id": rid, "episode_id": int(ids[a])}
+                for name in ["step", *cols]:
+                    value = _column_numpy(part.column(name), to_numpy)
+                    out[name] = _to_torch(value, torch) if as_torch else value
+                yield out
+
+
+def _column_numpy(col: pa.ChunkedArray, to_numpy: Any) -> Any:
+    try:
+        return to_numpy(col)
+    except ValueError:  # nulls where NaN does not fit (the last step's integer action)
+        return np.array(col.to_pylist(), dtype=object)
+
+
+def _to_torch(value: Any, torch: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_torch(v, torch) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        if not value.flags.writeable or not value.flags.c_contiguous:
+            value = np.array(value)  # Arrow's buffers are read-only; torch wants its own
+        return torch.from_numpy(value)
+    return value

@@ -1,0 +1,292 @@
+"""Record gymnasium environments (single and vector) into a store.
+
+:class:`RecordEpisodes` wraps a ``gymnasium.Env`` or a ``gymnasium.vector.VectorEnv`` and
+records every episode into the store's ``steps`` and ``episodes`` tables (RLDS alignment,
+one ``env_index`` per sub-environment), with the same crash-safe flushing as
+:class:`rlarrow.EnvLogger`. gymnasium gives no discount, so ``discount`` is null; an episode
+ends ``terminated`` or ``truncated`` as the env says. Vector envs are handled in both of
+gymnasium's autoreset modes: ``NEXT_STEP`` (the step after an episode's end resets that
+sub-env; its action is not recorded) and ``SAME_STEP`` (the final observation comes in
+``infos["final_obs"]``).
+
+The run's ``env_specs`` holds the two spaces and the dm_env specs derived from them
+(:func:`rlarrow.core.specs.from_space`), so ``rlarrow.Reader(...).observation_spec()`` gives a
+spec for gym recordings too. Dict spaces are stored as structs in the space's order (or the
+store's, when it holds the same fields in another order).
+
+Example:
+    >>> import gymnasium as gym, tempfile, os, rlarrow
+    >>> path = os.path.join(tempfile.mkdtemp(), "cartpole.rlarrow")
+    >>> env = RecordEpisodes(gym.make("CartPole-v1"), path, metadata={"agent": "random"})
+    >>> obs, info = env.reset(seed=0)
+    >>> for _ in range(30):
+    ...     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    ...     if terminated or truncated:
+    ...         obs, info = env.reset()
+    >>> env.close()
+    >>> rlarrow.Store.open(path).row_count("steps") >= 30
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow._version import __version__
+from rlarrow.core.deps import require
+from rlarrow.core.episodes import Sink
+from rlarrow.core.specs import REWARD_SPEC, from_space
+from rlarrow.core.step_columns import declare_steps
+from rlarrow.core.store import Store
+from rlarrow.core.tensors import tensor_type
+
+gym = require("gymnasium", feature="rlarrow.record.gym")
+
+__all__ = ["RecordEpisodes", "RecordVectorEpisodes", "space_type"]
+
+
+def space_type(space: Any) -> pa.DataType:
+    """The tensor column type for a gymnasium space (Dict and Tuple spaces become structs)."""
+    spaces = gym.spaces
+    if isinstance(space, spaces.Dict):
+        return pa.struct([pa.field(str(k), space_type(v)) for k, v in space.spaces.items()])
+    if isinstance(space, spaces.Tuple):
+        return pa.struct([pa.field(str(i), space_type(v)) for i, v in enumerate(space.spaces)])
+    if isinstance(space, spaces.Discrete):
+        return tensor_type(space.dtype)
+    if space.shape is None:
+        raise TypeError(f"cannot store observations of {space}: it has no fixed shape")
+    return tensor_type(space.dtype, space.shape, layout="auto")
+
+
+def _space_dict(space: Any) -> Any:
+    spaces = gym.spaces
+    if isinstance(space, spaces.Dict):
+        return {str(k): _space_dict(v) for k, v in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return [_space_dict(v) for v in space.spaces]
+    out: dict[str, Any] = {"kind": type(space).__name__, "shape": list(space.shape or ()),
+                           "dtype": np.dtype(space.dtype).name if space.dtype is not None else None}
+    for attr in ("low", "high", "n", "start", "nvec"):
+        value = getattr(space, attr, None)
+        if value is not None:
+            out[attr] = value
+    return out
+
+
+def _copy(value: Any, space: Any) -> Any:
+    """A copy of one sub-env's value, dicts for Dict/Tuple spaces, in the space's dtype."""
+    spaces = gym.spaces
+    if isinstance(space, spaces.Dict):
+        return {str(k): _copy(value[k], s) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return {str(i): _copy(value[i], s) for i, s in enumerate(space.spaces)}
+    return np.array(value, dtype=space.dtype)
+
+
+def _index(batch: Any, i: int) -> Any:
+    """Sub-env ``i``'s value in a vector env's batch (dicts and tuples of arrays)."""
+    if isinstance(batch, Mapping):
+        return {k: _index(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_index(v, i) for v in batch)
+    return batch[i]
+
+
+class _Recorder:
+    """What :class:`RecordEpisodes` and :class:`RecordVectorEpisodes` share.
+
+    Args:
+        env: a ``gymnasium.Env`` (``RecordEpisodes``) or ``gymnasium.vector.VectorEnv``
+            (``RecordVectorEpisodes``).
+        data_directory: the store (created when missing), or a :class:`~rlarrow.Store`.
+        metadata: run metadata, stored once.
+        keep_infos: store each step's ``info`` (of its sub-env) as the step's metadata.
+        run_id, name, flush_every_steps, flush_every_seconds, flush_on_episode_end, background:
+            as for :class:`rlarrow.EnvLogger`.
+
+    Attributes:
+        run_id: the run the episodes are recorded under.
+        store: the store.
+    """
+
+    env: Any
+
+    def _setup(
+        self,
+        env: Any,
+        data_directory: str | os.PathLike[str] | Store,
+        metadata: Any = None,
+        *,
+        keep_infos: bool = False,
+        run_id: str | None = None,
+        name: str | None = None,
+        flush_every_steps: int | None = 10_000,
+        flush_every_seconds: float | None = 30.0,
+        flush_on_episode_end: bool = False,
+        background: bool = False,
+    ) -> None:
+        self.is_vector = isinstance(env, gym.vector.VectorEnv)
+        if self.is_vector:
+            self._n = int(env.num_envs)
+            self._obs_space, self._act_space = env.single_observation_space, env.single_action_space
+            mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+            self._autoreset = getattr(mode, "name", str(mode))
+            if self._autoreset not in ("NEXT_STEP", "SAME_STEP"):
+                raise ValueError(f"autoreset mode {self._autoreset}: rlarrow records NEXT_STEP and SAME_STEP "
+                                 "vector envs")
+        else:
+            self._n = 1
+            self._obs_space, self._act_space = env.observation_space, env.action_space
+            self._autoreset = "NONE"
+        own = not isinstance(data_directory, Store)
+        self.store = Store.open(data_directory, create=True) if not isinstance(data_directory, Store) \
+            else data_directory
+        # Dict spaces keep their order (or the store's, when it holds the same fields in another)
+        types = declare_steps(self.store, {"observation": space_type(self._obs_space),
+                                           "action": space_type(self._act_space)})
+        spec = getattr(getattr(env, "spec", None), "id", None)
+        obs_space, act_space = _space_dict(self._obs_space), _space_dict(self._act_space)
+        self.run_id = self.store.add_run(
+            source="rlarrow.gym", run_id=run_id, name=name or spec,
+            source_version=f"rlarrow {__version__}",
+            alignment="rlds", num_envs=self._n, metadata=metadata,
+            env_specs={"env_id": spec, "observation_space": obs_space, "action_space": act_space,
+                       # the same as dm_env specs, so that rlarrow.Reader gives them (docs/format.md)
+                       "observation_spec": from_space(obs_space), "action_spec": from_space(act_space),
+                       "reward_spec": REWARD_SPEC})
+        plain = not isinstance(self._act_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self._sink = Sink(self.store, self.run_id, own_store=own, action_dtype=self._act_space.dtype if plain
+                          else None, flush_every_steps=flush_every_steps,
+                          flush_every_seconds=flush_every_seconds, background=background, num_envs=self._n,
+                          types=types)
+        self._lanes = self._sink.lanes
+        self._keep_infos = keep_infos
+        self._flush_on_episode_end = flush_on_episode_end
+        self._needs_reset = [False] * self._n
+        self._ended = False  # an episode ended in this step()
+        self._closed = False
+
+    # ------------------------------------------------------------------ recording
+
+    def _start(self, i: int, obs: Any, info: Any) -> None:
+        lane = self._lanes[i]
+        obs, info = _copy(obs, self._obs_space), self._info(info) if self._keep_infos else None
+        lane.obs.append(obs)  # what can fail first: a failed reset leaves the columns aligned
+        lane.begin(self._sink.new_episode(i))  # cuts an unfinished episode (partial_end)
+        if self._keep_infos:
+            lane.custom.append(info)
+        self._needs_reset[i] = False
+
+    def _info(self, info: Any) -> Any:
+        return {k: v for k, v in info.items() if not k.startswith("_")} if isinstance(info, Mapping) else info
+
+    def _sub_info(self, infos: Any, i: int) -> Any:
+        if not self._keep_infos or not isinstance(infos, Mapping):
+            return None
+        out = {}
+        for k, v in infos.items():
+            if k.startswith("_") or k in ("final_obs", "final_info"):
+                continue
+            mask = infos.get(f"_{k}")
+            if mask is None or bool(mask[i]):
+                out[k] = v[i] if isinstance(v, np.ndarray) else v
+        return out
+
+    def _transition(self, i: int, action: Any, obs: Any, reward: Any, terminated: bool, truncated: bool,
+                    info: Any) -> None:
+        lane = self._lanes[i]
+        if lane.current is None:
+            raise RuntimeError("step() after an episode ended: call reset() first")
+        action, obs, reward = _copy(action, self._act_space), _copy(obs, self._obs_space), float(reward)
+        lane.obs.append(obs)
+        lane.action.append(action)
+        lane.reward.append(reward)
+        lane.discount.append(None)
+        if self._keep_infos:
+            lane.custom.append(info)
+        self._sink.unflushed += 1
+        if terminated or truncated:
+            lane.end(bool(terminated))
+            self._ended = True
+
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None) -> Any:
+        """Reset (all sub-envs) and start new episodes; unfinished ones are kept as partial."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        if self.is_vector:
+            for i in range(self._n):
+                self._start(i, _index(obs, i), self._sub_info(info, i))
+        else:
+            self._start(0, obs, info)
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        """Step the env and record the transition(s)."""
+        self._ended = False
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if not self.is_vector:
+            self._transition(0, action, obs, reward, terminated, truncated,
+                             self._info(info) if self._keep_infos else None)
+        else:
+            for i in range(self._n):
+                if self._needs_reset[i]:  # NEXT_STEP: this step reset sub-env i, its action unused
+                    self._start(i, _index(obs, i), self._sub_info(info, i))
+                    continue
+                ended = bool(terminated[i]) or bool(truncated[i])
+                final = obs
+                if ended and self._autoreset == "SAME_STEP":
+                    final = info["final_obs"]
+                self._transition(i, _index(action, i), _index(final, i), reward[i],
+                                 bool(terminated[i]), bool(truncated[i]), self._sub_info(info, i))
+                if ended:
+                    if self._autoreset == "SAME_STEP":
+                        self._start(i, _index(obs, i), None)
+                    else:
+                        self._needs_reset[i] = True
+        if self._sink.due() or (self._flush_on_episode_end and self._ended):
+            self.flush(wait=False)
+        return obs, reward, terminated, truncated, info
+
+    def flush(self, *, final: bool = False, wait: bool = True) -> None:
+        """Commit the complete rows recorded so far (see :meth:`rlarrow.EnvLogger.flush`)."""
+        self._sink.flush(final=final, wait=wait)
+
+    def close(self) -> None:
+        """Commit everything (unfinished episodes as ``partial_end``), close the store and the env."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sink.close()
+        self.env.close()
+
+
+class RecordEpisodes(_Recorder, gym.Wrapper):  # type: ignore[misc,name-defined]
+    """Record a ``gymnasium.Env``'s episodes into a store.
+
+    See the module docs, and :class:`_Recorder` for the arguments. For vector envs use
+    :class:`RecordVectorEpisodes`.
+    """
+
+    def __init__(self, env: Any, data_directory: str | os.PathLike[str] | Store, metadata: Any = None,
+                 **options: Any) -> None:
+        if isinstance(env, gym.vector.VectorEnv):
+            raise TypeError("a vector env: wrap it with rlarrow.record.gym.RecordVectorEpisodes")
+        gym.Wrapper.__init__(self, env)
+        self._setup(env, data_directory, metadata, **options)
+
+
+class RecordVectorEpisodes(_Recorder, gym.vector.VectorWrapper):  # type: ignore[misc,name-defined]
+    """Record a ``gymnasium.vector.VectorEnv``'s episodes, one ``env_index`` per sub-env.
+
+    See :class:`_Recorder` for the arguments.
+    """
+
+    def __init__(self, env: Any, data_directory: str | os.PathLike[str] | Store, metadata: Any = None,
+                 **options: Any) -> None:
+        gym.vector.VectorWrapper.__init__(self, env)
+        self._setup(env, data_directory, metadata, **options)

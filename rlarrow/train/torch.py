@@ -1,0 +1,400 @@
+"""PyTorch datasets over a store: streaming (shuffled, windowed, sharded, resumable) and map-style.
+
+:class:`StreamingDataset` is an ``IterableDataset`` that streams a table (``steps``,
+``memory``, or ``transitions`` derived from ``steps``) from its Parquet files:
+
+- **Projection and filter**: only ``columns`` (and the keys windows need) are read; ``filter``
+  is a pyarrow expression or a SQL predicate on the flat columns (DuckDB).
+- **Shuffle**: the row groups of all files are permuted per epoch (seeded), then rows are
+  mixed in a buffer of ``buffer_rows`` rows filled from several row groups.
+- **Sequence windows**: ``sequence_length=L`` yields windows of L consecutive steps of one
+  episode (batch shape ``(B, L, ...)``); a window never crosses an episode boundary. A
+  window starting in one row group may end in the next row group or in another file (a
+  recorder's flushes split an episode across commits): the rows that continue the episode
+  are found by key (row-group statistics pick the candidates) and read ahead.
+- **Batching**: the shuffled buffer is converted to NumPy once and batches are contiguous
+  slices of it, turned into tensors without copying and without per-row Python work.
+- **Sharding**: row groups are dealt to ``DataLoader`` workers and ``torch.distributed``
+  ranks, so across all of them every sample is seen exactly once per epoch, however the
+  files divide.
+- **Resuming**: :meth:`StreamingDataset.state_dict` / :meth:`load_state_dict` record the
+  epoch and how many batches each worker has delivered; iterate through
+  :class:`DataLoader` (a ``torch.utils.data.DataLoader`` that keeps count) to resume
+  mid-epoch with workers, exactly where it stopped.
+
+:class:`TableDataset` is map-style: ``len`` rows, ``ds[i]`` one row as tensors, with the row
+groups it reads cached.
+
+Example:
+    >>> from rlarrow.train.torch import DataLoader, StreamingDataset  # doctest: +SKIP
+    >>> ds = StreamingDataset("runs.rlarrow", "transitions", batch_size=256, seed=0)  # doctest: +SKIP
+    >>> loader = DataLoader(ds, num_workers=2)  # doctest: +SKIP
+    >>> for epoch in range(3):  # doctest: +SKIP
+    ...     ds.set_epoch(epoch)
+    ...     for batch in loader:
+    ...         batch["observation"], batch["next_observation"], batch["done"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from rlarrow.core.deps import require
+
+require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
+import torch  # noqa: E402
+
+from rlarrow.train.samples import SampleSource, Unit, flat, nest, to_numpy, units  # noqa: E402
+
+__all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
+
+def _shard(rank: int | None = None, world: int | None = None) -> tuple[int, int]:
+    """(index, count) of this reader among all DataLoader workers of all ranks."""
+    if rank is None or world is None:
+        rank, world = 0, 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    info = torch.utils.data.get_worker_info()
+    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return rank * workers + worker, world * workers
+
+
+class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
+    """Stream batches of a store's table as dicts of tensors.
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        table: ``"steps"``, ``"memory"``, or ``"transitions"`` (from ``steps``:
+            ``observation, action, reward, discount, next_observation, done, truncated``).
+        columns: columns to read (default: every non-key column; for transitions, all of
+            the above). Struct columns come back as nested dicts.
+        filter: a ``pyarrow.compute.Expression`` or a SQL predicate string over the flat
+            columns, applied to each row (to a window's first row).
+        batch_size: rows (or windows) per batch.
+        shuffle: permute row groups and mix rows in the buffer (seeded by ``seed`` and the
+            epoch); False streams in storage order.
+        buffer_rows: rows mixed at a time; larger mixes more, costs memory.
+        sequence_length: windows of this many consecutive steps of one episode.
+        drop_last: drop each reader's last, smaller batch.
+        seed: the shuffle's seed.
+        device: move batches there (in the process that iterates; with
+            :class:`DataLoader` workers, the loader moves them in the main process).
+        pin_memory: pin batches before moving them to a GPU.
+        rank, world_size: this process's share of the data; default: ``torch.distributed``'s
+            when it is initialised, else the whole (one process).
+        layout: one layout of the table (:meth:`rlarrow.Store.layouts`: runs whose tensors
+            differ are in different layouts); None: all of them, with the columns every
+            layout has with the same type (a column of one layout only needs ``layout``).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        table: str = "steps",
+        *,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,  # noqa: A002 - pyarrow's name
+        batch_size: int = 256,
+        shuffle: bool = True,
+        buffer_rows: int = 1 << 19,
+        sequence_length: int = 1,
+        drop_last: bool = False,
+        seed: int = 0,
+        device: Any = None,
+        pin_memory: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        layout: int | None = None,
+    ) -> None:
+        from rlarrow.core.store import Store
+
+        super().__init__()
+        if (rank is None) != (world_size is None) or (
+                rank is not None and world_size is not None and not 0 <= rank < world_size):
+            raise ValueError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
+        self.rank, self.world_size = rank, world_size
+        st = store if isinstance(store, Store) or hasattr(store, "filesystem") \
+            else Store.open(store, readonly=True)
+        self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
+                                              sequence_length=sequence_length, layout=layout)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.buffer_rows = max(buffer_rows, batch_size)
+        self.drop_last = drop_last
+        self.seed = seed
+        self.device = device
+        self.pin_memory = pin_memory
+        self.epoch = 0
+        self._resume: dict[int, int] = {}
+        self._delivered: dict[int, int] = {}
+        self._tag_worker = False
+
+    # ---- epochs and resuming
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle differently (and deterministically) for ``epoch``; clears a resume point."""
+        self.epoch = epoch
+        self._resume = {}
+        self._delivered = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the stream stands: the epoch and the batches delivered per reader.
+
+        Counted by the dataset itself in one process, or by :class:`DataLoader` with workers.
+        """
+        return {"epoch": self.epoch, "delivered": dict(self._delivered), "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after the batches ``state`` counts (same data, seed and workers)."""
+        if state.get("seed", self.seed) != self.seed:
+            raise ValueError(f"the state was saved with seed {state['seed']}, this dataset has {self.seed}")
+        self.epoch = int(state["epoch"])
+        self._resume = {int(k): int(v) for k, v in state["delivered"].items()}
+        self._delivered = dict(self._resume)
+
+    # ---- reading
+
+    def _my_units(self) -> tuple[int, list[Unit]]:
+        index, count = _shard(self.rank, self.world_size)
+        order = list(range(len(self.units)))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.units)).tolist()
+        return index, [self.units[i] for i in order[index::count]]
+
+    @property
+    def units(self) -> list[Unit]:
+        """The row groups read, in storage order."""
+        return self.source.units
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns read (for transitions: the steps' columns they are made of)."""
+        return self.source.columns
+
+    def _batches(self) -> Iterator[dict[str, np.ndarray]]:
+        index, mine = self._my_units()
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        files: dict[str, pq.ParquetFile] = {}
+        pending: list[dict[str, np.ndarray]] = []
+        rows = 0
+        bs = self.batch_size
+
+        def drain(final: bool) -> Iterator[dict[str, np.ndarray]]:
+            nonlocal pending, rows
+            if not pending:
+                return
+            buf = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]} if len(pending) > 1 \
+                else pending[0]
+            n = len(next(iter(buf.values())))
+            if self.shuffle:
+                perm = rng.permutation(n)
+                buf = {k: np.take(v, perm, axis=0) for k, v in buf.items()}
+            else:
+                # (Arrow's buffers are read-only: torch wants arrays it may write)
+                buf = {k: np.ascontiguousarray(v) if v.flags.writeable else np.array(v)
+                       for k, v in buf.items()}
+            full = (n // bs) * bs
+            for s in range(0, full, bs):
+                yield {k: v[s:s + bs] for k, v in buf.items()}
+            rest = {k: v[full:] for k, v in buf.items()}
+            pending, rows = ([rest], n - full) if n > full else ([], 0)
+            if final and rows and not self.drop_last:
+                yield rest
+                pending, rows = [], 0
+
+        for unit in mine:
+            got = self.source.read(unit, files)
+            if got is None:
+                continue
+            pending.append(got)
+            rows += len(next(iter(got.values())))
+            if rows >= self.buffer_rows:
+                yield from drain(final=False)
+        yield from drain(final=True)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        index, _ = _shard(self.rank, self.world_size)
+        skip = self._resume.get(index, 0)
+        self._resume.pop(index, None)
+        n = 0
+        parcel: list[dict[str, np.ndarray]] = []
+        for batch in self._batches():
+            n += 1
+            if n <= skip:
+                continue
+            if self._tag_worker:  # to the main process: several batches in one shared buffer
+                parcel.append(batch)
+                if len(parcel) >= _PARCEL_BATCHES:
+                    yield _pack(parcel, index)
+                    parcel = []
+                continue
+            self._delivered[index] = n
+            yield _to_device(nest({k: _tensor(v) for k, v in batch.items()}), self.device, self.pin_memory)
+        if parcel:
+            yield _pack(parcel, index)
+
+
+# Batches a DataLoader worker sends at once: each message crossing processes costs about a
+# millisecond, whatever its size.
+_PARCEL_BATCHES = 16
+
+
+def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:
+    """Batches as one byte tensor (one shared-memory segment) and their layout."""
+    if any(v.dtype == object for b in batches for v in b.values()):  # text: no bytes to share
+        return {"_rlarrow_batches": [nest({k: _tensor(np.array(v)) for k, v in b.items()}) for b in batches],
+                "_rlarrow_reader": reader}
+    layout: list[dict[str, tuple[int, str, tuple[int, ...]]]] = []
+    offset = 0
+    for b in batches:
+        entry = {}
+        for k, v in b.items():
+            entry[k] = (offset, v.dtype.str, v.shape)
+            offset += -(-v.nbytes // 64) * 64
+        layout.append(entry)
+    buf = np.empty(offset, dtype=np.uint8)
+    for b, entry in zip(batches, layout, strict=True):
+        for k, v in b.items():
+            start = entry[k][0]
+            buf[start:start + v.nbytes].view(v.dtype).reshape(v.shape)[...] = v
+    return {"_rlarrow_packed": torch.from_numpy(buf), "_rlarrow_layout": layout, "_rlarrow_reader": reader}
+
+
+def _unpack(message: dict[str, Any]) -> list[dict[str, Any]]:
+    if "_rlarrow_batches" in message:
+        return list(message["_rlarrow_batches"])
+    buf = message["_rlarrow_packed"].numpy()
+    out = []
+    for entry in message["_rlarrow_layout"]:
+        arrays = {}
+        for k, (start, dtype, shape) in entry.items():
+            dt = np.dtype(dtype)
+            size = int(np.prod(shape)) * dt.itemsize
+            arrays[k] = torch.from_numpy(buf[start:start + size].view(dt).reshape(shape))
+        out.append(nest(arrays))
+    return out
+
+
+def _tensor(value: np.ndarray) -> Any:
+    """A tensor sharing ``value``'s memory; text columns stay NumPy (torch has no strings)."""
+    return torch.from_numpy(value) if value.dtype != object else value
+
+
+def _to_device(batch: Any, device: Any, pin: bool) -> Any:
+    if device is None and not pin:
+        return batch
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, pin) for k, v in batch.items()}
+    if isinstance(batch, torch.Tensor):
+        if pin and torch.cuda.is_available():
+            batch = batch.pin_memory()
+        return batch.to(device, non_blocking=pin) if device is not None else batch
+    return batch
+
+
+class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
+    """A ``torch.utils.data.DataLoader`` for :class:`StreamingDataset` that keeps count.
+
+    Batches are made by the dataset (``batch_size=None`` here). The loader counts what each
+    worker delivered, so ``dataset.state_dict()`` resumes exactly, and moves batches to the
+    dataset's ``device`` in the main process (pinned first when ``pin_memory``).
+    """
+
+    def __init__(self, dataset: StreamingDataset, **kwargs: Any) -> None:
+        kwargs.setdefault("batch_size", None)
+        if kwargs["batch_size"] is not None:
+            raise ValueError("StreamingDataset makes its own batches: leave batch_size to it")
+        super().__init__(dataset, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds = self.dataset
+        assert isinstance(ds, StreamingDataset)
+        ds._tag_worker = True
+        try:
+            for message in super().__iter__():
+                reader = int(message["_rlarrow_reader"])
+                for batch in _unpack(message):
+                    ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
+                    yield _to_device(batch, ds.device, ds.pin_memory)
+        finally:
+            ds._tag_worker = False
+
+
+class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
+    """Map-style access to a table's rows: ``len(ds)`` rows, ``ds[i]`` a dict of tensors.
+
+    Rows are numbered in file order. The row groups read last are kept (``cache_groups``),
+    so nearby indices cost one read. ``ds[[i, j, ...]]`` returns a whole batch (one read per
+    row group, no per-row work): give a ``DataLoader`` a ``BatchSampler`` as ``sampler`` and
+    ``batch_size=None`` to use it. With a plain ``batch_size``, ``__getitems__`` reads the
+    batch at once and hands the rows to the default collate. ``layout``: one layout of the
+    table (:meth:`rlarrow.Store.layouts`); None: all of them, with the columns every layout
+    has with the same type.
+    """
+
+    def __init__(self, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
+                 cache_groups: int = 4, layout: int | None = None) -> None:
+        from rlarrow.core.store import Store
+        from rlarrow.train.samples import _shared_schema
+
+        st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+        self.units = units(st.files(table, layout=layout))
+        schema, _ = _shared_schema(st, table, st._selected(table, layout))
+        names = schema.names if schema is not None else []
+        self.columns = list(columns) if columns is not None else names
+        self.offsets = np.concatenate([[0], np.cumsum([u.rows for u in self.units])]).astype(np.int64)
+        self.cache_groups = cache_groups
+        self._cache: dict[int, dict[str, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _group(self, k: int) -> dict[str, np.ndarray]:
+        got = self._cache.get(k)
+        if got is None:
+            unit = self.units[k]
+            table = pq.ParquetFile(unit.file).read_row_group(unit.group, columns=self.columns)
+            got = {}
+            for name in self.columns:
+                flat(name, to_numpy(table.column(name)), got)
+            if len(self._cache) >= self.cache_groups:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[k] = got
+        return got
+
+    def __getitem__(self, i: int | Sequence[int]) -> dict[str, Any]:
+        if isinstance(i, (int, np.integer)):
+            return self._rows([int(i)], single=True)  # type: ignore[no-any-return]
+        return self._rows(list(i), single=False)  # type: ignore[no-any-return]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        batch = self._rows(list(indices), single=False)
+        cols: dict[str, Any] = {}
+        flat("", batch, cols)
+        return [nest({k.lstrip("."): v[j] for k, v in cols.items()}) for j in range(len(indices))]
+
+    def _rows(self, indices: Sequence[int], *, single: bool) -> Any:
+        idx = np.asarray(indices, dtype=np.int64)
+        n = len(self)
+        if ((idx < -n) | (idx >= n)).any():
+            raise IndexError(f"index out of range for {n} rows")
+        idx = np.where(idx < 0, idx + n, idx)
+        groups = np.searchsorted(self.offsets, idx, side="right") - 1
+        parts: dict[str, list[np.ndarray]] = {}
+        order = np.argsort(groups, kind="stable")
+        for k in np.unique(groups).tolist():
+            sel = order[groups[order] == k]
+            data = self._group(k)
+            local = idx[sel] - self.offsets[k]
+            for name, v in data.items():
+                parts.setdefault(name, []).append(v[local])
+        inverse = np.empty(len(idx), dtype=np.int64)
+        inverse[order] = np.arange(len(idx))
+        flat = {k: np.concatenate(v)[inverse] for k, v in parts.items()}
+        if single:
+            return nest({k: _tensor(np.array(v[0])) if v.dtype != object else v[0] for k, v in flat.items()})
+        return nest({k: _tensor(v) for k, v in flat.items()})
