@@ -8,14 +8,18 @@ import pyarrow as pa
 import pytest
 
 from rlarrow.core.errors import (
+    ArgumentError,
+    ArgumentTypeError,
     CorruptFileError,
     FormatVersionError,
     InvalidInputError,
     MissingDependencyError,
+    NotFoundError,
     SchemaMismatchError,
     StoreError,
     TruncatedInputWarning,
     UnsupportedInputError,
+    UsageError,
 )
 
 CASES = [
@@ -28,7 +32,18 @@ CASES = [
     StoreError("/s: no such store"),
     MissingDependencyError("needs ray", name="ray"),
     TruncatedInputWarning("/data/events", "ends in a partial record"),
+    ArgumentError("layout='fast': use 'binary', 'list' or 'auto'"),
+    ArgumentTypeError("metadata must be a dict, got list"),
+    NotFoundError("no tensor 'rewards' in the snapshot"),
+    UsageError("step() after an episode ended: call reset() first"),
 ]
+
+
+@pytest.mark.parametrize(("error", "builtin"), [(ArgumentError, ValueError), (ArgumentTypeError, TypeError),
+                                                (NotFoundError, KeyError), (UsageError, RuntimeError)])
+def test_argument_errors_are_also_the_builtin_callers_catch(error, builtin):
+    with pytest.raises(builtin, match="^the message$"):  # (KeyError's quotes are not added)
+        raise error("the message")
 
 
 @pytest.mark.parametrize("error", CASES, ids=lambda e: type(e).__name__)

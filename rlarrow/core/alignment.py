@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlarrow.core.errors import ArgumentError
+
 __all__ = [
     "FIRST",
     "LAST",
@@ -85,19 +87,19 @@ def dm_env_to_rlds(
     """
     n = len(step_type)
     if not (len(action) == len(reward) == len(discount) == n):
-        raise ValueError(f"columns differ in length: step_type {n}, action {len(action)}, "
-                         f"reward {len(reward)}, discount {len(discount)}")
+        raise ArgumentError(f"columns differ in length: step_type {n}, action {len(action)}, "
+                            f"reward {len(reward)}, discount {len(discount)}")
     if n == 0:
         return {**{c: [] for c in RLDS_COLUMNS}, "first_reward": None, "first_discount": None}
     types = [int(t) for t in step_type]
     if types[0] != FIRST:
-        raise ValueError("a dm_env episode must start with a FIRST timestep; got step type "
-                         f"{types[0]} (the action and reward that led into it would be lost)")
+        raise ArgumentError("a dm_env episode must start with a FIRST timestep; got step type "
+                            f"{types[0]} (the action and reward that led into it would be lost)")
     if action[0] is not None:
-        raise ValueError("the FIRST timestep of a dm_env episode has an action; dm_env order "
-                         "has none there (is this already RLDS-aligned?)")
+        raise ArgumentError("the FIRST timestep of a dm_env episode has an action; dm_env order "
+                            "has none there (is this already RLDS-aligned?)")
     if any(t == FIRST for t in types[1:]):
-        raise ValueError("a FIRST timestep in the middle: split the stream into episodes first")
+        raise ArgumentError("a FIRST timestep in the middle: split the stream into episodes first")
     ended = types[-1] == LAST
     return {
         "action": [*action[1:], None],
@@ -135,16 +137,16 @@ def rlds_to_dm_env(
     del is_terminal
     n = len(action)
     if not (len(reward) == len(discount) == len(is_first) == len(is_last) == n):
-        raise ValueError("columns differ in length")
+        raise ArgumentError("columns differ in length")
     if n == 0:
         return {"step_type": [], "action": [], "reward": [], "discount": []}
     if not is_first[0]:
-        raise ValueError("the episode does not start at its first step (partial_start); "
-                         "dm_env order cannot express that")
+        raise ArgumentError("the episode does not start at its first step (partial_start); "
+                            "dm_env order cannot express that")
     step_type = [FIRST] + [MID] * (n - 1)
     if is_last[-1]:
         if n == 1:
-            raise ValueError("a one-step episode cannot be both FIRST and LAST in dm_env order")
+            raise ArgumentError("a one-step episode cannot be both FIRST and LAST in dm_env order")
         step_type[-1] = LAST
     return {
         "step_type": step_type,
@@ -175,15 +177,15 @@ def minari_to_rlds(
     """
     n = len(action)
     if not (len(reward) == len(termination) == len(truncation) == n):
-        raise ValueError(f"columns differ in length: action {n}, reward {len(reward)}, "
-                         f"termination {len(termination)}, truncation {len(truncation)}")
+        raise ArgumentError(f"columns differ in length: action {n}, reward {len(reward)}, "
+                            f"termination {len(termination)}, truncation {len(truncation)}")
     if num_observations is not None and num_observations != n + 1:
-        raise ValueError(f"a Minari episode of {n} actions has {n + 1} observations; "
-                         f"got {num_observations}")
+        raise ArgumentError(f"a Minari episode of {n} actions has {n + 1} observations; "
+                            f"got {num_observations}")
     early = [t for t in range(n - 1) if termination[t] or truncation[t]]
     if early:
-        raise ValueError(f"termination/truncation before the last step (at {early[:5]}): split "
-                         "the episode there first")
+        raise ArgumentError(f"termination/truncation before the last step (at {early[:5]}): split "
+                            "the episode there first")
     ended = bool(n) and bool(termination[-1] or truncation[-1])
     return {
         "action": [*action, None],
@@ -205,7 +207,7 @@ def rlds_to_minari(
     """The inverse of :func:`minari_to_rlds`: N actions, rewards, terminations, truncations."""
     n = len(action) - 1
     if n < 0:
-        raise ValueError("an RLDS episode has at least one step (the first observation)")
+        raise ArgumentError("an RLDS episode has at least one step (the first observation)")
     terminated = bool(is_terminal[-1])
     truncated = bool(is_last[-1]) and not terminated
     return {

@@ -10,15 +10,32 @@ Every error rlarrow raises on purpose derives from :class:`RLArrowError`, so one
     │   └── CorruptFileError         truncated or damaged file (names file and offset/row)
     ├── FormatVersionError       written by an incompatible rlarrow format version
     ├── StoreError               store missing, already present, or in a state rlarrow refuses
-    └── MissingDependencyError   an optional extra is not installed (also a ModuleNotFoundError)
+    ├── MissingDependencyError   an optional extra is not installed (also a ModuleNotFoundError)
+    ├── ArgumentError            a call with a value the function cannot use (also a ValueError)
+    ├── ArgumentTypeError        a call with a value of a type it does not take (also a TypeError)
+    ├── NotFoundError            a run, tensor, column or key that is not there (also a KeyError)
+    └── UsageError               a call at the wrong moment, e.g. step() after the end (also a RuntimeError)
 
     RLArrowWarning
     ├── FormatVersionWarning     written by a newer minor format version
     ├── AssumptionWarning        an importer had to assume something the input does not say
     └── TruncatedInputWarning    an input ends in an incomplete record (what came before was read)
 
+Each also derives from the builtin a caller would catch without rlarrow in mind
+(``except ValueError`` still catches an :class:`ArgumentError`).
+
 Errors from pyarrow, DuckDB and the file system are translated at the boundary
 (``raise ... from exc``) and carry the path of the file involved.
+
+The builtins rlarrow still raises itself, each where Python's own protocols want it
+(``tests/test_layers.py`` holds the code to these and no others):
+
+* ``IndexError`` from ``__getitem__`` of a sequence (iteration and slicing rely on it);
+* ``AttributeError`` from a module's or class's ``__getattr__`` (``hasattr`` relies on it);
+* ``NotImplementedError`` from a method a subclass must provide;
+* ``OSError`` and its subclasses (``FileNotFoundError``, ``FileExistsError``) for a
+  file-system condition, as ``open()`` would report it (a glob that matches no file, a
+  target that exists, a write the disk refused).
 
 Example:
     >>> import rlarrow
@@ -35,18 +52,22 @@ import os
 from typing import Any
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "AssumptionWarning",
     "CorruptFileError",
     "FormatVersionError",
     "FormatVersionWarning",
     "InvalidInputError",
     "MissingDependencyError",
+    "NotFoundError",
     "RLArrowError",
     "RLArrowWarning",
     "SchemaMismatchError",
     "StoreError",
     "TruncatedInputWarning",
     "UnsupportedInputError",
+    "UsageError",
 ]
 
 
@@ -86,6 +107,8 @@ class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
         expected: the schema the data should have had (an Arrow schema, or the table's
             column description), or None.
         got: the data's schema, or None.
+        differences: one line per column whose type differs, when the raiser compared
+            two Arrow schemas (:func:`rlarrow.core.type_names.schema_differences`), or None.
     """
 
     def __init__(
@@ -95,14 +118,15 @@ class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
         *,
         expected: object = None,
         got: object = None,
+        differences: list[str] | None = None,
     ) -> None:
         self.table = table
         self.problems = list(problems)
         self.expected = expected
         self.got = got
+        self.differences = differences
         lines = [f"data for table {table!r} does not match its schema ({len(problems)} problem(s)):"]
         lines += [f"  - {p}" for p in problems]
-        differences = _column_differences(expected, got)
         if differences is not None:
             lines.append("column by column (expected schema: the store's; got schema: the data's):")
             lines += [f"    {d}" for d in differences]
@@ -110,20 +134,6 @@ class SchemaMismatchError(_Pickles, RLArrowError, ValueError):
             lines.append("expected schema: the table's columns (rlarrow.core.schema.table(name).describe()); "
                          "got schema: the data's (the error's .expected and .got)")
         super().__init__("\n".join(lines))
-
-
-def _column_differences(expected: object, got: object) -> list[str] | None:
-    """One line per column whose type differs between two Arrow schemas (None: not two schemas)."""
-    try:
-        import pyarrow as pa
-
-        from rlarrow.core.schema import column_differences
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        return None
-    if not isinstance(expected, pa.Schema) or not isinstance(got, pa.Schema):
-        return None
-    return column_differences(expected, got) or [
-        "(every column has the same type: their order or nullability differs)"]
 
 
 class InvalidInputError(_Pickles, RLArrowError, ValueError):
@@ -172,6 +182,25 @@ class StoreError(RLArrowError):
 
 class MissingDependencyError(RLArrowError, ModuleNotFoundError):
     """An optional dependency is missing; the message names the extra to install."""
+
+
+class ArgumentError(RLArrowError, ValueError):
+    """A function was called with a value it cannot use: an unknown option, lengths that differ."""
+
+
+class ArgumentTypeError(RLArrowError, TypeError):
+    """A function was called with a value of a type it does not take."""
+
+
+class NotFoundError(RLArrowError, KeyError):
+    """A run, tensor, column, table or metadata key that is not there."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(RLArrowError, RuntimeError):
+    """A call at a moment it cannot be made, e.g. ``step()`` after an episode ended."""
 
 
 class RLArrowWarning(UserWarning):

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError
+
 __all__ = ["decode", "decode_column", "encode", "encode_column"]
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -97,7 +99,8 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
             return str(value), tag
         if dtype.kind == "S":
             return base64.b64encode(value.tobytes()).decode("ascii"), tag
-        raise TypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported in metadata")
+        raise ArgumentTypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported "
+                                "in metadata")
     if value is None or isinstance(value, (bool, str)):
         return value, None
     if isinstance(value, Enum):
@@ -110,7 +113,7 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
         return base64.b64encode(bytes(value)).decode("ascii"), "bytes"
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in _ND_KINDS:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{path or 'value'}: NumPy arrays of dtype {value.dtype} are not supported in "
                 f"metadata (supported kinds: bool, int, uint, float, complex, str)"
             )
@@ -130,12 +133,13 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
                 key = str(int(k))
                 key_tags[key] = "int"
             else:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{path or 'value'}: dict key {k!r} of type {type(k).__name__} is not "
                     "supported in metadata (use str or int keys)"
                 )
             if key in out:
-                raise TypeError(f"{path or 'value'}: keys {key!r} and {k!r} collide once written as JSON")
+                raise ArgumentTypeError(f"{path or 'value'}: keys {key!r} and {k!r} collide once written "
+                                        "as JSON")
             out[key], tag = _enc(v, f"{path}.{key}" if path else key)
             if tag is not None:
                 child_tags[key] = tag
@@ -156,7 +160,7 @@ def _enc(value: Any, path: str) -> tuple[Any, Any]:
         if isinstance(value, tuple):
             return items, {"tuple": tags}
         return items, ({"list": tags} if tags else None)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{path or 'value'}: {type(value).__name__} is not supported in metadata "
         "(use dicts, lists, tuples, str, int, float, bool, None, bytes, NumPy scalars or arrays)"
     )
@@ -202,7 +206,7 @@ def _dec(obj: Any, tag: Any) -> Any:
             if dtype.kind == "c":
                 return dtype.type(complex(_from_float(obj[0]), _from_float(obj[1])))
             return dtype.type(obj)
-        raise ValueError(f"unknown metadata type tag {tag!r}")
+        raise ArgumentError(f"unknown metadata type tag {tag!r}")
     if "nd" in tag:
         dtype = np.dtype(tag["nd"])
         shape = tuple(tag["shape"])
@@ -228,7 +232,7 @@ def _dec(obj: Any, tag: Any) -> Any:
     if "tuple" in tag:
         children = tag["tuple"]
         return tuple(_dec(v, children.get(str(i))) for i, v in enumerate(obj))
-    raise ValueError(f"unknown metadata type tag {tag!r}")
+    raise ArgumentError(f"unknown metadata type tag {tag!r}")
 
 
 def _flatten_pairs(obj: Any) -> Iterable[tuple[Any, Any]]:

@@ -40,7 +40,16 @@ import pyarrow.compute as pc
 from rlarrow._version import __version__
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import tensors as _tensors
-from rlarrow.core.errors import CorruptFileError, SchemaMismatchError, UnsupportedInputError
+from rlarrow.core.errors import (
+    ArgumentError,
+    CorruptFileError,
+    NotFoundError,
+    SchemaMismatchError,
+    UnsupportedInputError,
+)
+
+# re-exported: their home is rlarrow.core.type_names, which rlarrow.core.errors uses too
+from rlarrow.core.type_names import column_differences, describe_type, schema_differences
 
 __all__ = [
     "FORMAT_VERSION",
@@ -50,11 +59,14 @@ __all__ = [
     "KEY_WRITER",
     "TABLE_NAMES",
     "ColumnSpec",
+    "FileInfo",
     "TableSchema",
     "build",
     "check_file_version",
     "check_version",
+    "column_differences",
     "conform",
+    "describe_type",
     "format_version",
     "parse_version",
     "quick_check",
@@ -94,7 +106,7 @@ def parse_version(text: str) -> tuple[int, int]:
         major, _, minor = str(text).partition(".")
         return int(major), int(minor or 0)
     except ValueError:
-        raise ValueError(f"not a MAJOR.MINOR version: {text!r}") from None
+        raise ArgumentError(f"not a MAJOR.MINOR version: {text!r}") from None
 
 
 def format_version(version: tuple[int, int]) -> str:
@@ -183,7 +195,7 @@ class TableSchema:
                 assert col.arrow_type is not None
                 fields.append(pa.field(col.name, col.arrow_type, nullable=col.nullable))
         if tensor_types and not self.tensor_columns_allowed:
-            raise KeyError(f"table {self.name!r} has no tensor columns {sorted(tensor_types)}")
+            raise NotFoundError(f"table {self.name!r} has no tensor columns {sorted(tensor_types)}")
         for name, type_ in tensor_types.items():
             fields.append(pa.field(name, type_, nullable=True))
         return pa.schema(fields, metadata=self.file_metadata())
@@ -230,7 +242,7 @@ def _load_schema_file(path: Path) -> TableSchema:
     )
     for c in columns:
         if c.type != "tensor" and c.type not in _SIMPLE_TYPES:
-            raise ValueError(f"{path}: column {c.name!r} has unknown type {c.type!r}")
+            raise ArgumentError(f"{path}: column {c.name!r} has unknown type {c.type!r}")
     return TableSchema(
         name=spec["table"],
         version=parse_version(spec["version"]),
@@ -269,7 +281,7 @@ def table(name: str) -> TableSchema:
     try:
         return _TABLES[name]
     except KeyError:
-        raise KeyError(f"unknown table {name!r}; tables are: {', '.join(TABLE_NAMES)}") from None
+        raise NotFoundError(f"unknown table {name!r}; tables are: {', '.join(TABLE_NAMES)}") from None
 
 
 # --------------------------------------------------------------------------------------
@@ -399,62 +411,6 @@ def _tensors_fit(spec: TableSchema, arrays: Mapping[str, pa.Array], established:
         except (TypeError, ValueError):
             return False
     return True
-
-
-def describe_type(type_: pa.DataType | None) -> str:
-    """A column type in a few words: tensors as ``float32 (4,)``, dict tensors as ``{name: ...}``.
-
-    Example:
-        >>> describe_type(_tensors.tensor_type("uint8", (84, 84, 3), layout="binary"))
-        'uint8 (84, 84, 3) binary'
-        >>> describe_type(pa.list_(pa.float32(), 4)), describe_type(pa.int64()), describe_type(None)
-        ('float32 (4,)', 'int64', 'no such column')
-    """
-    if type_ is None:
-        return "no such column"
-    if pa.types.is_struct(type_):
-        return "{" + ", ".join(f"{f.name}: {describe_type(f.type)}" for f in type_) + "}"
-    if isinstance(type_, (_tensors.TensorType, pa.FixedShapeTensorType)) or \
-            pa.types.is_fixed_size_list(type_):
-        try:
-            leaf = _tensors.tensor_dtype(type_)
-            shape = _tensors.tensor_shape(type_)
-        except (TypeError, ValueError):
-            return str(type_)
-        if pa.types.is_struct(leaf):
-            return str(type_)
-        binary = " binary" if isinstance(type_, _tensors.TensorType) else ""
-        return f"{_numpy_name(leaf)} {shape}{binary}"
-    if pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_):
-        return _numpy_name(type_)
-    return str(type_)
-
-
-def _numpy_name(type_: pa.DataType) -> str:
-    try:
-        return str(np.dtype(type_.to_pandas_dtype()).name)
-    except (NotImplementedError, TypeError):
-        return str(type_)
-
-
-def column_differences(expected: pa.Schema, got: pa.Schema, *, left: str = "store",
-                       right: str = "data") -> list[str]:
-    """One line per column whose type differs (or that only one schema has).
-
-    Example:
-        >>> column_differences(pa.schema([("observation", pa.list_(pa.float32(), 4))]),
-        ...                    pa.schema([("observation", pa.list_(pa.uint8(), 2))]))
-        ['observation: store has float32 (4,), data has uint8 (2,)']
-    """
-    names = list(dict.fromkeys([*expected.names, *got.names]))
-    lines = []
-    for name in names:
-        a = expected.field(name).type if name in expected.names else None
-        b = got.field(name).type if name in got.names else None
-        if a is not None and b is not None and a == b:
-            continue
-        lines.append(f"{name}: {left} has {describe_type(a)}, {right} has {describe_type(b)}")
-    return lines
 
 
 def _cast_problem(name: str, got: pa.DataType, want: pa.DataType) -> str:
@@ -601,7 +557,8 @@ def conform(
 
     if problems:
         expected: object = established if established is not None else schema.describe()
-        raise SchemaMismatchError(table_name, problems, expected=expected, got=data.schema)
+        raise SchemaMismatchError(table_name, problems, expected=expected, got=data.schema,
+                                  differences=schema_differences(expected, data.schema))
     result = pa.Table.from_arrays(
         [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c], type=f.type)
          for c, f in zip(out_columns, out_fields, strict=True)],

@@ -39,6 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError
+
 __all__ = [
     "BINARY_MIN_ELEMENTS",
     "TensorLike",
@@ -76,7 +78,8 @@ class TensorType(pa.ExtensionType):  # type: ignore[misc]
     def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
         np_dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
         if np_dtype.kind not in "biuf":
-            raise TypeError(f"the binary layout holds bool, integer and float tensors, not {np_dtype}")
+            raise ArgumentTypeError(
+                f"the binary layout holds bool, integer and float tensors, not {np_dtype}")
         self.numpy_dtype = np_dtype
         self.shape = tuple(int(d) for d in shape)
         super().__init__(pa.binary(int(np_dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))),
@@ -160,7 +163,7 @@ def tensor_shape(type_: pa.DataType) -> tuple[int, ...]:
         shape.append(type_.list_size)
         type_ = type_.value_type
     if pa.types.is_struct(type_):
-        raise TypeError("a struct tensor has one shape per field")
+        raise ArgumentTypeError("a struct tensor has one shape per field")
     return tuple(shape)
 
 
@@ -191,7 +194,7 @@ def tensor_type(dtype: Any, shape: Sequence[int] = (), *, layout: str = "list") 
     if layout == "binary":
         return TensorType(_np_dtype(dtype), shape)
     if layout != "list":
-        raise ValueError(f"layout must be 'list', 'binary' or 'auto', not {layout!r}")
+        raise ArgumentError(f"layout must be 'list', 'binary' or 'auto', not {layout!r}")
     if isinstance(dtype, pa.DataType):
         t = dtype
     else:
@@ -214,11 +217,12 @@ def _np_dtype(dtype: Any) -> np.dtype:
 
 def _binary_from_numpy(arr: np.ndarray, type_: TensorType) -> pa.Array:
     if tuple(arr.shape[1:]) != type_.shape:
-        raise TypeError(f"tensor shape {tuple(arr.shape[1:])} does not match {type_.shape} of {type_}")
+        raise ArgumentTypeError(
+            f"tensor shape {tuple(arr.shape[1:])} does not match {type_.shape} of {type_}")
     if arr.dtype != type_.numpy_dtype:
         cast = arr.astype(type_.numpy_dtype)
         if not np.array_equal(cast, arr, equal_nan=arr.dtype.kind == "f"):
-            raise TypeError(f"{arr.dtype} values do not fit {type_.numpy_dtype} exactly")
+            raise ArgumentTypeError(f"{arr.dtype} values do not fit {type_.numpy_dtype} exactly")
         arr = cast
     arr = np.ascontiguousarray(arr)
     storage = pa.FixedSizeBinaryArray.from_buffers(type_.storage_type, len(arr), [None, pa.py_buffer(arr)])
@@ -229,7 +233,7 @@ def _leaf_from_numpy(flat: np.ndarray, type_: pa.DataType | None) -> pa.Array:
     if flat.dtype.kind in "US":
         return pa.array(flat.tolist(), type=type_ or (pa.string() if flat.dtype.kind == "U" else pa.binary()))
     if flat.dtype.kind == "O":
-        raise TypeError("object arrays are not tensors; give a numeric, bool or string dtype")
+        raise ArgumentTypeError("object arrays are not tensors; give a numeric, bool or string dtype")
     if flat.dtype.byteorder == ">" or (flat.dtype.byteorder == "=" and not np.little_endian):
         flat = flat.astype(flat.dtype.newbyteorder("<"))
     return pa.array(np.ascontiguousarray(flat), type=type_)
@@ -264,14 +268,15 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
         return arr
     if isinstance(values, Mapping):
         if not values:
-            raise TypeError("a dict tensor needs at least one field")
+            raise ArgumentTypeError("a dict tensor needs at least one field")
         children = []
         for name, child in values.items():
             child_type = type.field(name).type if type is not None and pa.types.is_struct(type) else None
             children.append(to_arrow(child, child_type))
         lengths = {len(c) for c in children}
         if len(lengths) != 1:
-            raise TypeError(f"the fields of a dict tensor have different row counts: {sorted(lengths)}")
+            raise ArgumentTypeError(
+                f"the fields of a dict tensor have different row counts: {sorted(lengths)}")
         return pa.StructArray.from_arrays(children, names=[str(k) for k in values])
     if not isinstance(values, np.ndarray):
         rows_list = list(values)
@@ -279,7 +284,7 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
         present = [v for v in rows_list if v is not None]
         if present and isinstance(present[0], Mapping):
             if mask.any():
-                raise TypeError("null rows in a dict tensor are not supported; give every row")
+                raise ArgumentTypeError("null rows in a dict tensor are not supported; give every row")
             return to_arrow({k: [row[k] for row in rows_list] for k in present[0]}, type)
         if mask.any():
             if not present:
@@ -290,16 +295,16 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
         try:
             arr_np = np.asarray(rows_list)
         except ValueError as exc:
-            raise TypeError(
+            raise ArgumentTypeError(
                 "the rows do not form one array (ragged shapes or mixed types); tensors in a "
                 "column must all have the same shape and dtype"
             ) from exc
     else:
         arr_np = values
     if arr_np.ndim == 0:
-        raise TypeError("a batch of tensors needs a first (row) axis; got a 0-d value")
+        raise ArgumentTypeError("a batch of tensors needs a first (row) axis; got a 0-d value")
     if arr_np.dtype.kind == "O":
-        raise TypeError(
+        raise ArgumentTypeError(
             "the rows do not form one array (ragged shapes or mixed types); "
             "tensors in a column must all have the same shape and dtype"
         )
@@ -309,10 +314,10 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
     leaf_type = tensor_dtype(type) if type is not None else None
     if (leaf_type is not None and arr_np.dtype.kind in "biuf"
             and pa.from_numpy_dtype(arr_np.dtype) != leaf_type):
-        raise TypeError(f"{arr_np.dtype} tensors are not {leaf_type}; convert them first "
-                        "(nothing is cast silently)")
+        raise ArgumentTypeError(f"{arr_np.dtype} tensors are not {leaf_type}; convert them first "
+                                "(nothing is cast silently)")
     if type is not None and tensor_shape(type) != tuple(shape):
-        raise TypeError(f"tensor shape {tuple(shape)} does not match {tensor_shape(type)} of {type}")
+        raise ArgumentTypeError(f"tensor shape {tuple(shape)} does not match {tensor_shape(type)} of {type}")
     flat = arr_np.reshape(-1) if arr_np.flags.c_contiguous else np.ascontiguousarray(arr_np).reshape(-1)
     result = _leaf_from_numpy(flat, leaf_type)
     for dim in reversed(shape):
@@ -383,7 +388,7 @@ def to_numpy(
         elif fill_value is not None:
             flat = leaf.fill_null(pa.scalar(fill_value).cast(leaf.type)).to_numpy(zero_copy_only=False)
         else:
-            raise ValueError(
+            raise ArgumentError(
                 f"column of {type_} has {column.null_count} null row(s) and no NaN to stand for "
                 "them; pass fill_value=... or filter the nulls out first"
             )
@@ -398,7 +403,7 @@ def to_numpy(
             result = result.copy() if not result.flags.writeable else result
             result[null_mask] = fill_value
         else:
-            raise ValueError(
+            raise ArgumentError(
                 f"column of {type_} has {int(null_mask.sum())} null row(s) and no NaN to stand "
                 "for them; pass fill_value=... or filter the nulls out first"
             )
@@ -418,8 +423,8 @@ def _binary_to_numpy(column: pa.Array, fill_value: Any) -> np.ndarray:
     if storage.null_count:
         mask = np.asarray(storage.is_null().to_numpy(zero_copy_only=False))
         if fill_value is None and type_.numpy_dtype.kind != "f":
-            raise ValueError(f"column of {type_} has {int(mask.sum())} null row(s) and no NaN to stand "
-                             "for them; pass fill_value=... or filter the nulls out first")
+            raise ArgumentError(f"column of {type_} has {int(mask.sum())} null row(s) and no NaN to stand "
+                                "for them; pass fill_value=... or filter the nulls out first")
         result = result.copy()
         result[mask] = np.nan if fill_value is None else fill_value
     return result

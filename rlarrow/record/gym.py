@@ -40,6 +40,7 @@ import pyarrow as pa
 from rlarrow._version import __version__
 from rlarrow.core.deps import require
 from rlarrow.core.episodes import Sink
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, UsageError
 from rlarrow.core.specs import REWARD_SPEC, from_space
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import Store
@@ -60,7 +61,7 @@ def space_type(space: Any) -> pa.DataType:
     if isinstance(space, spaces.Discrete):
         return tensor_type(space.dtype)
     if space.shape is None:
-        raise TypeError(f"cannot store observations of {space}: it has no fixed shape")
+        raise ArgumentTypeError(f"cannot store observations of {space}: it has no fixed shape")
     return tensor_type(space.dtype, space.shape, layout="auto")
 
 
@@ -138,8 +139,8 @@ class _Recorder:
             mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
             self._autoreset = getattr(mode, "name", str(mode))
             if self._autoreset not in ("NEXT_STEP", "SAME_STEP"):
-                raise ValueError(f"autoreset mode {self._autoreset}: rlarrow records NEXT_STEP and SAME_STEP "
-                                 "vector envs")
+                raise ArgumentError(f"autoreset mode {self._autoreset}: rlarrow records NEXT_STEP and "
+                                    "SAME_STEP vector envs")
         else:
             self._n = 1
             self._obs_space, self._act_space = env.observation_space, env.action_space
@@ -202,7 +203,7 @@ class _Recorder:
                     info: Any) -> None:
         lane = self._lanes[i]
         if lane.current is None:
-            raise RuntimeError("step() after an episode ended: call reset() first")
+            raise UsageError("step() after an episode ended: call reset() first")
         action, obs, reward = _copy(action, self._act_space), _copy(obs, self._obs_space), float(reward)
         lane.obs.append(obs)
         lane.action.append(action)
@@ -275,7 +276,7 @@ class RecordEpisodes(_Recorder, gym.Wrapper):  # type: ignore[misc,name-defined]
     def __init__(self, env: Any, data_directory: str | os.PathLike[str] | Store, metadata: Any = None,
                  **options: Any) -> None:
         if isinstance(env, gym.vector.VectorEnv):
-            raise TypeError("a vector env: wrap it with rlarrow.record.gym.RecordVectorEpisodes")
+            raise ArgumentTypeError("a vector env: wrap it with rlarrow.record.gym.RecordVectorEpisodes")
         gym.Wrapper.__init__(self, env)
         self._setup(env, data_directory, metadata, **options)
 

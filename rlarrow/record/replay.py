@@ -38,7 +38,7 @@ import numpy as np
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
-from rlarrow.core.errors import AssumptionWarning
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, AssumptionWarning
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 __all__ = ["EXPORT_FORMATS", "Memory", "RandomMemory"]
@@ -60,7 +60,7 @@ def _flat_size(size: Any) -> int:
     shape = getattr(size, "shape", None)
     if shape is not None:
         return int(math.prod(shape)) if len(shape) else 1  # Discrete spaces have shape ()
-    raise TypeError(f"size must be an int, a sequence of ints or a space with a shape, got {size!r}")
+    raise ArgumentTypeError(f"size must be an int, a sequence of ints or a space with a shape, got {size!r}")
 
 
 class Memory:
@@ -91,10 +91,10 @@ class Memory:
     ) -> None:
         torch = _torch()
         if export_format not in EXPORT_FORMATS:
-            raise ValueError(f"unsupported export format {export_format!r}; choose one of "
-                             f"{', '.join(EXPORT_FORMATS)}")
+            raise ArgumentError(f"unsupported export format {export_format!r}; choose one of "
+                                f"{', '.join(EXPORT_FORMATS)}")
         if memory_size < 1 or num_envs < 1:
-            raise ValueError(f"memory_size and num_envs must be positive, got {memory_size}, {num_envs}")
+            raise ArgumentError(f"memory_size and num_envs must be positive, got {memory_size}, {num_envs}")
         self.memory_size = int(memory_size)
         self.num_envs = int(num_envs)
         if device is None:
@@ -173,20 +173,20 @@ class Memory:
             return False
         if keep_dimensions:
             if not isinstance(size, Sequence):
-                raise ValueError("keep_dimensions=True needs size as a sequence of ints (a shape)")
+                raise ArgumentError("keep_dimensions=True needs size as a sequence of ints (a shape)")
             shape_tail = tuple(int(x) for x in size)
         else:
             shape_tail = (_flat_size(size),)
         if name in self.tensors:
             existing = self.tensors[name]
             if tuple(existing.shape[2:]) != shape_tail:
-                raise ValueError(f"tensor {name!r} exists with size {tuple(existing.shape[2:])}, "
-                                 f"not {shape_tail}")
+                raise ArgumentError(f"tensor {name!r} exists with size {tuple(existing.shape[2:])}, "
+                                    f"not {shape_tail}")
             if dtype is not None and existing.dtype != dtype:
-                raise ValueError(f"tensor {name!r} exists with dtype {existing.dtype}, not {dtype}")
+                raise ArgumentError(f"tensor {name!r} exists with dtype {existing.dtype}, not {dtype}")
             return False
         if name in _schema.table("memory").column_names:
-            raise ValueError(f"{name!r} is a column of the memory table; choose another tensor name")
+            raise ArgumentError(f"{name!r} is a column of the memory table; choose another tensor name")
         tensor = torch.zeros((self.memory_size, self.num_envs, *shape_tail), device=self.device, dtype=dtype)
         if torch.is_floating_point(tensor):
             tensor.fill_(float("nan"))
@@ -218,12 +218,12 @@ class Memory:
         """
         torch = _torch()
         if not tensors:
-            raise ValueError("no samples; give them as keyword arguments named after the tensors")
+            raise ArgumentError("no samples; give them as keyword arguments named after the tensors")
         items = [(n, torch.as_tensor(t, device=self.device)) for n, t in tensors.items()
                  if n in self.tensors and t is not None]
         if not items:
-            raise ValueError(f"none of {sorted(tensors)} is a tensor of this memory; create them first "
-                             f"(it has {self.get_tensor_names()})")
+            raise ArgumentError(f"none of {sorted(tensors)} is a tensor of this memory; create them first "
+                                f"(it has {self.get_tensor_names()})")
         name0, first = items[0]
         sample_dims = self.tensors[name0].ndim - 2
         if first.ndim == sample_dims:  # one sample, for the next env
@@ -237,8 +237,8 @@ class Memory:
         elif first.ndim == sample_dims + 1 and first.shape[0] < self.num_envs:
             rows = first.shape[0]
             if self.env_index + rows > self.num_envs:
-                raise ValueError(f"{rows} samples from env {self.env_index} overflow "
-                                 f"num_envs={self.num_envs}")
+                raise ArgumentError(f"{rows} samples from env {self.env_index} overflow "
+                                    f"num_envs={self.num_envs}")
             for name, t in items:
                 self.tensors[name][self.memory_index, self.env_index:self.env_index + rows].copy_(t)
             self.env_index += rows
@@ -246,8 +246,8 @@ class Memory:
             self._add_rows(items, first.shape[0])
             return
         else:
-            raise ValueError(f"{name0!r}: expected samples shaped (envs, *size) with envs <= {self.num_envs} "
-                             f"(or one sample shaped size), got {tuple(first.shape)}")
+            raise ArgumentError(f"{name0!r}: expected samples shaped (envs, *size) with envs <= "
+                                f"{self.num_envs} (or one sample shaped size), got {tuple(first.shape)}")
         if self.env_index >= self.num_envs:
             self.env_index = 0
             self.memory_index += 1
@@ -258,7 +258,7 @@ class Memory:
     def _add_rows(self, items: list[tuple[str, Any]], rows: int) -> None:
         """One env, many samples: consecutive rows, exporting when full before wrapping."""
         if rows > self.memory_size:
-            raise ValueError(f"{rows} samples do not fit a memory of {self.memory_size} rows")
+            raise ArgumentError(f"{rows} samples do not fit a memory of {self.memory_size} rows")
         head = min(rows, self.memory_size - self.memory_index)
         for name, t in items:
             self.tensors[name][self.memory_index:self.memory_index + head].copy_(t[:head].unsqueeze(1))
@@ -338,7 +338,7 @@ class Memory:
         from rlarrow.io.memory.importer import write_memory
 
         if format not in EXPORT_FORMATS:
-            raise ValueError(f"unsupported format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+            raise ArgumentError(f"unsupported format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")
         directory = os.fspath(directory) or self.export_directory
         snap = self.snapshot()
         return write_memory(snap, Path(directory) / "memories" / f"{snap.name}.{format}", format)
@@ -355,8 +355,8 @@ class Memory:
         torch = _torch()
         snap = read_memory(path, num_envs=self.num_envs, memory_size=self.memory_size)
         if (snap.memory_size, snap.num_envs) != (self.memory_size, self.num_envs):
-            raise ValueError(f"{path}: holds memory_size={snap.memory_size}, num_envs={snap.num_envs}; "
-                             f"this memory has {self.memory_size}, {self.num_envs}")
+            raise ArgumentError(f"{path}: holds memory_size={snap.memory_size}, num_envs={snap.num_envs}; "
+                                f"this memory has {self.memory_size}, {self.num_envs}")
         for name, value in snap.tensors.items():
             tensor = torch.from_numpy(np.array(value))
             self.create_tensor(name, list(value.shape[2:]), dtype=tensor.dtype, keep_dimensions=True)
@@ -415,7 +415,7 @@ class RandomMemory(Memory):
             size -= int(offsets[-1])
         if size <= 0:
             short = f", fewer than a sequence of {sequence_length}" if offsets is not None else ""
-            raise ValueError(f"cannot sample: the memory holds {len(self)} valid rows{short}")
+            raise ArgumentError(f"cannot sample: the memory holds {len(self)} valid rows{short}")
         if self._replacement:
             indexes = torch.randint(0, size, (batch_size,))
         else:

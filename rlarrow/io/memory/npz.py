@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlarrow.core.errors import CorruptFileError, RLArrowError, UnsupportedInputError
+from rlarrow.core.errors import ArgumentError, CorruptFileError, RLArrowError, UnsupportedInputError
 from rlarrow.io.memory.snapshot import (
     MemorySnapshot,
     ZipMember,
@@ -126,7 +126,8 @@ def _mapped(path: Path, members: list[ZipMember]) -> dict[str, np.ndarray]:
                 raise CorruptFileError(path, f"member {member.name!r}: damaged .npy header "
                                        f"({exc})") from exc
             if dtype.hasobject:
-                raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+                raise UnsupportedInputError(path, f"member {member.name!r} holds an object (pickled) array; "
+                                            "refused without unpickling it")
             offset = fh.tell()
             if offset + math.prod(shape) * dtype.itemsize != end:
                 raise CorruptFileError(path, f"member {member.name!r}: its array header does not match "
@@ -151,7 +152,7 @@ def write_npz(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[
     """
     path = Path(path)
     if path.suffix != ".npz":
-        raise ValueError(f"{path}: an .npz export's name must end in .npz (np.savez would add it)")
+        raise ArgumentError(f"{path}: an .npz export's name must end in .npz (np.savez would add it)")
     arrays = export_tensors(data)
     with atomic_output(path, overwrite=overwrite) as tmp:
         np.savez(tmp, **arrays)  # type: ignore[arg-type]
