@@ -26,7 +26,7 @@ import pytest
 import rlarrow
 from rlarrow.core import migrations
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store import MANIFEST_NAME, _encode_schema
+from rlarrow.core.store import MANIFEST_NAME, encode_schema
 
 PAGE = 4096
 
@@ -184,7 +184,7 @@ def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(sma
         rows.append({"name": name, "rows": 8, "bytes": (path / "scalars" / name).stat().st_size})
     m = json.loads((path / MANIFEST_NAME).read_text())
     m["tables"]["scalars"].update(schema_version="0.3", rows=8 * 40, files=rows,
-                                  schema=_encode_schema(part.schema.remove_metadata()))
+                                  schema=encode_schema(part.schema.remove_metadata()))
     (path / MANIFEST_NAME).write_text(json.dumps(m))
 
     @migrations.register_migration("scalars", from_major=0)

@@ -18,8 +18,8 @@ import rlarrow
 ROWS_PER_COMMIT = 50
 
 CHILD = r"""
-import sys, numpy as np, rlarrow, rlarrow.core.store
-rlarrow.core.store.ROW_GROUP_BYTES = 256  # so that a 50-row append is written as 3 files in parallel
+import sys, numpy as np, rlarrow, rlarrow.core.store.files
+rlarrow.core.store.files.ROW_GROUP_BYTES = 256  # so that a 50-row append is written as 3 files in parallel
 store = rlarrow.Store.open(sys.argv[1], auto_compact=4)
 start = int(sys.argv[2])
 print("ready", flush=True)

@@ -187,7 +187,7 @@ def test_stale_temporary_files_are_removed_live_ones_kept(populated):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)
-    host = rlarrow.core.store._HOST
+    host = rlarrow.core.store.files._HOST
     stale = populated.path / "steps" / f".tmp-{host}-{dead_pid}-part-x.parquet.partial"
     live = populated.path / "steps" / f".tmp-{host}-{os.getpid()}-part-y.parquet.partial"
     stale.write_bytes(b"PAR1 half written")
@@ -333,7 +333,7 @@ def test_failed_write_names_the_file_and_damages_nothing(populated):
 
 
 def test_large_append_is_written_in_parallel_files_in_order(tmp_path, monkeypatch):
-    import rlarrow.core.store as store_module
+    import rlarrow.core.store.files as store_module
 
     monkeypatch.setattr(store_module, "ROW_GROUP_BYTES", 64 << 10)  # "large" = over 128 KiB here
     hinted = []  # each file's writeback is started after every row group (the real call, counted)

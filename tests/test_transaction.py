@@ -157,5 +157,5 @@ def test_a_kill_at_any_moment_leaves_each_transaction_whole_or_absent(tmp_path):
                 assert all(ids.count(r) == per_run for r in runs)
             assert {f"t{s}" for s in committed} <= runs
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
-        assert rlarrow.core.store.Store.open(path)._manifest["pending"] is None
+        assert rlarrow.core.store.Store.open(path).manifest()["pending"] is None
     assert len(committed) > 5

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import rlarrow
 from rlarrow.cli.commands import cli
 from rlarrow.core import migrations, schema
-from rlarrow.core.store import MANIFEST_NAME, _encode_schema
+from rlarrow.core.store import MANIFEST_NAME, encode_schema
 
 
 def _set_manifest(store_path, fn):
@@ -36,7 +36,7 @@ def make_v0_scalars_store(tmp_path):
         pq.write_table(part, store.path / "scalars" / f"part-2020010{i}T000000000000-0000000{i}.parquet")
 
     def old(m):
-        m["tables"]["scalars"].update(schema_version="0.3", rows=4, schema=_encode_schema(v0.schema), files=[
+        m["tables"]["scalars"].update(schema_version="0.3", rows=4, schema=encode_schema(v0.schema), files=[
             {"name": f"part-2020010{i}T000000000000-0000000{i}.parquet", "rows": 2, "bytes": 1}
             for i in range(2)])
     _set_manifest(store.path, old)

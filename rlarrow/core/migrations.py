@@ -34,7 +34,7 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import FormatVersionError
 from rlarrow.core.progress import iterate as _iterate
-from rlarrow.core.store import Store, _encode_schema
+from rlarrow.core.store import Store, encode_schema
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
@@ -85,10 +85,10 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
         FormatVersionError: a table needs a migration that is not registered, or the
             store is newer than this rlarrow.
     """
-    store = Store(path, _check_versions=False)
+    store = Store(path, check_versions=False)
     actions: list[str] = []
-    with store._locked():
-        manifest: dict[str, Any] = store._recover(store._read_manifest())
+    with store.maintenance() as m:
+        manifest: dict[str, Any] = m.manifest
         fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
         if fmt[0] > _schema.FORMAT_VERSION[0]:
             raise FormatVersionError(f"{path}: store format {fmt[0]} is newer than this rlarrow; "
@@ -127,14 +127,14 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
                 # A file's own footer says whether an interrupted run already migrated it.
                 info = _schema.read_file_info(store.path / name / file_name)
                 if info.schema_version[0] < spec.version[0]:
-                    store._replace(manifest, name, [file_name], transform=transform)
+                    m.rewrite(name, [file_name], transform=transform)
             entry = manifest["tables"][name]
             entry["schema_version"] = version
             entry["schema"] = None
             if entry["files"]:
                 first = _schema.read_file_info(store.path / name / entry["files"][0]["name"])
-                entry["schema"] = _encode_schema(first.schema.remove_metadata())
-            store._write_manifest(manifest)
+                entry["schema"] = encode_schema(first.schema.remove_metadata())
+            m.write()
         for name in _schema.TABLE_NAMES:  # tables added since the store was written
             if name not in manifest["tables"]:
                 (Path(path) / name).mkdir(exist_ok=True)
@@ -143,5 +143,5 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
                     "schema": None, "rows": 0, "files": [],
                 }
         manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
-        store._write_manifest(manifest)
+        m.write()
     return actions

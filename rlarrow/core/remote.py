@@ -43,13 +43,14 @@ from rlarrow.core.progress import bar
 from rlarrow.core.store import (
     LOCK_NAME,
     MANIFEST_NAME,
-    Store,
-    _decode_schema,
-    _layout_number,
-    _logical,
-    _pending_parts,
+    StoreLike,
+    as_store,
     check_manifest_versions,
+    decode_schema,
+    layout_number,
     parse_manifest,
+    roll_forward,
+    table_of,
     union_layouts,
 )
 from rlarrow.core.store.manifest import is_plain_file_name
@@ -103,10 +104,7 @@ class RemoteStore:
                              "there with rlarrow.core.remote.push(store, uri)") from None
         manifest = parse_manifest(data, self.path + "/" + MANIFEST_NAME)
         check_manifest_versions(manifest, self.path)
-        pending = manifest.get("pending")
-        if pending and all(self._exists(f"{part['table']}/{n}")
-                           for part in _pending_parts(pending) for n in part["new"]):
-            Store._apply_replacement(manifest, pending)  # the rename was the commit
+        roll_forward(manifest, self._exists)  # a journaled step with all its files here: committed
         self._manifest = manifest
 
     def __repr__(self) -> str:
@@ -123,18 +121,18 @@ class RemoteStore:
     def _layouts(self, table: str, layout: int | None) -> list[str]:
         """The layout directories of ``table`` that ``layout`` selects (None: all of them)."""
         _schema.table(table)
-        names = sorted((n for n in self._manifest["tables"] if _logical(n) == table), key=_layout_number)
+        names = sorted((n for n in self._manifest["tables"] if table_of(n) == table), key=layout_number)
         if layout is None:
             return names or [table]
-        chosen = [n for n in names if _layout_number(n) == layout]
+        chosen = [n for n in names if layout_number(n) == layout]
         if not chosen:
             raise StoreError(f"{self.path}: table {table!r} has no layout {layout} (it has "
-                             f"{', '.join(str(_layout_number(n)) for n in names) or 'none'})")
+                             f"{', '.join(str(layout_number(n)) for n in names) or 'none'})")
         return chosen
 
     def layouts(self, table: str) -> list[int]:
         """The layout numbers of ``table`` (see :meth:`rlarrow.Store.layouts`)."""
-        return [_layout_number(n) for n in self._layouts(table, None)]
+        return [layout_number(n) for n in self._layouts(table, None)]
 
     def files(self, table: str, *, layout: int | None = None) -> list[str]:
         """Paths (on :attr:`filesystem`) of the committed Parquet files of ``table``, oldest first.
@@ -163,7 +161,7 @@ class RemoteStore:
 
     def _layout_schema(self, name: str) -> pa.Schema | None:
         text = self._manifest["tables"].get(name, {}).get("schema")
-        return None if text is None else _decode_schema(text)
+        return None if text is None else decode_schema(text)
 
     def dataset(self, table: str, *, layout: int | None = None) -> Any:
         """A ``pyarrow.dataset.Dataset`` over ``table``'s files (DuckDB and Polars scan it).
@@ -173,7 +171,7 @@ class RemoteStore:
         import pyarrow.dataset as ds
 
         schema = self.schema(table, layout=layout) or _schema.table(table).arrow_schema()
-        located = [(n, self._layout_schema(n) or schema, self.files(table, layout=_layout_number(n)))
+        located = [(n, self._layout_schema(n) or schema, self.files(table, layout=layout_number(n)))
                    for n in self._layouts(table, layout)]
         located = [(n, own, files) for n, own, files in located if files]
         if not located:
@@ -203,7 +201,7 @@ class RemoteStore:
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
 
 
-def push(store: Store | str | os.PathLike[str], destination: str | os.PathLike[str], *,
+def push(store: StoreLike, destination: str | os.PathLike[str], *,
          filesystem: pafs.FileSystem | None = None, prune: bool = False,
          progress: bool | None = None) -> list[str]:
     """Copy a local store's committed data to ``destination`` (a URI or a path on ``filesystem``).
@@ -224,10 +222,9 @@ def push(store: Store | str | os.PathLike[str], destination: str | os.PathLike[s
     Returns:
         The store-relative names of the files copied.
     """
-    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    st = as_store(store, readonly=True)
     fs, root = resolve(destination, filesystem)
-    st.refresh()
-    manifest = json.loads(json.dumps(st._manifest))
+    manifest = st.manifest()  # (re-read: the committed state)
     manifest["pending"] = None
     manifest["retired"] = []
     wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))

@@ -9,20 +9,35 @@ rlarrow read, rename or delete a file outside the store.
 :func:`write_file` replaces a file only with a complete, synced copy: every byte written
 (a short write, as on a full disk, is retried or fails), fsync, atomic rename, directory
 fsync. A failure raises :class:`~rlarrow.core.errors.StoreError` and leaves the previous file.
+
+:func:`parse_manifest` is :func:`parse` plus what the store adds (tables of a later minor
+format, schemas decoded); :func:`encode_schema` and :func:`decode_schema` are how a table's
+Arrow schema is kept in the manifest; :func:`empty_manifest` is a new store's.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
+import functools
 import json
 import os
 import re
 import secrets
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from rlarrow._version import __version__
+from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
+
+__all__ = ["MANIFEST_NAME", "check_inside", "check_manifest_versions", "decode_schema", "empty_manifest",
+           "encode_schema", "fsync_dir", "is_plain_file_name", "is_table_name", "now_iso", "parse",
+           "parse_manifest", "validate", "write_error", "write_file"]
 
 MANIFEST_NAME = "_rlarrow_store.json"
 
@@ -284,3 +299,93 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """How ``schema`` is kept in the manifest (``tables.NAME.schema``): Arrow IPC, base64.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> decode_schema(encode_schema(pa.schema([("step", pa.int64())]))).names
+        ['step']
+    """
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+@functools.lru_cache(maxsize=64)
+def decode_schema(text: str) -> pa.Schema:
+    """The Arrow schema :func:`encode_schema` wrote.
+
+    Raises ValueError (binascii.Error) or pyarrow.ArrowInvalid when ``text`` is damaged.
+
+    Cached: every commit asks for its table's schema, and a schema is immutable.
+    """
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+
+
+def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
+    """A store manifest's bytes, checked (``path`` names it in errors).
+
+    Every key, type and file name is checked (:func:`validate`): a file name that could
+    lead outside its table directory is refused here, before anything reads, renames or
+    deletes it.
+
+    Raises:
+        CorruptFileError: not a store manifest, or a damaged one.
+    """
+    manifest = parse(data, path)
+    for name in _schema.TABLE_NAMES:  # a table added by a later minor format: empty here
+        manifest["tables"].setdefault(name, {
+            "schema_version": _schema.format_version(_schema.table(name).version),
+            "schema": None, "rows": 0, "files": []})
+    for name, entry in manifest["tables"].items():
+        if entry.get("schema") is not None:
+            try:
+                decode_schema(entry["schema"])  # damaged here, say so now, not on first use
+            except (ValueError, TypeError, OSError, pa.ArrowException) as exc:
+                raise CorruptFileError(path, f"damaged store manifest: tables.{name}.schema cannot be "
+                                       f"decoded ({exc}); restore the manifest from a backup") from exc
+    return manifest
+
+
+def check_manifest_versions(manifest: dict[str, Any], where: str) -> None:
+    """Check the format and table schema versions a manifest records."""
+    fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
+    _schema.check_version(where, f"store format {_schema.format_version(fmt)}", fmt,
+                          _schema.FORMAT_VERSION, store=where)
+    for name, entry in manifest["tables"].items():
+        try:
+            current = _schema.table(name.partition(".")[0]).version  # (a layout: its table's version)
+        except KeyError:
+            continue  # a table of a newer minor format: the format check warned
+        got = _schema.parse_version(entry.get("schema_version", "0.0"))
+        _schema.check_version(where, f"table {name!r} schema {_schema.format_version(got)}", got,
+                              current, store=where)
+
+
+def empty_manifest() -> dict[str, Any]:
+    """The manifest of a new, empty store (every table of this format, no file)."""
+    return {
+        "format": "rlarrow-store",
+        "format_version": _schema.format_version(_schema.FORMAT_VERSION),
+        "writer": f"rlarrow {__version__}",
+        "created_at": now_iso(),
+        "updated_at": now_iso(),
+        "tables": {
+            name: {
+                "schema_version": _schema.format_version(_schema.table(name).version),
+                "schema": None,
+                "rows": 0,
+                "files": [],
+            }
+            for name in _schema.TABLE_NAMES
+        },
+        "retired": [],
+        "pending": None,
+    }
+
+
+def now_iso() -> str:
+    """The time now, as the manifest records it (ISO 8601, UTC, microseconds)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+

@@ -1,0 +1,237 @@
+"""The Store class: opening, creating and closing a store, on top of its layers.
+
+:class:`Store` is one class made of layers, each in its own module and each adding one
+concern to the one below: :mod:`~rlarrow.core.store.base` (state, manifest, lock),
+:mod:`~rlarrow.core.store.journal` (recovery, consistent views),
+:mod:`~rlarrow.core.store.tables` (listing, reading, layouts),
+:mod:`~rlarrow.core.store.repair` (checks, repair, info),
+:mod:`~rlarrow.core.store.compaction` (compaction, maintenance) and
+:mod:`~rlarrow.core.store.commits` (appends, writers, transactions, staged files). This
+module adds the constructors, leases, and the helpers that take a store or its path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Self
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import StoreError
+from rlarrow.core.store.commits import CommittingStore
+from rlarrow.core.store.files import AUTO_COMPACT_FILES, LOCK_NAME, _unwritable
+from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
+from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
+
+__all__ = ["Store", "StoreLike", "as_store", "opened"]
+
+
+class Store(CommittingStore):
+    """A directory of Parquet tables (runs, episodes, steps, scalars, memory).
+
+    Create one with :meth:`Store.create`, open one with :meth:`Store.open`. A store is a
+    context manager; leaving it closes open writers (committing what they buffered).
+
+    Args:
+        path: the store directory.
+        readonly: True: never write (no recovery, no lock file), for shared or read-only
+            media. False: open for writing (a StoreError when the store cannot be
+            written). None (the default): for writing when the store can be written,
+            read-only otherwise (read-only media, no permission), where a write then
+            raises a StoreError saying why.
+        auto_compact: compact a table after a commit once it has more than this many
+            small files (None: only when :meth:`compact` is called).
+        check_versions: False: open a store whose format or table versions this rlarrow
+            would refuse (what ``rlarrow migrate`` does, to upgrade it).
+        recover: False: open for writing without first finishing or undoing interrupted
+            commits (what ``rlarrow repair``'s dry run does, to report them as they are).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool | None = None,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+        check_versions: bool = True,
+        recover: bool = True,
+        _check_versions: bool | None = None,
+        _recover: bool | None = None,
+    ) -> None:
+        # (``_check_versions``/``_recover``: the names these had before they were public)
+        check_versions = check_versions if _check_versions is None else _check_versions
+        recover = recover if _recover is None else _recover
+        self.path = Path(path)
+        self.readonly = bool(readonly)
+        self._readonly_reason = "it was opened read-only (readonly=True)"
+        self.auto_compact = auto_compact
+        self._writers = []
+        self._tx = None
+        self._lock_depth = 0
+        self._lock_fd = None
+        manifest_path = self.path / MANIFEST_NAME
+        if not manifest_path.is_file():
+            if not self.path.exists():
+                raise StoreError(f"{self.path}: no such store; create it with "
+                                 f"rlarrow.Store.create({os.fspath(path)!r})")
+            raise StoreError(f"{self.path}: not an rlarrow store (no {MANIFEST_NAME}); create "
+                             "one with rlarrow.Store.create(path)")
+        self._manifest = self._read_manifest()
+        self._check_table_dirs(self._manifest)
+        if check_versions:
+            self._check_versions(self._manifest)
+        if readonly is None:
+            reason = _unwritable(self.path)
+            if reason is not None:
+                self.readonly, self._readonly_reason = True, reason
+        if self.readonly:
+            self._manifest = self._snapshot()
+        else:
+            with self._locked():
+                manifest = self._read_manifest()
+                self._manifest = self._recover(manifest) if recover else manifest
+
+    # ---------------------------------------------------------------- creation / opening
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        exist_ok: bool = False,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+    ) -> Store:
+        """Create a new, empty store at ``path`` (its parent directories too).
+
+        Args:
+            path: the directory to create; it must not exist or be empty.
+            exist_ok: open the store instead of failing when one is already there.
+            auto_compact: see :class:`Store`.
+
+        Raises:
+            StoreError: ``path`` holds a store (and not ``exist_ok``) or other files.
+        """
+        p = Path(path)
+        if (p / MANIFEST_NAME).exists():
+            if exist_ok:
+                return cls(p, auto_compact=auto_compact)
+            raise StoreError(f"{p}: a store already exists here; open it with "
+                             "rlarrow.Store.open(path) or pass exist_ok=True")
+        if p.exists() and (not p.is_dir() or any(p.iterdir())):
+            raise StoreError(f"{p}: exists and is not an empty directory; choose a new path")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            for name in _schema.TABLE_NAMES:
+                (p / name).mkdir(exist_ok=True)
+            (p / LOCK_NAME).touch()
+        except OSError as exc:
+            raise write_error(p, exc) from exc
+        cls._write_manifest_at(p, empty_manifest())
+        return cls(p, readonly=False, auto_compact=auto_compact)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool | None = None,
+        create: bool = False,
+        auto_compact: int | None = AUTO_COMPACT_FILES,
+    ) -> Store:
+        """Open an existing store (or create it with ``create=True``).
+
+        By default a store that cannot be written (read-only media, no permission) opens
+        read-only, so ``Store.open(path).read(...)`` works there; see :class:`Store`.
+
+        Raises:
+            StoreError: no store at ``path``.
+            FormatVersionError: written by an older major format (run ``rlarrow migrate``)
+                or a newer one (upgrade rlarrow).
+        """
+        if create and not (Path(path) / MANIFEST_NAME).exists():
+            return cls.create(path, auto_compact=auto_compact)
+        return cls(path, readonly=readonly, auto_compact=auto_compact)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close open writers, committing what they buffered."""
+        writers, self._writers = self._writers, []
+        errors = []
+        for writer in writers:
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - close every writer, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        m = self._manifest
+        counts = ", ".join(f"{n}={t['rows']}" for n, t in m["tables"].items() if t["rows"])
+        return f"Store({os.fspath(self.path)!r}, format {m['format_version']}, {counts or 'empty'})"
+
+    def lease(self) -> ReaderLease:
+        """A :class:`ReaderLease`: pinned files stay readable while it is held."""
+        return ReaderLease(self.path)
+
+    def process_lease(self) -> ReaderLease:
+        """The lease this process holds on the store until it ends.
+
+        For readers whose results outlive any object that could hold a lease (a Polars
+        LazyFrame and the frames derived from it, a lazy Ray dataset): their files stay
+        readable for the process's life, so a file a compaction replaced is freed only when
+        the process ends (its links are removed then, or by the next writer after a kill).
+        """
+        key = os.path.realpath(self.path)
+        lease = _PROCESS_LEASES.get(key)
+        if lease is None:
+            lease = _PROCESS_LEASES[key] = ReaderLease(self.path)
+        return lease
+
+
+#: What every function that takes a store accepts: an open :class:`Store` or its path.
+StoreLike = Store | str | os.PathLike[str]
+
+
+def as_store(store: StoreLike, *, readonly: bool | None = None, create: bool = False) -> Store:
+    """The :class:`Store` itself, or the store at a path opened with ``readonly``/``create``.
+
+    The caller owns a store opened here; :func:`opened` closes it for you.
+
+    Example:
+        >>> import rlarrow, tempfile
+        >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+        >>> as_store(st) is st, as_store(st.path, readonly=True).readonly
+        (True, True)
+    """
+    if isinstance(store, Store):
+        return store
+    return Store.open(store, readonly=readonly, create=create)
+
+
+@contextlib.contextmanager
+def opened(store: StoreLike, *, readonly: bool | None = None, create: bool = False) -> Iterator[Store]:
+    """The store given (left open), or the one at a path, opened here and closed on exit.
+
+    Example:
+        >>> import rlarrow, tempfile
+        >>> path = tempfile.mkdtemp() + "/s"
+        >>> with opened(path, create=True) as st:
+        ...     st.row_count("steps")
+        0
+    """
+    if isinstance(store, Store):
+        yield store
+        return
+    st = Store.open(store, readonly=readonly, create=create)
+    try:
+        yield st
+    finally:
+        st.close()

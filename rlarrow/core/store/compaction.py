@@ -1,0 +1,299 @@
+"""Compaction and in-place rewrites: many small files merged into few, journaled.
+
+:meth:`CompactingStore.compact` merges consecutive small files of each layout (row order
+kept); a commit runs it by itself past ``auto_compact`` small files. Each merge is one
+:meth:`CompactingStore._rewrite`: the new file is written hidden, the swap journaled
+(:mod:`rlarrow.core.store.journal`), so a kill leaves the old files or the new one listed,
+never both. :meth:`CompactingStore.maintenance` gives tools that rewrite a store in place
+(``rlarrow migrate``) the same step, under the lock, as a :class:`Maintenance`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.progress import iterate as _iterate
+from rlarrow.core.store.files import (
+    FILE_BYTES,
+    ROW_GROUP_BYTES,
+    _undo,
+    fsync_file,
+    new_file_name,
+    open_parquet,
+    temp_name,
+    write_row_groups,
+)
+from rlarrow.core.store.journal import apply_pending
+from rlarrow.core.store.layouts import table_of
+from rlarrow.core.store.manifest import check_inside, fsync_dir, write_error
+from rlarrow.core.store.repair import RepairStore
+
+__all__ = ["CompactingStore", "Maintenance"]
+
+
+class Maintenance:
+    """A store's manifest held under its lock, for tools that rewrite the store in place.
+
+    :meth:`CompactingStore.maintenance` makes one (``rlarrow migrate`` is such a tool): no
+    other writer commits while it is held. ``manifest`` is the store's manifest as
+    recovery left it; change it and :meth:`write` it, or rewrite files with
+    :meth:`rewrite`, which journals and writes each step itself.
+
+    Attributes:
+        store: the store.
+        manifest: the manifest (tables, their files and schemas), to read and change.
+
+    Example:
+        >>> import rlarrow, tempfile, os
+        >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"), auto_compact=None)
+        >>> for step in range(3):
+        ...     _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss",
+        ...                                  "step": [step], "value": [1.0]})
+        >>> with store.maintenance() as m:
+        ...     names = [f["name"] for f in m.manifest["tables"]["scalars"]["files"]]
+        ...     m.rewrite("scalars", names, transform=lambda t: t)  # three files into one
+        >>> len(store.files("scalars")), store.row_count("scalars")
+        (1, 3)
+    """
+
+    def __init__(self, store: CompactingStore, manifest: dict[str, Any]) -> None:
+        self.store = store
+        self.manifest = manifest
+
+    def rewrite(self, table: str, names: Sequence[str], *,
+                transform: Callable[[pa.Table], pa.Table] | None = None,
+                row_group_bytes: int = ROW_GROUP_BYTES) -> None:
+        """Rewrite the files ``names`` of ``table`` (a layout directory) into one new file, journaled.
+
+        ``transform`` is applied to each file's rows (a migration); None keeps them (a
+        compaction). The step is written to the manifest before the files change and
+        applied after: a process killed meanwhile leaves the old files listed, or the new
+        one. ``manifest`` is updated (and written); on failure it is as it was.
+
+        Raises:
+            StoreError: the write failed; the store is as it was.
+            CorruptFileError: an old file cannot be read.
+        """
+        self.store._rewrite(self.manifest, table, list(names), transform=transform,
+                            row_group_bytes=row_group_bytes)
+
+    def write(self) -> None:
+        """Write ``manifest`` (whole, synced, atomically): the store's new state.
+
+        Raises:
+            StoreError: the write failed (full disk, ...); the previous manifest is in place.
+        """
+        self.store._write_manifest(self.manifest)
+
+
+class CompactingStore(RepairStore):
+    """Compaction and journaled rewrites of a store's files (see :class:`rlarrow.Store`)."""
+
+    @contextlib.contextmanager
+    def maintenance(self) -> Iterator[Maintenance]:
+        """Hold the store's lock, recover it, and give its manifest to change in place.
+
+        For tools that rewrite a store (migrations): see :class:`Maintenance`. Other
+        writers wait for the block to end; readers see each step as it is written.
+
+        Raises:
+            StoreError: the store was opened read-only.
+        """
+        with self._locked():
+            yield Maintenance(self, self._recover(self._read_manifest()))
+
+    def _auto_compact(self, tables: list[str]) -> None:
+        """Compact after a commit where due; a failure there is a warning (the commit stands)."""
+        for table in tables:
+            if self.auto_compact is None or self._small_files(table) <= self.auto_compact:
+                continue
+            try:
+                self.compact(table)
+            except (StoreError, CorruptFileError) as exc:
+                import warnings
+
+                from rlarrow.core.errors import RLArrowWarning
+
+                warnings.warn(f"the commit to {table!r} succeeded; compacting it afterwards did not "
+                              f"({exc}); the table is whole, with more small files", RLArrowWarning,
+                              stacklevel=3)
+
+    def _small_files(self, table: str, target_file_bytes: int = FILE_BYTES) -> int:
+        """Small files of ``table``'s fullest layout (or of the layout directory ``table``)."""
+        names = [table] if table != table_of(table) else (self._layout_names(table) or [table])
+        return max(sum(1 for f in self._manifest["tables"][n]["files"] if f["bytes"] < target_file_bytes // 2)
+                   for n in names)
+
+    def compact(
+        self,
+        table: str | Sequence[str] | None = None,
+        *,
+        target_file_bytes: int = FILE_BYTES,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+        progress: bool = False,
+    ) -> dict[str, tuple[int, int]]:
+        """Merge runs of small files into files of up to ``target_file_bytes``.
+
+        Row order is kept. The swap is journaled in the manifest, so a process killed
+        during compaction leaves either the old files or the new ones, never both listed.
+
+        Args:
+            table: one table, several, or None for all.
+            target_file_bytes: the largest file a merge makes.
+            row_group_bytes: row-group size of the merged files.
+            progress: show a progress bar (on a terminal).
+
+        Each layout of a table (:meth:`layouts`) is compacted on its own: a merged file
+        holds the rows of one layout.
+
+        Returns:
+            table -> (files before, files after) for the tables that changed (a further
+            layout of a table under its directory's name, ``steps.2``).
+        """
+        tables = [table] if isinstance(table, str) else list(table or _schema.TABLE_NAMES)
+        for name in tables:
+            _schema.table(table_of(name))
+        self.refresh()
+        tables = list(dict.fromkeys(n for name in tables for n in (
+            [name] if name != table_of(name) else (self._layout_names(name) or [name]))))
+        changed: dict[str, tuple[int, int]] = {}
+        for name in tables:
+            with self._locked():
+                manifest = self._recover(self._read_manifest())
+                entry = manifest["tables"][name]
+                before = len(entry["files"])
+                groups = _plan_compaction(entry["files"], target_file_bytes)
+                for group in _iterate(groups, f"compact {name}", "group", None if progress else False):
+                    self._rewrite(manifest, name, group, row_group_bytes=row_group_bytes)
+                if groups:
+                    changed[name] = (before, len(manifest["tables"][name]["files"]))
+        return changed
+
+    def _rewrite(
+        self,
+        manifest: dict[str, Any],
+        table: str,
+        old_names: list[str],
+        *,
+        transform: Any = None,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+    ) -> None:
+        """Under the lock: rewrite ``old_names`` of ``table`` into one new file, journaled.
+
+        ``transform`` (a function of a pyarrow Table) is applied file by file (migrations).
+        """
+        directory = self.path / table
+        final = new_file_name()
+        tmp = directory / temp_name(final)
+        spec = _schema.table(table_of(table))  # (a layout directory TABLE.N: its table's)
+        writer: pq.ParquetWriter | None = None
+        rows = 0
+        out_schema: pa.Schema | None = None
+        buffered: list[pa.Table] = []
+        buffered_bytes = 0
+
+        def write_buffered() -> None:
+            # Small files' rows are gathered into row groups of ``row_group_bytes``: merging
+            # 400 commits of 8 rows made 400 row groups of 8 rows (a file 20x its data).
+            nonlocal writer, out_schema, buffered, buffered_bytes
+            if not buffered:
+                return
+            data = pa.concat_tables(buffered)
+            buffered, buffered_bytes = [], 0
+            if writer is None:
+                out_schema = data.schema
+                writer = open_parquet(tmp, out_schema, data)
+            write_row_groups(writer, data, row_group_bytes, tmp)
+
+        try:
+            for name in old_names:
+                path = check_inside(directory, name)
+                try:
+                    pf = pq.ParquetFile(path)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    raise CorruptFileError(path, f"cannot read for rewriting ({exc}); run `rlarrow "
+                                           "repair STORE` to see what can be kept") from exc
+                if transform is None:
+                    batches: Iterator[pa.Table] = (
+                        pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=65536)
+                    )
+                else:
+                    batches = iter([transform(pf.read())])
+                for part in batches:
+                    part = part.replace_schema_metadata(spec.file_metadata())
+                    if out_schema is None:
+                        out_schema = part.schema
+                    part = part.cast(out_schema)
+                    rows += part.num_rows
+                    buffered.append(part)
+                    buffered_bytes += part.nbytes
+                    if buffered_bytes >= row_group_bytes:
+                        write_buffered()
+            write_buffered()
+            if writer is None:  # nothing to read: an empty merge
+                assert out_schema is None
+                return
+            writer.close()
+            writer = None
+            fsync_file(tmp)
+        except BaseException as exc:
+            if writer is not None:
+                with contextlib.suppress(OSError, pa.ArrowException):
+                    writer.close()
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, (OSError, pa.ArrowException)) and not isinstance(exc, FileNotFoundError):
+                raise StoreError(f"{tmp}: rewriting {table!r} failed ({exc}); the store is as it "
+                                 "was") from exc
+            raise
+        saved = copy.deepcopy(manifest)
+        try:
+            new_entry = {"name": final, "rows": rows, "bytes": tmp.stat().st_size}
+            manifest["pending"] = {
+                "op": "migrate" if transform is not None else "compact",
+                "table": table,
+                "old": list(old_names),
+                "new": [final],
+                "new_entries": [new_entry],
+            }
+            self._write_manifest(manifest)  # journal: the old files are still the listed ones
+            os.replace(tmp, directory / final)
+            fsync_dir(directory)
+            apply_pending(manifest, manifest["pending"])
+            self._write_manifest(manifest)  # new file listed, old ones retired
+        except (OSError, StoreError) as exc:
+            # Rolled back: without the new file the journal undoes itself on recovery.
+            _undo([directory / final], [tmp], exc)
+            manifest.clear()
+            manifest.update(saved)  # the caller's (and self._manifest's) view: as on disk
+            raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc
+        self._delete_retired(manifest)
+        with contextlib.suppress(StoreError):  # only the retired list: the next writer cleans it
+            self._write_manifest(manifest)
+
+
+def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:
+    """Consecutive runs of small files, each run up to ``target`` bytes, at least 2 files."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for f in files:
+        small = f["bytes"] < target // 2
+        if not small or size + f["bytes"] > target:
+            if len(current) > 1:
+                groups.append(current)
+            current, size = ([], 0) if not small else ([f["name"]], f["bytes"])
+            continue
+        current.append(f["name"])
+        size += f["bytes"]
+    if len(current) > 1:
+        groups.append(current)
+    return groups

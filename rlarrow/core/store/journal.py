@@ -1,0 +1,296 @@
+"""The journal: how a commit or compaction interrupted at any moment is finished or undone.
+
+A step that renames several files (a parallel append, a transaction, a compaction, a
+migration) first writes its plan to the manifest's ``pending`` record (one part per
+table: the files it adds and those it replaces), then renames, then lists the result.
+Whoever opens the store next rolls such a step forward when every new file is in place
+(the renames were the commit) and back otherwise (:func:`roll_forward`,
+:meth:`JournalStore._recover`); files a killed writer renamed but never listed are
+adopted, files replaced by a compaction are deleted, dead processes' temporary files are
+swept. Readers take the same view without writing it (:meth:`JournalStore._snapshot`).
+
+Example:
+    >>> manifest = {"tables": {"steps": {"rows": 3, "files": [{"name": "a.parquet", "rows": 3,
+    ...             "bytes": 10}]}}, "retired": [], "pending": {"op": "compact", "table": "steps",
+    ...             "old": ["a.parquet"], "new": ["b.parquet"],
+    ...             "new_entries": [{"name": "b.parquet", "rows": 3, "bytes": 8}]}}
+    >>> roll_forward(manifest, exists=lambda rel: rel == "steps/b.parquet")
+    True
+    >>> manifest["tables"]["steps"]["files"][0]["name"], manifest["retired"], manifest["pending"]
+    ('b.parquet', ['steps/a.parquet'], None)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, InvalidInputError, RLArrowError, SchemaMismatchError
+from rlarrow.core.store import manifest as _manifest
+from rlarrow.core.store.base import StoreBase
+from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive
+from rlarrow.core.store.layouts import table_of
+from rlarrow.core.store.lease import _sweep_views
+from rlarrow.core.store.manifest import MANIFEST_NAME, decode_schema, encode_schema, parse_manifest
+from rlarrow.core.type_names import schema_differences
+
+__all__ = ["JournalStore", "apply_pending", "pending_parts", "roll_forward"]
+
+#: Attempts at a consistent view (a compaction may replace files under a reader).
+_READ_ATTEMPTS = 5
+
+
+def pending_parts(pending: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The per-table parts of a journaled step: ``pending`` itself and ``pending.also``."""
+    if not pending:
+        return []
+    return [pending, *pending.get("also", [])]
+
+
+def apply_pending(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
+    """Apply a journaled step to ``manifest``: list its new files, retire the ones it replaced.
+
+    Each part's new files take the place of the first old file they replace (row order
+    is kept), or go last; the replaced files join ``retired`` (deleted by the next
+    writer). ``pending`` is then cleared.
+    """
+    for part in pending_parts(pending):
+        _apply_part(manifest, part)
+    manifest["pending"] = None
+
+
+def roll_forward(manifest: dict[str, Any], exists: Callable[[str], bool]) -> bool:
+    """Apply ``manifest``'s journaled step if every new file of it is in place.
+
+    ``exists(rel)`` says whether ``TABLE/NAME`` (relative to the store) is there: the
+    renames were the commit, so the step counts as done. Returns whether it was applied
+    (a step with a file missing is left as it is: a writer's recovery undoes it).
+    """
+    pending = manifest.get("pending")
+    if pending and all(exists(f"{part['table']}/{n}")
+                       for part in pending_parts(pending) for n in part["new"]):
+        apply_pending(manifest, pending)
+        return True
+    return False
+
+
+def _apply_part(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
+    table = pending["table"]
+    entry = manifest["tables"][table]
+    old = set(pending["old"])
+    new_entries = pending["new_entries"]
+    files: list[dict[str, Any]] = []
+    inserted = False
+    for f in entry["files"]:
+        if f["name"] in old:
+            if not inserted:
+                files.extend(new_entries)
+                inserted = True
+            continue
+        files.append(f)
+    if not inserted:
+        files.extend(new_entries)
+    entry["files"] = files
+    entry["rows"] = sum(f["rows"] for f in files)
+    manifest["retired"] = sorted(set(manifest.get("retired", [])) | {f"{table}/{n}" for n in old})
+
+
+class JournalStore(StoreBase):
+    """Recovery, and the consistent view readers take (see :class:`rlarrow.Store`)."""
+
+    def manifest(self, *, refresh: bool = True) -> dict[str, Any]:
+        """A copy of the manifest this store object reads from: tables, files, rows.
+
+        It is the committed state (an interrupted commit or compaction finished or undone,
+        as the next writer's recovery would), re-read from disk first unless ``refresh``
+        is False (then: the view of the last :meth:`refresh`). Changing the copy changes
+        nothing; ``docs/format.md`` describes its keys.
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> m = store.manifest()
+            >>> m["format"], m["tables"]["steps"]["rows"], m["pending"]
+            ('rlarrow-store', 0, None)
+        """
+        if refresh:
+            self.refresh()
+        return copy.deepcopy(self._manifest)
+
+    def refresh(self) -> None:
+        """Re-read the manifest to see commits made by other writers."""
+        self._manifest = self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        """One consistent view of the committed files, without the lock (for readers).
+
+        The table directories are scanned for files a killed writer renamed into place
+        but did not list (recovery's view). The scan and the manifest must be of the same
+        moment: a compaction that finished between them would show its output beside the
+        files it replaced, counted twice. So the manifest is read again after the scan,
+        and the view is taken only when it did not change (or after a few attempts, as
+        the last manifest says without the scan).
+        """
+        raw = self._manifest_bytes()
+        for _ in range(_READ_ATTEMPTS * 4):
+            with self._no_commit_running() as quiet:
+                # While a writer holds the lock, an unlisted file may be a commit in flight
+                # (renamed, not yet listed, perhaps about to fail): only committed data is shown.
+                manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=quiet)
+            again = self._manifest_bytes()
+            # Unchanged: the scan and the manifest are of one moment (a compaction writes its
+            # manifest before it deletes, so a file it deleted shows as a changed manifest;
+            # a listed file missing under an unchanged one is damage, which info names).
+            if again == raw:
+                return manifest
+            raw = again
+            time.sleep(0.001)
+        return self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=False)
+
+    def _forget_failed_commit(self) -> None:
+        """After a failed commit: the in-memory manifest as the disk has it again."""
+        with contextlib.suppress(RLArrowError):
+            self._manifest = self._snapshot()
+
+    def _scan_orphans(self, manifest: dict[str, Any]) -> dict[str, list[str]]:
+        """Committed-looking files the manifest does not list, per table."""
+        retired = set(manifest.get("retired", []))
+        pending_new = {f"{part['table']}/{n}" for part in pending_parts(manifest.get("pending"))
+                       for n in part["new"]}
+        found: dict[str, list[str]] = {}
+        for name, entry in manifest["tables"].items():
+            listed = {f["name"] for f in entry["files"]}
+            directory = self.path / name
+            if not directory.is_dir():
+                continue
+            for p in sorted(directory.glob("part-*.parquet")):
+                if p.is_symlink() or not p.is_file() or not _manifest.is_plain_file_name(p.name):
+                    continue  # never adopted (a link could lead outside the store; a name the
+                    # manifest may not hold would make it unreadable)
+                rel = f"{name}/{p.name}"
+                if p.name not in listed and rel not in retired and rel not in pending_new:
+                    found.setdefault(name, []).append(p.name)
+        return found
+
+    def _adopt(self, manifest: dict[str, Any], table: str, name: str) -> None:
+        path = self.path / table / name
+        try:
+            info = _schema.read_file_info(path)
+        except InvalidInputError as exc:
+            raise type(exc)(path, f"{exc}; the file is not listed in the store's manifest: move it "
+                            f"out of {table}/ (or run `rlarrow repair {self.path} --apply`) to open "
+                            "the store") from exc
+        if info.table != table_of(table):  # (a layout directory TABLE.N holds TABLE's files)
+            raise CorruptFileError(path, f"holds table {info.table!r} but lies in {table}/; "
+                                   f"move it out of the store (or run `rlarrow repair {self.path} --apply`)")
+        _schema.check_file_version(info, store=self.path)
+        entry = manifest["tables"][table]
+        self._check_file_schema(table, entry, info.schema, path)
+        entry["files"].append({"name": name, "rows": info.num_rows, "bytes": path.stat().st_size})
+        entry["rows"] += info.num_rows
+
+    def _check_file_schema(self, table: str, entry: dict[str, Any], schema: pa.Schema,
+                           path: Path) -> None:
+        plain = schema.remove_metadata()
+        if entry.get("schema") is None:
+            entry["schema"] = encode_schema(plain)
+            return
+        established = decode_schema(entry["schema"])
+        if not plain.equals(established):
+            where = "the table's schema" if table == table_of(table) else f"the schema of layout {table}/"
+            raise SchemaMismatchError(
+                table_of(table),
+                [f"file {path} does not have {where}"],
+                expected=established,
+                got=plain,
+                differences=schema_differences(established, plain),
+            )
+
+    def _finish_pending(self, manifest: dict[str, Any]) -> None:
+        pending = manifest.get("pending")
+        if not pending:
+            return
+        if self._pending_complete(pending):
+            apply_pending(manifest, pending)  # roll forward
+        else:  # roll back: the old files are still listed
+            for part in pending_parts(pending):
+                for n in part["new"]:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.path / part["table"] / n).unlink()
+            manifest["pending"] = None
+
+    def _pending_complete(self, pending: dict[str, Any]) -> bool:
+        """Whether every new file of a journaled step is in place (then it rolls forward)."""
+        return all((self.path / part["table"] / n).exists()
+                   for part in pending_parts(pending) for n in part["new"])
+
+    def _delete_retired(self, manifest: dict[str, Any]) -> None:
+        keep = []
+        for rel in manifest.get("retired", []):
+            try:
+                (self.path / rel).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                keep.append(rel)
+        manifest["retired"] = keep
+
+    def _remove_stale_tmp(self) -> None:
+        _sweep_views(self.path)  # dead readers' links
+        layouts = [n for n in self._manifest["tables"] if n not in _schema.TABLE_NAMES]  # TABLE.N
+        for directory in [self.path, *(self.path / n for n in [*_schema.TABLE_NAMES, *layouts])]:
+            if not directory.is_dir():
+                continue
+            for p in directory.glob(_TMP_PREFIX + "*"):
+                if not _tmp_owner_alive(p.name):
+                    with contextlib.suppress(OSError):  # (a directory of that name: left alone)
+                        p.unlink()
+            for p in directory.glob(f".{MANIFEST_NAME}.*.tmp"):
+                parts = p.name.split(".")
+                with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
+                    pid = int(parts[-3])
+                    if pid != os.getpid():
+                        try:
+                            os.kill(pid, 0)
+                        except ProcessLookupError:
+                            p.unlink()
+
+    def _recover(self, manifest: dict[str, Any], *, sweep: bool = True) -> dict[str, Any]:
+        """Under the lock: finish or undo interrupted operations and persist the result.
+
+        ``sweep`` also deletes dead processes' temporary files: garbage, which nothing
+        reads, so a commit leaves it to the next open, declare or compaction.
+        """
+        before = json.dumps(manifest, sort_keys=True)
+        self._finish_pending(manifest)
+        for table, names in self._scan_orphans(manifest).items():
+            for name in names:
+                self._adopt(manifest, table, name)
+        self._delete_retired(manifest)
+        if sweep:
+            self._remove_stale_tmp()
+        if json.dumps(manifest, sort_keys=True) != before:
+            self._write_manifest(manifest)
+        return manifest
+
+    def _effective(self, manifest: dict[str, Any], *, orphans: bool = True) -> dict[str, Any]:
+        """The manifest as recovery would leave it, without writing (for readers)."""
+        manifest = copy.deepcopy(manifest)
+        pending = manifest.get("pending")
+        if pending and self._pending_complete(pending):
+            apply_pending(manifest, pending)
+        manifest["pending"] = None
+        for table, names in (self._scan_orphans(manifest) if orphans else {}).items():
+            for name in names:
+                with contextlib.suppress(RLArrowError, FileNotFoundError):
+                    self._adopt(manifest, table, name)
+        return manifest

@@ -1,0 +1,362 @@
+"""Checking a store, repairing it, and the summary ``rlarrow info`` prints.
+
+:meth:`RepairStore.check` finds listed files that are missing or damaged
+(:class:`FileProblem`), :meth:`RepairStore.repair` drops them (:class:`RepairReport`),
+:meth:`RepairStore.info` sums a store up (:class:`StoreInfo`, :class:`TableInfo`); a read
+that fails names the damaged file through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, RLArrowError
+from rlarrow.core.store.layouts import layout_number, table_of
+from rlarrow.core.store.lease import _VIEWS_DIR
+from rlarrow.core.store.manifest import check_inside, decode_schema, write_error
+from rlarrow.core.store.tables import TableStore
+
+__all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo"]
+
+#: Where :meth:`RepairStore.repair` moves damaged files: outside every table directory.
+_QUARANTINE = "_damaged"
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """Summary of one table of a store."""
+
+    name: str
+    rows: int
+    files: int
+    bytes: int
+    schema_version: str
+    schema: pa.Schema | None
+
+    @property
+    def tensors(self) -> dict[str, str]:
+        """Each tensor column -> its dtype, shape and layout, e.g. ``"uint8 (84, 84) binary"``.
+
+        A dict observation lists each field (``"observation.position"``). The layout is
+        ``binary`` (one blob per row; SQL decodes it with the ``*_decoded`` views) or
+        ``list`` (nested fixed-size lists).
+
+        Example:
+            >>> import numpy as np, rlarrow, tempfile
+            >>> from rlarrow.core.tensors import tensor_type
+            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s.rlarrow")
+            >>> _ = st.append("steps", {"run_id": "a", "episode_id": 0, "step": [0], "env_index": 0,
+            ...     "observation": rlarrow.core.tensors.to_arrow(np.zeros((1, 4), np.float32),
+            ...                                             tensor_type("float32", (4,), layout="binary")),
+            ...     "action": [2], "reward": [0.5], "discount": [1.0], "is_first": [True],
+            ...     "is_last": [True], "is_terminal": [True]})
+            >>> st.info().tables["steps"].tensors
+            {'observation': 'float32 (4,) binary', 'action': 'int64 () list'}
+        """
+        import numpy as np
+
+        from rlarrow.core.tensors import TensorType, tensor_dtype, tensor_shape
+
+        if self.schema is None or table_of(self.name) not in _schema.TABLE_NAMES:
+            return {}
+        declared = {c.name for c in _schema.table(table_of(self.name)).columns if not c.is_tensor}
+        out: dict[str, str] = {}
+
+        def describe(where: str, type_: pa.DataType) -> None:
+            if isinstance(type_, pa.ExtensionType) and not isinstance(type_, TensorType):
+                type_ = type_.storage_type
+            if pa.types.is_struct(type_):
+                for field in type_:
+                    describe(f"{where}.{field.name}", field.type)
+            elif pa.types.is_null(type_):
+                out[where] = "null (nothing written yet)"
+            else:
+                layout = "binary" if isinstance(type_, TensorType) else "list"
+                leaf = tensor_dtype(type_)
+                numeric = pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)
+                dtype = np.dtype(leaf.to_pandas_dtype()).name if numeric else str(leaf)  # float32, not float
+                out[where] = f"{dtype} {tensor_shape(type_)} {layout}"
+
+        for field in self.schema:
+            if field.name not in declared:
+                describe(field.name, field.type)
+        return out
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """A file the manifest lists that cannot be read as listed.
+
+    Attributes:
+        table: its table.
+        file: its path relative to the store (``steps/part-....parquet``).
+        rows: the rows the manifest lists for it (lost if it is dropped).
+        problem: what is wrong (missing, a link, truncated, damaged, ...).
+    """
+
+    table: str
+    file: str
+    rows: int
+    problem: str
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :meth:`Store.repair` found, and whether it dropped it.
+
+    Attributes:
+        problems: the damaged or missing files.
+        applied: whether they were dropped from the manifest (False: a dry run).
+        quarantine: where damaged files that were present were moved (``STORE/_damaged``).
+    """
+
+    problems: list[FileProblem]
+    applied: bool
+    quarantine: str
+
+    @property
+    def rows_lost(self) -> int:
+        """Rows of the dropped files (what the store no longer holds)."""
+        return sum(p.rows for p in self.problems)
+
+    def __str__(self) -> str:
+        if not self.problems:
+            return "every listed file is whole: nothing to repair"
+        head = "dropped" if self.applied else "would drop (dry run; --apply to do it)"
+        lines = [f"{head} {len(self.problems)} file(s), {self.rows_lost:,} row(s):"]
+        lines += [f"  {p.file}: {p.problem} ({p.rows:,} rows)" for p in self.problems]
+        if self.applied:
+            lines.append(f"damaged files that were present are kept in {self.quarantine}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """Summary of a store, as ``rlarrow info`` prints it."""
+
+    path: str
+    format_version: str
+    writer: str
+    created_at: str
+    tables: dict[str, TableInfo]
+    #: one dict per run: run_id, name, source, created_at (ISO text), num_envs, and metadata
+    #: (its plain JSON value, whole; None when the run has none)
+    runs: list[dict[str, Any]]
+    bytes_on_disk: int
+    #: listed files that are missing or damaged (``rlarrow repair`` drops them)
+    problems: list[FileProblem] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the summary."""
+        return {
+            "path": self.path,
+            "problems": [dataclasses.asdict(p) for p in self.problems],
+            "format_version": self.format_version,
+            "writer": self.writer,
+            "created_at": self.created_at,
+            "bytes_on_disk": self.bytes_on_disk,
+            "tables": {
+                name: {
+                    "rows": t.rows,
+                    "files": t.files,
+                    "bytes": t.bytes,
+                    "schema_version": t.schema_version,
+                    "columns": None if t.schema is None else {f.name: str(f.type) for f in t.schema},
+                    "tensors": t.tensors,
+                }
+                for name, t in self.tables.items()
+            },
+            "runs": self.runs,
+        }
+
+
+
+class RepairStore(TableStore):
+    """Checks, repair and the summary of a store (see :class:`rlarrow.Store`)."""
+
+    def _find_damage(self, table: str, exc: Exception) -> Exception:
+        """The error a failed read of ``table`` raises: naming the damaged file, where one is."""
+        for problem in self.check(table, deep=True):
+            return CorruptFileError(
+                self.path / problem.file,
+                f"{problem.problem} (a file of table {table!r}, {problem.rows:,} rows); restore it from a "
+                f"backup, or run `rlarrow repair {self.path}` to see what dropping it costs, then "
+                "`--apply` to drop it")
+        return super()._find_damage(table, exc)
+
+    def check(self, table: str | Sequence[str] | None = None, *, deep: bool = False) -> list[FileProblem]:
+        """The listed files that are missing or damaged.
+
+        Each file must be a regular file inside its table directory, of the size the
+        manifest lists, with a readable Parquet footer holding the listed rows. With
+        ``deep``, every page is decoded too (what :meth:`repair` does; it reads the table).
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> store.check()
+            []
+        """
+        self.refresh()
+        names = [table] if isinstance(table, str) else list(table or self._manifest["tables"])
+        # a table's further layouts (TABLE.N) are checked with it
+        names = list(dict.fromkeys(n for name in names for n in (self._layout_names(name) or [name])))
+        problems: list[FileProblem] = []
+        for name in names:
+            for f in self._manifest["tables"][name]["files"]:
+                problem = self._file_problem(name, f, deep)
+                if problem is not None:
+                    problems.append(FileProblem(name, f"{name}/{f['name']}", int(f["rows"]), problem))
+        return problems
+
+    def _file_problem(self, table: str, f: dict[str, Any], deep: bool) -> str | None:
+        try:
+            path = check_inside(self.path / table, f["name"])
+        except CorruptFileError as exc:
+            return "a symbolic link or not a regular file" if "link" in str(exc) else str(exc)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        if size != f["bytes"] and f["bytes"] > 1:  # (bytes of 0/1: written by hand, unknown)
+            return f"{size:,} bytes where {f['bytes']:,} were written (truncated or overwritten)"
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            if pf.metadata.num_rows != f["rows"]:
+                return f"holds {pf.metadata.num_rows:,} rows where {f['rows']:,} were written"
+            expected = self.schema(table_of(table), layout=layout_number(table))  # its layout's
+            if expected is not None and not pf.schema_arrow.remove_metadata().equals(expected):
+                return "damaged Parquet: its columns are not the table's (a damaged footer)"
+            if deep:
+                for i in range(pf.num_row_groups):
+                    pf.read_row_group(i)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # (a garbled column name)
+            return f"damaged Parquet ({exc})"
+        return None
+
+    def _unadoptable(self) -> list[FileProblem]:
+        """Unlisted files in the tables that recovery cannot adopt (they stop writers opening)."""
+        problems = []
+        manifest = self._read_manifest()
+        for table, names in self._scan_orphans(manifest).items():
+            for name in names:
+                trial = copy.deepcopy(manifest)
+                try:
+                    self._adopt(trial, table, name)
+                except (RLArrowError, OSError) as exc:
+                    problems.append(FileProblem(table, f"{table}/{name}", 0, f"not listed, and cannot be "
+                                                f"adopted ({exc})"))
+        return problems
+
+    def repair(self, *, apply: bool = False) -> RepairReport:
+        """Find missing or damaged files (:meth:`check` with ``deep``); with ``apply``, drop them.
+
+        Dropping takes a file out of the manifest (the rest of its table reads again) and
+        moves it, when it is there, to ``STORE/_damaged/TABLE/`` (outside every table, so
+        no engine or recovery reads it; delete it once you no longer want it). The report
+        says how many rows were lost. Without ``apply`` nothing changes (a dry run).
+
+        Raises:
+            StoreError: ``apply`` on a store opened read-only.
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> print(store.repair())
+            every listed file is whole: nothing to repair
+        """
+        quarantine = self.path / _QUARANTINE
+        problems = self.check(deep=True) + self._unadoptable()
+        if not apply or not problems:
+            return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
+        with self._locked():
+            manifest = self._read_manifest()
+            # An interrupted replacement is finished or undone first, as recovery would (the
+            # check's view already saw it so): dropping files from a journal's half state
+            # would count a compaction's rows twice or keep part of an append.
+            self._finish_pending(manifest)
+            dropped = {p.file for p in problems}
+            for table, entry in manifest["tables"].items():
+                keep = [f for f in entry["files"] if f"{table}/{f['name']}" not in dropped]
+                entry["files"], entry["rows"] = keep, sum(f["rows"] for f in keep)
+            if quarantine.is_symlink() or (quarantine.exists() and not quarantine.is_dir()):
+                raise CorruptFileError(quarantine, "is not a directory of the store (a link?); move it "
+                                       "away: repair moves damaged files there")
+            for p in problems:
+                source = self.path / p.file
+                if source.is_symlink():
+                    source.unlink()  # the link only, never what it points at
+                elif source.exists():
+                    target = quarantine / p.file
+                    try:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(source, target)
+                    except OSError as exc:
+                        raise write_error(target, exc) from exc
+            self._write_manifest(manifest)
+            self._manifest = self._recover(self._read_manifest())
+        return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
+
+    def info(self) -> StoreInfo:
+        """Tables, row counts, runs, schema versions, size on disk, and missing or damaged files.
+
+        It reads only the files' footers (:meth:`check`): a damaged file is named in
+        ``problems`` and the rest is summed as listed; ``rlarrow repair`` drops such files.
+        """
+        problems = self.check()
+        m = self._manifest
+        tables = {}
+        for name, entry in m["tables"].items():
+            tables[name] = TableInfo(
+                name=name,
+                rows=int(entry["rows"]),
+                files=len(entry["files"]),
+                bytes=sum(int(f["bytes"]) for f in entry["files"]),
+                schema_version=entry.get("schema_version", "?"),
+                schema=None if entry.get("schema") is None else decode_schema(entry["schema"]),
+            )
+        runs: list[dict[str, Any]] = []
+        if tables.get("runs") and tables["runs"].rows and not any(p.table == "runs" for p in problems):
+            try:
+                t = self.read("runs", columns=["run_id", "name", "source", "created_at", "num_envs",
+                                               "metadata"])
+            except CorruptFileError as exc:  # damage the footers did not show: say so, list the rest
+                problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.path),
+                                            0, f"damaged ({exc})"))
+                t = pa.table({"run_id": [], "name": [], "source": [], "created_at": [], "num_envs": [],
+                              "metadata": []})
+            for row in t.to_pylist():
+                row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
+                # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
+                row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
+                runs.append(row)
+        size = 0
+        for root, dirs, fnames in os.walk(self.path):
+            if root == os.fspath(self.path) and _VIEWS_DIR in dirs:
+                dirs.remove(_VIEWS_DIR)  # readers' hard links: the same bytes again
+            for f in fnames:
+                with contextlib.suppress(OSError):
+                    size += os.stat(os.path.join(root, f)).st_size
+        return StoreInfo(
+            path=os.fspath(self.path),
+            format_version=m["format_version"],
+            writer=m.get("writer", "?"),
+            created_at=m.get("created_at", "?"),
+            tables=tables,
+            runs=runs,
+            bytes_on_disk=size,
+            problems=problems,
+        )
