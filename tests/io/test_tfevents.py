@@ -432,3 +432,38 @@ def test_import_maps_tianshou_prefixes_to_scopes(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         with pytest.raises(rlarrow.InvalidInputError, match="already exists"):
             tfe.import_tfevents(tmp_path / "log", tmp_path / "s.rlarrow", run_id="r")
+
+
+# --------------------------------------------------------------------------- the package itself
+
+#: the package's modules, lowest first: each imports only modules before it in this list
+LAYERS = ["_crc32c", "framing", "proto", "decode", "events", "transfer"]
+
+
+def test_package_all_lists_every_public_name() -> None:
+    import types
+
+    public = {n for n in dir(tfe) if not n.startswith("_") and n != "annotations"
+              and not isinstance(getattr(tfe, n), types.ModuleType)}
+    assert public == set(tfe.__all__)
+    assert {"import_tfevents", "export_tfevents", "read_tfevents", "write_tfevents", "scope_of"} <= public
+    for name in tfe.__all__:
+        assert getattr(tfe, name) is not None
+
+
+def test_each_module_says_what_it_owns_and_imports_only_the_ones_below() -> None:
+    import ast
+    import importlib
+
+    for level, name in enumerate(LAYERS):
+        module = importlib.import_module(f"rlarrow.io.tfevents.{name}")
+        assert module.__doc__ and len(module.__doc__) > 200, name
+        for public in getattr(module, "__all__", []):
+            assert hasattr(module, public), (name, public)
+        assert module.__file__ is not None
+        tree = ast.parse(Path(module.__file__).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlarrow.io.tfevents"):
+                parts = (node.module or "").split(".")
+                used = parts[3] if len(parts) > 3 else None
+                assert used in LAYERS[:level], f"{name} imports {node.module}"

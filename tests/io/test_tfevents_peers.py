@@ -22,6 +22,7 @@ import pytest
 
 import rlarrow
 from rlarrow.io import tfevents as tfe
+from rlarrow.io.tfevents.proto import parse_event
 from rlarrow.record.logger import ArrowLogger
 
 pytest.importorskip("tensorboard", reason="tensorboard (test-only peer) reads the files back")
@@ -248,7 +249,7 @@ def test_vectorised_and_generic_decoding_agree(written: dict[str, Any]) -> None:
     pos = i = 0
     while pos < len(data):
         (n,) = struct.unpack_from("<Q", data, pos)
-        tfe._parse_event(data[pos + 12:pos + 12 + n], rows, i, Counter(), [])
+        parse_event(data[pos + 12:pos + 12 + n], rows, i, Counter(), [])
         pos, i = pos + n + 16, i + 1
     fast = tfe.read_tfevents(path)
     assert len(rows) == fast.num_rows == written["rows"].num_rows

@@ -1,0 +1,132 @@
+"""Event files to and from a store: :func:`import_tfevents` and :func:`export_tfevents`.
+
+The import reads with :class:`~rlarrow.io.tfevents.TfeventsReader` and writes the rows into
+the store's ``scalars`` table (one commit) and a ``runs`` row per TensorBoard run; the
+export reads a store's ``scalars`` and writes them with
+:func:`~rlarrow.io.tfevents.write_tfevents`, one folder per run. What the files hold, and
+how they are read and written, is :mod:`.events`' business and below.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from rlarrow.io.tfevents import EventFileWriter
+    >>> d = Path(tempfile.mkdtemp())
+    >>> with EventFileWriter(d / "log") as w:
+    ...     w.add_scalar("test/return", 200.0, step=10)
+    >>> report = import_tfevents(d / "log", d / "runs.rlarrow", run_id="cartpole", progress=False)
+    >>> print(report)  # doctest: +ELLIPSIS
+    1 scalars from 1 event file(s), 1 run(s) in ... s
+    >>> files = export_tfevents(d / "runs.rlarrow", d / "exported")
+    >>> [p.relative_to(d).parent.as_posix() for p in files]
+    ['exported/cartpole']
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from rlarrow.core.errors import InvalidInputError
+from rlarrow.io.tfevents.events import TfeventsReader, TfeventsReport, write_tfevents
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreLike
+
+__all__ = ["export_tfevents", "import_tfevents"]
+
+
+def import_tfevents(source: Any, store: StoreLike, *, run_id: str | None = None, name: str | None = None,
+                    on_corrupt: str = "raise", progress: bool | None = None,
+                    existing_run: bool = False) -> TfeventsReport:
+    """Import event files (a file, a directory of runs, a glob) into ``store``'s ``scalars``.
+
+    Each TensorBoard run becomes a run of the store: the root run gets ``run_id`` (default:
+    a new id), a sub-run ``run_id/<its path>`` (an ``add_scalars`` folder, a tianshou
+    ``test/`` run...). The ``runs`` rows record ``source = 'tfevents'``, the directory, and
+    the event files (``existing_run=True``: the root run's scalars go into the existing run
+    ``run_id``, which gets no new row; an experiment import does this). Tags keep their
+    prefixes; ``scope`` maps tianshou's ``training/``,
+    ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info. The scalars
+    are one commit, made when every file has been read (the runs rows follow it): a damaged
+    file stops the import with nothing written.
+
+    Returns:
+        A :class:`TfeventsReport` (scalars, skipped summaries by kind, damage found).
+
+    Example:
+        >>> import_tfevents("log/ppo", "runs.rlarrow")  # doctest: +SKIP
+    """
+    from rlarrow.core.progress import bar
+    from rlarrow.core.store import as_store, new_run_id
+
+    base = run_id or new_run_id()
+    reader = TfeventsReader(source, on_corrupt=on_corrupt, run_prefix=base)
+    st = as_store(store, create=True)
+    own = st is not store
+    try:
+        for run_name, _files in reader.runs:
+            rid = reader.run_id(run_name)
+            if existing_run and rid == base:
+                if not st.has_run(rid):
+                    raise InvalidInputError(st.path, f"run {rid!r} does not exist (existing_run=True)")
+                continue
+            if st.has_run(rid):
+                raise InvalidInputError(st.path, f"run {rid!r} already exists; choose another run_id")
+        with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
+            reader.progress = pbar
+            # one commit at the end: a damaged file stops the import with nothing written
+            with st.writer("scalars", file_bytes=1 << 62) as w:
+                for batch in reader:
+                    w.write(batch)
+        for run_name, files in reader.runs:
+            if existing_run and reader.run_id(run_name) == base:
+                continue
+            st.add_run(source="tfevents", run_id=reader.run_id(run_name),
+                       name=name if run_name == "." else (f"{name}/{run_name}" if name else run_name),
+                       source_path=files[0].parent,
+                       metadata={"tensorboard_run": run_name, "files": [f.name for f in files]})
+    finally:
+        if own:
+            st.close()
+    return reader.report
+
+
+def export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                    overwrite: bool = False) -> list[Path]:
+    """Write a store's ``scalars`` as event files: ``directory/<run_id>/events.out.tfevents...``.
+
+    Sub-runs (``run/sub``) nest under their run's folder, as TensorBoard shows them.
+    ``directory`` must be empty or new: an export never mixes with what is there (TensorBoard
+    would show both); ``overwrite`` replaces its content, once every file is written (a
+    failure leaves the old content).
+
+    Returns:
+        The files written.
+
+    Raises:
+        InvalidInputError: ``directory`` holds something and ``overwrite`` is false.
+
+    Example:
+        >>> export_tfevents("runs.rlarrow", "tb/", run_id="cartpole")  # doctest: +SKIP
+    """
+    from rlarrow.core.store import as_store
+    from rlarrow.io._target import fresh_directory
+
+    root = Path(directory)
+    st = as_store(store, readonly=True)
+    own = st is not store
+    try:
+        flt = None if run_id is None else (pc.field("run_id") == run_id) | pc.starts_with(
+            pc.field("run_id"), run_id + "/")
+        ds = st.dataset("scalars")
+        with fresh_directory(root, overwrite=overwrite, what="a tfevents export", skip_empty=True) as tmp:
+            if st.row_count("scalars") == 0:
+                return []
+            written = write_tfevents(ds.to_batches(filter=flt), tmp)
+        return [root / p.relative_to(tmp) for p in written]
+    finally:
+        if own:
+            st.close()
