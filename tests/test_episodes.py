@@ -167,7 +167,7 @@ def test_reader_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
     """Big decoded row groups (frames) are not all kept: the cache holds to a byte budget."""
     everything = [s.timestep.observation
                   for s in recorded_catch(tmp_path / "s", 6, flush_every_steps=13, seeds=(3, 4)).steps]
-    monkeypatch.setattr("rlarrow.query.reader._CACHED_BYTES", 1)  # every group is over budget
+    monkeypatch.setattr("rlarrow.core.dm_env_rows._CACHED_BYTES", 1)  # every group is over budget
     reader = rlarrow.Reader(tmp_path / "s")
     assert len(reader._rows.groups) > 3
     steps = zip(reader.steps, everything, strict=True)
@@ -526,3 +526,28 @@ def test_null_and_nan_rewards_stay_apart(tmp_path):
     assert np.isnan(reward[0]) and reward[1:] == [None, 2.0, 1.0, None]
     ep = rlarrow.Store.open(tmp_path / "s").read("episodes").to_pylist()[0]
     assert np.isnan(ep["return"])
+
+
+def test_reader_reads_with_the_core_dm_env_rows(tmp_path):
+    """rlarrow.Reader is the core DmEnvRows (what the envlogger exporter reads with) plus sequences."""
+    import doctest
+
+    from rlarrow.core import dm_env_rows
+
+    assert doctest.testmod(dm_env_rows, optionflags=doctest.ELLIPSIS).failed == 0
+    with rlarrow.EnvLogger(BufferEnv([3, 2]), tmp_path / "s") as env:
+        play(env, 2, seed=0)
+    reader = rlarrow.Reader(tmp_path / "s")
+    rows = dm_env_rows.DmEnvRows(tmp_path / "s")
+    assert isinstance(reader, dm_env_rows.DmEnvRows) and rlarrow.StepData is dm_env_rows.StepData
+    assert rows.num_episodes == len(reader.episodes) == 2 and rows.num_steps == len(reader.steps)
+    for k in range(rows.num_episodes):
+        assert rows.episode_length(k) == len(reader.episodes[k])
+        for ours, theirs in zip(rows.episode_steps(k), reader.episodes[k], strict=True):
+            assert ours.timestep.step_type == theirs.timestep.step_type
+            assert np.array_equal(ours.timestep.observation, theirs.timestep.observation, equal_nan=True)
+            assert (ours.action, ours.timestep.reward, ours.custom_data) == \
+                (theirs.action, theirs.timestep.reward, theirs.custom_data)
+    assert [(s.timestep.step_type, s.action) for s in rows.step_range(1, 3)] == \
+        [(s.timestep.step_type, s.action) for s in reader.steps[1:3]]
+    assert rows.metadata() == reader.metadata() and rows.episode_metadata() == reader.episode_metadata()

@@ -46,9 +46,15 @@ from rlarrow.core import alignment
 from rlarrow.core import specs as _specs
 from rlarrow.core.deps import require
 from rlarrow.core.episodes import Sink
-from rlarrow.core.errors import CorruptFileError, RLArrowError, RLArrowWarning, UnsupportedInputError
+from rlarrow.core.errors import (
+    CorruptFileError,
+    MissingDependencyError,
+    RLArrowError,
+    RLArrowWarning,
+    UnsupportedInputError,
+)
 from rlarrow.core.step_columns import declare_steps, flat_value
-from rlarrow.core.store import Store
+from rlarrow.core.store import StoreLike, as_store
 from rlarrow.io import EpisodesReport
 
 __all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
@@ -65,9 +71,9 @@ def load() -> Any:
         return require("envlogger", feature="reading and writing envlogger directories")
     except ImportError as exc:
         if "GLIBC" in str(exc):
-            raise ImportError(
+            raise MissingDependencyError(
                 f"{exc}; envlogger 1.3's wheel needs glibc 2.38: install envlogger 1.2 "
-                "(pip install 'envlogger<1.3')"
+                "(pip install 'envlogger<1.3')", name="envlogger"
             ) from exc
         raise
 
@@ -103,7 +109,7 @@ class EnvloggerReport(EpisodesReport):
 
 def import_envlogger(
     directory: str | os.PathLike[str],
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     *,
     run_id: str | None = None,
     name: str | None = None,
@@ -149,8 +155,8 @@ def import_envlogger(
     if not is_envlogger_dir(directory):
         raise UnsupportedInputError(directory, "not an envlogger directory (no metadata.riegeli)")
     envlogger = load()
-    own = not isinstance(store, Store)
-    st = Store.open(store, create=True) if not isinstance(store, Store) else store
+    st = as_store(store, create=True)
+    own = st is not store
     try:
         with contextlib.ExitStack() as stack:
             shards = _shard_dirs(directory)
@@ -586,7 +592,7 @@ def _dist_version(name: str) -> str | None:
 
 
 def export_envlogger(
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     directory: str | os.PathLike[str],
     *,
     run_id: str | None = None,
@@ -615,15 +621,15 @@ def export_envlogger(
         StoreError: several runs and no ``run_id``.
         MissingDependencyError: envlogger is not installed.
     """
+    from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.io._target import check_target, fresh_directory
-    from rlarrow.query.reader import Reader
 
     check_target(directory, overwrite=overwrite, what="an envlogger export")
     envlogger = load()
     from envlogger.backends import riegeli_backend_writer
     from envlogger.converters import spec_codec
 
-    reader = Reader(store, run_id=run_id)
+    reader = DmEnvRows(store, run_id=run_id)
     meta = reader.metadata()
     if reader.source != "envlogger":  # an envlogger import kept envlogger's own encoding
         meta["environment_specs"] = spec_codec.encode_environment_specs(_SpecHolder(reader))
@@ -632,8 +638,8 @@ def export_envlogger(
         writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(tmp), metadata=meta)
         try:
             episode_meta = reader.episode_metadata()
-            for k, episode in enumerate(reader.episodes):
-                for i, step in enumerate(episode):
+            for k in range(reader.num_episodes):
+                for i, step in enumerate(reader.episode_steps(k)):
                     timestep = step.timestep
                     if timestep.reward is not None or timestep.discount is not None:
                         timestep = timestep._replace(reward=as_reward(timestep.reward),

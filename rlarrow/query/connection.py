@@ -53,24 +53,28 @@ import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import StoreError
+from rlarrow.core import transitions as _transitions
+from rlarrow.core.errors import ArgumentError, StoreError
 
-__all__ = ["connect", "export", "iter_episodes", "scan", "sql"]
+if TYPE_CHECKING:
+    from rlarrow.core.store import Store, StoreLike
+
+__all__ = ["connect", "export", "export_relation", "iter_episodes", "scan", "sql"]
 
 # EMA weights below this fraction of the newest point's are left out of the window
 _EMA_EPS = 1e-12
 
 
-def _store(store: Any) -> Any:
-    from rlarrow.core.store import Store
+def _store(store: StoreLike) -> Store:
+    from rlarrow.core.store import as_store
 
-    return store if isinstance(store, Store) else Store.open(store, readonly=True)
+    return as_store(store, readonly=True)
 
 
 def _quote(text: str) -> str:
@@ -80,47 +84,6 @@ def _quote(text: str) -> str:
 def _file_list(files: Sequence[Path]) -> str:
     return "[" + ", ".join(_quote(os.fspath(f)) for f in files) + "]"
 
-
-# Transitions pair each step with the next step of its episode. Steps are stored in step order
-# almost always (recorders and importers write episodes in order), so one streaming pass over the
-# files pairs a row with the row after it whenever that row is its successor (same run and
-# episode, step + 1): DuckDB streams `lead() over ()` in bounded memory, in file order. The rows
-# left over (episodes split across files out of order, interleaved environments, gaps) go through
-# the general window, which then holds only them. A row takes the first branch exactly when the
-# row after it is its successor, and the second branch only holds rows for which that is not so
-# (or whose predecessor is not the row before them), so every transition comes out once. Both
-# passes see the files in the same order: DuckDB runs a streaming window in one ordered pipeline.
-_TRANSITIONS = """
-create or replace view transitions as
-with paired as not materialized (
-    select *,
-           coalesce(lead(run_id) over () = run_id and lead(episode_id) over () = episode_id
-                    and lead(step) over () = step + 1, false) as _next_follows,
-           coalesce(lag(run_id) over () = run_id and lag(episode_id) over () = episode_id
-                    and lag(step) over () = step - 1, false) as _prev_precedes,
-           lead(observation) over () as _next_observation,
-           lead(is_terminal) over () as _next_is_terminal,
-           lead(is_last) over () as _next_is_last
-    from steps)
-select run_id, episode_id, env_index, step, observation, action, reward, discount,
-       _next_observation as next_observation, coalesce(_next_is_terminal, false) as done,
-       coalesce(_next_is_last and not _next_is_terminal, false) as truncated
-from paired
-where _next_follows and action is not null
-union all
-select run_id, episode_id, env_index, step, observation, action, reward, discount,
-       next_observation, coalesce(next_is_terminal, false) as done,
-       coalesce(next_is_last and not next_is_terminal, false) as truncated
-from (select *,
-             lead(observation) over w as next_observation,
-             lead(is_terminal) over w as next_is_terminal,
-             lead(is_last) over w as next_is_last,
-             lead(step) over w as next_step
-      from paired
-      where not _next_follows or not _prev_precedes
-      window w as (partition by run_id, episode_id order by step))
-where not _next_follows and next_step is not null and action is not null
-"""
 
 _MACROS = [
     """create or replace macro discounted_return(rewards, gamma) as
@@ -249,8 +212,7 @@ def _tensor_decoders(con: Any, st: Any) -> None:
     names = set(con.sql("select * from transitions").columns)
     columns["transitions"] = {
         name: step_columns[source].replace(ident(source), ident(name))
-        for name, source in (("observation", "observation"), ("next_observation", "observation"),
-                             ("action", "action"))
+        for name, source in ((c.name, c.value) for c in _transitions.COLUMNS if c.value is not None)
         if source in step_columns and name in names}
     statements = []
     for view, exprs in columns.items():
@@ -260,7 +222,7 @@ def _tensor_decoders(con: Any, st: Any) -> None:
     con.execute("; ".join(statements))  # one call: each statement alone costs about a millisecond
 
 
-def connect(store: Any, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
+def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
     r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
 
     The views see the files committed when it was called (call again to see later
@@ -282,7 +244,7 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     weakref.finalize(con, lease.release)
     pinned = lease.pin_view(st, _schema.TABLE_NAMES)
     for table in _schema.TABLE_NAMES:
-        layouts = st._layout_names(table)  # (the view pin_view took)
+        layouts = st.layout_dirs(table)  # (the view pin_view took)
         if len(layouts) <= 1:
             _create_view(con, st, table, table, pinned[table], st.schema(table))
             continue
@@ -292,24 +254,22 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
             n = int(name.partition(".")[2] or 1)
             files = [f for f in pinned[table] if Path(f).parent.name == name]
             _create_view(con, st, table, f"{table}_{n}", files, st.schema(table, layout=n))
-        clash = st._combined_schema(layouts)[1]
+        clash = st.left_out_columns(table)
         exclude = f" exclude ({', '.join(_ident(c) for c in clash)})" if clash else ""
         union = " union all by name ".join(
             f"select *{exclude} from {table}_{int(name.partition('.')[2] or 1)}" for name in layouts)
         con.execute(f"create or replace view {table} as {union}")
     try:
-        steps_layouts = st._layout_names("steps")
+        steps_layouts = st.layout_dirs("steps")
         if len(steps_layouts) <= 1:
-            con.execute(_TRANSITIONS)
+            con.execute(_transitions.sql_view())  # the one definition (NumPy samples derive from it too)
         else:  # transitions of each layout, and over all of them where columns agree
             numbers = [int(name.partition(".")[2] or 1) for name in steps_layouts]
             for n in numbers:
-                con.execute(_TRANSITIONS.replace("view transitions as", f"view transitions_{n} as")
-                            .replace("from steps)", f"from steps_{n})"))
-            clash = st._combined_schema(steps_layouts)[1]
+                con.execute(_transitions.sql_view(f"transitions_{n}", f"steps_{n}"))
+            clash = st.left_out_columns("steps")
             left_out = {c for c in clash if c in ("observation", "action")}
-            columns = ", ".join(c for c in _TRANSITION_COLUMNS if c not in left_out and not (
-                c == "next_observation" and "observation" in left_out))
+            columns = ", ".join(c.name for c in _transitions.COLUMNS if c.value not in left_out)
             con.execute("create or replace view transitions as " + " union all by name ".join(
                 f"select {columns} from transitions_{n}" for n in numbers))
     except duckdb.Error as exc:  # no user query yet: the files do not have the table's columns
@@ -322,10 +282,6 @@ def connect(store: Any, *, ema_window: int | None = None, database: str = ":memo
     con.execute(_ema_macro(window))
     _tensor_decoders(con, st)
     return con
-
-
-_TRANSITION_COLUMNS = ["run_id", "episode_id", "env_index", "step", "observation", "action", "reward",
-                       "discount", "next_observation", "done", "truncated"]
 
 
 def _ident(name: str) -> str:
@@ -385,7 +341,7 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow") -> Any:
+def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow") -> Any:
     """Run ``query`` over ``store`` (see :func:`connect`) and return its result.
 
     Args:
@@ -403,7 +359,7 @@ def sql(store: Any, query: str, *, params: Sequence[Any] | None = None, output: 
         >>> sql("runs.rlarrow", "select * from episodes", output="polars")  # doctest: +SKIP
     """
     if output not in ("arrow", "polars", "pandas"):
-        raise ValueError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
+        raise ArgumentError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
     import duckdb
 
     con = connect(store)
@@ -431,7 +387,7 @@ _SUFFIX_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jso
 
 
 def export(
-    store: Any,
+    store: StoreLike,
     query: str,
     path: str | os.PathLike[str] | IO[bytes],
     *,
@@ -503,16 +459,16 @@ def export(
         suffix = Path(os.fspath(path)).suffix.lower() if isinstance(path, (str, os.PathLike)) else ""
         fmt = _SUFFIX_FORMATS.get(suffix)
         if fmt is None:
-            raise ValueError(f"cannot tell the format of {path!r}: pass format='parquet', 'csv' or 'json'")
+            raise ArgumentError(f"cannot tell the format of {path!r}: pass format='parquet', 'csv' or 'json'")
     if fmt not in _export.FORMATS:
-        raise ValueError(f"format={fmt!r}: use 'parquet', 'csv' or 'json'")
+        raise ArgumentError(f"format={fmt!r}: use 'parquet', 'csv' or 'json'")
     st = _store(store)
     hints = _export.resolve_tensor_types(st, tensor_types)
     con = connect(st)
     try:
         rel = _relation(st, con, query, params)
         if rel is None:
-            raise ValueError(f"{query!r} is a statement that returns no rows; export a query (select ...)")
+            raise ArgumentError(f"{query!r} is a statement that returns no rows; export a query (select ...)")
         return export_relation(st, rel, path, fmt, hints=hints, overwrite=overwrite)
     finally:
         con.close()
@@ -555,7 +511,7 @@ def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes],
         raise err from exc
 
 
-def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
+def scan(store: StoreLike, table: str, *, layout: int | None = None) -> Any:
     """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
 
     The frame reads the files committed when it was made, and keeps reading them whatever
@@ -575,8 +531,8 @@ def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
     st = _store(store)
     # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
     pinned = st.process_lease().pin_view(st, [table])[table]
-    names = st._selected(table, layout)  # (the view pin_view took)
-    st._leave_out(table, names, None)
+    names = st.layout_dirs(table, layout)  # (the view pin_view took)
+    st.check_columns(table, layout=layout)
     schema = st.schema(table, layout=layout)
     frames = []
     for name in names:
@@ -586,7 +542,8 @@ def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
         frame = pl.scan_parquet(files)
         if len(names) > 1:  # the columns this layout shares with the others
             own = st.schema(table, layout=int(name.partition(".")[2] or 1))
-            frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own.names])
+            own_names = own.names if own is not None else []
+            frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own_names])
         frames.append(frame)
     if not frames:
         empty = schema or _schema.table(table).arrow_schema()
@@ -595,7 +552,7 @@ def scan(store: Any, table: str, *, layout: int | None = None) -> Any:
 
 
 def iter_episodes(
-    store: Any,
+    store: StoreLike,
     where: str | None = None,
     *,
     columns: Sequence[str] | None = None,
@@ -655,7 +612,7 @@ def iter_episodes(
         for rid, eid in chunk:
             by_run.setdefault(rid, []).append(eid)
         for rid, eids in by_run.items():
-            where_run = st.layout_of("steps", rid) if len(st._layout_names("steps")) > 1 else None
+            where_run = st.layout_of("steps", rid) if len(st.layout_dirs("steps")) > 1 else None
             dataset = datasets.get(where_run)
             if dataset is None:
                 dataset = datasets[where_run] = st.dataset("steps", layout=where_run)

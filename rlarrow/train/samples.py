@@ -21,9 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlarrow.core.errors import StoreError
+from rlarrow.core import transitions as _transitions
+from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 
-TRANSITION_COLUMNS = ["observation", "action", "reward", "discount", "is_terminal", "is_last"]
+__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "expression_mask", "filter_mask", "flat",
+           "is_text", "nest", "open_file", "to_numpy", "units"]
+
+# the steps columns transitions are made of (rlarrow.core.transitions defines them)
+TRANSITION_COLUMNS = list(_transitions.STEP_COLUMNS)
 KEYS = ["run_id", "episode_id", "step"]
 _WINDOW_KEYS = [*KEYS, "is_last"]
 
@@ -199,10 +204,10 @@ class SampleSource:
         # workers, in Ray tasks holding copies of this source) reads them whatever compacts
         # the store meanwhile
         lease = store.process_lease() if hasattr(store, "process_lease") else None
-        if hasattr(store, "_selected"):  # a Store: its layouts
+        if hasattr(store, "layout_dirs"):  # a Store: its layouts
             files = (lease.pin_view(store, [source])[source] if lease is not None
                      else store.files(source, refresh=False))
-            layouts = store._selected(source, layout)  # (the view pin_view took)
+            layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
             files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
             schema, lacking = _shared_schema(store, source, layouts)
         else:
@@ -216,25 +221,25 @@ class SampleSource:
         found = units(files, fs)
         if transitions:
             if sequence_length != 1:
-                raise ValueError("transitions are windows of 2 steps already; use table='steps' "
-                                 "with sequence_length for longer windows")
+                raise ArgumentError("transitions are windows of 2 steps already; use table='steps' "
+                                    "with sequence_length for longer windows")
             sequence_length = 2
             wanted = list(columns or TRANSITION_COLUMNS)
-            wanted = [c for c in wanted if c not in ("next_observation", "done", "truncated")]
-            columns = list(dict.fromkeys([*wanted, "observation", "is_terminal", "is_last"]))
+            wanted = [c for c in wanted if c not in _transitions.DERIVED]
+            columns = list(dict.fromkeys([*wanted, *_transitions.NEXT_SOURCES]))
         names = schema.names if schema is not None else []
         chosen = list(columns) if columns is not None else [
             f.name for f in (schema or []) if f.name not in KEYS and not is_text(f.type)]
         missing = [c for c in chosen if schema is not None and c not in names]
         apart = [c for c in missing if c in lacking]
         if apart:
-            raise KeyError(f"{store.path}: column(s) {apart} of {source!r} are not in every layout read "
-                           "together (" + "; ".join(lacking[c] for c in apart) + "): read one layout "
-                           "with layout=N (Store.layouts lists them)")
+            raise NotFoundError(f"{store.path}: column(s) {apart} of {source!r} are not in every layout read "
+                                "together (" + "; ".join(lacking[c] for c in apart) + "): read one layout "
+                                "with layout=N (Store.layouts lists them)")
         if missing:
-            raise KeyError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
+            raise NotFoundError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
         if sequence_length > 1 and source != "steps":
-            raise ValueError("sequence windows need episodes: table='steps' (or 'transitions')")
+            raise ArgumentError("sequence windows need episodes: table='steps' (or 'transitions')")
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
                    transitions=transitions, filesystem=fs)
         made.lease = lease  # the links live as long as the source (and copies in workers read them)
@@ -292,7 +297,7 @@ class SampleSource:
                 idx = windows[starts]
                 for k, v in whole.items():
                     out[k] = v[idx]
-        return self._as_transitions(out) if self.transitions else out
+        return _transitions.from_windows(out) if self.transitions else out
 
     def _windows(self, table: pa.Table, pf: pq.ParquetFile, path: str,
                  cols: list[str]) -> tuple[pa.Table, np.ndarray]:
@@ -398,20 +403,3 @@ class SampleSource:
             return
         with self.open(file) as other:
             yield other
-
-    @staticmethod
-    def _as_transitions(flat_: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for key, value in flat_.items():
-            head = key.split(".")[0]
-            if head == "observation":
-                out[key] = value[:, 0]
-                out["next_" + key] = value[:, 1]
-            elif head in ("is_terminal", "is_last"):
-                continue
-            else:
-                out[key] = value[:, 0]
-        terminal, last = flat_["is_terminal"][:, 1], flat_["is_last"][:, 1]
-        out["done"] = terminal.astype(bool)
-        out["truncated"] = last.astype(bool) & ~terminal.astype(bool)
-        return out

@@ -1,0 +1,295 @@
+"""The ``transitions`` table: one definition, for SQL and for NumPy.
+
+A transition pairs a step row of ``steps`` (RLDS alignment: observation *t*, the action taken
+at it, the reward and discount that followed) with the next row of its episode, whose
+observation is the one that action led to. :data:`COLUMNS` says where each column of a
+transition comes from:
+
+=====================  ============  =========================================================
+column                 row           value
+=====================  ============  =========================================================
+``run_id``,            the step      the step's keys (SQL only: the NumPy samples read keys
+``episode_id``,                      when asked for them by name)
+``env_index``,
+``step``
+``observation``        the step      the step's observation
+``action``             the step      the action taken at it
+``reward``             the step      the reward that followed
+``discount``           the step      the discount that followed
+``next_observation``   the next row  the next row's observation
+``done``               the next row  ``is_terminal``: the next observation is terminal
+``truncated``          the next row  ``is_last and not is_terminal``: the episode stopped
+                                     there without terminating
+=====================  ============  =========================================================
+
+A flag is false where its expression is null (``coalesce(..., false)`` in SQL).
+
+Which rows become transitions (:data:`NEXT_ROW`, :data:`REQUIRED`): a step row whose episode
+(same ``run_id`` and ``episode_id``) has a next row, and whose ``action`` is not null. An
+episode's last row (null action) makes none, so an episode of N actions gives N transitions.
+
+Two constructions derive from this definition:
+
+* :func:`sql_view`: DuckDB SQL for the view (``rlarrow.sql(store, "select * from
+  transitions")``). The next row is the episode's next row by ``step``: rows in storage
+  order whose successor is the row after them stream in one pass; the others go through a
+  window over their episode (see :func:`sql_select`).
+* :func:`from_windows` / :func:`from_steps`: NumPy columns (``rlarrow.train.torch``,
+  ``rlarrow.train.ray``), from windows of two consecutive steps of one episode (step *t* and
+  step *t + 1*) that the sample reader assembles across row groups and commits.
+
+On a store whose episodes have every step (``0`` to ``N``) and an action on every row but
+the last, both give the same transitions. They part only on damaged episodes: where a step
+is missing, SQL pairs the step before the gap with the one after it and NumPy makes no
+transition there; a null action on a row that has a next row is left out by SQL, kept by
+NumPy (which may not read ``action`` at all).
+
+Example:
+    >>> import numpy as np
+    >>> from rlarrow.core import transitions
+    >>> windows = {"observation": np.array([[0.0, 1.0], [1.0, 2.0]]), "action": np.array([[1, 0], [0, 0]]),
+    ...            "is_terminal": np.array([[False, False], [False, True]]),
+    ...            "is_last": np.array([[False, False], [False, True]])}
+    >>> out = transitions.from_windows(windows)
+    >>> list(out)
+    ['observation', 'next_observation', 'action', 'done', 'truncated']
+    >>> out["next_observation"].tolist(), out["done"].tolist()
+    ([1.0, 2.0], [False, True])
+    >>> transitions.STEP_COLUMNS
+    ('observation', 'action', 'reward', 'discount', 'is_terminal', 'is_last')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "COLUMNS",
+    "DERIVED",
+    "EPISODE",
+    "NAMES",
+    "NEXT_ROW",
+    "NEXT_SOURCES",
+    "REQUIRED",
+    "STEP_COLUMNS",
+    "TransitionColumn",
+    "from_steps",
+    "from_windows",
+    "sql_select",
+    "sql_view",
+]
+
+
+@dataclass(frozen=True)
+class TransitionColumn:
+    """One column of a transition: which row it reads and what it makes of it.
+
+    Attributes:
+        name: the transition's column.
+        row: ``"step"``, the step row itself, or ``"next"``, the next row of its episode.
+        value: the ``steps`` column copied (None: a flag, from ``when`` and ``unless``).
+        when: a flag is true where these ``steps`` columns are all true ...
+        unless: ... and these are all false (null counts as false: the whole flag is false).
+        key: one of the step's key columns (``run_id``, ``episode_id``, ``env_index``, ``step``).
+    """
+
+    name: str
+    row: Literal["step", "next"]
+    value: str | None = None
+    when: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    key: bool = False
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The ``steps`` columns this column reads."""
+        return (self.value,) if self.value is not None else (*self.when, *self.unless)
+
+
+#: The transition's columns, in the SQL view's order.
+COLUMNS: tuple[TransitionColumn, ...] = (
+    TransitionColumn("run_id", "step", "run_id", key=True),
+    TransitionColumn("episode_id", "step", "episode_id", key=True),
+    TransitionColumn("env_index", "step", "env_index", key=True),
+    TransitionColumn("step", "step", "step", key=True),
+    TransitionColumn("observation", "step", "observation"),
+    TransitionColumn("action", "step", "action"),
+    TransitionColumn("reward", "step", "reward"),
+    TransitionColumn("discount", "step", "discount"),
+    TransitionColumn("next_observation", "next", "observation"),
+    TransitionColumn("done", "next", when=("is_terminal",)),
+    TransitionColumn("truncated", "next", when=("is_last",), unless=("is_terminal",)),
+)
+
+#: The column names, in order.
+NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+
+#: The columns read from the next row (not in ``steps`` under their own name).
+DERIVED: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.row == "next")
+
+#: The ``steps`` columns the non-key transition columns are made of, in order.
+STEP_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(s for c in COLUMNS if not c.key for s in c.sources))
+
+#: How the next row of a step row is found: same episode (these columns) ...
+EPISODE: tuple[str, ...] = ("run_id", "episode_id")
+#: ... and the next ``step`` (SQL: the next higher one; NumPy windows: ``step + 1``).
+NEXT_ROW = "step"
+
+#: A step row where one of these ``steps`` columns is null makes no transition (SQL).
+REQUIRED: tuple[str, ...] = ("action",)
+
+#: The ``steps`` columns read from the next row, each once, in order.
+NEXT_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s for c in COLUMNS if c.row == "next" for s in c.sources))
+# the steps columns that exist in a transition only as flags: not copied through by from_steps
+_FLAG_ONLY: frozenset[str] = frozenset(
+    s for c in COLUMNS if c.value is None for s in c.sources) - {c.value for c in COLUMNS if c.value}
+
+
+# ------------------------------------------------------------------ SQL
+
+
+def _sql_flag(column: TransitionColumn, ref: Any) -> str:
+    parts = [ref(s) for s in column.when] + [f"not {ref(s)}" for s in column.unless]
+    return f"coalesce({' and '.join(parts)}, false)"
+
+
+def _sql_columns(next_ref: Any) -> str:
+    """The select list, with ``next_ref(source)`` naming the next row's value of a steps column."""
+    out = []
+    for c in COLUMNS:
+        if c.row == "step":
+            out.append(c.name)
+        elif c.value is not None:
+            ref = next_ref(c.value)
+            out.append(ref if ref == c.name else f"{ref} as {c.name}")
+        else:
+            out.append(f"{_sql_flag(c, next_ref)} as {c.name}")
+    return ", ".join(out)
+
+
+def sql_select(steps: str = "steps") -> str:
+    """The DuckDB query of the transitions of ``steps`` (a table or view name, as SQL text).
+
+    Rows are stored in step order almost always (recorders and importers write episodes in
+    order), so one streaming pass over the files pairs a row with the row after it whenever
+    that row is its successor (same run and episode, step + 1): DuckDB streams
+    ``lead() over ()`` in bounded memory, in file order. The rows left over (episodes split
+    across files out of order, interleaved environments, gaps) go through the general window
+    over their episode ordered by step, which then holds only them. A row takes the first
+    branch exactly when the row after it is its successor, and the second branch only holds
+    rows for which that is not so (or whose predecessor is not the row before them), so every
+    transition comes out once. Both passes see the files in the same order: DuckDB runs a
+    streaming window in one ordered pipeline.
+
+    Example:
+        >>> "lead(observation) over w" in sql_select()
+        True
+    """
+    run, episode = EPISODE
+    order = NEXT_ROW
+    follows = (f"coalesce(lead({run}) over () = {run} and lead({episode}) over () = {episode}\n"
+               f"                    and lead({order}) over () = {order} + 1, false) as _next_follows")
+    precedes = (f"coalesce(lag({run}) over () = {run} and lag({episode}) over () = {episode}\n"
+                f"                    and lag({order}) over () = {order} - 1, false) as _prev_precedes")
+    streamed = ",\n".join(f"           lead({s}) over () as _next_{s}" for s in NEXT_SOURCES)
+    windowed = ",\n".join(f"             lead({s}) over w as next_{s}" for s in NEXT_SOURCES)
+    required = "".join(f" and {c} is not null" for c in REQUIRED)
+    return f"""with paired as not materialized (
+    select *,
+           {follows},
+           {precedes},
+{streamed}
+    from {steps})
+select {_sql_columns(lambda s: f"_next_{s}")}
+from paired
+where _next_follows{required}
+union all
+select {_sql_columns(lambda s: f"next_{s}")}
+from (select *,
+{windowed},
+             lead({order}) over w as next_{order}
+      from paired
+      where not _next_follows or not _prev_precedes
+      window w as (partition by {", ".join(EPISODE)} order by {order}))
+where not _next_follows and next_{order} is not null{required}
+"""
+
+
+def sql_view(name: str = "transitions", steps: str = "steps") -> str:
+    """DuckDB SQL that creates (or replaces) the view ``name`` of the transitions of ``steps``.
+
+    ``name`` and ``steps`` are put in the text as they are (plain identifiers).
+
+    Example:
+        >>> import duckdb
+        >>> con = duckdb.connect()
+        >>> _ = con.execute("create table steps as select 'r' as run_id, 0::bigint as episode_id, "
+        ...                 "0 as env_index, s::bigint as step, s::double as observation, "
+        ...                 "case when s < 2 then s end as action, 1.0 as reward, 1.0 as discount, "
+        ...                 "s = 2 as is_last, s = 2 as is_terminal from range(3) t(s)")
+        >>> _ = con.execute(sql_view())
+        >>> con.sql("select step, next_observation, done from transitions order by step").fetchall()
+        [(0, 1.0, False), (1, 2.0, True)]
+    """
+    return f"create or replace view {name} as\n{sql_select(steps)}"
+
+
+# ------------------------------------------------------------------ NumPy
+
+
+def _split(name: str) -> tuple[str, str]:
+    """A flat column name (``observation.position``) as its steps column and the rest."""
+    head, dot, rest = name.partition(".")
+    return head, dot + rest
+
+
+def from_steps(step: Mapping[str, Any], next_step: Mapping[str, Any]) -> dict[str, Any]:
+    """Transitions from step rows and their next rows, as NumPy columns.
+
+    ``step`` and ``next_step`` hold the same ``steps`` columns (flat names: ``observation.x``
+    for a struct field), row *i* of ``next_step`` the next row of row *i*'s episode. Every
+    column of ``step`` comes through under its name, but ``is_terminal`` and ``is_last``,
+    which only make flags; a column read from the next row comes right after its source
+    (``next_observation.x`` after ``observation.x``); ``done`` and ``truncated`` come last,
+    when ``next_step`` holds the columns they are made of.
+
+    Example:
+        >>> import numpy as np
+        >>> out = from_steps({"reward": np.array([1.0])},
+        ...                  {"is_terminal": np.array([False]), "is_last": np.array([True])})
+        >>> {k: v.tolist() for k, v in out.items()}
+        {'reward': [1.0], 'done': [False], 'truncated': [True]}
+    """
+    nexts = [c for c in COLUMNS if c.row == "next" and c.value is not None]
+    out: dict[str, Any] = {}
+    for key, value in step.items():
+        head, rest = _split(key)
+        if head in _FLAG_ONLY:
+            continue
+        out[key] = value
+        for c in nexts:
+            if c.value == head and key in next_step:
+                out[c.name + rest] = next_step[key]
+    for c in COLUMNS:
+        if c.value is None and all(s in next_step for s in c.sources):
+            flag = np.ones(len(next_step[c.sources[0]]), dtype=bool)
+            for s in c.when:
+                flag &= np.asarray(next_step[s]).astype(bool)
+            for s in c.unless:
+                flag &= ~np.asarray(next_step[s]).astype(bool)
+            out[c.name] = flag
+    return out
+
+
+def from_windows(windows: Mapping[str, Any]) -> dict[str, Any]:
+    """Transitions from windows of two consecutive steps of one episode.
+
+    Each column is ``(n, 2, ...)``: a window's step row, then its next row. See
+    :func:`from_steps` for the columns made.
+    """
+    return from_steps({k: v[:, 0] for k, v in windows.items()},
+                      {k: v[:, 1] for k, v in windows.items() if _split(k)[0] in NEXT_SOURCES})
