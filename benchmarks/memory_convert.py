@@ -98,10 +98,10 @@ def task(name: str, path: str, num_envs: int, memory_size: int) -> None:
         import_paths([path], _store_dir("converted-") / "s", num_envs=num_envs, memory_size=memory_size,
                      progress=False)
     elif name == "rlarrow_convert_memory":  # the memory importer alone (no hash, no transaction)
-        from rlarrow.io.memory.importer import convert_memory
+        from rlarrow.io.memory.importer import import_memory
 
-        convert_memory([path], _store_dir("converted-") / "s", num_envs=num_envs, memory_size=memory_size,
-                       progress=False)
+        import_memory([path], _store_dir("converted-") / "s", num_envs=num_envs, memory_size=memory_size,
+                      progress=False)
     elif name == "rlarrow_read":
         from rlarrow.io.memory.importer import snapshots
 
@@ -188,9 +188,9 @@ def main() -> None:
                  "ratio": ours["seconds"] / peer["seconds"], "note": "imports included (torch's too)"})
     store = _store_dir()
     try:
-        from rlarrow.io.memory.importer import convert_memory
+        from rlarrow.io.memory.importer import import_memory
 
-        convert_memory([paths["npz"]], store / "s", progress=False)
+        import_memory([paths["npz"]], store / "s", progress=False)
         size_mb = sum(p.stat().st_size for p in (store / "s" / "memory").glob("*.parquet")) / 1e6
         peer = r("np_load", "npz")
         ours = measure("rlarrow_read", store / "s", ne, ms, args.repeat)

@@ -3,7 +3,7 @@
 skrl's own memory exports its buffer (pt, npz and csv, by skrl's ``Memory.save``) each time it
 fills; the same vector env is recorded by :class:`rlarrow.record.gym.RecordVectorEpisodes` and
 measured by gymnasium's ``RecordEpisodeStatistics``, so that tests/test_skrl_workflow.py can
-check what ``convert_memory(..., episodes=True)`` makes of the exports against both.
+check what ``import_memory(..., episodes=True)`` makes of the exports against both.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_write_with_layout_stores_binary_tensors(cluster, tmp_path):
 
 
 def test_parallel_convert_matches_the_sequential_one(cluster, tmp_path):
-    from rlarrow.io.memory.importer import convert_memory
+    from rlarrow.io.memory.importer import import_memory
     from rlarrow.io.memory.npz import write_npz
     from rlarrow.io.memory.pt import write_pt
 
@@ -186,9 +186,9 @@ def test_parallel_convert_matches_the_sequential_one(cluster, tmp_path):
                 "terminated": rng.random((20, 2, 1)) < 0.1}
         data["states"][15:] = np.nan  # an unfilled memory
         (write_pt if i % 2 else write_npz)(data, tmp_path / "memories" / f"m{i}.{'pt' if i % 2 else 'npz'}")
-    info = rray.convert_memory([tmp_path / "memories"], tmp_path / "par", run_id="r")
+    info = rray.import_memory([tmp_path / "memories"], tmp_path / "par", run_id="r")
     assert info is not None and info.rows == 5 * 40
-    convert_memory([tmp_path / "memories"], tmp_path / "seq", run_id="r", progress=False)
+    import_memory([tmp_path / "memories"], tmp_path / "seq", run_id="r", progress=False)
     par, seq = rlarrow.Store.open(tmp_path / "par"), rlarrow.Store.open(tmp_path / "seq")
     assert par.schema("memory").equals(seq.schema("memory"))
     order = [("snapshot_id", "ascending"), ("memory_index", "ascending"), ("env_index", "ascending")]

@@ -3,7 +3,7 @@
 A real skrl 2 PPO and DQN train on ``gymnasium.make_vec("CartPole-v1", num_envs=4)`` in both
 autoreset modes (tests/skrl_train.py); skrl's memory exports itself (pt, npz, csv) each time
 it fills, and the same env is recorded by rlarrow's vector recorder and gymnasium's
-``RecordEpisodeStatistics``. ``convert_memory(exports, store, episodes=True)`` must give the
+``RecordEpisodeStatistics``. ``import_memory(exports, store, episodes=True)`` must give the
 episodes those two saw: every episode that lies whole in one export, with its length,
 return, first observation and (where the memory holds it) last observation; none invented.
 """
@@ -21,7 +21,7 @@ import pytest
 
 import rlarrow
 from rlarrow.core.tensors import to_numpy
-from rlarrow.io.memory.importer import convert_memory
+from rlarrow.io.memory.importer import import_memory
 
 HAVE_PEERS = all(importlib.util.find_spec(m) is not None for m in ("skrl", "gymnasium", "torch"))
 pytestmark = [
@@ -98,7 +98,7 @@ def test_memory_exports_unroll_to_the_recorded_episodes(runs, tmp_path, algo, mo
     tables = {}
     for fmt, directory in run.exports.items():
         store = tmp_path / fmt
-        report = convert_memory([directory], store, episodes=True, num_envs=4, progress=False)
+        report = import_memory([directory], store, episodes=True, num_envs=4, progress=False)
         windows = report.snapshots
         assert windows == run.timesteps // run.memory_size
         assert not any("autoreset" in a for a in report.assumptions), report.assumptions  # read from the data
@@ -144,16 +144,16 @@ def _renamed(src: Path, dst: Path, rename: dict[str, str]) -> Path:
 def test_skrl1_names_and_a_names_mapping_unroll_alike(runs, tmp_path):
     run = runs["dqn", "next-step"]
     reference = tmp_path / "skrl2"
-    convert_memory([run.exports["npz"]], reference, episodes=True, run_id="r", progress=False)
+    import_memory([run.exports["npz"]], reference, episodes=True, run_id="r", progress=False)
     skrl1 = _renamed(run.exports["npz"], tmp_path / "skrl1", {"observations": "states",
                                                               "next_observations": "next_states"})
-    convert_memory([skrl1], tmp_path / "s1", episodes=True, run_id="r", progress=False)
+    import_memory([skrl1], tmp_path / "s1", episodes=True, run_id="r", progress=False)
     custom = _renamed(run.exports["npz"], tmp_path / "custom", {
         "observations": "obs", "next_observations": "obs2", "actions": "act", "rewards": "rew",
         "terminated": "done"})
     with pytest.raises(rlarrow.InvalidInputError, match=r"no tensor for states.*--names"):
-        convert_memory([custom], tmp_path / "bad", episodes=True, progress=False)
-    convert_memory([custom], tmp_path / "s2", episodes=True, run_id="r", progress=False,
+        import_memory([custom], tmp_path / "bad", episodes=True, progress=False)
+    import_memory([custom], tmp_path / "s2", episodes=True, run_id="r", progress=False,
                    names={"observations": "obs", "next_states": "obs2", "actions": "act", "rewards": "rew",
                           "terminated": "done"})
 

@@ -12,7 +12,7 @@ from conftest import FIXTURES
 
 import rlarrow
 from rlarrow.core.tensors import to_numpy
-from rlarrow.io.memory.importer import convert_memory
+from rlarrow.io.memory.importer import import_memory
 from rlarrow.io.memory.npz import read_npz
 from rlarrow.io.memory.snapshot import MemorySnapshot
 from rlarrow.io.memory.unroll import (
@@ -133,7 +133,7 @@ def test_convert_with_episodes_fills_the_store_and_duckdb_reads_it(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the assumption is reported, not warned
-        report = convert_memory([SKRL / "wrapped" / "memories" / "*.pt"], tmp_path / "s",
+        report = import_memory([SKRL / "wrapped" / "memories" / "*.pt"], tmp_path / "s",
                                 episodes=True, progress=False)
     assert report.episodes > 0 and any("write pointer" in a for a in report.assumptions)
     store = rlarrow.Store.open(tmp_path / "s")
@@ -272,11 +272,11 @@ def test_convert_says_an_autoreset_assumption_once(tmp_path):
     sparse = one_env(**dict(NEXT_STEP, rewards=[0, 0, 1, 0, 0, 1]))
     for i in range(3):
         write_npz(sparse.tensors, tmp_path / "memories" / f"m{i}.npz")
-    report = convert_memory([tmp_path / "memories"], tmp_path / "s", episodes=True, progress=False)
+    report = import_memory([tmp_path / "memories"], tmp_path / "s", episodes=True, progress=False)
     said = [a for a in report.assumptions if "autoreset" in a]
     assert len(said) == 1 and said[0].startswith("3 of 3 snapshots"), report.assumptions
-    again = convert_memory([tmp_path / "memories"], tmp_path / "s2", episodes=True, progress=False,
+    again = import_memory([tmp_path / "memories"], tmp_path / "s2", episodes=True, progress=False,
                            autoreset="next-step")
     assert not any("autoreset" in a for a in again.assumptions) and again.steps == report.steps
     with pytest.raises(rlarrow.InvalidInputError, match="--autoreset"):
-        convert_memory([tmp_path / "memories"], tmp_path / "s3", episodes=True, autoreset="bad")
+        import_memory([tmp_path / "memories"], tmp_path / "s3", episodes=True, autoreset="bad")

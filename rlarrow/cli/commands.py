@@ -27,16 +27,21 @@ import click
 
 from rlarrow._version import __version__
 from rlarrow.core.errors import RLArrowError
+from rlarrow.io import registry
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["cli", "compact", "convert", "export", "info", "main", "migrate", "plot", "push", "repair",
+           "sql_command"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units[:-1]:
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    raise AssertionError  # pragma: no cover
+    return f"{n:.1f} {units[-1]}"
 
 
 def _debug() -> bool:
@@ -88,7 +93,7 @@ def _cli_spelling(message: str) -> str:
     return message
 
 
-def _friendly_errors(fn: F) -> F:
+def _friendly_errors(fn: _F) -> _F:
     """Turn every failure into a message and exit status 1, without a traceback (``--debug`` shows it).
 
     rlarrow's own errors say what is wrong and how to fix it. Anything else reaching here
@@ -257,7 +262,41 @@ def push(store: str, destination: str, prune: bool) -> None:
                else f"{destination} is up to date; wrote its manifest")
 
 
-@cli.command()
+def _convert_help() -> str:
+    """``rlarrow convert --help``: the experiment layouts, then one entry per registered format."""
+    lines = [
+        "Import into STORE: experiment directories and the formats listed below.",
+        "",
+        "\b",
+        "Each input becomes runs of the store:",
+        "  runs/EXP        an experiment directory (skrl: event files, memories/, checkpoints/):",
+        "                  ONE run named EXP holding its scalars, memory snapshots and",
+        "                  (--episodes) episodes; checkpoints are not imported",
+        "  runs/           every experiment below it, one run each",
+    ]
+    for pattern, text in dict.fromkeys(f.convert_help for f in registry.importers() if f.convert_help):
+        first, *more = text.split("\n")
+        if len(pattern) < 16:
+            lines.append(f"  {pattern:<16}{first}")
+        else:
+            lines += [f"  {pattern}", f"  {'':<16}{first}"]
+        lines += [f"  {'':<16}{line}" for line in more]
+    lines += [
+        "",
+        "Every source is hashed first: one the store holds already is skipped, with a message",
+        "naming its run (--again imports it again). One convert commits all or nothing: if",
+        "anything fails, the store is left as it was.",
+    ]
+    return "\n".join(lines)
+
+
+def _export_format_help() -> str:
+    """``rlarrow export --format``'s help: what each registered exporter writes."""
+    said = list(dict.fromkeys(f.export_help or f.name for f in registry.exporters()))
+    return (", ".join(said[:-1]) + ", or " + said[-1] if len(said) > 1 else said[0]) + "."
+
+
+@cli.command(help=_convert_help())
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", "store", required=True, type=click.Path(file_okay=False),
               help="The store to write into (created when missing).")
@@ -293,25 +332,7 @@ def push(store: str, destination: str, prune: bool) -> None:
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, again: bool) -> None:
-    """Import into STORE: experiment directories, memory exports, envlogger, Minari, TensorBoard logs.
-
-    \b
-    Each input becomes runs of the store:
-      runs/EXP        an experiment directory (skrl: event files, memories/, checkpoints/):
-                      ONE run named EXP holding its scalars, memory snapshots and
-                      (--episodes) episodes; checkpoints are not imported
-      runs/           every experiment below it, one run each
-      *.pt *.npz *.csv
-                      replay-memory exports: snapshots of one run (files, folders, globs)
-      ENVLOGGER_DIR   an envlogger directory (metadata.riegeli): one run of episodes
-      MINARI_DIR      a Minari dataset (arrow or parquet): one run of episodes
-      LOGDIR          TensorBoard event files: one run per TensorBoard run
-                      (add_scalars folders become RUN_ID/<folder>)
-
-    Every source is hashed first: one the store holds already is skipped, with a message
-    naming its run (--again imports it again). One convert commits all or nothing: if
-    anything fails, the store is left as it was.
-    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
 
     names = None
@@ -338,10 +359,8 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
               help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
-@click.option("--format", "fmt", type=click.Choice(["pt", "npz", "csv", "parquet", "envlogger", "tfevents"]),
-              default="pt", show_default=True,
-              help="Memory export format, envlogger (a run's episodes as an envlogger directory), or "
-                   "tfevents (the scalars as TensorBoard event files, DIR/<run_id>/).")
+@click.option("--format", "fmt", type=click.Choice([f.name for f in registry.exporters()]),
+              default="pt", show_default=True, help=_export_format_help())
 @click.option("--run-id", help="Only this run's snapshots.")
 @click.option("--overwrite", is_flag=True,
               help="Replace what the target holds (DIR/memories/, the envlogger DIR, a run's event files); "
@@ -353,25 +372,11 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
     envlogger directory, the scalars as TensorBoard event files (DIR/<run_id>/).
     """
-    if fmt == "tfevents":
-        from rlarrow.io.tfevents import export_tfevents
-
-        files = export_tfevents(store, directory, run_id=run_id, overwrite=overwrite)
-        if not files:
-            click.echo("no scalars in the store")
-        for f in files:
-            click.echo(f"wrote {f}")
-        return
-    if fmt == "envlogger":
-        from rlarrow.io.envlogger import export_envlogger
-
-        click.echo(f"wrote {export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)}")
-        return
-    from rlarrow.io.memory.importer import export_memory
-
-    paths = export_memory(store, directory, fmt, run_id=run_id, overwrite=overwrite)
+    target = registry.get(fmt)
+    assert target.export is not None  # (the --format choices are the exporters)
+    paths = target.export(store, directory, run_id=run_id, overwrite=overwrite)
     if not paths:
-        click.echo("no memory snapshots in the store")
+        click.echo(target.export_empty or f"nothing to export as {fmt} in the store")
     for p in paths:
         click.echo(f"wrote {p}")
 

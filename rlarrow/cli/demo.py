@@ -32,6 +32,10 @@ import numpy as np
 
 from rlarrow.core.store import Store
 
+__all__ = ["CORRIDOR", "MAX_STEPS", "MEMORY_SIZE", "NUM_ENVS", "Corridor", "convert_legacy",
+           "curves_and_questions", "import_training_logs", "main", "record_run", "record_with_envlogger",
+           "write_legacy_exports"]
+
 CORRIDOR = 8
 NUM_ENVS = 4
 MAX_STEPS = 40
@@ -497,4 +501,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -13,6 +13,9 @@ of which becomes one run of the store:
   :func:`rlarrow.io.tfevents.import_tfevents` does);
 - memory exports (files, folders, globs) not inside an experiment: one run together.
 
+Formats are recognised and imported through :mod:`rlarrow.io.registry`: a format
+registered there is taken here with no change to this module.
+
 Every source is hashed (SHA-256) first. A source the store's ``sources`` table already
 holds was imported before: it is skipped with a message naming its run, unless
 ``again=True``. Everything is written in one :meth:`rlarrow.Store.transaction`: a failure
@@ -30,28 +33,24 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlarrow.core.errors import InvalidInputError, UnsupportedInputError
-from rlarrow.core.store import Store, new_run_id
-from rlarrow.io.envlogger import import_envlogger, is_envlogger_dir
-from rlarrow.io.memory.importer import (
-    MEMORY_FORMATS,
-    collapse_assumptions,
-    convert_memory,
-    detect_format,
-    expand_inputs,
-)
-from rlarrow.io.minari import import_minari, is_minari_dir
-from rlarrow.io.tfevents import import_tfevents, is_event_file, is_tfevents_source
+from rlarrow.core.store import Store, StoreLike, as_store, new_run_id
+from rlarrow.io import registry
+from rlarrow.io.memory.importer import collapse_assumptions
+from rlarrow.io.registry import Format, ImportOptions
 
-__all__ = ["ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
+__all__ = ["NOT_DATA", "ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
 
 #: Folders of an experiment directory that hold no data rlarrow imports.
 NOT_DATA = ("checkpoints",)
+#: What an experiment directory holds: event files, and memory exports in ``memories/``.
+_EVENTS = "tfevents"
+_MEMORY = "memory"  # (a registry group: pt, npz, csv, parquet)
 _CHUNK = 1 << 20
 
 
@@ -93,9 +92,24 @@ def _files_below(directory: Path) -> list[Path]:
     return [f for f in found if f.is_file() and not f.is_symlink()]
 
 
+def _file_format(f: Path) -> Format | None:
+    """The ``file`` format of a file found below a folder: by its name (no content is read)."""
+    fmt = registry.detect(f, content=False)
+    return fmt if fmt is not None and fmt.kind == "file" else None
+
+
 def _memory_files(directory: Path) -> list[Path]:
-    return sorted(f for f in _files_below(directory)
-                  if f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
+    return sorted(f for f in _files_below(directory) if (fmt := _file_format(f)) and fmt.group == _MEMORY)
+
+
+def _is_event_file(f: Path) -> bool:
+    return registry.get(_EVENTS).detect(f)
+
+
+def _dataset(p: Path) -> Format | None:
+    """The ``directory`` format (envlogger, Minari...) ``p`` is a dataset of, if any."""
+    fmt = registry.detect(p)
+    return fmt if fmt is not None and fmt.kind == "directory" else None
 
 
 def is_experiment_dir(path: str | os.PathLike[str]) -> bool:
@@ -105,49 +119,63 @@ def is_experiment_dir(path: str | os.PathLike[str]) -> bool:
     directly inside and a ``checkpoints/`` or ``memories/`` folder beside them.
     """
     p = Path(path)
-    if not p.is_dir() or is_envlogger_dir(p) or is_minari_dir(p):
+    if not p.is_dir() or _dataset(p) is not None:
         return False
     memories = p / "memories"
     if memories.is_dir() and _memory_files(memories):
         return True
-    has_events = any(is_event_file(c) for c in p.iterdir())
+    has_events = any(_is_event_file(c) for c in p.iterdir())
     return has_events and any((p / d).is_dir() for d in (*NOT_DATA, "memories"))
 
 
 @dataclass
 class _Unit:
-    kind: str  # experiment | envlogger | minari | tfevents | memory
-    path: Path | None  # the directory or file given (memory: None)
-    events: list[Path] = field(default_factory=list)
-    memories: list[Path] = field(default_factory=list)
+    """What becomes one run: an experiment, or inputs of one format (group)."""
+
+    fmt: Format | None  # None: an experiment directory
+    path: Path | None  # the directory or file given (files pooled from several inputs: None)
+    files: list[Path] = field(default_factory=list)  # a file format's files (experiment: event files)
+    memories: list[Path] = field(default_factory=list)  # an experiment's memory exports
     ignored: list[Path] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "experiment" if self.fmt is None else self.fmt.group
+
+    @property
+    def pooled(self) -> bool:
+        """Files of one format from any inputs, each imported on its own into the run (memory exports)."""
+        return self.fmt is not None and self.fmt.kind == "file" and not self.fmt.whole
 
     @property
     def label(self) -> str:
         if self.path is not None:
             return os.fspath(self.path)
-        return f"{len(self.memories)} memory export(s)"
+        noun = "memory export" if self.kind == _MEMORY else f"{self.kind} file"
+        return f"{len(self.files)} {noun}(s)"
 
     def sources(self) -> list[tuple[Path, str]]:
         """The hashed sources: (path, format)."""
-        if self.kind in ("envlogger", "minari"):
+        if self.fmt is not None and self.fmt.kind == "directory":
             assert self.path is not None
-            return [(self.path, self.kind)]
-        return [(e, "tfevents") for e in self.events] + [(m, _memory_format(m)) for m in self.memories]
+            return [(self.path, self.fmt.name)]
+        if self.fmt is None:
+            return ([(e, _EVENTS) for e in self.files]
+                    + [(m, _source_format(m, _MEMORY)) for m in self.memories])
+        return [(f, _source_format(f, self.fmt.group)) for f in self.files]
 
 
-def _memory_format(path: Path) -> str:
-    try:
-        return detect_format(path)
-    except (UnsupportedInputError, OSError):
-        return path.suffix.lower().lstrip(".") or "memory"
+def _source_format(path: Path, group: str) -> str:
+    """A source's ``format`` (its name, else its content, says it); else its suffix, else ``group``."""
+    fmt = registry.detect(path)
+    return fmt.name if fmt is not None else (path.suffix.lower().lstrip(".") or group)
 
 
 def _experiment(p: Path) -> _Unit:
-    events = sorted(f for f in _files_below(p) if is_event_file(f) and not _under(f, p, "memories"))
+    events = sorted(f for f in _files_below(p) if _is_event_file(f) and not _under(f, p, "memories"))
     memories = _memory_files(p / "memories") if (p / "memories").is_dir() else []
     ignored = [f for f in _files_below(p) if any(_under(f, p, d) for d in NOT_DATA)]
-    return _Unit("experiment", p, events=events, memories=memories, ignored=ignored)
+    return _Unit(None, p, files=events, memories=memories, ignored=ignored)
 
 
 def _under(f: Path, root: Path, folder: str) -> bool:
@@ -165,10 +193,8 @@ def find_units(directory: str | os.PathLike[str]) -> list[Any]:
     for dirpath, dirnames, _ in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         here = Path(dirpath)
-        if here != root and is_envlogger_dir(here):
-            units.append(_Unit("envlogger", here))
-        elif here != root and is_minari_dir(here):
-            units.append(_Unit("minari", here))
+        if here != root and (fmt := _dataset(here)) is not None:
+            units.append(_Unit(fmt, here))
         elif is_experiment_dir(here):
             units.append(_experiment(here))
         else:
@@ -178,42 +204,70 @@ def find_units(directory: str | os.PathLike[str]) -> list[Any]:
 
 
 def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
+    """The inputs as units, in order; files of a pooled format (memory exports) make one unit last."""
     units: list[_Unit] = []
-    memory_inputs: list[str | os.PathLike[str]] = []
+    pooled: dict[str, list[Path]] = {}  # group -> files given (in a file or a folder)
+    rest: list[str | os.PathLike[str]] = []  # for the fallback format (memory exports): files, folders, globs
+    fallback = registry.fallback()
+
+    def pool(fmt: Format, files: list[Path]) -> None:
+        if fallback is not None and fmt.group == fallback.group:
+            rest.extend(files)
+        else:
+            have = pooled.setdefault(fmt.group, [])
+            have.extend(f for f in dict.fromkeys(files) if f not in have)
+
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            if is_envlogger_dir(p):
-                units.append(_Unit("envlogger", p))
-            elif is_minari_dir(p):
-                units.append(_Unit("minari", p))
+            if (fmt := _dataset(p)) is not None:
+                units.append(_Unit(fmt, p))
             elif is_experiment_dir(p):
                 units.append(_experiment(p))
             elif found := find_units(p):
                 inside = [u.path for u in found if u.path is not None]
                 loose = [f for f in _files_below(p)
-                         if (is_event_file(f) or f.suffix.lower().lstrip(".") in MEMORY_FORMATS)
-                         and not any(f.is_relative_to(d) for d in inside)]
+                         if _file_format(f) is not None and not any(f.is_relative_to(d) for d in inside)]
                 if loose:
                     raise InvalidInputError(p, f"holds {len(found)} experiment(s) or dataset(s) and also "
                                             f"{len(loose)} event file(s) or memory export(s) outside them "
                                             f"(e.g. {loose[0]}); convert those on their own")
                 units += found
-            elif is_tfevents_source(p):
-                events = sorted(f for f in _files_below(p) if is_event_file(f))
-                units.append(_Unit("tfevents", p, events=events))
             else:
-                memory_inputs.append(item)
-        elif p.is_file() and is_event_file(p):
-            units.append(_Unit("tfevents", p, events=[p]))
+                by_format: dict[str, list[Path]] = {}
+                for f in sorted(_files_below(p)):
+                    if (ff := _file_format(f)) is not None:
+                        by_format.setdefault(ff.name, []).append(f)
+                whole = next((registry.get(n) for n in registry.FORMATS
+                              if n in by_format and registry.get(n).whole), None)
+                if whole is not None:  # a log directory: imported whole (what else it holds is not)
+                    units.append(_Unit(whole, p, files=[f for f in _files_below(p) if whole.detect(f)]))
+                    continue
+                others = [registry.get(n) for n in by_format
+                          if fallback is None or registry.get(n).group != fallback.group]
+                for ff in others:
+                    pool(ff, by_format[ff.name])
+                if not others or len(others) < len(by_format):
+                    rest.append(item)  # the fallback's own search of the folder
+        elif p.is_file() and (fmt := registry.detect(p)) is not None and fmt.kind == "file":
+            if fmt.whole:
+                units.append(_Unit(fmt, p, files=[p]))
+            elif fallback is not None and fmt.group == fallback.group:
+                rest.append(item)
+            else:
+                pool(fmt, [p])
         else:
-            memory_inputs.append(item)
-    if memory_inputs:
+            rest.append(item)
+    for group, files in pooled.items():
+        units.append(_Unit(next(f for f in registry.FORMATS.values() if f.group == group), None, files=files))
+    if rest:
+        if fallback is None or fallback.expand is None:
+            raise _unsupported(rest, FileNotFoundError("no format takes it"))
         try:
-            files = expand_inputs(memory_inputs)
+            files = fallback.expand(rest)
         except FileNotFoundError as exc:
-            raise _unsupported(memory_inputs, exc) from None
-        units.append(_Unit("memory", None, memories=files))
+            raise _unsupported(rest, exc) from None
+        units.append(_Unit(fallback, None, files=files))
     return units
 
 
@@ -230,10 +284,10 @@ def _unsupported(inputs: Sequence[str | os.PathLike[str]], exc: FileNotFoundErro
     if not globs and not all(Path(i).exists() for i in inputs):
         missing = next(i for i in inputs if not Path(i).exists())
         return InvalidInputError(missing, "no such file or directory")
+    nouns = list(dict.fromkeys(f.noun or f.summary for f in registry.importers()))
     return UnsupportedInputError(
         ", ".join(os.fspath(i) for i in inputs),
-        f"{exc.args[0] if exc.args else exc}; rlarrow convert takes memory exports (.pt .npz .csv .parquet), "
-        "TensorBoard event files or log directories, envlogger directories, Minari datasets and "
+        f"{exc.args[0] if exc.args else exc}; rlarrow convert takes {', '.join(nouns)} and "
         "experiment directories (runs/EXP with memories/ and event files)")
 
 
@@ -258,7 +312,7 @@ class ImportReport:
 
 def import_paths(
     inputs: Sequence[str | os.PathLike[str]],
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     *,
     run_id: str | None = None,
     name: str | None = None,
@@ -287,7 +341,7 @@ def import_paths(
             :func:`rlarrow.io.memory.unroll.memory_to_episodes`); None: detected from the data.
         skip_corrupt: import the whole records of damaged event files and envlogger
             directories, and say what was skipped.
-        num_envs: environments of csv exports (see :func:`rlarrow.io.memory.importer.convert_memory`).
+        num_envs: environments of csv exports (see :func:`rlarrow.io.memory.importer.import_memory`).
         memory_size: memory size of csv exports.
         dtype: float dtype of csv exports.
         layout: how a new memory table stores tensors.
@@ -302,8 +356,8 @@ def import_paths(
         raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
                                 f"make {len(units)} runs ({', '.join(u.label for u in units[:3])}...); "
                                 "--run-id names one run: convert them one at a time")
-    own = not isinstance(store, Store)
-    st = store if isinstance(store, Store) else Store.open(store, create=True)
+    st = as_store(store, create=True)
+    own = st is not store
     report = ImportReport(store=st.path)
     try:
         known = _known_sources(st)
@@ -368,7 +422,7 @@ def _new_sources(u: _Unit, hashes: dict[Path, tuple[str, int]], known: dict[str,
         return None
 
     seen = {p: before(p) for p in sources}
-    if u.kind == "memory":  # snapshots: each file on its own
+    if u.pooled:  # snapshots: each file on its own
         for p, where in seen.items():
             if where:
                 report.skipped.append(f"{p}: imported before into {where}; --again imports it again")
@@ -390,49 +444,41 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
                  num_envs: int | None, memory_size: int | None, dtype: str, layout: str,
                  progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
                  now: datetime) -> str:
-    memory_kwargs: dict[str, Any] = {"num_envs": num_envs, "memory_size": memory_size, "dtype": dtype,
-                                     "episodes": episodes, "names": names, "layout": layout,
-                                     "progress": progress}
-    if autoreset is not None:
-        memory_kwargs["autoreset"] = autoreset
+    options = ImportOptions(run_id=run_id, name=name, episodes=episodes, names=names, autoreset=autoreset,
+                            skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
+                            dtype=dtype, layout=layout, progress=progress)
     snapshot_of: dict[Path, int] = {}
-    if u.kind == "envlogger":
-        assert u.path is not None
-        env_report = import_envlogger(u.path, st, run_id=run_id, name=name, progress=progress,
-                                      skip_corrupt=skip_corrupt)
-        rid = env_report.run_id
-        report.lines.append(str(env_report))
-    elif u.kind == "minari":
-        assert u.path is not None
-        m_report = import_minari(u.path, st, run_id=run_id, name=name, progress=progress)
-        rid = m_report.run_id
-        report.lines.append(str(m_report))
-    elif u.kind == "tfevents":
-        assert u.path is not None
-        rid = run_id or new_run_id()
-        tf_report = import_tfevents(u.path, st, run_id=rid, name=name,
-                                    on_corrupt="skip" if skip_corrupt else "raise", progress=progress)
-        report.lines.append(f"imported {tf_report}")
-        report.lines += [f"  run {r}" for r in tf_report.runs]
-    elif u.kind == "memory":
-        rid, snapshot_of = _memories(st, todo, run_id, name, memory_kwargs, report)
+    if u.fmt is not None:  # one format: its own import, through the registry
+        assert u.fmt.import_ is not None
+        if u.pooled:
+            sources = todo
+        else:
+            assert u.path is not None
+            sources = [u.path]
+        imported = u.fmt.import_(sources, st, options)
+        rid = imported.run_id
+        snapshot_of = imported.snapshot_ids
+        report.lines += imported.lines
     else:  # experiment: one run of all of it
         assert u.path is not None
         rid = run_id or new_run_id()
-        events = [p for p in todo if p in u.events]
+        events = [p for p in todo if p in u.files]
         memories = [p for p in todo if p in u.memories]
         rel = [os.fspath(p.relative_to(u.path)) for p in events + memories]
         st.add_run(source="experiment", run_id=rid, name=name or u.path.name, source_path=u.path.resolve(),
                    metadata={"experiment": u.path.name, "files": rel,
                              "not_imported": [os.fspath(p.relative_to(u.path)) for p in u.ignored]})
+        into_run = replace(options, run_id=rid, name=None)
         parts = []
         if events:
-            tf_report = import_tfevents(u.path, st, run_id=rid, existing_run=True,
-                                        on_corrupt="skip" if skip_corrupt else "raise", progress=progress)
-            parts.append(f"{tf_report}")
+            tf = _import_with(_EVENTS)([u.path], st, replace(into_run, existing_run=True))
+            parts.append(tf.summary)
         if memories:
-            _, snapshot_of = _memories(st, memories, rid, None, memory_kwargs, report, echo=False)
-            parts.append(f"{len(memories)} memory snapshot(s)")
+            # (the memory import collects its files' assumptions into its report itself)
+            mem = _import_with(_MEMORY)(memories, st, into_run)
+            report.assumptions += mem.assumptions
+            snapshot_of = mem.snapshot_ids
+            parts.append(mem.summary)
         what = "; ".join(parts) or "no data files"
         report.lines.append(f"run {rid}  {name or u.path.name} (experiment {u.path}): {what}"
                             + (f"; {len(u.ignored)} checkpoint file(s) not imported" if u.ignored else ""))
@@ -447,12 +493,9 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
     return rid
 
 
-def _memories(st: Store, files: list[Path], run_id: str | None, name: str | None, kwargs: dict[str, Any],
-              report: ImportReport, *, echo: bool = True) -> tuple[str, dict[Path, int]]:
-    # (convert_memory collects its files' assumptions into its report itself)
-    mem = convert_memory(files, st, run_id=run_id, name=name, **kwargs)
-    if echo:
-        report.lines.append(str(mem))
-    else:
-        report.assumptions += mem.assumptions
-    return mem.run_id, {p: mem.first_snapshot + i for i, p in enumerate(mem.files)}
+def _import_with(group: str) -> registry.ImportFunction:
+    """The import of the format (group) ``group``, as the registry has it."""
+    fmt = next((f for f in registry.importers() if f.group == group), None)
+    if fmt is None or fmt.import_ is None:
+        raise InvalidInputError(None, f"no importer of {group} is registered")
+    return fmt.import_

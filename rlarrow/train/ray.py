@@ -8,7 +8,7 @@
   for ``iter_torch_batches`` and ``streaming_split``.
 - :func:`write`: a dataset's rows into a store's table, written by the cluster's tasks in
   parallel and committed at once (all or nothing).
-- :func:`convert_memory`: legacy memory exports (pt, npz, csv) converted in parallel, one
+- :func:`import_memory`: legacy memory exports (pt, npz, csv) converted in parallel, one
   task per file, into one commit.
 
 A store on object storage is read through pyarrow filesystems: pass a URI
@@ -27,28 +27,31 @@ Example:
 from __future__ import annotations
 
 import os
-import secrets
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
-from rlarrow.core.errors import SchemaMismatchError, StoreError
-from rlarrow.core.store import CommitInfo, Store
+from rlarrow.core.errors import NotFoundError, SchemaMismatchError, StoreError
+from rlarrow.core.store import CommitInfo, StagedFile, Staging, Store, StoreLike, as_store
 from rlarrow.train.samples import SampleSource, filter_mask
 
 require("ray", feature="rlarrow.train.ray")  # names the extra when Ray is missing
 import ray  # noqa: E402
 import ray.data  # noqa: E402
 
-__all__ = ["convert_memory", "read", "read_samples", "write"]
+if TYPE_CHECKING:
+    from rlarrow.core.remote import RemoteStore
+
+__all__ = ["import_memory", "read", "read_samples", "write"]
 
 
-def _open(store: Any) -> Any:
+def _open(store: StoreLike | RemoteStore) -> Any:
     """A Store, a RemoteStore, a local path or a URI, as something with files()/schema()."""
     from rlarrow.core.remote import RemoteStore
 
@@ -60,7 +63,7 @@ def _open(store: Any) -> Any:
     return Store.open(text, readonly=True)
 
 
-def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
+def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] | None = None,
          filter: Any = None, layout: int | None = None,  # noqa: A002
          **read_parquet_args: Any) -> ray.data.Dataset:
     """A table of ``store`` as a ``ray.data.Dataset``, over its committed files.
@@ -95,8 +98,8 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
     listed = st.process_lease().pin_view(st, [table])[table] if hasattr(st, "process_lease") \
         else st.files(table)
     if isinstance(st, Store):  # its layouts: the ones asked for
-        names = st._selected(table, layout)  # (the view pin_view took)
-        st._leave_out(table, names, columns)
+        names = st.layout_dirs(table, layout)  # (the view pin_view took)
+        st.check_columns(table, columns, layout=layout)
         listed = [f for f in listed if Path(f).parent.name in names]
         schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
     else:  # a RemoteStore: one layout at a time where it has several (their files differ)
@@ -111,7 +114,8 @@ def read(store: Any, table: str, *, columns: Sequence[str] | None = None,
     if columns is not None:
         missing = [c for c in columns if c not in schema.names]
         if missing:
-            raise KeyError(f"{st.path}: table {table!r} has no column(s) {missing}; it has {schema.names}")
+            raise NotFoundError(f"{st.path}: table {table!r} has no column(s) {missing}; "
+                                f"it has {schema.names}")
     if not files:
         ds: ray.data.Dataset = ray.data.from_arrow(schema.empty_table())
     else:
@@ -142,7 +146,8 @@ class _Finish:
         return batch
 
 
-def read_samples(store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
+def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
+                 columns: Sequence[str] | None = None,
                  filter: Any = None, sequence_length: int = 1, shuffle: bool = False,  # noqa: A002
                  seed: int = 0, units_per_task: int = 1, layout: int | None = None) -> ray.data.Dataset:
     """Training samples as :class:`rlarrow.train.torch.StreamingDataset` makes them, as a Ray dataset.
@@ -206,7 +211,7 @@ class _ReadUnits:
                 f.close()
 
 
-def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], table: str, *,
+def write(dataset: ray.data.Dataset, store: StoreLike, table: str, *,
           layout: str | None = None) -> CommitInfo | None:
     """Append a dataset's rows to ``store``'s ``table``: written in parallel, committed at once.
 
@@ -235,13 +240,10 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
         SchemaMismatchError: rows that do not fit the table, or blocks whose types
             disagree (declare the types first with :meth:`Store.declare`).
     """
-    from rlarrow.core.store import _tmp_owner
-
-    st = store if isinstance(store, Store) else Store.open(store, create=True)
+    st = as_store(store, create=True)
     _schema.table(table)
-    owner = _tmp_owner(f"ray{secrets.token_hex(4)}-")  # the driver's: alive until it commits
-    directory = Path(os.path.abspath(st.path / table))  # the tasks' working directory is not ours
-    writer = _WriteBlocks(directory, owner, table, st.schema(table, layout=1), layout)
+    staging = st.stage(table, tag="ray")  # the driver's files: kept while it lives, until it commits
+    writer = _WriteBlocks(staging, st.schema(table, layout=1), layout)
     try:
         parts = dataset.map_batches(writer, batch_format="pyarrow", batch_size=None,
                                     zero_copy_batch=True).take_all()
@@ -254,36 +256,25 @@ def write(dataset: ray.data.Dataset, store: Store | str | os.PathLike[str], tabl
                 f"the dataset's blocks disagree on the table's types ({len(odd)} of {len(parts)} "
                 "blocks differ from the first); fix them first with Store.declare(table, types) "
                 "or pass layout="], expected=schemas[0], got=schemas[odd[0]])
-        # the layout of the blocks' types (a new one when the table has none: Store.layouts)
-        target = st._add_layout(table, schemas[0]) if st.schema(table, layout=1) is not None else table
-        st._check_runs(table, target, {r for p in parts for r in p["runs"]})
-        return st._commit_many(target, [(Path(p["tmp"]), p["final"], int(p["rows"])) for p in parts],
-                               schemas[0])
+        # to the layout of the blocks' types (a new one when the table has none: Store.layouts)
+        return st.commit_staged([StagedFile(table=table, path=p["tmp"], name=p["final"], rows=int(p["rows"]),
+                                            schema=schema, runs=tuple(str(r) for r in p["runs"]))
+                                 for p, schema in zip(parts, schemas, strict=True)])
     finally:
-        for left in directory.glob(owner + "*"):  # a failed job's files, or all on success: none
-            left.unlink(missing_ok=True)
+        staging.discard()  # a failed job's files, or all on success: none
         if st is not store:
             st.close()
 
 
 class _WriteBlocks:
-    """A block of rows to a finished temporary Parquet file of the store, in a Ray task."""
+    """A block of rows to a finished, staged Parquet file of the store, in a Ray task."""
 
-    def __init__(self, directory: Path, owner: str, table: str, established: pa.Schema | None,
-                 layout: str | None) -> None:
-        self.directory, self.owner, self.table = directory, owner, table
+    def __init__(self, staging: Staging, established: pa.Schema | None, layout: str | None) -> None:
+        self.staging, self.table = staging, staging.table
         self.established, self.layout = established, layout
 
     def __call__(self, batch: pa.Table) -> Iterator[dict[str, Any]]:
-        from rlarrow.core.store import (
-            ROW_GROUP_BYTES,
-            _fsync_file,
-            _new_file_name,
-            _open_parquet,
-            _tmp_name,
-            _validated,
-            _write_row_groups,
-        )
+        from rlarrow.core.store import validate_rows
         from rlarrow.io.memory.importer import layout_types
 
         if batch.num_rows == 0:
@@ -293,33 +284,23 @@ class _WriteBlocks:
             types = layout_types(self.table, batch.schema, self.layout)
             established = _schema.table(self.table).arrow_schema(types).remove_metadata()
         try:
-            data = _validated(self.table, batch, established)
+            data = validate_rows(self.table, batch, established)
         except SchemaMismatchError:
             if established is None or self.established is None:
                 raise
-            data = _validated(self.table, batch, None)  # other tensors: another layout of the table
-        final = _new_file_name()
-        tmp = self.directory / _tmp_name(final, self.owner)
-        writer = _open_parquet(tmp, data.schema, data.slice(0, 4096))
-        try:
-            _write_row_groups(writer, data, ROW_GROUP_BYTES)
-        finally:
-            writer.close()
-        _fsync_file(tmp)
-        import pyarrow.compute as pc
-
-        runs = [str(r) for r in pc.unique(data.column("run_id")).to_pylist() if r is not None]
-        yield {"tmp": [os.fspath(tmp)], "final": [final], "rows": [data.num_rows], "runs": [runs],
-               "schema": [data.schema.remove_metadata().serialize().to_pybytes()]}
+            data = validate_rows(self.table, batch, None)  # other tensors: another layout of the table
+        staged = self.staging.write(data)
+        yield {"tmp": [staged.path], "final": [staged.name], "rows": [staged.rows],
+               "runs": [list(staged.runs)], "schema": [staged.schema.serialize().to_pybytes()]}
 
 
-def convert_memory(inputs: Sequence[str | os.PathLike[str]], store: Store | str | os.PathLike[str], *,
-                   run_id: str | None = None, name: str | None = None, num_envs: int | None = None,
-                   memory_size: int | None = None, dtype: str = "float32",
-                   layout: str = "binary") -> CommitInfo | None:
+def import_memory(inputs: Sequence[str | os.PathLike[str]], store: StoreLike, *,
+                  run_id: str | None = None, name: str | None = None, num_envs: int | None = None,
+                  memory_size: int | None = None, dtype: str = "float32",
+                  layout: str = "binary") -> CommitInfo | None:
     """Import memory exports into ``store``'s ``memory`` table in parallel: one Ray task per file.
 
-    The same rows as :func:`rlarrow.io.memory.importer.convert_memory` (one snapshot per file, numbered
+    The same rows as :func:`rlarrow.io.memory.importer.import_memory` (one snapshot per file, numbered
     in the files' order, under one run), committed together: a file that fails to read
     commits nothing of any file. Arguments as there.
 
@@ -329,7 +310,7 @@ def convert_memory(inputs: Sequence[str | os.PathLike[str]], store: Store | str 
     from rlarrow.io.memory.importer import expand_inputs
 
     files = expand_inputs(inputs)
-    st = store if isinstance(store, Store) else Store.open(store, create=True)
+    st = as_store(store, create=True)
     run_id = st.add_run(source="memory-export", run_id=run_id, name=name, num_envs=num_envs,
                         source_path=os.path.commonpath([os.path.abspath(f) for f in files]))
     items = [{"path": os.path.abspath(f), "snapshot_id": i} for i, f in enumerate(files)]
@@ -341,6 +322,20 @@ def convert_memory(inputs: Sequence[str | os.PathLike[str]], store: Store | str 
     finally:
         if st is not store:
             st.close()
+
+
+def _convert_memory(*args: Any, **kwargs: Any) -> CommitInfo | None:
+    """Deprecated: the old name of :func:`import_memory` (files into a store are an ``import_*``)."""
+    warnings.warn("rlarrow.train.ray.convert_memory is deprecated: call import_memory, its new name (the "
+                  "old name will be removed in rlarrow 1.0)", DeprecationWarning, stacklevel=2)
+    return import_memory(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated name ``convert_memory`` (PEP 562): importable, outside ``__all__``."""
+    if name == "convert_memory":
+        return _convert_memory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _ReadExport:

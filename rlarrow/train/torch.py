@@ -38,17 +38,22 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from rlarrow.core.deps import require
+from rlarrow.core.errors import ArgumentError
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
 
 from rlarrow.train.samples import SampleSource, Unit, flat, nest, to_numpy, units  # noqa: E402
+
+if TYPE_CHECKING:
+    from rlarrow.core.remote import RemoteStore
+    from rlarrow.core.store import StoreLike
 
 __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
 
@@ -93,7 +98,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def __init__(
         self,
-        store: Any,
+        store: StoreLike | RemoteStore,
         table: str = "steps",
         *,
         columns: Sequence[str] | None = None,
@@ -115,7 +120,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         super().__init__()
         if (rank is None) != (world_size is None) or (
                 rank is not None and world_size is not None and not 0 <= rank < world_size):
-            raise ValueError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
+            raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
         st = store if isinstance(store, Store) or hasattr(store, "filesystem") \
             else Store.open(store, readonly=True)
@@ -151,7 +156,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the batches ``state`` counts (same data, seed and workers)."""
         if state.get("seed", self.seed) != self.seed:
-            raise ValueError(f"the state was saved with seed {state['seed']}, this dataset has {self.seed}")
+            raise ArgumentError(f"the state was saved with seed {state['seed']}, "
+                                f"this dataset has {self.seed}")
         self.epoch = int(state["epoch"])
         self._resume = {int(k): int(v) for k, v in state["delivered"].items()}
         self._delivered = dict(self._resume)
@@ -307,7 +313,7 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
     def __init__(self, dataset: StreamingDataset, **kwargs: Any) -> None:
         kwargs.setdefault("batch_size", None)
         if kwargs["batch_size"] is not None:
-            raise ValueError("StreamingDataset makes its own batches: leave batch_size to it")
+            raise ArgumentError("StreamingDataset makes its own batches: leave batch_size to it")
         super().__init__(dataset, **kwargs)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -336,14 +342,14 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
     has with the same type.
     """
 
-    def __init__(self, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
+    def __init__(self, store: StoreLike, table: str = "steps", *, columns: Sequence[str] | None = None,
                  cache_groups: int = 4, layout: int | None = None) -> None:
-        from rlarrow.core.store import Store
+        from rlarrow.core.store import as_store
         from rlarrow.train.samples import _shared_schema
 
-        st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+        st = as_store(store, readonly=True)
         self.units = units(st.files(table, layout=layout))
-        schema, _ = _shared_schema(st, table, st._selected(table, layout))
+        schema, _ = _shared_schema(st, table, st.layout_dirs(table, layout))
         names = schema.names if schema is not None else []
         self.columns = list(columns) if columns is not None else names
         self.offsets = np.concatenate([[0], np.cumsum([u.rows for u in self.units])]).astype(np.int64)

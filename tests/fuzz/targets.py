@@ -236,9 +236,9 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
         partial = False
         try:
             if kind == "memory":
-                from rlarrow.io.memory.importer import convert_memory
+                from rlarrow.io.memory.importer import import_memory
 
-                convert_memory([path], st, run_id="fuzz", num_envs=2, progress=False)
+                import_memory([path], st, run_id="fuzz", num_envs=2, progress=False)
             elif kind == "tfevents":
                 from rlarrow.io.tfevents import import_tfevents
 

@@ -85,7 +85,7 @@ def test_pt_with_a_damaged_pickle_is_reported_as_damage(tmp_path: Path) -> None:
 
 def test_large_pt_storages_are_checked_while_converting_and_nothing_is_committed(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rlarrow.io.memory.importer import convert_memory
+    from rlarrow.io.memory.importer import import_memory
     from rlarrow.io.memory.pt import open_pt, write_pt
 
     rng = np.random.default_rng(0)
@@ -101,7 +101,7 @@ def test_large_pt_storages_are_checked_while_converting_and_nothing_is_committed
         verify()
     assert repr(member) in str(err.value)
     with pytest.raises(CorruptFileError, match="CRC-32"):
-        convert_memory([path], tmp_path / "s", progress=False)
+        import_memory([path], tmp_path / "s", progress=False)
     with rlarrow.Store.open(tmp_path / "s") as st:
         assert st.row_count("memory") == 0
 

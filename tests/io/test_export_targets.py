@@ -25,7 +25,7 @@ from rlarrow.core.errors import InvalidInputError, RLArrowError
 from rlarrow.io._target import fresh_directory
 from rlarrow.io.envlogger import export_envlogger
 from rlarrow.io.envlogger import import_envlogger as import_dir
-from rlarrow.io.memory.importer import convert_memory, export_memory
+from rlarrow.io.memory.importer import export_memory, import_memory
 
 CATCH = FIXTURES / "envlogger" / "catch"
 SKRL = FIXTURES / "skrl" / "wrapped" / "memories"
@@ -44,7 +44,7 @@ def _listing(path):
 @pytest.fixture(scope="module")
 def memory_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("mem") / "s"
-    convert_memory([next(SKRL.glob("*.npz"))], path, progress=False)
+    import_memory([next(SKRL.glob("*.npz"))], path, progress=False)
     return path
 
 

@@ -12,7 +12,7 @@ from conftest import FIXTURES
 
 import rlarrow
 from rlarrow.io.memory.csv import read_csv, write_csv
-from rlarrow.io.memory.importer import convert_memory, detect_format, export_memory, read_memory, snapshots
+from rlarrow.io.memory.importer import detect_format, export_memory, import_memory, read_memory, snapshots
 from rlarrow.io.memory.npz import read_npz, write_npz
 from rlarrow.io.memory.pt import read_pt, write_pt
 from rlarrow.io.memory.snapshot import MemorySnapshot
@@ -63,7 +63,7 @@ def test_pt_to_csv_gives_skrls_csv(tmp_path, kind):
 def test_store_round_trip_gives_back_the_same_files(tmp_path, ext):
     store = tmp_path / "s"
     for kind in KINDS:
-        convert_memory([fixture(kind, ext)], store, num_envs=4, memory_size=64, progress=False)
+        import_memory([fixture(kind, ext)], store, num_envs=4, memory_size=64, progress=False)
     written = export_memory(store, tmp_path / "out", ext, progress=False)
     assert [p.parent for p in written] == [tmp_path / "out" / "memories"] * 2
     for kind, path in zip(KINDS, written, strict=True):
@@ -159,7 +159,7 @@ def test_format_is_detected_from_content(tmp_path):
 
 @needs_torch
 def test_convert_directories_and_globs_into_one_run(tmp_path):
-    report = convert_memory([SKRL / "wrapped" / "memories", str(SKRL / "partial" / "memories" / "*.pt")],
+    report = import_memory([SKRL / "wrapped" / "memories", str(SKRL / "partial" / "memories" / "*.pt")],
                             tmp_path / "s", num_envs=4, memory_size=64, name="fixtures", progress=False)
     assert report.snapshots == 4 and len(report.files) == 4
     assert report.rows == 64 * 4 * 3 + 256  # the csv holds the 256 filled rows
@@ -171,7 +171,7 @@ def test_convert_directories_and_globs_into_one_run(tmp_path):
     snaps = list(snapshots(store))
     assert [s.name for s in snaps] == [p.stem for p in report.files]
     # a second convert into the same run continues its snapshot numbering
-    again = convert_memory([fixture("partial", "npz")], store, run_id=report.run_id, progress=False)
+    again = import_memory([fixture("partial", "npz")], store, run_id=report.run_id, progress=False)
     assert again.run_id == report.run_id
     ids = store.read("memory", columns=["snapshot_id"]).column(0).unique().to_pylist()
     assert sorted(ids) == [0, 1, 2, 3, 4]
@@ -179,7 +179,7 @@ def test_convert_directories_and_globs_into_one_run(tmp_path):
 
 
 def test_csv_without_num_envs_says_what_it_assumed(tmp_path):
-    report = convert_memory([fixture("partial", "csv")], tmp_path / "s", progress=False)
+    report = import_memory([fixture("partial", "csv")], tmp_path / "s", progress=False)
     assert len(report.assumptions) == 1 and "assuming 1" in report.assumptions[0]
     snap = next(snapshots(tmp_path / "s"))
     assert (snap.memory_size, snap.num_envs) == (40, 1)
@@ -194,7 +194,7 @@ def test_a_bad_file_names_itself_and_commits_nothing_of_itself(tmp_path):
     bad.write_text(text[: len(text) * 3 // 4] + "not,a,number\r\n")
     store = tmp_path / "s"
     with pytest.raises(rlarrow.InvalidInputError, match="broken.csv"):
-        convert_memory([good, bad], store, num_envs=4, progress=False)
+        import_memory([good, bad], store, num_envs=4, progress=False)
     s = rlarrow.Store.open(store)
     assert s.row_count("memory") == 256  # the good file only
     assert [x.name for x in snapshots(s)] == [good.stem]
@@ -242,7 +242,7 @@ def test_cli_convert_and_export(tmp_path):
 @needs_torch
 def test_snapshots_survive_compaction_into_one_file(tmp_path):
     store = rlarrow.Store.create(tmp_path / "s")
-    convert_memory([SKRL / "wrapped" / "memories"], store, num_envs=4, progress=False)
+    import_memory([SKRL / "wrapped" / "memories"], store, num_envs=4, progress=False)
     before = {s.name: s for s in snapshots(store)}
     store.compact("memory", target_file_bytes=1 << 30)
     assert len(store.files("memory")) == 1

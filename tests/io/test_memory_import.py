@@ -182,19 +182,19 @@ def test_npz_damaged_inside_an_array_fails_its_checksum(tmp_path):
 @pytest.mark.parametrize("parallel", [False, True])
 def test_convert_checks_the_npz_checksums_before_it_commits(tmp_path, monkeypatch, parallel):
     """The CRC-32s are checked while the files are written: a damaged export commits nothing."""
-    from rlarrow.io.memory.importer import convert_memory
+    from rlarrow.io.memory.importer import import_memory
 
     if parallel:  # written as several files at once (the path large exports take)
-        monkeypatch.setattr("rlarrow.core.store.ROW_GROUP_BYTES", 1024)
+        monkeypatch.setattr("rlarrow.core.store.files.ROW_GROUP_BYTES", 1024)
     np.savez(tmp_path / "good.npz", states=np.ones((100, 2, 8), np.float32))
     np.savez(tmp_path / "m.npz", states=np.zeros((100, 2, 8), np.float32))
     raw = bytearray((tmp_path / "m.npz").read_bytes())
     raw[400] ^= 0xFF
     (tmp_path / "bad.npz").write_bytes(bytes(raw))
     store = tmp_path / "s"
-    convert_memory([tmp_path / "good.npz"], store, progress=False)
+    import_memory([tmp_path / "good.npz"], store, progress=False)
     with pytest.raises(rlarrow.CorruptFileError, match=r"bad.npz.*'states.npy'.*CRC-32"):
-        convert_memory([tmp_path / "bad.npz"], store, progress=False)
+        import_memory([tmp_path / "bad.npz"], store, progress=False)
     st = rlarrow.Store.open(store)
     assert st.row_count("memory") == 200  # the good export only
     assert not [p for p in (store / "memory").iterdir() if not p.name.startswith("part-")]

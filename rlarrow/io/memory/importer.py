@@ -1,10 +1,11 @@
 """Replay-memory exports in and out of a store: ``rlarrow convert`` and ``rlarrow export``.
 
-:func:`convert_memory` imports skrl/rofunc memory exports (``.pt``, ``.npz``, ``.csv``, and
+:func:`import_memory` imports skrl/rofunc memory exports (``.pt``, ``.npz``, ``.csv``, and
 rlarrow's own ``.parquet`` memory exports) into a store's ``memory`` table, one snapshot per
 file, under one run. :func:`export_memory` writes a store's snapshots back out as skrl
-lays them out (``<directory>/memories/<name>.<pt|npz|csv>``). :func:`snapshots` reads
-them back as :class:`~rlarrow.io.memory.MemorySnapshot` objects.
+lays them out (``<directory>/memories/<name>.<pt|npz|csv>``). :func:`snapshots` (from
+:mod:`rlarrow.io.memory.stored`) reads them back as :class:`~rlarrow.io.memory.MemorySnapshot`
+objects. ``convert_memory`` is the deprecated old name of :func:`import_memory`.
 
 Example:
     >>> import numpy as np, rlarrow, tempfile, os
@@ -12,7 +13,7 @@ Example:
     >>> tmp = tempfile.mkdtemp()
     >>> _ = write_npz({"states": np.zeros((8, 2, 3), np.float32),
     ...                "terminated": np.zeros((8, 2, 1), bool)}, f"{tmp}/memories/m.npz")
-    >>> report = convert_memory([f"{tmp}/memories"], f"{tmp}/store", progress=False)
+    >>> report = import_memory([f"{tmp}/memories"], f"{tmp}/store", progress=False)
     >>> report.snapshots, report.rows
     (1, 16)
     >>> [p.name for p in export_memory(f"{tmp}/store", f"{tmp}/out", "pt", progress=False)]
@@ -22,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import glob
-import itertools
 import os
 import time
 import warnings
@@ -36,20 +36,22 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import AssumptionWarning, CorruptFileError, UnsupportedInputError
+from rlarrow.core.errors import ArgumentError, AssumptionWarning, CorruptFileError, UnsupportedInputError
 from rlarrow.core.progress import bar
-from rlarrow.core.store import Store
+from rlarrow.core.store import Store, StoreLike, as_store, opened
 from rlarrow.io.memory.snapshot import MemorySnapshot, is_zip
+from rlarrow.io.memory.stored import snapshots
 
 __all__ = [
     "MEMORY_FORMATS",
     "ConvertReport",
     "collapse_assumptions",
-    "convert_memory",
     "detect_format",
     "expand_inputs",
     "export_memory",
+    "import_memory",
     "iter_memory_tables",
+    "layout_types",
     "read_memory",
     "snapshots",
     "write_memory",
@@ -136,7 +138,7 @@ def read_memory(
     """Read one memory export of any format into a snapshot (whole, in memory).
 
     ``num_envs``, ``memory_size`` and ``dtype`` matter for csv only (see
-    :func:`rlarrow.io.memory.csv.read_csv`). For large csv files, :func:`convert_memory` streams.
+    :func:`rlarrow.io.memory.csv.read_csv`). For large csv files, :func:`import_memory` streams.
     """
     fmt = detect_format(path)
     if fmt == "pt":
@@ -188,12 +190,12 @@ def write_memory(
         with atomic_output(path, overwrite=overwrite) as tmp:
             pq.write_table(table, tmp, compression="zstd")
         return Path(path)
-    raise ValueError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
+    raise ArgumentError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
 
 
 @dataclass
 class ConvertReport:
-    """What :func:`convert_memory` wrote."""
+    """What :func:`import_memory` wrote."""
 
     store: Path
     run_id: str
@@ -294,9 +296,9 @@ def _no_check() -> None:
     return None
 
 
-def convert_memory(
+def import_memory(
     inputs: Sequence[str | os.PathLike[str]],
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     *,
     run_id: str | None = None,
     name: str | None = None,
@@ -340,6 +342,14 @@ def convert_memory(
 
     Returns:
         A :class:`ConvertReport`.
+
+    Example:
+        >>> import numpy as np, tempfile
+        >>> from rlarrow.io.memory.npz import write_npz
+        >>> tmp = tempfile.mkdtemp()
+        >>> _ = write_npz({"states": np.zeros((4, 1, 2), np.float32)}, f"{tmp}/m.npz")
+        >>> import_memory([f"{tmp}/m.npz"], f"{tmp}/store", run_id="r", progress=False).rows
+        4
     """
     from rlarrow.core.errors import InvalidInputError
     from rlarrow.io.memory.unroll import AUTORESET_MODES, AutoresetAssumptionWarning
@@ -349,9 +359,7 @@ def convert_memory(
                                 f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
     started = time.perf_counter()
     files = expand_inputs(inputs)
-    own = not isinstance(store, Store)
-    st = Store.open(store, create=True) if not isinstance(store, Store) else store
-    try:
+    with opened(store, create=True) as st:
         next_snapshot = 0
         if run_id is not None and st.has_run(run_id):
             import pyarrow.compute as pc
@@ -426,34 +434,30 @@ def convert_memory(
                 f"mode (the first: {first})")
         report.seconds = time.perf_counter() - started
         return report
-    finally:
-        if own:
-            st.close()
 
 
-def _file_key(path: Path) -> tuple[str, int] | None:
-    """The (run_id, snapshot_id) every row of a memory file has, from its statistics; None if mixed."""
-    import pyarrow.parquet as pq
+_DEPRECATION_SAID = False
 
-    meta = pq.ParquetFile(path).metadata
-    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    try:
-        cols = [names.index("run_id"), names.index("snapshot_id")]
-    except ValueError:
-        return None
-    key: tuple[str, int] | None = None
-    for rg in range(meta.num_row_groups):
-        values = []
-        for c in cols:
-            stats = meta.row_group(rg).column(c).statistics
-            if stats is None or not stats.has_min_max or stats.min != stats.max:
-                return None
-            values.append(stats.min)
-        k = (str(values[0]), int(values[1]))
-        if key is not None and k != key:
-            return None
-        key = k
-    return key
+
+def _convert_memory(*args: Any, **kwargs: Any) -> ConvertReport:
+    """Deprecated: the old name of :func:`import_memory` (a file into a store is an ``import_*``).
+
+    Calls :func:`import_memory` with the same arguments; the first call warns with a
+    :class:`DeprecationWarning`. It will be removed in rlarrow 1.0.
+    """
+    global _DEPRECATION_SAID
+    if not _DEPRECATION_SAID:
+        _DEPRECATION_SAID = True
+        warnings.warn("rlarrow.io.memory.importer.convert_memory is deprecated: call import_memory, its new "
+                      "name (the old name will be removed in rlarrow 1.0)", DeprecationWarning, stacklevel=2)
+    return import_memory(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated name ``convert_memory`` (PEP 562): importable, outside ``__all__``."""
+    if name == "convert_memory":
+        return _convert_memory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _declaring(st: Store, layout: str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
@@ -514,131 +518,8 @@ def layout_types(table_name: str, schema: pa.Schema, layout: str) -> dict[str, p
     return types
 
 
-def snapshots(
-    store: Store | str | os.PathLike[str],
-    *,
-    run_id: str | None = None,
-    snapshot_id: int | None = None,
-    with_keys: bool = False,
-) -> Iterator[Any]:
-    """The store's memory snapshots, one at a time.
-
-    Each snapshot's ``name`` is the name it was imported under (the export's file stem).
-    With ``with_keys``, yields ``(snapshot, (run_id, snapshot_id))``.
-    """
-    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
-    # Runs whose tensors differ are in different layouts of the table: each is read on its own,
-    # with its own schema (a run's snapshots are all in one layout).
-    if run_id is not None:
-        found = st.layout_of("memory", run_id)
-        numbers = [] if found is None else [found]
-    else:
-        numbers = [info.layout for info in st.layouts("memory")]
-    for layout in numbers:
-        yield from _layout_snapshots(st, layout, run_id, snapshot_id, with_keys)
-
-
-def _layout_snapshots(st: Store, layout: int, run_id: str | None, snapshot_id: int | None,
-                      with_keys: bool) -> Iterator[Any]:
-    import pyarrow.compute as pc
-
-    # Most files hold one snapshot (one commit): their statistics say which, and they are
-    # read whole; files that mix snapshots are read with a filter.
-    groups: dict[tuple[str, int], list[Path]] = {}
-    mixed: list[Path] = []
-    for path in st.files("memory", layout=layout):
-        key = _file_key(path)
-        if key is None:
-            mixed.append(path)
-        elif (run_id is None or key[0] == run_id) and (snapshot_id is None or key[1] == snapshot_id):
-            groups.setdefault(key, []).append(path)
-    if mixed:
-        flt = None
-        if run_id is not None:
-            flt = pc.field("run_id") == run_id
-        if snapshot_id is not None:
-            one = pc.field("snapshot_id") == snapshot_id
-            flt = one if flt is None else flt & one
-        keys = st.dataset("memory", layout=layout, files=mixed).to_table(columns=["run_id", "snapshot_id"],
-                                                                          filter=flt)
-        distinct = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate([])
-        for rid, sid in zip(distinct["run_id"].to_pylist(), distinct["snapshot_id"].to_pylist(), strict=True):
-            groups.setdefault((rid, sid), [])
-    declared = set(_schema.table("memory").column_names)
-    schema = st.schema("memory", layout=layout)
-    columns = ["memory_index", "env_index"] + [f.name for f in schema or [] if f.name not in declared]
-    for (rid, sid), files in groups.items():
-        key_filter = (pc.field("run_id") == rid) & (pc.field("snapshot_id") == sid)
-        constants = _constants(files[0]) if files and not mixed else None
-        pieces: Iterator[pa.Table] = _row_groups(files, columns if constants is not None else None)
-        if mixed:
-            pieces = itertools.chain(pieces, [st.dataset("memory", layout=layout, files=mixed)
-                                              .to_table(filter=key_filter)])
-        snap = MemorySnapshot.from_table(pieces, path=os.fspath(st.path), constants=constants)
-        yield (snap, (rid, sid)) if with_keys else snap
-
-
-_CONSTANTS = ("snapshot_name", "memory_size", "num_envs", "is_full", "write_pointer", "env_pointer")
-
-
-def _constants(path: Path) -> dict[str, Any] | None:
-    """A snapshot's per-snapshot columns, from a file's statistics (None if they do not say)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
-    if meta.num_row_groups == 0:
-        return None
-    rg = meta.row_group(0)
-    out: dict[str, Any] = {}
-    for i in range(rg.num_columns):
-        col = rg.column(i)
-        if col.path_in_schema not in _CONSTANTS:
-            continue
-        stats = col.statistics
-        if stats is None or not stats.has_null_count:
-            return None
-        if stats.null_count == col.num_values:
-            out[col.path_in_schema] = None
-        elif stats.null_count == 0 and stats.has_min_max and stats.min == stats.max:
-            out[col.path_in_schema] = stats.min
-        else:
-            return None
-    return out if len(out) == len(_CONSTANTS) else None
-
-
-def _row_groups(files: Sequence[Path], columns: list[str] | None = None) -> Iterator[pa.Table]:
-    """Every row group of ``files``, in order, decoded in parallel ahead of the consumer.
-
-    At most one row group per core plus one is decoded and not yet taken (bounded memory),
-    and the decoding goes on while the consumer works on the row group it was given.
-    """
-    from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    import pyarrow.parquet as pq
-
-    tasks = iter([(f, i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)])
-    workers = max(1, os.cpu_count() or 1)
-
-    def read(task: tuple[Path, int]) -> pa.Table:
-        # mapped: pages are decoded straight from the page cache (store files never change)
-        with pq.ParquetFile(task[0], memory_map=True) as pf:
-            return pf.read_row_group(task[1], columns=columns, use_threads=False)
-
-    with ThreadPoolExecutor(workers) as pool:
-        ahead: deque[Future[pa.Table]] = deque(
-            pool.submit(read, t) for t in itertools.islice(tasks, workers + 1))
-        while ahead:
-            table = ahead.popleft().result()
-            task = next(tasks, None)
-            if task is not None:
-                ahead.append(pool.submit(read, task))
-            yield table
-            del table  # not kept alive while the next one is awaited
-
-
 def export_memory(
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     directory: str | os.PathLike[str],
     fmt: str = "pt",
     *,
@@ -664,11 +545,11 @@ def export_memory(
     from rlarrow.io._target import check_target, fresh_directory
 
     if fmt not in MEMORY_FORMATS:
-        raise ValueError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
+        raise ArgumentError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
     out_dir = Path(directory) / "memories"
     what = f"a {fmt} memory export"
     check_target(out_dir, overwrite=overwrite, what=what)
-    st = store if isinstance(store, Store) else Store.open(store, readonly=True)
+    st = as_store(store, readonly=True)
     written: list[Path] = []
     used: set[str] = set()
     with (fresh_directory(out_dir, overwrite=overwrite, what=what, skip_empty=True) as tmp,

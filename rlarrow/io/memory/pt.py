@@ -79,7 +79,7 @@ def open_pt(path: str | os.PathLike[str], *,
     sees them, so a damaged pickle is reported as damage. ``verify()`` checks the CRC-32
     of the rest (the tensors' bytes) and raises :class:`CorruptFileError` naming the first
     member that fails; it may run in a thread while the arrays are used (as
-    :func:`rlarrow.io.memory.importer.convert_memory` does, before it commits) and must have passed
+    :func:`rlarrow.io.memory.importer.import_memory` does, before it commits) and must have passed
     before anything made from them is trusted. A legacy (non-zip) ``torch.save`` file
     carries no checksums: ``verify`` does nothing for it.
 

@@ -50,7 +50,7 @@ the snapshot (:func:`detect_autoreset`), for all envs together:
    next-step (gymnasium 1.x's default) is assumed.
 
 Assumptions are warned as :class:`AutoresetAssumptionWarning` (an
-:class:`~rlarrow.AssumptionWarning`; :func:`rlarrow.io.memory.importer.convert_memory` says it once per
+:class:`~rlarrow.AssumptionWarning`; :func:`rlarrow.io.memory.importer.import_memory` says it once per
 conversion). Each episode's ``metadata`` records ``autoreset`` (the mode used),
 ``autoreset_from`` (``"given"``, ``"data"`` or ``"assumed"``) and ``final_observation``
 (where the last step's observation came from: ``"next_states"``, ``"autoreset transition"``,
@@ -88,7 +88,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -98,8 +98,12 @@ from rlarrow.core.errors import AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
-__all__ = ["AUTORESET_MODES", "ROLES", "AutoresetAssumptionWarning", "AutoresetDetection", "detect_autoreset",
-           "memory_to_episodes", "resolve_names", "time_order", "unroll_store"]
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreLike
+
+__all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "DEFAULT_NAMES", "ROLES", "ROLE_ALIASES",
+           "AutoresetAssumptionWarning", "AutoresetDetection", "detect_autoreset", "memory_to_episodes",
+           "resolve_names", "time_order", "unroll_store"]
 
 #: The tensors an unrolling uses, by role; map your names with ``names={role: name}``.
 ROLES = ("states", "actions", "rewards", "next_states", "terminated", "truncated")
@@ -478,7 +482,7 @@ def memory_to_episodes(
 
 
 def unroll_store(
-    store: Any,
+    store: StoreLike,
     *,
     run_id: str | None = None,
     snapshot_id: int | None = None,
@@ -502,10 +506,10 @@ def unroll_store(
     """
     import pyarrow.compute as pc
 
-    from rlarrow.core.store import Store
-    from rlarrow.io.memory.importer import snapshots
+    from rlarrow.core.store import as_store
+    from rlarrow.io.memory.stored import snapshots
 
-    st = store if isinstance(store, Store) else Store.open(store)
+    st = as_store(store)
     written = [0, 0]
     next_ids: dict[str, int] = {}
     for snap, (rid, sid) in snapshots(st, run_id=run_id, snapshot_id=snapshot_id, with_keys=True):

@@ -1,0 +1,509 @@
+"""Every format rlarrow reads or writes, declared once: what ``rlarrow convert`` and ``rlarrow export`` use.
+
+Each format is one :class:`Format`: its name, how to recognise it (:attr:`Format.detect`),
+how to import it into a store and export a store to it (thin callables over the format's
+own module, imported only when called), the file suffixes and marker files that identify
+it, the CLI options that apply to it and the help line the CLI prints. :data:`FORMATS`
+holds them, in the order detection tries them:
+
+* ``pt``, ``npz``, ``csv``, ``parquet``: replay-memory exports (:mod:`rlarrow.io.memory`),
+  one snapshot per file; the files given together are imported as one run (their
+  :attr:`Format.group` is ``"memory"``). They also take any input no other format claims,
+  so that its error says what is wrong with it (:attr:`Format.expand`);
+* ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
+* ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`), import only;
+* ``tfevents``: TensorBoard event files (:mod:`rlarrow.io.tfevents`); a log directory is
+  imported whole (:attr:`Format.whole`).
+
+:func:`rlarrow.io.importing.import_paths` sorts its inputs with :func:`detect` and calls
+:attr:`Format.import_`; ``rlarrow export --format`` offers :func:`exporters` and calls
+:attr:`Format.export`. Adding a format is one module under ``rlarrow/io/`` (its
+``read_*``/``iter_*``/``write_*`` and ``import_*``/``export_*``) and one :func:`register`
+call, or one entry in :data:`FORMATS` (``docs/architecture.md`` walks through it).
+
+Importing this module imports none of the formats (no torch, dm_env or envlogger): each
+callable imports its module when called. The format modules never import this one.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> from rlarrow.io import registry
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "metadata.riegeli").write_bytes(b"")
+    >>> registry.detect(d).name
+    'envlogger'
+    >>> [f.name for f in registry.exporters()]
+    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'tfevents']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from rlarrow.core.errors import ArgumentError, NotFoundError
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import Store, StoreLike
+
+__all__ = [
+    "FORMATS",
+    "ExportFunction",
+    "Format",
+    "ImportFunction",
+    "ImportOptions",
+    "Imported",
+    "by_suffix",
+    "detect",
+    "exporters",
+    "fallback",
+    "get",
+    "importers",
+    "register",
+    "unregister",
+]
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What ``rlarrow convert`` passes every importer; each format uses the options that apply to it.
+
+    Attributes:
+        run_id: the run to import into (None: a new id).
+        name: the new run's name.
+        existing_run: ``run_id`` names a run made already (an experiment's): add to it, make no
+            new ``runs`` row.
+        episodes: memory exports: also unroll each snapshot into episodes and steps.
+        names: memory exports: tensor name by role for the unrolling.
+        autoreset: memory exports: the vector env's autoreset mode (None: detected).
+        skip_corrupt: import what is whole of damaged files, and say what was skipped.
+        num_envs: csv exports: environments.
+        memory_size: csv exports: memory size.
+        dtype: csv exports: float dtype.
+        layout: how a new memory table stores tensors.
+        progress: progress bars (None: when stderr is a terminal).
+    """
+
+    run_id: str | None = None
+    name: str | None = None
+    existing_run: bool = False
+    episodes: bool = False
+    names: Mapping[str, str] | None = None
+    autoreset: str | None = None
+    skip_corrupt: bool = False
+    num_envs: int | None = None
+    memory_size: int | None = None
+    dtype: str = "float32"
+    layout: str = "binary"
+    progress: bool | None = None
+
+
+@dataclass
+class Imported:
+    """What one import made: the run, what ``rlarrow convert`` prints about it.
+
+    Attributes:
+        run_id: the run the data went into.
+        lines: the lines ``rlarrow convert`` prints when this import is a run of its own.
+        summary: a few words for an experiment's line (``"3 memory snapshot(s)"``).
+        assumptions: what the import assumed (said in ``lines`` already).
+        snapshot_ids: memory snapshot id made from each source file, where there is one.
+    """
+
+    run_id: str
+    lines: list[str] = field(default_factory=list)
+    summary: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    snapshot_ids: dict[Path, int] = field(default_factory=dict)
+
+
+class ImportFunction(Protocol):
+    """``import_(sources, store, options) -> Imported``: a format's import into an open store.
+
+    ``sources`` are the paths of one unit: the directory of a ``directory`` format, the
+    directory or file given of a :attr:`Format.whole` format, else the files of the unit.
+    It runs inside the caller's transaction: it must not commit on its own terms.
+    """
+
+    def __call__(self, sources: Sequence[Path], store: Store, options: ImportOptions, /) -> Imported:
+        """Import ``sources`` into ``store``."""
+
+
+class ExportFunction(Protocol):
+    """``export(store, directory, *, run_id=None, overwrite=False) -> [paths written]``."""
+
+    def __call__(self, store: StoreLike, directory: str | os.PathLike[str], *,
+                 run_id: str | None = None, overwrite: bool = False) -> list[Path]:
+        """Write ``store`` (or its run ``run_id``) into ``directory``; the paths written."""
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format: how rlarrow recognises it, imports it and exports to it.
+
+    Attributes:
+        name: its name: ``rlarrow export --format NAME``, and the ``format`` of the
+            ``sources`` rows it makes.
+        summary: what it is, in one line.
+        detect: whether a path is of this format, by its name and marker files (cheap: it
+            runs on every file below a folder given to ``rlarrow convert``).
+        kind: ``"file"``: each file is a source (a folder given is searched for them);
+            ``"directory"``: a directory is one dataset, imported as one run (never looked
+            into for other formats).
+        import_: the import into a store (see :class:`ImportFunction`); None: export only.
+        export: the export of a store (see :class:`ExportFunction`); None: import only.
+        suffixes: the file suffixes that name it (``(".pt",)``), lower case.
+        markers: the files whose presence marks it (``("metadata.riegeli",)``).
+        group: formats of one group given together are imported together, as one run (the
+            memory exports); default: the format's name.
+        whole: a ``"file"`` format whose folder given (a TensorBoard log directory) is
+            imported whole, as one unit, rather than file by file.
+        sniff: by content, whether a file given by name that no format's :attr:`detect`
+            takes is of this format (a memory export without its suffix).
+        expand: set on the format that takes the inputs no other format claims (files of
+            no known name, folders without other formats' files, globs): the files they
+            name, raising :class:`FileNotFoundError` when none (its message says why).
+        noun: what messages call its inputs, plural (``"envlogger directories"``).
+        convert_options: the ``rlarrow convert`` options that apply to it.
+        export_options: the ``rlarrow export`` options that apply to it.
+        convert_help: ``(INPUT, what it becomes)`` for ``rlarrow convert --help`` (the
+            same pair on formats of a group is printed once).
+        export_help: what ``rlarrow export --format`` says it writes (the same on
+            formats of a group is said once).
+        export_empty: what ``rlarrow export`` prints when the store held nothing to write.
+    """
+
+    name: str
+    summary: str
+    detect: Callable[[Path], bool]
+    kind: Literal["file", "directory"] = "file"
+    import_: ImportFunction | None = None
+    export: ExportFunction | None = None
+    suffixes: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
+    group: str = ""
+    whole: bool = False
+    sniff: Callable[[Path], bool] | None = None
+    expand: Callable[[Sequence[str | os.PathLike[str]]], list[Path]] | None = None
+    noun: str = ""
+    convert_options: tuple[str, ...] = ()
+    export_options: tuple[str, ...] = ()
+    convert_help: tuple[str, str] | None = None
+    export_help: str = ""
+    export_empty: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            object.__setattr__(self, "group", self.name)
+        if self.kind not in ("file", "directory"):
+            raise ArgumentError(f"format {self.name!r}: kind must be 'file' or 'directory', "
+                                f"not {self.kind!r}")
+
+
+# --------------------------------------------------------------------------- detection helpers
+
+
+def by_suffix(*suffixes: str) -> Callable[[Path], bool]:
+    """A :attr:`Format.detect` that takes regular files with one of ``suffixes`` (any case).
+
+    Example:
+        >>> by_suffix(".toy")(Path("/nonexistent/a.toy"))
+        False
+    """
+    wanted = tuple(s.lower() for s in suffixes)
+
+    def detect(path: Path) -> bool:
+        return path.suffix.lower() in wanted and path.is_file()
+
+    return detect
+
+
+def _is_envlogger(path: Path) -> bool:
+    from rlarrow.io.envlogger import is_envlogger_dir
+
+    return is_envlogger_dir(path)
+
+
+def _is_minari(path: Path) -> bool:
+    from rlarrow.io.minari import is_minari_dir
+
+    return path.is_dir() and is_minari_dir(path)
+
+
+def _is_event_file(path: Path) -> bool:
+    if "tfevents" not in path.name:  # (no import for the common case)
+        return False
+    from rlarrow.io.tfevents import is_event_file
+
+    return is_event_file(path)
+
+
+def _memory_sniff(name: str) -> Callable[[Path], bool]:
+    def sniff(path: Path) -> bool:
+        from rlarrow.core.errors import RLArrowError
+        from rlarrow.io.memory.importer import detect_format
+
+        try:
+            return detect_format(path) == name
+        except (RLArrowError, OSError):
+            return False
+
+    return sniff
+
+
+def _expand_memory(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    from rlarrow.io.memory.importer import expand_inputs
+
+    return expand_inputs(inputs)
+
+
+# --------------------------------------------------------------------------- imports and exports
+
+
+def _import_memory(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.memory.importer import import_memory
+
+    extra = {} if options.autoreset is None else {"autoreset": options.autoreset}
+    report = import_memory(list(sources), store, run_id=options.run_id, name=options.name,
+                           num_envs=options.num_envs, memory_size=options.memory_size, dtype=options.dtype,
+                           episodes=options.episodes, names=options.names, layout=options.layout,
+                           progress=options.progress, **extra)
+    return Imported(report.run_id, lines=[str(report)], summary=f"{len(report.files)} memory snapshot(s)",
+                    assumptions=list(report.assumptions),
+                    snapshot_ids={p: report.first_snapshot + i for i, p in enumerate(report.files)})
+
+
+def _export_memory(fmt: str) -> ExportFunction:
+    def export(store: StoreLike, directory: str | os.PathLike[str], *,
+               run_id: str | None = None, overwrite: bool = False) -> list[Path]:
+        from rlarrow.io.memory.importer import export_memory
+
+        return export_memory(store, directory, fmt, run_id=run_id, overwrite=overwrite)
+
+    return export
+
+
+def _import_tfevents(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.core.store import new_run_id
+    from rlarrow.io.tfevents import import_tfevents
+
+    run_id = options.run_id or new_run_id()
+    report = import_tfevents(sources[0] if len(sources) == 1 else list(sources), store, run_id=run_id,
+                             name=options.name, on_corrupt="skip" if options.skip_corrupt else "raise",
+                             progress=options.progress, existing_run=options.existing_run)
+    return Imported(run_id, lines=[f"imported {report}", *(f"  run {r}" for r in report.runs)],
+                    summary=str(report))
+
+
+def _export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *,
+                     run_id: str | None = None, overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.tfevents import export_tfevents
+
+    return export_tfevents(store, directory, run_id=run_id, overwrite=overwrite)
+
+
+def _import_envlogger(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.envlogger import import_envlogger
+
+    (directory,) = sources
+    report = import_envlogger(directory, store, run_id=options.run_id, name=options.name,
+                              progress=options.progress, skip_corrupt=options.skip_corrupt)
+    return Imported(report.run_id, lines=[str(report)], summary=str(report))
+
+
+def _export_envlogger(store: StoreLike, directory: str | os.PathLike[str], *,
+                      run_id: str | None = None, overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.envlogger import export_envlogger
+
+    return [export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)]
+
+
+def _import_minari(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.minari import import_minari
+
+    (directory,) = sources
+    report = import_minari(directory, store, run_id=options.run_id, name=options.name,
+                           progress=options.progress)
+    return Imported(report.run_id, lines=[str(report)], summary=str(report))
+
+
+# --------------------------------------------------------------------------- the formats
+
+_MEMORY_OPTIONS = ("--num-envs", "--memory-size", "--float64", "--run-id", "--name", "--layout", "--episodes",
+                   "--names", "--autoreset", "--again")
+_EXPORT_OPTIONS = ("--run-id", "--overwrite")
+_MEMORY_HELP = ("*.pt *.npz *.csv *.parquet",
+                "replay-memory exports: snapshots of one run (files, folders, globs)")
+_MEMORY_NOUN = "memory exports (.pt .npz .csv .parquet)"
+_MEMORY_SUMMARIES = {
+    "pt": "a skrl/rofunc replay memory saved by torch.save (.pt)",
+    "npz": "a skrl/rofunc replay memory saved by numpy.savez (.npz)",
+    "csv": "a skrl/rofunc replay memory as a csv file, one column per tensor element (.csv)",
+    "parquet": "one replay-memory snapshot as an rlarrow memory file (.parquet)",
+}
+
+
+def _memory(name: str) -> Format:
+    return Format(
+        name=name, summary=_MEMORY_SUMMARIES[name], detect=by_suffix(f".{name}"), kind="file",
+        import_=_import_memory, export=_export_memory(name), suffixes=(f".{name}",), group="memory",
+        sniff=_memory_sniff(name), expand=_expand_memory, noun=_MEMORY_NOUN,
+        convert_options=_MEMORY_OPTIONS if name == "csv" else tuple(
+            o for o in _MEMORY_OPTIONS if o not in ("--num-envs", "--memory-size", "--float64")),
+        export_options=_EXPORT_OPTIONS, convert_help=_MEMORY_HELP, export_help="Memory export format",
+        export_empty="no memory snapshots in the store",
+    )
+
+
+#: The formats by name, in the order :func:`detect` tries them (see the module docs).
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    *(_memory(name) for name in ("pt", "npz", "csv", "parquet")),
+    Format(
+        name="envlogger", summary="an envlogger (riegeli) directory of dm_env episodes",
+        detect=_is_envlogger, kind="directory", import_=_import_envlogger, export=_export_envlogger,
+        suffixes=(".riegeli",), markers=("metadata.riegeli",), noun="envlogger directories",
+        convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,
+        convert_help=("ENVLOGGER_DIR", "an envlogger directory (metadata.riegeli): one run of episodes"),
+        export_help="envlogger (a run's episodes as an envlogger directory)",
+    ),
+    Format(
+        name="minari", summary="a Minari dataset (arrow or parquet backend) of gymnasium episodes",
+        detect=_is_minari, kind="directory", import_=_import_minari, suffixes=(".arrow", ".parquet"),
+        markers=("data/metadata.json",), noun="Minari datasets",
+        convert_options=("--run-id", "--name", "--again"),
+        convert_help=("MINARI_DIR", "a Minari dataset (arrow or parquet): one run of episodes"),
+    ),
+    Format(
+        name="tfevents", summary="TensorBoard event files of logged scalars",
+        detect=_is_event_file, kind="file", import_=_import_tfevents, export=_export_tfevents,
+        markers=("*tfevents*",), whole=True, noun="TensorBoard event files or log directories",
+        convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,
+        convert_help=("LOGDIR", "TensorBoard event files: one run per TensorBoard run\n"
+                                "(add_scalars folders become RUN_ID/<folder>)"),
+        export_help="tfevents (the scalars as TensorBoard event files, DIR/<run_id>/)",
+        export_empty="no scalars in the store",
+    ),
+)}
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def get(name: str) -> Format:
+    """The format called ``name``.
+
+    Raises:
+        NotFoundError: no such format (a :class:`KeyError`; the message lists the known ones).
+
+    Example:
+        >>> get("tfevents").kind
+        'file'
+    """
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise NotFoundError(f"unknown format {name!r}; known: {', '.join(FORMATS)}") from None
+
+
+def detect(path: str | os.PathLike[str], *, content: bool = True) -> Format | None:
+    """The format of ``path``: a ``directory`` format for a directory, a ``file`` format for a file.
+
+    Formats are tried in :data:`FORMATS` order, by :attr:`Format.detect`; then, for a file
+    that none takes and with ``content``, by :attr:`Format.sniff` (its first bytes).
+
+    Returns:
+        The format, or None (nothing takes it, or it does not exist). A folder of event
+        files or memory exports is no format of its own: :func:`rlarrow.io.importing.import_paths`
+        looks into it.
+
+    Example:
+        >>> detect("/nonexistent") is None
+        True
+    """
+    p = Path(path)
+    if p.is_dir():
+        return next((f for f in FORMATS.values() if f.kind == "directory" and f.detect(p)), None)
+    if not p.is_file():
+        return None
+    files = [f for f in FORMATS.values() if f.kind == "file"]
+    found = next((f for f in files if f.detect(p)), None)
+    if found is None and content:
+        found = next((f for f in files if f.sniff is not None and f.sniff(p)), None)
+    return found
+
+
+def importers() -> list[Format]:
+    """The formats ``rlarrow convert`` imports, in :data:`FORMATS` order.
+
+    Example:
+        >>> "minari" in [f.name for f in importers()]
+        True
+    """
+    return [f for f in FORMATS.values() if f.import_ is not None]
+
+
+def exporters() -> list[Format]:
+    """The formats ``rlarrow export --format`` writes, in :data:`FORMATS` order.
+
+    Example:
+        >>> "minari" in [f.name for f in exporters()]
+        False
+    """
+    return [f for f in FORMATS.values() if f.export is not None]
+
+
+def fallback() -> Format | None:
+    """The format that takes the inputs no other format claims (the one with :attr:`Format.expand`)."""
+    return next((f for f in FORMATS.values() if f.expand is not None and f.import_ is not None), None)
+
+
+def register(fmt: Format, *, before: str | None = None, replace: bool = False) -> Format:
+    """Add ``fmt`` to :data:`FORMATS`: ``rlarrow convert`` and ``rlarrow export`` take it from then on.
+
+    A plugin or a test registers its format; rlarrow's own formats are entries of
+    :data:`FORMATS`. Detection tries formats in order: ``before`` puts ``fmt`` ahead of the
+    format of that name (for a format whose :attr:`Format.detect` would otherwise lose to
+    another's), else it goes last. The ``rlarrow export --format`` choices are fixed when
+    :mod:`rlarrow.cli.commands` is imported: register exporters before that.
+
+    Args:
+        fmt: the format.
+        before: the name of the format to try after it.
+        replace: replace a format of the same name (else that is an error).
+
+    Returns:
+        ``fmt``.
+
+    Raises:
+        ArgumentError: a format of that name is registered and not ``replace`` (a :class:`ValueError`).
+        NotFoundError: no format ``before`` (a :class:`KeyError`).
+
+    Example:
+        >>> toy = register(Format(name="toy", summary="a toy format", detect=by_suffix(".toy")))
+        >>> detect("/nonexistent.toy") is None, get("toy") is toy
+        (True, True)
+        >>> unregister("toy") is toy
+        True
+    """
+    if fmt.name in FORMATS and not replace:
+        raise ArgumentError(f"a format {fmt.name!r} is registered already (pass replace=True to replace it)")
+    if before is not None:
+        get(before)
+    items = [(n, f) for n, f in FORMATS.items() if n != fmt.name]
+    at = len(items) if before is None else next(i for i, (n, _) in enumerate(items) if n == before)
+    items.insert(at, (fmt.name, fmt))
+    FORMATS.clear()
+    FORMATS.update(items)
+    return fmt
+
+
+def unregister(name: str) -> Format:
+    """Remove the format ``name`` from :data:`FORMATS` and return it (see :func:`register`).
+
+    Raises:
+        NotFoundError: no such format (a :class:`KeyError`).
+    """
+    get(name)
+    return FORMATS.pop(name)
