@@ -43,6 +43,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check rlarrow tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -42,18 +42,22 @@ from typing import TYPE_CHECKING, Any
 from rlarrow import _moved
 from rlarrow._version import __version__
 from rlarrow.core.errors import (
+    ArgumentError,
+    ArgumentTypeError,
     AssumptionWarning,
     CorruptFileError,
     FormatVersionError,
     FormatVersionWarning,
     InvalidInputError,
     MissingDependencyError,
+    NotFoundError,
     RLArrowError,
     RLArrowWarning,
     SchemaMismatchError,
     StoreError,
     TruncatedInputWarning,
     UnsupportedInputError,
+    UsageError,
 )
 
 _moved.install()
@@ -64,21 +68,24 @@ if TYPE_CHECKING:
     from rlarrow.core.store import CommitInfo, Store, StoreInfo, StoreLike, TableWriter, new_run_id
     from rlarrow.query import connect, scan, sql
     from rlarrow.query.reader import Reader, StepData
-    from rlarrow.record.dm_env import EnvLogger
+    from rlarrow.record.dm_env import EnvLogger  # noqa: F401 - lazy, not in __all__: needs dm-env
     from rlarrow.record.logger import SummaryWriter
 
 # Only what imports without any optional extra: `from rlarrow import *` must work on a bare
-# install (tests/test_imports.py). rlarrow.train.torch, rlarrow.record.gym and the like are
-# imported by path.
+# install (tests/test_layers.py). rlarrow.train.torch, rlarrow.record.gym and the like are
+# imported by path; the names in _NEEDS_EXTRA resolve as attributes (rlarrow.EnvLogger) but
+# are not in __all__.
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "AssumptionWarning",
     "CommitInfo",
     "CorruptFileError",
-    "EnvLogger",
     "FormatVersionError",
     "FormatVersionWarning",
     "InvalidInputError",
     "MissingDependencyError",
+    "NotFoundError",
     "RLArrowError",
     "RLArrowWarning",
     "Reader",
@@ -92,6 +99,7 @@ __all__ = [
     "TableWriter",
     "TruncatedInputWarning",
     "UnsupportedInputError",
+    "UsageError",
     "__version__",
     "cli",
     "connect",
@@ -124,6 +132,8 @@ _LAZY = {
     "SummaryWriter": "rlarrow.record.logger",
 }
 _LAYERS = {"cli", "core", "io", "query", "record", "train"}
+#: lazy names whose module needs an optional extra (the extra's name)
+_NEEDS_EXTRA = {"EnvLogger": "dm-env"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""Module paths of rlarrow before 0.4 (one flat package), kept working as deprecated aliases.
+"""Module paths of rlarrow 0.1 (one flat package), kept working as deprecated aliases.
 
 ``import rlarrow.store`` (or ``rlarrow.torch``, ``from rlarrow.reader import Reader``, ...)
 still works: it gives the module at its new path, the same object, and warns once with a

@@ -7,6 +7,8 @@ from types import ModuleType
 
 from rlarrow.core.errors import MissingDependencyError
 
+__all__ = ["OPTIONAL", "require"]
+
 # module name -> (extra that provides it, what it is for)
 OPTIONAL: dict[str, tuple[str, str]] = {
     "torch": ("torch", "PyTorch datasets and tensors"),

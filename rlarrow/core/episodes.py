@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.errors import ArgumentError
 from rlarrow.core.step_columns import actions as _actions
 from rlarrow.core.step_columns import ordered as _ordered
 from rlarrow.core.step_columns import scalars as _scalars
 from rlarrow.core.step_columns import stack as _stack
 from rlarrow.core.store import Store
 
-__all__ = ["Arena", "Episode", "Lane", "Sink"]
+__all__ = ["PACKED_BYTES", "Arena", "Episode", "Lane", "Sink", "checked_row"]
 
 #: an arena holds at most this many bytes before it grows past the flush size
 _ARENA_BYTES = 256 << 20
@@ -39,8 +40,8 @@ def checked_row(value: Any, shape: tuple[int, ...], dtype: Any, where: str) -> n
     """
     arr = np.asarray(value, dtype=dtype)
     if arr.shape != shape:  # assigning would broadcast it silently
-        raise ValueError(f"{where} returned an observation of shape {arr.shape}; its "
-                         f"observation spec says {shape}. Fix the environment or its spec")
+        raise ArgumentError(f"{where} returned an observation of shape {arr.shape}; its "
+                            f"observation spec says {shape}. Fix the environment or its spec")
     return arr
 
 

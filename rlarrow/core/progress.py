@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+__all__ = ["bar", "iterate"]
+
 
 class _NoBar:
     """What :func:`bar` returns when no bar is shown: the same calls, doing nothing."""

@@ -9,9 +9,12 @@ the same in another order takes the store's (:func:`declare_steps`, :func:`order
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import Store
 
 __all__ = ["actions", "declare_steps", "flat_value", "ordered", "same_fields", "scalars", "stack"]
 
@@ -99,7 +102,7 @@ def same_fields(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def declare_steps(store: Any, tensor_types: Mapping[str, Any]) -> dict[str, Any]:
+def declare_steps(store: Store, tensor_types: Mapping[str, Any]) -> dict[str, Any]:
     """Declare the ``steps`` tensor types; return the types the store holds.
 
     A layout of the table whose types equal these but for the order of struct fields gives

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from rlarrow.core import submodule
 
 __all__ = ["EpisodesReport"]
 
@@ -17,3 +20,7 @@ class EpisodesReport:
 
     def __str__(self) -> str:
         return f"imported run {self.run_id}: {self.episodes} episodes, {self.steps} steps (RLDS rows)"
+
+
+def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.io.<module>
+    return submodule(__name__, name)

@@ -40,7 +40,7 @@ from rlarrow.core.errors import (
     UnsupportedInputError,
 )
 from rlarrow.core.step_columns import declare_steps, same_fields
-from rlarrow.core.store import Store
+from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
 
@@ -167,7 +167,7 @@ def _part_number(path: Path) -> int:
 
 def import_minari(
     directory: str | os.PathLike[str],
-    store: Store | str | os.PathLike[str],
+    store: StoreLike,
     *,
     run_id: str | None = None,
     name: str | None = None,
@@ -205,9 +205,7 @@ def import_minari(
     _check_dataset(data / "metadata.json", meta, len(episode_dirs), None)
     spaces = (run_meta.get("observation_space"), run_meta.get("action_space"))
     jpeg = bool(meta.get("jpeg_encoding", True))
-    own = not isinstance(store, Store)
-    st = Store.open(store, create=True) if not isinstance(store, Store) else store
-    try:
+    with opened(store, create=True) as st:
         first = _read_episode(episode_dirs[0], fmt, spaces, jpeg) if episode_dirs else None
         types: dict[str, Any] = {}
         if first is not None:  # fixed before the run is added: a mismatch leaves nothing behind
@@ -264,9 +262,6 @@ def import_minari(
                 },
             )
         return report
-    finally:
-        if own:
-            st.close()
 
 
 def _read_episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],

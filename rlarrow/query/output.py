@@ -27,14 +27,18 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.errors import ArgumentError
 from rlarrow.core.tensors import TensorType, to_arrow, to_numpy
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import Store
 
 FORMATS = ("parquet", "csv", "json")
 #: Parquet row groups are cut at about this many bytes of Arrow data (or 2**20 rows).
@@ -46,6 +50,12 @@ TEXT_VALUES = 1 << 21
 TEXT_BYTES = 16 << 20
 #: Bytes of Arrow data per batch asked of DuckDB.
 BATCH_BYTES = 32 << 20
+
+__all__ = [
+    "BATCH_BYTES", "FORMATS", "ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "TEXT_BYTES", "TEXT_VALUES",
+    "batch_rows", "csv_cells", "csv_chunk", "csv_header", "float_text", "json_chunk",
+    "resolve_tensor_types", "tensor_hints", "text_slices", "value_text", "with_tensors", "write_stream",
+]
 
 _HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2").view(np.uint8).reshape(256, 2)
 
@@ -60,7 +70,7 @@ def _has_binary_tensor(type_: pa.DataType) -> bool:
     return False
 
 
-def tensor_hints(store: Any) -> dict[str, list[pa.DataType]]:
+def tensor_hints(store: Store) -> dict[str, list[pa.DataType]]:
     """Column name -> the store's binary-layout tensor types of that name (with structs holding one).
 
     DuckDB reads a binary-layout tensor's storage, a BLOB, and the result no longer says
@@ -86,7 +96,7 @@ def tensor_hints(store: Any) -> dict[str, list[pa.DataType]]:
     return hints
 
 
-def resolve_tensor_types(store: Any, given: Mapping[str, Any] | None) -> dict[str, list[pa.DataType]]:
+def resolve_tensor_types(store: Store, given: Mapping[str, Any] | None) -> dict[str, list[pa.DataType]]:
     """:func:`tensor_hints`, with the caller's ``{column: type or "table.column"}`` first."""
     hints = tensor_hints(store)
     for name, spec in (given or {}).items():
@@ -99,9 +109,9 @@ def resolve_tensor_types(store: Any, given: Mapping[str, Any] | None) -> dict[st
             known = [f"{t}.{f.name}" for t in ("steps", "memory")
                      for f in (store.schema(t) or []) if _has_binary_tensor(f.type)]
             choices = ", ".join(known) or "the store has no binary-layout tensors"
-            raise ValueError(f"tensor_types[{name!r}] = {spec!r}: not a tensor column of the store; give "
-                             f"'table.column' ({choices}) or a pyarrow type such as "
-                             "rlarrow.core.tensors.tensor_type('uint8', (84, 84), layout='binary')")
+            raise ArgumentError(f"tensor_types[{name!r}] = {spec!r}: not a tensor column of the store; give "
+                                f"'table.column' ({choices}) or a pyarrow type such as "
+                                "rlarrow.core.tensors.tensor_type('uint8', (84, 84), layout='binary')")
         hints[name] = [schema.field(column).type]
     return hints
 
@@ -476,7 +486,7 @@ def write_stream(reader: pa.RecordBatchReader, sink: str | os.PathLike[str] | IO
                  hints: Mapping[str, list[pa.DataType]]) -> int:
     """Write every batch of ``reader`` to ``sink`` (a path or a binary stream); return the rows."""
     if fmt not in FORMATS:
-        raise ValueError(f"format={fmt!r}: use one of {', '.join(FORMATS)}")
+        raise ArgumentError(f"format={fmt!r}: use one of {', '.join(FORMATS)}")
     rows = 0
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -516,7 +526,7 @@ def write_stream(reader: pa.RecordBatchReader, sink: str | os.PathLike[str] | IO
     return rows
 
 
-def batch_rows(store: Any) -> int:
+def batch_rows(store: Store) -> int:
     """Rows per DuckDB record batch: about :data:`BATCH_BYTES` of the store's widest rows, twice over."""
     widest = 64
     for table in _schema.TABLE_NAMES:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlarrow.core.errors import StoreError
 
-__all__ = ["PlotError", "episode_end_steps", "moving_average", "plot_episodes", "plot_scalars"]
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreLike
+
+__all__ = ["RUN_COLUMNS", "PlotError", "episode_end_steps", "moving_average", "plot_episodes", "plot_scalars"]
 
 #: ``runs`` columns ``group_by`` can name; any other name is a key of the runs' metadata.
 RUN_COLUMNS = ("run_id", "name", "source", "source_path", "source_version", "alignment", "num_envs")
@@ -184,14 +187,14 @@ def _draw(ax: Any, curves: list[tuple[str, np.ndarray, np.ndarray]], runs: _Runs
             ax.fill_between(grid, mean - std, mean + std, color=colors[group], alpha=0.15, lw=0)
 
 
-def _connect(store: Any) -> tuple[Any, str]:
+def _connect(store: StoreLike) -> tuple[Any, str]:
     from rlarrow.query.connection import _store, connect
 
     st = _store(store)
     return connect(st), os.fspath(st.path)
 
 
-def plot_scalars(store: Any, tags: Sequence[str] | str, *, runs: Sequence[str] | str | None = None,
+def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[str] | str | None = None,
                  smooth: int = 0, spread: bool = True, group_by: str | None = None,
                  output: str | os.PathLike[str] | None = None) -> Any:
     """Learning curves of ``tags`` (one panel each), a line per run; returns the Figure.
@@ -283,7 +286,7 @@ def episode_end_steps(run_episodes: dict[str, np.ndarray], num_envs: int | None 
     return ends
 
 
-def plot_episodes(store: Any, *, runs: Sequence[str] | str | None = None, smooth: int = 10,
+def plot_episodes(store: StoreLike, *, runs: Sequence[str] | str | None = None, smooth: int = 10,
                   spread: bool = True, group_by: str | None = None,
                   output: str | os.PathLike[str] | None = None) -> Any:
     """Episode returns against env steps, per run (smoothed), and their histogram; returns the Figure.

@@ -8,4 +8,12 @@
 May import :mod:`rlarrow.core` and :mod:`rlarrow.io`; see ``docs/architecture.md``.
 """
 
+from typing import Any
+
+from rlarrow.core import submodule
+
 __all__: list[str] = []
+
+
+def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.record.<module>
+    return submodule(__name__, name)

@@ -32,17 +32,20 @@ import warnings
 from collections.abc import Callable, Mapping
 from numbers import Number
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import InvalidInputError, RLArrowWarning, StoreError
+from rlarrow.core.errors import ArgumentTypeError, InvalidInputError, RLArrowWarning, StoreError
 from rlarrow.io.tfevents import scope_of
 
-__all__ = ["ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries", "SummaryWriter"]
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreLike
+
+__all__ = ["UNSTORED_METHODS", "ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries", "SummaryWriter"]
 
 
 class DataScope(enum.StrEnum):
@@ -224,14 +227,14 @@ def _dtype_of(value: Any) -> tuple[float, int | None, str]:
         return float(value), int(value), "bool"
     if isinstance(value, np.ndarray):
         if value.size != 1:
-            raise TypeError(f"an array of {value.size} values is not a scalar")
+            raise ArgumentTypeError(f"an array of {value.size} values is not a scalar")
         value = value.reshape(-1)[0]
     elif not isinstance(value, (Number, np.generic)) and hasattr(value, "item") and hasattr(value, "dtype"):
         dtype = str(value.dtype).rsplit(".", 1)[-1]  # torch.float32 -> float32
         try:
             item = value.item()
         except (ValueError, RuntimeError) as exc:
-            raise TypeError(f"a {type(value).__name__} that is not a scalar ({exc})") from None
+            raise ArgumentTypeError(f"a {type(value).__name__} that is not a scalar ({exc})") from None
         if isinstance(item, bool):
             return float(item), int(item), "bool"
         if isinstance(item, int):
@@ -247,7 +250,7 @@ def _dtype_of(value: Any) -> tuple[float, int | None, str]:
     if isinstance(value, np.floating):
         return float(value), None, str(value.dtype)
     if not isinstance(value, Number) or isinstance(value, complex):
-        raise TypeError(f"a {type(value).__name__} is not a real number")
+        raise ArgumentTypeError(f"a {type(value).__name__} is not a real number")
     return float(value), None, "float64"  # type: ignore[arg-type]
 
 
@@ -279,7 +282,7 @@ class ArrowLogger(_BaseLogger):
 
     def __init__(
         self,
-        store: Any,
+        store: StoreLike,
         run_id: str | None = None,
         *,
         name: str | None = None,
@@ -296,10 +299,10 @@ class ArrowLogger(_BaseLogger):
     ) -> None:
         super().__init__(training_interval, test_interval, update_interval, info_interval, save_interval,
                          exclude_arrays, train_interval=train_interval)
-        from rlarrow.core.store import Store
+        from rlarrow.core.store import as_store
 
-        self._own = not isinstance(store, Store)
-        self.store = Store.open(store, create=True) if self._own else store
+        self.store = as_store(store, create=True)
+        self._own = self.store is not store
         self._floor: dict[tuple[str, str], int] = {}
         if run_id is not None and self.store.has_run(run_id):
             self.run_id = run_id
@@ -581,7 +584,7 @@ class SummaryWriter:
 
     def __init__(
         self,
-        store: Any,
+        store: StoreLike,
         run_id: str | None = None,
         *,
         log_dir: str | os.PathLike[str] | None = None,

@@ -9,4 +9,12 @@ May import :mod:`rlarrow.core`, :mod:`rlarrow.io` and :mod:`rlarrow.query`; see
 ``docs/architecture.md``.
 """
 
+from typing import Any
+
+from rlarrow.core import submodule
+
 __all__: list[str] = []
+
+
+def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.train.<module>
+    return submodule(__name__, name)

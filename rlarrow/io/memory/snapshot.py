@@ -33,7 +33,8 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 
-__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_zip_crcs", "export_tensors", "is_zip",
+__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_mapping", "check_zip_crcs",
+           "export_tensors", "is_zip",
            "tensor_name_problem", "zip_crc_check", "zip_members"]
 
 

@@ -1,0 +1,160 @@
+"""The package's shape: layers, public surface, moved names (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+import rlarrow
+from rlarrow import _moved
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rlarrow"
+LINT_IMPORTS = (shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+                or shutil.which("lint-imports"))
+
+
+@pytest.mark.skipif(LINT_IMPORTS is None, reason="import-linter is a dev dependency: pip install -e '.[dev]'")
+def test_import_contracts_hold():
+    """pyproject's [tool.importlinter] contracts: layers, independent formats, no cycles."""
+    out = subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout and "3 kept" in out.stdout, out.stdout[-2000:]
+
+
+def test_layer_folders_are_the_documented_ones():
+    layers = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert layers == ["cli", "core", "io", "query", "record", "train"]
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    for layer in layers:
+        assert f"rlarrow/{layer}/" in architecture, f"docs/architecture.md does not describe rlarrow/{layer}/"
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what it is: none is named like another in a different folder."""
+    seen: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        assert path.stem not in seen, f"{path.relative_to(ROOT)} and {seen[path.stem].relative_to(ROOT)}"
+        seen[path.stem] = path
+
+
+BLOCKER = """
+    import sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {names!r}:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+    sys.meta_path.insert(0, Block())
+"""
+EXTRAS = ["torch", "ray", "dm_env", "envlogger", "gymnasium", "tensorboard", "tensorflow", "matplotlib",
+          "skrl", "tianshou", "minari"]
+
+
+def test_star_import_needs_no_extra():
+    code = textwrap.dedent(BLOCKER.format(names=EXTRAS)) + textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("error")
+        from rlarrow import *
+        import rlarrow
+        missing = [n for n in rlarrow.__all__ if n not in globals()]
+        assert not missing, missing
+        print(Store.__module__.rsplit("._", 1)[0], sql.__module__, SummaryWriter.__module__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["rlarrow.core.store", "rlarrow.query.connection", "rlarrow.record.logger"]
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], list[str] | None]:
+    """Names a module defines at its top level (not those it imports), and its ``__all__``."""
+    defined: set[str] = set()
+    all_: list[str] | None = None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if not isinstance(target, ast.Name):
+                    continue
+                if target.id == "__all__":
+                    all_ = ast.literal_eval(node.value) if node.value is not None else None
+                elif not (isinstance(node.value, ast.Call)
+                          and getattr(node.value.func, "id", "") == "require"):
+                    defined.add(target.id)  # (a module handle from require() is not API)
+    return defined, all_
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_all_lists_its_public_names(path):
+    """``__all__`` is the module's public surface: every name without a leading underscore, no more."""
+    defined, all_ = _top_level_names(ast.parse(path.read_text()))
+    public = {name for name in defined if not name.startswith("_")}
+    assert all_ is not None, f"{path.relative_to(ROOT)} has no __all__ (public: {sorted(public)})"
+    assert public <= set(all_), f"{path.relative_to(ROOT)}: __all__ misses {sorted(public - set(all_))}"
+    assert len(all_) == len(set(all_)), f"{path.relative_to(ROOT)}: __all__ repeats a name"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_name_in_all_exists(path):
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:  # an optional extra this environment lacks
+        pytest.skip(f"{module} needs {exc.name}, an optional extra")
+    for name in getattr(mod, "__all__", []):
+        assert hasattr(mod, name), f"{module}.__all__ names {name!r}, which it does not have"
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(_moved.MOVED.items()))
+def test_old_module_paths_still_import_and_warn(old, new):
+    try:
+        importlib.import_module(new)
+    except ModuleNotFoundError as exc:
+        pytest.skip(f"{new} needs {exc.name}, an optional extra")
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old} has moved to {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+
+
+def test_old_attribute_paths_still_resolve():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        sys.modules.pop("rlarrow.store", None)
+        rlarrow.__dict__.pop("store", None)
+        assert rlarrow.store.Store is rlarrow.Store  # type: ignore[attr-defined]
+
+
+#: builtins rlarrow may raise itself (core/errors.py says why: Python's protocols want them);
+#: every other deliberate error is an RLArrowError
+BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
+                  if isinstance(value, type) and issubclass(value, BaseException)}
+ALLOWED_BUILTINS = {"IndexError", "NotImplementedError", "AttributeError", "StopIteration"} | {
+    name for name in BUILTIN_ERRORS if issubclass(getattr(builtins, name), OSError)}
+
+
+def test_deliberate_errors_are_rlarrow_errors():
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                name = exc.id if isinstance(exc, ast.Name) else None
+                if name in BUILTIN_ERRORS and name not in ALLOWED_BUILTINS:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: raise {name}")
+    assert not found, "raise an rlarrow error (rlarrow/core/errors.py) instead:\n" + "\n".join(sorted(found))
