@@ -37,6 +37,7 @@ loaded on first use, and ``from rlarrow import *`` works without any extra.
 from __future__ import annotations
 
 import importlib
+import warnings as _warnings
 from typing import TYPE_CHECKING, Any
 
 from rlarrow import _moved
@@ -139,9 +140,14 @@ _NEEDS_EXTRA = {"EnvLogger": "dm-env"}
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _LAYERS or f"rlarrow.{name}" in _moved.MOVED:
-        # a moved module (rlarrow.torch, rlarrow.store, ...) warns and gives the new one
+    elif name in _LAYERS:
         value = importlib.import_module(f"rlarrow.{name}")
+    elif f"rlarrow.{name}" in _moved.MOVED:
+        # a moved module (rlarrow.torch, rlarrow.store, `from rlarrow import schema`): warns at
+        # the caller's line and gives the module at its new path
+        new = _moved.MOVED[f"rlarrow.{name}"]
+        _warnings.warn(_moved.message(f"rlarrow.{name}", new), DeprecationWarning, stacklevel=2)
+        value = importlib.import_module(new)
     else:
         raise AttributeError(f"module 'rlarrow' has no attribute {name!r}")
     globals()[name] = value

@@ -16,7 +16,7 @@ import sys
 import types
 import warnings
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "install", "message"]
 
 #: old module -> new module
 MOVED: dict[str, str] = {
@@ -56,17 +56,36 @@ MOVED: dict[str, str] = {
 }
 
 
+def message(old: str, new: str) -> str:
+    """The deprecation message for a moved module."""
+    return f"{old} has moved to {new}; import it from there (the old path will be removed in rlarrow 1.0)"
+
+
 class _Alias(importlib.abc.Loader):
+    """Loads an old path as the module at its new one (the same object, executed once)."""
+
     def __init__(self, new: str) -> None:
         self.new = new
+        self._spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        warnings.warn(f"{spec.name} has moved to {self.new}; import it from there "
-                      "(the old path will be removed in rlarrow 1.0)", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        warnings.warn(message(spec.name, self.new), DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(self.new)
+        self._spec = module.__spec__  # the import system sets the alias's spec on it next
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        """The module is the new one, already executed."""
+        """The module is the new one, already executed: give it its own spec back."""
+        if self._spec is not None:
+            module.__spec__ = self._spec
+
+    def get_code(self, fullname: str) -> types.CodeType | None:
+        """``python -m OLD.PATH`` runs the new module's code (runpy asks for it)."""
+        warnings.warn(message(fullname, self.new), DeprecationWarning, stacklevel=2)
+        spec = importlib.util.find_spec(self.new)
+        loader = None if spec is None else spec.loader
+        get_code = getattr(loader, "get_code", None)
+        return None if get_code is None else get_code(self.new)
 
 
 class _Finder(importlib.abc.MetaPathFinder):

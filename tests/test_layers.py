@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import importlib.util
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -158,3 +161,59 @@ def test_deliberate_errors_are_rlarrow_errors():
                 if name in BUILTIN_ERRORS and name not in ALLOWED_BUILTINS:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: raise {name}")
     assert not found, "raise an rlarrow error (rlarrow/core/errors.py) instead:\n" + "\n".join(sorted(found))
+
+
+OLD_NAMES = json.loads((ROOT / "tests" / "fixtures" / "public_names_0.1.json").read_text())
+
+
+@pytest.mark.parametrize("old", sorted(OLD_NAMES))
+def test_every_public_name_of_0_1_still_resolves_by_its_old_path(old):
+    """The public names each module of rlarrow 0.1 had (frozen from its source) resolve as before."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            module = importlib.import_module(old)
+        except ModuleNotFoundError as exc:
+            pytest.skip(f"{old} needs {exc.name}, an optional extra")
+        missing = [name for name in OLD_NAMES[old] if not hasattr(module, name)]
+    assert not missing, f"{old} lost {missing}"
+
+
+def test_an_old_path_keeps_the_new_modules_spec_and_runs_with_dash_m():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import rlarrow.core.store as new
+
+        sys.modules.pop("rlarrow.store", None)
+        importlib.import_module("rlarrow.store")
+        assert new.__spec__ is not None and new.__spec__.name == "rlarrow.core.store"
+        assert new.__spec__.submodule_search_locations  # still a package: reload and imports work
+        # `python -m rlarrow.demo` (runpy asks the loader for the code): the new module's code
+        sys.modules.pop("rlarrow.demo", None)
+        code = importlib.util.find_spec("rlarrow.demo").loader.get_code("rlarrow.demo")
+    assert code is not None and code.co_filename.endswith(os.path.join("cli", "demo.py"))
+
+
+def test_no_module_reaches_another_through_attributes():
+    """Imports are what the contracts see: no ``rlarrow.x.y`` attribute chains, no bare layer imports.
+
+    A layer package gives its submodules as attributes on first use (``rlarrow.io.tfevents``), which
+    would let a module use another without an import import-linter can see.
+    """
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "cli" or rel == Path("__init__.py"):
+            continue  # the top layer may use anything; the root is the lazy public surface
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "rlarrow":
+                found.append(f"{rel}:{node.lineno}: rlarrow.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "rlarrow":
+                found += [f"{rel}:{node.lineno}: from rlarrow import {a.name}" for a in node.names
+                          if a.name in ("cli", "core", "io", "query", "record", "train")]
+            elif isinstance(node, ast.Import):
+                found += [f"{rel}:{node.lineno}: import {a.name}" for a in node.names
+                          if a.name in ("rlarrow", *(f"rlarrow.{p}" for p in ("cli", "core", "io", "query",
+                                                                               "record", "train")))]
+    assert not found, "import the module you use instead:\n" + "\n".join(sorted(found))

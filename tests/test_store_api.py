@@ -53,6 +53,14 @@ def store_private_names(directory: Path = STORE_DIR) -> set[str]:
                     for target in targets:  # class-level ``_x = ...``
                         if isinstance(target, ast.Name) and _is_private(target.id):
                             names.add(target.id)
+        for node in tree.body:  # module-level ``def _x``, ``_X = ...``: reached as ``files._x``
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                    and _is_private(node.name):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    if isinstance(target, ast.Name) and _is_private(target.id):
+                        names.add(target.id)
     return names
 
 
@@ -105,7 +113,20 @@ def violations(path: Path, private: set[str], source: str | None = None) -> list
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                 continue
             found.append(f"{rel}:{node.lineno}: uses {node.attr}, a private name of the store's classes")
+        elif isinstance(node, ast.Call) and _reflective(node.func):
+            # getattr(st, "_manifest"), operator.attrgetter("_locked"): the same reach, spelled as text
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and \
+                        any(part in private for part in arg.value.split(".")):
+                    found.append(f"{rel}:{node.lineno}: uses {arg.value!r}, a private name of the store, "
+                                 "by name")
     return found
+
+
+def _reflective(func: ast.expr) -> bool:
+    """``getattr``, ``hasattr``, ``setattr``, ``attrgetter`` and ``methodcaller``, however imported."""
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return name in ("getattr", "hasattr", "setattr", "attrgetter", "methodcaller")
 
 
 def checked_files() -> list[Path]:
@@ -132,6 +153,9 @@ def test_code_outside_the_store_uses_only_its_public_names():
     "import rlarrow.core.store._private\n",
     "def f(st):\n    return st._locked()\n",
     "def f(st):\n    return st._manifest['tables']\n",
+    "def f(st):\n    return getattr(st, '_manifest')\n",
+    "import operator\nlocked = operator.attrgetter('_locked')\n",
+    "from rlarrow.core.store import files\nf = files._TMP_PREFIX\n",
 ])
 def test_a_planted_violation_is_named_with_its_line(plant):
     path = ROOT / "query" / "planted.py"

@@ -5,10 +5,24 @@ The top layer: it may import every other layer; nothing imports it.
 
 from typing import Any
 
-from rlarrow.cli.commands import main
+from rlarrow.cli.commands import (
+    cli,
+    compact,
+    convert,
+    export,
+    info,
+    main,
+    migrate,
+    plot,
+    push,
+    repair,
+    sql_command,
+)
 from rlarrow.core import submodule
 
-__all__ = ["main"]
+# the commands, as rlarrow.cli (one module before 0.2) had them: click's CliRunner drives `cli`
+__all__ = ["cli", "compact", "convert", "export", "info", "main", "migrate", "plot", "push", "repair",
+           "sql_command"]
 
 
 def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.cli.<module>

@@ -33,6 +33,7 @@ The builtins rlarrow still raises itself, each where Python's own protocols want
 * ``IndexError`` from ``__getitem__`` of a sequence (iteration and slicing rely on it);
 * ``AttributeError`` from a module's or class's ``__getattr__`` (``hasattr`` relies on it);
 * ``NotImplementedError`` from a method a subclass must provide;
+* ``StopIteration`` from ``__next__`` of an iterator;
 * ``OSError`` and its subclasses (``FileNotFoundError``, ``FileExistsError``) for a
   file-system condition, as ``open()`` would report it (a glob that matches no file, a
   target that exists, a write the disk refused).

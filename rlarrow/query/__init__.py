@@ -13,9 +13,9 @@ May import :mod:`rlarrow.core` and :mod:`rlarrow.io`; see ``docs/architecture.md
 from typing import Any
 
 from rlarrow.core import submodule
-from rlarrow.query.connection import connect, export, iter_episodes, scan, sql
+from rlarrow.query.connection import connect, export, export_relation, iter_episodes, scan, sql
 
-__all__ = ["connect", "export", "iter_episodes", "scan", "sql"]
+__all__ = ["connect", "export", "export_relation", "iter_episodes", "scan", "sql"]
 
 
 def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.query.<module>

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
-from rlarrow.core.errors import NotFoundError, SchemaMismatchError, StoreError
+from rlarrow.core.errors import ArgumentError, NotFoundError, SchemaMismatchError, StoreError
 from rlarrow.core.store import CommitInfo, StagedFile, Staging, Store, StoreLike, as_store
 from rlarrow.train.samples import SampleSource, filter_mask
 
@@ -309,6 +309,8 @@ def import_memory(inputs: Sequence[str | os.PathLike[str]], store: StoreLike, *,
     """
     from rlarrow.io.memory.importer import expand_inputs
 
+    if not inputs:
+        raise ArgumentError("no inputs: give memory export files, folders or glob patterns")
     files = expand_inputs(inputs)
     st = as_store(store, create=True)
     run_id = st.add_run(source="memory-export", run_id=run_id, name=name, num_envs=num_envs,

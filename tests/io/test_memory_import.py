@@ -199,3 +199,11 @@ def test_convert_checks_the_npz_checksums_before_it_commits(tmp_path, monkeypatc
     assert st.row_count("memory") == 200  # the good export only
     assert not [p for p in (store / "memory").iterdir() if not p.name.startswith("part-")]
     assert (len(st.files("memory")) > 1) == parallel
+
+
+def test_no_inputs_is_an_argument_error(tmp_path):
+    from rlarrow.io.memory.importer import import_memory
+
+    with pytest.raises(rlarrow.ArgumentError, match="no inputs"):
+        import_memory([], tmp_path / "s")
+    assert not (tmp_path / "s").exists()

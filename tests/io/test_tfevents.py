@@ -467,3 +467,19 @@ def test_each_module_says_what_it_owns_and_imports_only_the_ones_below() -> None
                 parts = (node.module or "").split(".")
                 used = parts[3] if len(parts) > 3 else None
                 assert used in LAYERS[:level], f"{name} imports {node.module}"
+
+
+def test_a_tag_that_is_not_utf8_is_a_corrupt_record(tmp_path):
+    """A record whose CRCs hold but whose tag is not UTF-8: CorruptFileError, or skipped."""
+    from rlarrow.io.tfevents.framing import frame_records
+    from rlarrow.io.tfevents.proto import event_bytes, value_message
+
+    good = event_bytes(1.0, 0, value_message(b"train/loss", 0.5, None, None, None, None))
+    bad = event_bytes(1.0, 1, value_message(b"train/\xffloss", 0.25, None, None, None, None))
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(frame_records([event_bytes(0.0, 0, file_version="brain.Event:2"), good, bad]))
+    with pytest.raises(rlarrow.CorruptFileError, match="not a valid Event message"):
+        tfe.read_tfevents(path)
+    table = tfe.read_tfevents(path, on_corrupt="skip")
+    assert table.column("tag").to_pylist() == ["train/loss"]
+    assert table.column("value").to_pylist() == [0.5]

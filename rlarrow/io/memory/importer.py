@@ -358,6 +358,8 @@ def import_memory(
         raise InvalidInputError(None, f"autoreset={autoreset!r}: choose one of "
                                 f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
     started = time.perf_counter()
+    if not inputs:
+        raise ArgumentError("no inputs: give memory export files, folders or glob patterns")
     files = expand_inputs(inputs)
     with opened(store, create=True) as st:
         next_snapshot = 0

@@ -80,6 +80,13 @@ def decode_chunk(chunk: Chunk, *, run_id: str, path: Path, schema: pa.Schema, on
     buf, data, offs, lens = chunk
     fast = _fast_simple_values(buf, offs + HEADER_BYTES, lens)
     ok = fast["ok"]
+    idx = np.flatnonzero(ok)
+    try:
+        tags, scopes = _tags_and_scopes(buf, fast["tag_start"][idx], fast["tag_len"][idx])
+    except Malformed:  # a tag that is not UTF-8: the generic path finds the record and reports it
+        ok = np.zeros_like(ok)
+        idx = idx[:0]
+        tags = scopes = pa.array([], pa.string())
     rows: list[tuple[Any, ...]] = []
     slow = np.flatnonzero(~ok)
     for i in slow.tolist():
@@ -91,8 +98,6 @@ def decode_chunk(chunk: Chunk, *, run_id: str, path: Path, schema: pa.Schema, on
                 raise CorruptFileError(path, f"event record is not a valid Event message ({exc})",
                                        offset=int(offs[i])) from None
             corrupt.append((os.fspath(path), int(offs[i])))
-    idx = np.flatnonzero(ok)
-    tags, scopes = _tags_and_scopes(buf, fast["tag_start"][idx], fast["tag_len"][idx])
     n = len(idx)
     cols: dict[str, Any] = {
         "tag": tags,
