@@ -102,6 +102,27 @@ def _top_level_names(tree: ast.Module) -> tuple[set[str], list[str] | None]:
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
 
 
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _missing_extra(module: str) -> str | None:
+    """The optional package ``module`` cannot import without (torch, ray, dm_env, ...), or None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # old paths warn; that is tested below
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            return exc.name
+    return None
+
+
+def _needs_extras(module: str) -> pytest.MarkDecorator:
+    missing = _missing_extra(module)
+    return pytest.mark.skipif(missing is not None, reason=f"{module} needs {missing}, an optional extra "
+                              "(pip install -e '.[all]' installs every one)")
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_every_module_all_lists_its_public_names(path):
     """``__all__`` is the module's public surface: every name without a leading underscore, no more."""
@@ -112,23 +133,18 @@ def test_every_module_all_lists_its_public_names(path):
     assert len(all_) == len(set(all_)), f"{path.relative_to(ROOT)}: __all__ repeats a name"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", [pytest.param(p, marks=_needs_extras(_module_name(p)),
+                                               id=str(p.relative_to(PACKAGE))) for p in MODULES])
 def test_every_name_in_all_exists(path):
-    module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:  # an optional extra this environment lacks
-        pytest.skip(f"{module} needs {exc.name}, an optional extra")
+    module = _module_name(path)
+    mod = importlib.import_module(module)
     for name in getattr(mod, "__all__", []):
         assert hasattr(mod, name), f"{module}.__all__ names {name!r}, which it does not have"
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(_moved.MOVED.items()))
+@pytest.mark.parametrize(("old", "new"), [pytest.param(old, new, marks=_needs_extras(new), id=old)
+                                          for old, new in sorted(_moved.MOVED.items())])
 def test_old_module_paths_still_import_and_warn(old, new):
-    try:
-        importlib.import_module(new)
-    except ModuleNotFoundError as exc:
-        pytest.skip(f"{new} needs {exc.name}, an optional extra")
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=rf"{old} has moved to {new}"):
         module = importlib.import_module(old)
@@ -166,15 +182,13 @@ def test_deliberate_errors_are_rlarrow_errors():
 OLD_NAMES = json.loads((ROOT / "tests" / "fixtures" / "public_names_0.1.json").read_text())
 
 
-@pytest.mark.parametrize("old", sorted(OLD_NAMES))
+@pytest.mark.parametrize("old", [pytest.param(old, marks=_needs_extras(old), id=old)
+                                 for old in sorted(OLD_NAMES)])
 def test_every_public_name_of_0_1_still_resolves_by_its_old_path(old):
     """The public names each module of rlarrow 0.1 had (frozen from its source) resolve as before."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            module = importlib.import_module(old)
-        except ModuleNotFoundError as exc:
-            pytest.skip(f"{old} needs {exc.name}, an optional extra")
+        module = importlib.import_module(old)
         missing = [name for name in OLD_NAMES[old] if not hasattr(module, name)]
     assert not missing, f"{old} lost {missing}"
 
