@@ -125,3 +125,31 @@ def clean_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONSTARTUP", None)
     return env
+
+
+def assert_delta_current(store: rlarrow.Store) -> None:
+    """Every table's Delta log lists exactly the store's committed files, in row order.
+
+    Read with rlarrow's own log reader always, and with ``deltalake`` (another engine's
+    reading of the same log) where it is installed.
+    """
+    from rlarrow.core.store.delta import DeltaLog
+
+    m = store.manifest()
+    for name, entry in m["tables"].items():
+        log = DeltaLog(store.path / name)
+        log.refresh()
+        if log.version < 0:
+            assert not entry["files"], f"{name}: files committed but no Delta log"
+            continue
+        assert [f.name for f in log.ordered()] == [f["name"] for f in entry["files"]], name
+        assert [f.rows for f in log.ordered()] == [f["rows"] for f in entry["files"]], name
+        assert log.store_version <= m.get("version", 0)
+        try:
+            import deltalake
+        except ImportError:
+            continue
+        table = deltalake.DeltaTable(os.fspath(store.path / name))
+        assert table.version() == log.version
+        listed = sorted(os.path.basename(u) for u in table.file_uris())
+        assert listed == sorted(f["name"] for f in entry["files"])

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 
 import duckdb
+from conftest import assert_delta_current
 
 import rlarrow
 
@@ -43,6 +44,8 @@ def test_concurrent_appenders(tmp_path):
     table = store.read("scalars", columns=["run_id", "step"])
     pairs = list(zip(table.column("run_id").to_pylist(), table.column("step").to_pylist(), strict=True))
     assert len(set(pairs)) == len(pairs) == 1600
+    assert_delta_current(store)
+    store.vacuum(retain_hours=0)  # (the files auto-compactions replaced stay for time travel till then)
     glob = f"{path}/scalars/*.parquet"
     assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0] == 1600
 
@@ -102,3 +105,4 @@ def test_readers_see_whole_commits_under_eight_writers_and_two_compactors(tmp_pa
     assert [p.returncode for p in [*writers, *compactors]] == [0] * 10
     store = rlarrow.Store.open(path)
     assert store.row_count("scalars") == 1600 and store.info().problems == []
+    assert_delta_current(store)

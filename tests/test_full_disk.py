@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import assert_delta_current
 
 import rlarrow
 from rlarrow.core import migrations
@@ -106,6 +107,7 @@ def assert_kept(path: Path, before: dict[str, pa.Table], *, table: str = "scalar
     with rlarrow.Store.open(path) as store:
         after = store.read(table)
         info = store.info()
+        assert_delta_current(store)  # a Delta commit the full disk stopped is written now
     rows = before[table].num_rows
     assert after.slice(0, rows).equals(before[table]) or \
         after.sort_by("step").slice(0, rows).equals(before[table].sort_by("step"))

@@ -12,6 +12,7 @@ from collections import Counter
 
 import duckdb
 import pytest
+from conftest import assert_delta_current
 
 import rlarrow
 
@@ -67,12 +68,15 @@ def kill_loop(tmp_path, kills: int, seed: int) -> None:
         # A writer's recovery, then every engine agrees with the manifest.
         store = rlarrow.Store.open(path)
         seqs = check_complete(store, committed)
+        assert_delta_current(store)  # the Delta log caught up with the manifest, in row order
+        store.vacuum(retain_hours=0)  # (files compactions replaced stay for time travel till then)
         glob = f"{path}/scalars/*.parquet"
         # a kill before the first commit leaves no file, and DuckDB refuses an empty glob
         files = list((path / "scalars").glob("*.parquet"))
         n = duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0] if files else 0
         assert n == store.row_count("scalars") == ROWS_PER_COMMIT * len(seqs)
-        leftovers = [p.name for p in (path / "scalars").iterdir() if p.name.startswith(".tmp-")]
+        looked = [*(path / "scalars").iterdir(), *(path / "scalars" / "_delta_log").glob("*")]
+        leftovers = [p.name for p in looked if p.name.startswith(".tmp-")]
         assert leftovers == []
         next_seq = max(seqs, default=-1) + 1
 

@@ -203,3 +203,18 @@ def test_the_scale_doc_page_runs(cluster, tmp_path, monkeypatch, capsys):
     for expected in ("[29.0, 28.0, 27.0]", "[(20,)]", "\n100\n", "(32, 8, 4)", "'next_observation'",
                      "\n800\n", "\n255\n"):
         assert expected in out
+
+
+def test_ray_reads_the_delta_log_and_versions_as_rlarrow_does(cluster, store):
+    """ray.data.read_delta (delta-rs underneath) and rlarrow's own Ray reader, at a version."""
+    pytest.importorskip("deltalake", reason="ray.data.read_delta needs deltalake (the dev extra)")
+    at = rlarrow.Store.open(store.path, version=1)  # the first of the three commits
+    delta_version = at.delta_versions()["steps"]
+    theirs = ray.data.read_delta(os.fspath(store.path / "steps"), version=delta_version)
+    ours = rray.read(store.path, "steps", columns=["run_id", "episode_id", "step"], version=1)
+    want = at.read("steps", columns=["run_id", "episode_id", "step"]).sort_by(ORDER)
+    assert theirs.count() == want.num_rows == sum(LENGTHS[e] + 1 for e in range(8))
+    got = pa.concat_tables(ray.get(ours.to_arrow_refs())).sort_by(ORDER)
+    assert got.equals(want)
+    latest = ray.data.read_delta(os.fspath(store.path / "steps"))
+    assert latest.count() == store.row_count("steps")  # not the stray file: the log lists files

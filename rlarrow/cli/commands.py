@@ -29,8 +29,8 @@ from rlarrow._version import __version__
 from rlarrow.core.errors import RLArrowError
 from rlarrow.io import registry
 
-__all__ = ["cli", "compact", "convert", "export", "info", "main", "migrate", "plot", "push", "repair",
-           "sql_command"]
+__all__ = ["cli", "compact", "convert", "export", "history", "info", "main", "migrate", "plot", "push",
+           "repair", "sql_command", "vacuum"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -157,6 +157,11 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     click.echo(f"format   {summary.format_version} (written by {summary.writer}, "
                f"created {summary.created_at})")
     click.echo(f"on disk  {_human(summary.bytes_on_disk)}")
+    click.echo(f"version  {summary.version} (`rlarrow history {store}` lists them)")
+    if summary.retired_files:
+        click.echo(f"replaced {summary.retired_files} files ({_human(summary.retired_bytes)}) kept for "
+                   f"earlier versions: `rlarrow vacuum {store}` deletes them (a plain glob of a table "
+                   "counts them until then)")
     click.echo("")
     click.echo(f"{'table':<10} {'rows':>12} {'files':>6} {'size':>10}  schema")
     for name, t in summary.tables.items():
@@ -260,6 +265,53 @@ def push(store: str, destination: str, prune: bool) -> None:
     copied = run_push(store, destination, prune=prune, progress=None)  # a bar only on a terminal
     click.echo(f"copied {len(copied)} file(s) to {destination}" if copied
                else f"{destination} is up to date; wrote its manifest")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the versions as JSON lines.")
+@_friendly_errors
+def history(store: str, as_json: bool) -> None:
+    """List STORE's versions: what each commit, compaction or edit made.
+
+    Read any of them with `rlarrow sql STORE QUERY --version N`, `version=N` in Python, or
+    with a Delta Lake engine: each table directory is a Delta table, whose own version is
+    in the TABLES column (e.g. steps@4: `deltalake.DeltaTable("STORE/steps", version=4)`).
+    """
+    import datetime
+
+    from rlarrow.core.store import Store
+
+    st = Store.open(store, readonly=True)
+    for item in st.history():
+        if as_json:
+            click.echo(json.dumps(item))
+            continue
+        when = datetime.datetime.fromtimestamp(item["timestamp"] / 1000, datetime.UTC) \
+            if isinstance(item.get("timestamp"), int) else None
+        tables = " ".join(f"{t}@{v}" for t, v in item["tables"].items())
+        click.echo(f"{item['version']:>6}  {when:%Y-%m-%d %H:%M:%S}  {item['operation'] or '?':<9} {tables}"
+                   if when else f"{item['version']:>6}  {item['operation'] or '?':<9} {tables}")
+    if not as_json:
+        click.echo(f"current version: {st.version}")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--retain-hours", type=click.FloatRange(min=0), default=168, show_default=True,
+              help="Keep files replaced more recently than this (earlier versions read them).")
+@_friendly_errors
+def vacuum(store: str, retain_hours: float) -> None:
+    """Delete the files compactions and edits replaced more than --retain-hours ago.
+
+    Until then they stay, so that earlier versions stay readable (`--version`, Delta time
+    travel); `--retain-hours 0` frees all of them, after which versions before the last
+    compaction or edit can no longer be read.
+    """
+    from rlarrow.core.store import Store
+
+    deleted = Store.open(store, readonly=False).vacuum(retain_hours=retain_hours)
+    click.echo(f"deleted {len(deleted)} replaced file(s)")
 
 
 def _convert_help() -> str:
@@ -393,9 +445,11 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
 @click.option("--tensor", "tensors", multiple=True, metavar="NAME=TABLE.COLUMN",
               help="csv/json: result column NAME holds the binary-layout tensor TABLE.COLUMN (for a renamed "
                    "column, e.g. obs=steps.observation); repeatable.")
+@click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
+              help="Query the store as it was at version N (`rlarrow history STORE` lists them).")
 @_friendly_errors
 def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
-                tensors: tuple[str, ...]) -> None:
+                tensors: tuple[str, ...], version: int | None) -> None:
     """Run a SQL QUERY over STORE with DuckDB.
 
     Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
@@ -418,6 +472,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
       rlarrow sql runs.rlarrow "select step, observation from steps limit 5" --format json
       rlarrow sql runs.rlarrow "select states[1] from memory_decoded limit 5"
       rlarrow sql runs.rlarrow "select * from steps_to_threshold('train/loss', 0.05, direction := 'below')"
+      rlarrow sql runs.rlarrow "select count(*) from episodes" --version 12
     """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
     import duckdb
     import pyarrow as pa
@@ -440,7 +495,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
             raise click.UsageError("stdout takes no bytes here; give -o FILE")
         if fmt == "parquet" and binary_out.isatty():
             raise click.UsageError("--format parquet writes binary: give -o FILE, or pipe stdout to a file")
-    st = _store(store)
+    st = _store(store, version)
     try:
         hints = _export.resolve_tensor_types(st, given)
     except ValueError as exc:

@@ -53,7 +53,7 @@ from rlarrow.core import alignment as _alignment
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import specs as _specs
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store import Store
+from rlarrow.core.store import Store, as_store
 from rlarrow.core.tensors import to_numpy
 
 __all__ = ["DmEnvRows", "StepData"]
@@ -203,11 +203,11 @@ class DmEnvRows:
         ...     steps = rows.episode_steps(k)
     """
 
-    def __init__(self, data_directory: str | os.PathLike[str] | Store, *, run_id: str | None = None) -> None:
+    def __init__(self, data_directory: str | os.PathLike[str] | Store, *, run_id: str | None = None,
+                 version: int | None = None) -> None:
         import pyarrow.compute as pc
 
-        self.store = (data_directory if isinstance(data_directory, Store)
-                      else Store.open(data_directory, readonly=True))
+        self.store = as_store(data_directory, readonly=True, version=version)
         files = self.store.files("steps")
         index = self.store.dataset("steps", files=files).to_table(columns=["run_id", "episode_id", "step"])
         runs = pc.unique(index.column("run_id")).to_pylist()

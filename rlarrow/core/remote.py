@@ -226,7 +226,7 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
     fs, root = resolve(destination, filesystem)
     manifest = st.manifest()  # (re-read: the committed state)
     manifest["pending"] = None
-    manifest["retired"] = []
+    manifest["retired"], manifest["retired_at"], manifest["delta_due"] = [], {}, []
     wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))
                                      for table, entry in manifest["tables"].items() for f in entry["files"]]
     fs.create_dir(root, recursive=True)
@@ -237,8 +237,17 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
         if info.type == pafs.FileType.File:
             have[os.path.relpath(info.path, root).replace(os.sep, "/")] = info.size
     todo = [(rel, size) for rel, size in wanted if have.get(rel) != size]
-    with bar(sum(size for _, size in todo), "push", "B", progress) as pbar:
+    # each table's Delta log, after the files it lists (its commits never change: the new
+    # ones only), so that Delta engines read the copy too (at versions whose files it has)
+    logs = [(f"{table}/{p.parent.name}/{p.name}", p.stat().st_size)
+            for table in manifest["tables"]
+            for p in sorted((Path(st.path) / table / "_delta_log").glob("[0-9]" * 20 + ".json"))]
+    todo_logs = [(rel, size) for rel, size in logs if rel not in have]
+    with bar(sum(size for _, size in todo + todo_logs), "push", "B", progress) as pbar:
         for rel, _ in todo:
+            _copy(Path(st.path) / rel, fs, f"{root}/{rel}", pbar)
+        for rel, _ in todo_logs:
+            fs.create_dir(f"{root}/{rel.rsplit('/', 1)[0]}", recursive=True)
             _copy(Path(st.path) / rel, fs, f"{root}/{rel}", pbar)
     if not fs.get_file_info(f"{root}/{LOCK_NAME}").type == pafs.FileType.File:
         with fs.open_output_stream(f"{root}/{LOCK_NAME}"):

@@ -71,10 +71,10 @@ __all__ = ["connect", "export", "export_relation", "iter_episodes", "scan", "sql
 _EMA_EPS = 1e-12
 
 
-def _store(store: StoreLike) -> Store:
+def _store(store: StoreLike, version: int | None = None) -> Store:
     from rlarrow.core.store import as_store
 
-    return as_store(store, readonly=True)
+    return as_store(store, readonly=True, version=version)
 
 
 def _quote(text: str) -> str:
@@ -222,7 +222,8 @@ def _tensor_decoders(con: Any, st: Any) -> None:
     con.execute("; ".join(statements))  # one call: each statement alone costs about a millisecond
 
 
-def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:") -> Any:
+def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:",
+            version: int | None = None) -> Any:
     r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
 
     The views see the files committed when it was called (call again to see later
@@ -231,6 +232,7 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
     :class:`~rlarrow.core.store.ReaderLease`, released with the connection).
     ``ema_window`` bounds the rows the ``ema`` macro weighs per point (default:
     enough for weights up to 0.999 to leave out less than 1e-12 of the weight).
+    ``version``: the store as it was at that version (:attr:`rlarrow.Store.version`).
 
     Example:
         >>> con = connect("runs.rlarrow")  # doctest: +SKIP
@@ -238,7 +240,7 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
     """
     import duckdb
 
-    st = _store(store)
+    st = _store(store, version)
     lease = st.lease()
     con = duckdb.connect(database)
     weakref.finalize(con, lease.release)
@@ -341,7 +343,8 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow") -> Any:
+def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow",
+        version: int | None = None) -> Any:
     """Run ``query`` over ``store`` (see :func:`connect`) and return its result.
 
     Args:
@@ -353,6 +356,8 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
             conversions keep dtypes, nulls and NaN; tensor columns arrive as lists (of
             lists) in every form. For DuckDB's lazy relation, with ``.pl()``/``.df()``,
             query :func:`connect`'s connection instead.
+        version: read the store as it was at this version (:attr:`rlarrow.Store.version`;
+            ``rlarrow history STORE`` lists them); None: as it is now.
 
     Example:
         >>> sql("runs.rlarrow", "select * from episode_returns(0.99) limit 5")  # doctest: +SKIP
@@ -362,12 +367,12 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         raise ArgumentError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
     import duckdb
 
-    con = connect(store)
+    con = connect(store, version=version)
     try:
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
-        err = _damaged(_store(store), exc)
+        err = _damaged(_store(store, version), exc)
         if err is exc:
             raise
         raise err from exc
@@ -511,7 +516,7 @@ def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes],
         raise err from exc
 
 
-def scan(store: StoreLike, table: str, *, layout: int | None = None) -> Any:
+def scan(store: StoreLike, table: str, *, layout: int | None = None, version: int | None = None) -> Any:
     """A Polars LazyFrame over ``table``'s committed files (filters and projections push down).
 
     The frame reads the files committed when it was made, and keeps reading them whatever
@@ -519,7 +524,8 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None) -> Any:
     (:meth:`~rlarrow.Store.process_lease`; call ``scan`` again to see later commits).
     ``layout``: one layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of
     them, as :meth:`~rlarrow.Store.read` combines them (columns matched by name, a column
-    whose type differs between layouts left out, with a warning).
+    whose type differs between layouts left out, with a warning). ``version``: the store
+    as it was at that version (:attr:`rlarrow.Store.version`).
 
     Example:
         >>> import polars as pl
@@ -528,7 +534,7 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None) -> Any:
     """
     import polars as pl
 
-    st = _store(store)
+    st = _store(store, version)
     # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
     pinned = st.process_lease().pin_view(st, [table])[table]
     names = st.layout_dirs(table, layout)  # (the view pin_view took)

@@ -142,6 +142,7 @@ class Reader(DmEnvRows):
     Args:
         data_directory: a store (or its path).
         run_id: which run; may be left out when the store holds one run with steps.
+        version: the store as it was at that version (:attr:`rlarrow.Store.version`).
 
     Raises:
         StoreError: no steps, or several runs and no ``run_id``.

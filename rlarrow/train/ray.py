@@ -51,21 +51,22 @@ if TYPE_CHECKING:
 __all__ = ["import_memory", "read", "read_samples", "write"]
 
 
-def _open(store: StoreLike | RemoteStore) -> Any:
+def _open(store: StoreLike | RemoteStore, version: int | None = None) -> Any:
     """A Store, a RemoteStore, a local path or a URI, as something with files()/schema()."""
     from rlarrow.core.remote import RemoteStore
+    from rlarrow.core.store import as_store
 
-    if isinstance(store, (Store, RemoteStore)):
-        return store
-    text = os.fspath(store)
-    if "://" in text:
-        return RemoteStore(text)
-    return Store.open(text, readonly=True)
+    if isinstance(store, RemoteStore) or (not isinstance(store, Store) and "://" in os.fspath(store)):
+        if version is not None:
+            raise ArgumentError("version= reads a local store; for a store on object storage read "
+                                "its tables' Delta logs (ray.data.read_delta(uri, version=...))")
+        return store if isinstance(store, RemoteStore) else RemoteStore(os.fspath(store))
+    return as_store(store, readonly=True, version=version)
 
 
 def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] | None = None,
          filter: Any = None, layout: int | None = None,  # noqa: A002
-         **read_parquet_args: Any) -> ray.data.Dataset:
+         version: int | None = None, **read_parquet_args: Any) -> ray.data.Dataset:
     """A table of ``store`` as a ``ray.data.Dataset``, over its committed files.
 
     Rows come as stored: the store's Arrow schema (tensor columns in their layout, struct
@@ -82,6 +83,7 @@ def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] |
         layout: one layout of the table (:meth:`rlarrow.Store.layouts`); None: all of them,
             as :meth:`rlarrow.Store.read` combines them (columns matched by name, a column
             whose type differs between layouts left out, with a warning).
+        version: the store as it was at that version (:attr:`rlarrow.Store.version`).
         read_parquet_args: passed to ``ray.data.read_parquet`` (``concurrency``,
             ``override_num_blocks``, ``ray_remote_args``, ...).
 
@@ -90,7 +92,7 @@ def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] |
         >>> ds = rlarrow.train.ray.read("runs.rlarrow", "steps", filter="reward > 0")  # doctest: +SKIP
         >>> ds.groupby("episode_id").count().take(3)  # doctest: +SKIP
     """
-    st = _open(store)
+    st = _open(store, version)
     fs = getattr(st, "filesystem", None)
     # a local store's files are pinned for the process's life (a lazy dataset, and those
     # derived from it, outlive any object that could hold a lease); absolute: the read
@@ -149,7 +151,8 @@ class _Finish:
 def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
                  columns: Sequence[str] | None = None,
                  filter: Any = None, sequence_length: int = 1, shuffle: bool = False,  # noqa: A002
-                 seed: int = 0, units_per_task: int = 1, layout: int | None = None) -> ray.data.Dataset:
+                 seed: int = 0, units_per_task: int = 1, layout: int | None = None,
+                 version: int | None = None) -> ray.data.Dataset:
     """Training samples as :class:`rlarrow.train.torch.StreamingDataset` makes them, as a Ray dataset.
 
     Each row group of the table is one unit of work; a task turns it into NumPy columns:
@@ -174,6 +177,7 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         units_per_task: row groups read per task.
         layout: one layout of the table (:meth:`rlarrow.Store.layouts`); None: all of them,
             with the columns every layout has with the same type.
+        version: the store as it was at that version (:attr:`rlarrow.Store.version`).
 
     Example:
         >>> import rlarrow.train.ray  # doctest: +SKIP
@@ -181,7 +185,7 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         >>> next(ds.iter_torch_batches(batch_size=32))["observation"].shape  # doctest: +SKIP
         torch.Size([32, 8, 4])
     """
-    source = SampleSource.from_store(_open(store), table, columns=columns, filter=filter,
+    source = SampleSource.from_store(_open(store, version), table, columns=columns, filter=filter,
                                      sequence_length=sequence_length, layout=layout)
     order = np.arange(len(source.units))
     if shuffle:

@@ -94,6 +94,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         layout: one layout of the table (:meth:`rlarrow.Store.layouts`: runs whose tensors
             differ are in different layouts); None: all of them, with the columns every
             layout has with the same type (a column of one layout only needs ``layout``).
+        version: read the store as it was at this version (:attr:`rlarrow.Store.version`);
+            the version read is the dataset's ``version``, to record with a training run.
     """
 
     def __init__(
@@ -114,16 +116,19 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         rank: int | None = None,
         world_size: int | None = None,
         layout: int | None = None,
+        version: int | None = None,
     ) -> None:
-        from rlarrow.core.store import Store
+        from rlarrow.core.store import Store, as_store
 
         super().__init__()
         if (rank is None) != (world_size is None) or (
                 rank is not None and world_size is not None and not 0 <= rank < world_size):
             raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
-        st = store if isinstance(store, Store) or hasattr(store, "filesystem") \
-            else Store.open(store, readonly=True)
+        st = store if hasattr(store, "filesystem") else as_store(store, readonly=True, version=version)
+        #: the store version this dataset reads (record it with the run: read it again with
+        #: ``version=``); None for a remote store
+        self.version: int | None = st.version if isinstance(st, Store) else None
         self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
                                               sequence_length=sequence_length, layout=layout)
         self.batch_size = batch_size
@@ -339,15 +344,15 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
     ``batch_size=None`` to use it. With a plain ``batch_size``, ``__getitems__`` reads the
     batch at once and hands the rows to the default collate. ``layout``: one layout of the
     table (:meth:`rlarrow.Store.layouts`); None: all of them, with the columns every layout
-    has with the same type.
+    has with the same type. ``version``: the store as it was at that version.
     """
 
     def __init__(self, store: StoreLike, table: str = "steps", *, columns: Sequence[str] | None = None,
-                 cache_groups: int = 4, layout: int | None = None) -> None:
+                 cache_groups: int = 4, layout: int | None = None, version: int | None = None) -> None:
         from rlarrow.core.store import as_store
         from rlarrow.train.samples import _shared_schema
 
-        st = as_store(store, readonly=True)
+        st = as_store(store, readonly=True, version=version)
         self.units = units(st.files(table, layout=layout))
         schema, _ = _shared_schema(st, table, st.layout_dirs(table, layout))
         names = schema.names if schema is not None else []

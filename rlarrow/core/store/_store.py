@@ -5,7 +5,7 @@ concern to the one below: :mod:`~rlarrow.core.store.base` (state, manifest, lock
 :mod:`~rlarrow.core.store.journal` (recovery, consistent views),
 :mod:`~rlarrow.core.store.tables` (listing, reading, layouts),
 :mod:`~rlarrow.core.store.repair` (checks, repair, info),
-:mod:`~rlarrow.core.store.compaction` (compaction, maintenance) and
+:mod:`~rlarrow.core.store.compaction` (compaction, maintenance, vacuum) and
 :mod:`~rlarrow.core.store.commits` (appends, writers, transactions, staged files). This
 module adds the constructors, leases, and the helpers that take a store or its path.
 """
@@ -47,6 +47,9 @@ class Store(CommittingStore):
             would refuse (what ``rlarrow migrate`` does, to upgrade it).
         recover: False: open for writing without first finishing or undoing interrupted
             commits (what ``rlarrow repair``'s dry run does, to report them as they are).
+        version: read the store as it was at this version (:attr:`version`,
+            :meth:`history`), read-only; None: as it is now. Files a later compaction or
+            edit replaced are kept for this until ``rlarrow vacuum`` deletes them.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Store(CommittingStore):
         auto_compact: int | None = AUTO_COMPACT_FILES,
         check_versions: bool = True,
         recover: bool = True,
+        version: int | None = None,
         _check_versions: bool | None = None,
         _recover: bool | None = None,
     ) -> None:
@@ -82,6 +86,16 @@ class Store(CommittingStore):
         self._check_table_dirs(self._manifest)
         if check_versions:
             self._check_versions(self._manifest)
+        if version is not None:
+            from rlarrow.core.store.delta import manifest_at
+
+            self.readonly = True
+            self._readonly_reason = f"it was opened at version {version} (version=...), which is read-only"
+            current = self._snapshot()
+            self._manifest = current if version == current.get("version", 0) else manifest_at(
+                self.path, current, version)
+            self._pinned_version = version
+            return
         if readonly is None:
             reason = _unwritable(self.path)
             if reason is not None:
@@ -139,8 +153,11 @@ class Store(CommittingStore):
         readonly: bool | None = None,
         create: bool = False,
         auto_compact: int | None = AUTO_COMPACT_FILES,
+        version: int | None = None,
     ) -> Store:
         """Open an existing store (or create it with ``create=True``).
+
+        ``version``: the store as it was then, read-only (see :class:`Store`).
 
         By default a store that cannot be written (read-only media, no permission) opens
         read-only, so ``Store.open(path).read(...)`` works there; see :class:`Store`.
@@ -152,7 +169,7 @@ class Store(CommittingStore):
         """
         if create and not (Path(path) / MANIFEST_NAME).exists():
             return cls.create(path, auto_compact=auto_compact)
-        return cls(path, readonly=readonly, auto_compact=auto_compact)
+        return cls(path, readonly=readonly, auto_compact=auto_compact, version=version)
 
     def __enter__(self) -> Self:
         return self
@@ -200,10 +217,12 @@ class Store(CommittingStore):
 StoreLike = Store | str | os.PathLike[str]
 
 
-def as_store(store: StoreLike, *, readonly: bool | None = None, create: bool = False) -> Store:
+def as_store(store: StoreLike, *, readonly: bool | None = None, create: bool = False,
+             version: int | None = None) -> Store:
     """The :class:`Store` itself, or the store at a path opened with ``readonly``/``create``.
 
-    The caller owns a store opened here; :func:`opened` closes it for you.
+    The caller owns a store opened here; :func:`opened` closes it for you. ``version``:
+    the store as it was at that version (read-only), also when a :class:`Store` is given.
 
     Example:
         >>> import rlarrow, tempfile
@@ -212,12 +231,15 @@ def as_store(store: StoreLike, *, readonly: bool | None = None, create: bool = F
         (True, True)
     """
     if isinstance(store, Store):
-        return store
-    return Store.open(store, readonly=readonly, create=create)
+        if version is None or version == store.__dict__.get("_pinned_version"):
+            return store
+        return Store.open(store.path, version=version)
+    return Store.open(store, readonly=readonly, create=create, version=version)
 
 
 @contextlib.contextmanager
-def opened(store: StoreLike, *, readonly: bool | None = None, create: bool = False) -> Iterator[Store]:
+def opened(store: StoreLike, *, readonly: bool | None = None, create: bool = False,
+           version: int | None = None) -> Iterator[Store]:
     """The store given (left open), or the one at a path, opened here and closed on exit.
 
     Example:
@@ -227,10 +249,10 @@ def opened(store: StoreLike, *, readonly: bool | None = None, create: bool = Fal
         ...     st.row_count("steps")
         0
     """
-    if isinstance(store, Store):
+    if isinstance(store, Store) and (version is None or version == store.__dict__.get("_pinned_version")):
         yield store
         return
-    st = Store.open(store, readonly=readonly, create=create)
+    st = as_store(store, readonly=readonly, create=create, version=version)
     try:
         yield st
     finally:

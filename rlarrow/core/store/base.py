@@ -23,10 +23,12 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store import manifest as _manifest
+from rlarrow.core.store.delta import DeltaFile, DeltaLog
 from rlarrow.core.store.files import LOCK_NAME
 from rlarrow.core.store.manifest import (
     MANIFEST_NAME,
     check_manifest_versions,
+    decode_schema,
     now_iso,
     parse_manifest,
     write_error,
@@ -115,8 +117,123 @@ class StoreBase:
         _manifest.write_file(root, MANIFEST_NAME, data)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Replace the manifest; when it settles a change, log the change in each table's Delta log.
+
+        The manifest is the commit point: the Delta commits follow it (a Delta reader never
+        sees what the store could still take back). A process killed between the two, or a
+        Delta write that fails, leaves the table in ``delta_due``: the next writer's
+        recovery writes the missing Delta commit for that same store version
+        (:meth:`_delta_heal`), so no store version is missing from a table's log.
+        """
+        plan = [] if manifest.get("pending") else self._delta_plan(manifest)
         self._write_manifest_at(self.path, manifest)
         self._manifest = manifest
+        self._delta_write(plan, manifest)
+
+    # ---------------------------------------------------------------- the Delta logs
+
+    def _delta_log(self, table: str) -> DeltaLog:
+        logs: dict[str, DeltaLog] | None = self.__dict__.get("_delta_logs")
+        if logs is None:
+            logs = self.__dict__["_delta_logs"] = {}
+        log = logs.get(table)
+        if log is None:
+            log = logs[table] = DeltaLog(self.path / table)
+        return log
+
+    def _delta_changes(self, table: str,
+                       entry: dict[str, Any]) -> tuple[list[DeltaFile], list[DeltaFile]] | None:
+        """What ``table``'s Delta log lacks of ``entry`` (None: nothing; it is current)."""
+        log = self._delta_log(table)
+        log.refresh()
+        if not entry["files"] and log.version < 0:
+            return None  # never had a file: no Delta table yet
+        adds, removes = log.diff(entry["files"])
+        schema_changed = entry.get("schema") is not None and (
+            (log.metadata or {}).get("configuration", {}).get("rlarrow.schema") != entry["schema"])
+        if not adds and not removes and not schema_changed:
+            return None
+        return adds, removes
+
+    def _delta_plan(self, manifest: dict[str, Any]) -> list[tuple[str, list[DeltaFile], list[DeltaFile]]]:
+        """Before a settling manifest write: each table's Delta commit, and the new store version."""
+        plan = []
+        unreadable = []
+        for table, entry in manifest["tables"].items():
+            try:
+                changes = self._delta_changes(table, entry)
+            except (CorruptFileError, OSError) as exc:
+                # A damaged log must not stop commits (the manifest is the store's truth).
+                self._delta_warn(table, exc)
+                unreadable.append(table)
+                continue
+            if changes is not None:
+                plan.append((table, *changes))
+        if plan or unreadable:
+            manifest["version"] = int(manifest.get("version", 0)) + 1
+        manifest["delta_due"] = [table for table, _, _ in plan] + unreadable
+        return plan
+
+    def _delta_warn(self, table: str, exc: Exception) -> None:
+        import warnings
+
+        from rlarrow.core.errors import RLArrowWarning
+
+        warnings.warn(f"{self.path}: the commit stands, but its Delta log entry for {table!r} was not "
+                      f"written ({exc}); the next writer writes it. Until then Delta readers see the "
+                      "version before", RLArrowWarning, stacklevel=5)
+
+    def _delta_write(self, plan: list[tuple[str, list[DeltaFile], list[DeltaFile]]],
+                     manifest: dict[str, Any]) -> None:
+        """After the manifest: write the planned Delta commits (a failure is left to recovery)."""
+        operation, data_change = self.__dict__.get("_delta_operation", ("WRITE", True))
+        for table, adds, removes in plan:
+            entry = manifest["tables"][table]
+            try:
+                self._delta_log(table).commit(
+                    adds, removes, schema=decode_schema(entry["schema"]) if entry.get("schema") else None,
+                    schema_version=entry.get("schema_version", "1.0"),
+                    store_version=int(manifest.get("version", 0)),
+                    operation=operation, data_change=data_change, table=table)
+            except (StoreError, CorruptFileError, OSError) as exc:
+                self._delta_warn(table, exc)
+
+    def _delta_heal(self, manifest: dict[str, Any]) -> None:
+        """Under the lock: write the Delta commits a killed or failed writer left due."""
+        version = int(manifest.get("version", 0))
+        plan = []
+        due = set(manifest.get("delta_due", []))
+        for table, entry in manifest["tables"].items():
+            log = self._delta_log(table)
+            try:
+                log.refresh()
+            except (CorruptFileError, OSError) as exc:
+                self._delta_warn(table, exc)
+                continue
+            # due: a writer died (or failed) after its manifest write; no log yet: a store
+            # an rlarrow before Delta logs wrote (its present state becomes Delta version 0)
+            lags = table in due and log.store_version < version
+            if not lags and not (log.version < 0 and entry["files"]):
+                continue
+            changes = self._delta_changes(table, entry)
+            if changes is not None:
+                plan.append((table, *changes))
+        if plan:
+            with self._delta_operation("WRITE", True):  # (another writer's commit, finished for it)
+                self._delta_write(plan, manifest)
+
+    @contextlib.contextmanager
+    def _delta_operation(self, operation: str, data_change: bool) -> Iterator[None]:
+        """Name the Delta operation of the commits made inside the block (compaction, repair, ...)."""
+        previous = self.__dict__.get("_delta_operation")
+        self.__dict__["_delta_operation"] = (operation, data_change)
+        try:
+            yield
+        finally:
+            if previous is None:
+                self.__dict__.pop("_delta_operation", None)
+            else:
+                self.__dict__["_delta_operation"] = previous
 
     def _check_versions(self, manifest: dict[str, Any]) -> None:
         check_manifest_versions(manifest, os.fspath(self.path))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from rlarrow.core.store.files import (
     temp_name,
     write_row_groups,
 )
-from rlarrow.core.store.journal import apply_pending
+from rlarrow.core.store.journal import RETAIN_HOURS, apply_pending
 from rlarrow.core.store.layouts import table_of
 from rlarrow.core.store.manifest import check_inside, fsync_dir, write_error
 from rlarrow.core.store.repair import RepairStore
@@ -108,8 +109,43 @@ class CompactingStore(RepairStore):
         Raises:
             StoreError: the store was opened read-only.
         """
-        with self._locked():
+        with self._locked(), self._delta_operation("MIGRATE", True):
             yield Maintenance(self, self._recover(self._read_manifest()))
+
+    def vacuum(self, *, retain_hours: float = RETAIN_HOURS) -> list[str]:
+        """Delete the files compactions and edits replaced more than ``retain_hours`` ago.
+
+        Such files stay on disk so that earlier versions stay readable (``version=``, and
+        Delta Lake engines' time travel) and are deleted ``retain_hours`` after they were
+        replaced (7 days by default, as Delta Lake does). ``retain_hours=0`` deletes all of
+        them now: versions before the last compaction or edit can no longer be read, and
+        a plain glob of a table's ``*.parquet`` reads its current rows exactly again.
+
+        Returns:
+            The files deleted (``TABLE/NAME``).
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> for i in range(3):
+            ...     _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss",
+            ...                                  "step": [i], "value": [1.0]})
+            >>> _ = store.compact()
+            >>> len(store.vacuum()), len(store.vacuum(retain_hours=0))
+            (0, 3)
+        """
+        if retain_hours < 0:
+            from rlarrow.core.errors import ArgumentError
+
+            raise ArgumentError(f"retain_hours must be >= 0, not {retain_hours}")
+        with self._locked():
+            manifest = self._recover(self._read_manifest())
+            before = list(manifest.get("retired", []))
+            deleted = self._delete_retired(
+                manifest, older_than_ms=int(time.time() * 1000 - retain_hours * 3_600_000) + 1)
+            if manifest.get("retired", []) != before:
+                self._write_manifest(manifest)
+        return deleted
 
     def _auto_compact(self, tables: list[str]) -> None:
         """Compact after a commit where due; a failure there is a warning (the commit stands)."""
@@ -167,7 +203,7 @@ class CompactingStore(RepairStore):
             [name] if name != table_of(name) else (self._layout_names(name) or [name]))))
         changed: dict[str, tuple[int, int]] = {}
         for name in tables:
-            with self._locked():
+            with self._locked(), self._delta_operation("OPTIMIZE", False):
                 manifest = self._recover(self._read_manifest())
                 entry = manifest["tables"][name]
                 before = len(entry["files"])
@@ -268,6 +304,11 @@ class CompactingStore(RepairStore):
             os.replace(tmp, directory / final)
             fsync_dir(directory)
             apply_pending(manifest, manifest["pending"])
+            if transform is not None:
+                # A migration's old files are of a format this rlarrow no longer reads as
+                # it is: deleted at once, not kept for earlier versions.
+                for name in old_names:
+                    manifest.get("retired_at", {}).pop(f"{table}/{name}", None)
             self._write_manifest(manifest)  # new file listed, old ones retired
         except (OSError, StoreError) as exc:
             # Rolled back: without the new file the journal undoes itself on recovery.

@@ -43,7 +43,11 @@ from rlarrow.core.store.lease import _sweep_views
 from rlarrow.core.store.manifest import MANIFEST_NAME, decode_schema, encode_schema, parse_manifest
 from rlarrow.core.type_names import schema_differences
 
-__all__ = ["JournalStore", "apply_pending", "pending_parts", "roll_forward"]
+__all__ = ["RETAIN_HOURS", "JournalStore", "apply_pending", "pending_parts", "retire", "roll_forward"]
+
+#: Files a compaction or an edit replaced are kept this long for reading earlier versions
+#: (Delta Lake's default ``deletedFileRetentionDuration``); :meth:`rlarrow.Store.vacuum` frees them sooner.
+RETAIN_HOURS = 168
 
 #: Attempts at a consistent view (a compaction may replace files under a reader).
 _READ_ATTEMPTS = 5
@@ -101,7 +105,18 @@ def _apply_part(manifest: dict[str, Any], pending: dict[str, Any]) -> None:
         files.extend(new_entries)
     entry["files"] = files
     entry["rows"] = sum(f["rows"] for f in files)
-    manifest["retired"] = sorted(set(manifest.get("retired", [])) | {f"{table}/{n}" for n in old})
+    retire(manifest, [f"{table}/{n}" for n in old])
+
+
+def retire(manifest: dict[str, Any], rels: list[str]) -> None:
+    """List files (``TABLE/NAME``) as retired now: kept for reading earlier versions until vacuumed."""
+    if not rels:
+        return
+    manifest["retired"] = sorted(set(manifest.get("retired", [])) | set(rels))
+    when = manifest.setdefault("retired_at", {})
+    now = int(time.time() * 1000)
+    for rel in rels:
+        when.setdefault(rel, now)
 
 
 class JournalStore(StoreBase):
@@ -127,8 +142,74 @@ class JournalStore(StoreBase):
         return copy.deepcopy(self._manifest)
 
     def refresh(self) -> None:
-        """Re-read the manifest to see commits made by other writers."""
+        """Re-read the manifest to see commits made by other writers.
+
+        A store opened at a version (``Store.open(path, version=N)``) stays at it.
+        """
+        if self.__dict__.get("_pinned_version") is not None:
+            return
         self._manifest = self._snapshot()
+
+    @property
+    def version(self) -> int:
+        """The store version this object reads: each commit, compaction or edit makes a new one.
+
+        A training run that records it (with the path) can read exactly the same data
+        again later with ``Store.open(path, version=...)`` (or ``version=`` of any
+        reader), until ``rlarrow vacuum`` deletes files that version needs. Each table's
+        Delta log has its own version numbers: :meth:`delta_versions` maps them.
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> v0 = store.version
+            >>> _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss", "step": [0],
+            ...                              "value": [1.0]})
+            >>> store.version == v0 + 1, rlarrow.Store.open(store.path, version=v0).row_count("scalars")
+            (True, 0)
+        """
+        return int(self._manifest.get("version", 0))
+
+    def delta_versions(self) -> dict[str, int]:
+        """Each table directory's Delta Lake version at this store version (tables with a log).
+
+        What to give another engine to read the same data: for example
+        ``deltalake.DeltaTable(f"{store.path}/steps", version=store.delta_versions()["steps"])``
+        or ``ray.data.read_delta(path, version=...)``.
+        """
+        from rlarrow.core.store.delta import DeltaLog
+
+        found = {}
+        for name in self._manifest["tables"]:
+            log = DeltaLog(self.path / name)
+            log.refresh(until_store_version=self.version)
+            if log.version >= 0:
+                found[name] = log.version
+        return found
+
+    def history(self) -> list[dict[str, Any]]:
+        """The store's versions, oldest first: version, time, operation, and the tables each changed.
+
+        Read from the tables' Delta logs (each commit records its store version).
+        """
+        from rlarrow.core.store.delta import LOG_DIR
+
+        by_version: dict[int, dict[str, Any]] = {}
+        for name in self._manifest["tables"]:
+            log_dir = self.path / name / LOG_DIR
+            if not log_dir.is_dir():
+                continue
+            for path in sorted(log_dir.glob("[0-9]" * 20 + ".json")):
+                with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+                    first = path.read_text("utf-8").split("\n", 1)[0]
+                    info = json.loads(first).get("commitInfo") or {}
+                    v = (info.get("rlarrow") or {}).get("storeVersion")
+                    if not isinstance(v, int):
+                        continue
+                    item = by_version.setdefault(v, {"version": v, "timestamp": info.get("timestamp"),
+                                                     "operation": info.get("operation"), "tables": {}})
+                    item["tables"][name] = int(path.stem)
+        return [by_version[v] for v in sorted(by_version)]
 
     def _snapshot(self) -> dict[str, Any]:
         """One consistent view of the committed files, without the lock (for readers).
@@ -233,16 +314,31 @@ class JournalStore(StoreBase):
         return all((self.path / part["table"] / n).exists()
                    for part in pending_parts(pending) for n in part["new"])
 
-    def _delete_retired(self, manifest: dict[str, Any]) -> None:
+    def _delete_retired(self, manifest: dict[str, Any], *, older_than_ms: int | None = None) -> list[str]:
+        """Delete retired files that no version needs any more; returns them.
+
+        Those an rlarrow before Delta logs retired (nothing reads them), and with
+        ``older_than_ms`` those retired before it (:meth:`vacuum`).
+        """
         keep = []
+        when = manifest.get("retired_at", {})
+        deleted = []
         for rel in manifest.get("retired", []):
+            at = when.get(rel)
+            if at is not None and (older_than_ms is None or at >= older_than_ms):
+                keep.append(rel)  # an earlier version may read it (time travel)
+                continue
             try:
                 (self.path / rel).unlink()
+                deleted.append(rel)
             except FileNotFoundError:
                 pass
             except OSError:
                 keep.append(rel)
         manifest["retired"] = keep
+        if when:
+            manifest["retired_at"] = {rel: at for rel, at in when.items() if rel in set(keep)}
+        return deleted
 
     def _remove_stale_tmp(self) -> None:
         _sweep_views(self.path)  # dead readers' links
@@ -270,12 +366,13 @@ class JournalStore(StoreBase):
         ``sweep`` also deletes dead processes' temporary files: garbage, which nothing
         reads, so a commit leaves it to the next open, declare or compaction.
         """
+        self._delta_heal(manifest)
         before = json.dumps(manifest, sort_keys=True)
         self._finish_pending(manifest)
         for table, names in self._scan_orphans(manifest).items():
             for name in names:
                 self._adopt(manifest, table, name)
-        self._delete_retired(manifest)
+        self._delete_retired(manifest, older_than_ms=int(time.time() * 1000) - RETAIN_HOURS * 3_600_000)
         if sweep:
             self._remove_stale_tmp()
         if json.dumps(manifest, sort_keys=True) != before:

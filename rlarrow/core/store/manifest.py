@@ -168,6 +168,15 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
         c.file_name(name, f"retired[{i}]", table)
         if rel in listed:
             raise c.fail(f"retired[{i}]", f"{rel!r:.200} is listed too (committed or retired, not both)")
+    retired = set(m.get("retired", []))
+    for rel, at in c.obj(m.get("retired_at", {}), "'retired_at'").items():
+        if rel not in retired:
+            raise c.fail("'retired_at'", f"names {rel!r:.200}, which is not retired")
+        c.count(at, f"retired_at[{rel!r:.200}]")
+    c.count(m.get("version", 0), "'version'")
+    for i, table in enumerate(c.lst(m.get("delta_due", []), "'delta_due'")):
+        if not isinstance(table, str) or table not in tables:
+            raise c.fail(f"delta_due[{i}]", f"{table!r:.80} is not one of the store's tables")
     pending = m.get("pending")
     if pending is not None:
         p = c.obj(pending, "'pending'")

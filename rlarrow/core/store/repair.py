@@ -156,6 +156,11 @@ class StoreInfo:
     bytes_on_disk: int
     #: listed files that are missing or damaged (``rlarrow repair`` drops them)
     problems: list[FileProblem] = dataclasses.field(default_factory=list)
+    #: the store version (each commit, compaction or edit makes one)
+    version: int = 0
+    #: files compactions and edits replaced, kept for earlier versions until ``rlarrow vacuum``
+    retired_files: int = 0
+    retired_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the summary."""
@@ -166,6 +171,9 @@ class StoreInfo:
             "writer": self.writer,
             "created_at": self.created_at,
             "bytes_on_disk": self.bytes_on_disk,
+            "version": self.version,
+            "retired_files": self.retired_files,
+            "retired_bytes": self.retired_bytes,
             "tables": {
                 name: {
                     "rows": t.rows,
@@ -282,7 +290,7 @@ class RepairStore(TableStore):
         problems = self.check(deep=True) + self._unadoptable()
         if not apply or not problems:
             return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
-        with self._locked():
+        with self._locked(), self._delta_operation("DELETE", True):
             manifest = self._read_manifest()
             # An interrupted replacement is finished or undone first, as recovery would (the
             # check's view already saw it so): dropping files from a journal's half state
@@ -350,7 +358,14 @@ class RepairStore(TableStore):
             for f in fnames:
                 with contextlib.suppress(OSError):
                     size += os.stat(os.path.join(root, f)).st_size
+        retired_bytes = 0
+        for rel in m.get("retired", []):
+            with contextlib.suppress(OSError):
+                retired_bytes += (self.path / rel).stat().st_size
         return StoreInfo(
+            version=int(m.get("version", 0)),
+            retired_files=len(m.get("retired", [])),
+            retired_bytes=retired_bytes,
             path=os.fspath(self.path),
             format_version=m["format_version"],
             writer=m.get("writer", "?"),

@@ -1,0 +1,484 @@
+"""Each table directory is also a Delta Lake table: its ``_delta_log/``, written to the spec.
+
+The store's manifest stays the commit point (its journal makes commits, compactions and
+transactions all-or-nothing). After every manifest write that settles a change
+(:meth:`rlarrow.Store._write_manifest` with no step pending), each table whose committed
+files differ from its Delta log gets one Delta commit: ``add`` actions for the files the
+manifest now lists, ``remove`` actions for those it no longer does. So every engine that
+reads Delta Lake (``deltalake``, ``polars.scan_delta``, ``ray.data.read_delta``, Spark,
+DuckDB's ``delta_scan``) reads a consistent snapshot of every table, and any earlier version.
+
+Why written here and not with the ``deltalake`` package: the log is plain JSON lines, a
+commit writes one small file, and the store already holds the lock that serialises its
+commits; ``deltalake``'s transaction API would add a 40 MB dependency to every install and
+re-read the table state on every commit (measured in ``benchmarks/store_commit.py``). The
+tests read every log back with ``deltalake`` and Polars.
+
+Versions: each table's Delta log counts its own commits (0, 1, ...), as the protocol
+requires (no gaps). The store counts its changes too (``version`` in the manifest); each
+Delta commit records the store version it belongs to (``commitInfo.rlarrow.storeVersion``),
+which is how ``Store.open(path, version=S)`` finds every table's state at store version S.
+
+What rlarrow keeps in the log beyond the protocol's required fields (all optional to
+readers): the store's exact Arrow schema (``metaData.configuration["rlarrow.schema"]``,
+because Delta has no fixed-size list, no unsigned integers and no tensor extension type:
+the Delta schema names the nearest Delta type and the field's metadata the tensor's dtype
+and shape), each file's row count (``add.stats.numRecords``) and its place in the table's
+row order (``add.tags["rlarrow.order"]``, so that a file a compaction wrote reads where
+the files it replaced did).
+
+Example:
+    >>> import rlarrow, tempfile, os, json
+    >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+    >>> _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss", "step": [0, 1],
+    ...                              "value": [1.0, 0.5]})
+    >>> log = DeltaLog(store.path / "scalars")
+    >>> log.refresh(); log.version, sorted(f.rows for f in log.files.values())
+    (0, [2])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+
+from rlarrow._version import __version__
+from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive, temp_owner
+from rlarrow.core.store.manifest import encode_schema, fsync_dir, is_plain_file_name, write_error
+
+__all__ = ["LOG_DIR", "PROTOCOL", "DeltaFile", "DeltaLog", "delta_schema", "manifest_at", "order_after",
+           "order_between"]
+
+#: The Delta log directory inside each table directory.
+LOG_DIR = "_delta_log"
+#: The protocol versions rlarrow's logs need: no reader or writer table features.
+PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
+_ORDER_TAG = "rlarrow.order"
+_SCHEMA_KEY = "rlarrow.schema"
+_SEG = 12  # digits of one segment of an order key
+
+
+@dataclass(frozen=True)
+class DeltaFile:
+    """One data file a Delta log lists: its name in the table directory, rows, bytes, order key."""
+
+    name: str
+    rows: int
+    bytes: int
+    order: str
+
+
+@dataclass
+class _State:
+    version: int = -1
+    store_version: int = -1
+    files: dict[str, DeltaFile] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+
+
+def order_after(key: str | None) -> str:
+    """An order key after ``key`` (after every key when appending at the end).
+
+    Example:
+        >>> order_after(None), order_after("000000000004.000000000001"), order_after(".000000000001")
+        ('000000000001', '000000000005', '000000000001')
+    """
+    if key is None:
+        return f"{1:0{_SEG}d}"
+    head = key.split(".")[0]  # ('' for a key made before every other: ".000000000001")
+    return f"{int(head or 0) + 1:0{_SEG}d}"
+
+
+def order_between(before: str | None, after: str | None) -> str:
+    """An order key strictly between two keys (None: no bound on that side).
+
+    Keys are dot-joined fixed-width segments; ``.`` sorts before digits, so a key's
+    extension sorts right after it.
+
+    Example:
+        >>> a = order_between("000000000001", "000000000002"); a
+        '000000000001.000000000001'
+        >>> "000000000001" < a < "000000000002", order_between(None, "000000000001") < "000000000001"
+        (True, True)
+    """
+    if after is None:
+        return order_after(before)
+    base = before if before is not None else ""
+    zero, one = "0" * _SEG, f"{1:0{_SEG}d}"
+    candidate = f"{base}.{one}" if base else f".{one}"
+    while candidate >= after:  # ``after`` extends ``before``: go one level deeper
+        candidate = f"{candidate[:-_SEG]}{zero}.{one}"
+    return candidate
+
+
+def _delta_type(t: pa.DataType) -> tuple[Any, dict[str, str]]:
+    """The Delta type of an Arrow type, and field metadata that says what Delta cannot."""
+    from rlarrow.core import tensors
+
+    meta: dict[str, str] = {}
+    if isinstance(t, pa.ExtensionType):
+        if isinstance(t, tensors.TensorType):
+            meta["rlarrow.tensor"] = _tensor_meta(t, "binary")
+        return _delta_type(t.storage_type)[0], meta
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        element, _ = _delta_type(t.value_type)
+        if pa.types.is_fixed_size_list(t):
+            meta["rlarrow.tensor"] = _tensor_meta(t, "list")
+        return {"type": "array", "elementType": element, "containsNull": True}, meta
+    if pa.types.is_struct(t):
+        return {"type": "struct", "fields": [_delta_field(t.field(i)) for i in range(t.num_fields)]}, meta
+    if pa.types.is_timestamp(t):
+        return "timestamp", meta  # (the store's timestamps are UTC microseconds)
+    simple = {
+        pa.bool_(): "boolean", pa.int8(): "byte", pa.int16(): "short", pa.int32(): "integer",
+        pa.int64(): "long", pa.float32(): "float", pa.float64(): "double", pa.string(): "string",
+        pa.large_string(): "string", pa.binary(): "binary", pa.large_binary(): "binary",
+        pa.date32(): "date",
+        # Delta has no unsigned integers: the next wider signed type holds every value (as
+        # Spark reads Parquet's UINT_8/16/32); the field metadata keeps the Arrow type.
+        pa.uint8(): "short", pa.uint16(): "integer", pa.uint32(): "long", pa.uint64(): "decimal(20,0)",
+        pa.float16(): "float",
+    }
+    if t in simple:
+        if t in (pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(), pa.float16()):
+            meta["rlarrow.arrow_type"] = str(t)
+        return simple[t], meta
+    if pa.types.is_fixed_size_binary(t):
+        return "binary", meta
+    raise StoreError(f"the Arrow type {t} has no Delta Lake type; rlarrow cannot log it")
+
+
+def _tensor_meta(t: pa.DataType, layout: str) -> str:
+    from rlarrow.core import tensors
+
+    dtype = tensors.tensor_dtype(t)
+    return json.dumps({"dtype": str(dtype), "shape": list(tensors.tensor_shape(t)), "layout": layout})
+
+
+def _delta_field(f: pa.Field) -> dict[str, Any]:
+    type_, meta = _delta_type(f.type)
+    return {"name": f.name, "type": type_, "nullable": bool(f.nullable), "metadata": meta}
+
+
+def delta_schema(schema: pa.Schema) -> dict[str, Any]:
+    """The Delta Lake schema (``metaData.schemaString``, decoded) of an Arrow schema.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> delta_schema(pa.schema([("step", pa.int64())]))["fields"][0]["type"]
+        'long'
+    """
+    return {"type": "struct", "fields": [_delta_field(f) for f in schema]}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DeltaLog:
+    """One table directory's Delta log: read incrementally, written one commit at a time.
+
+    ``refresh()`` reads the commits written since the last one it read (by this process
+    or another); the state is then ``version``, ``store_version`` and ``files``. Writers
+    call :meth:`commit` under the store's lock.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.log_dir = self.directory / LOG_DIR
+        self._state = _State()
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def version(self) -> int:
+        """The last Delta version read (-1: no log yet)."""
+        return self._state.version
+
+    @property
+    def store_version(self) -> int:
+        """The store version of the last Delta commit read (-1: none)."""
+        return self._state.store_version
+
+    @property
+    def files(self) -> dict[str, DeltaFile]:
+        """The files of the last version read, by name."""
+        return self._state.files
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The table's current ``metaData`` action (None: no log yet)."""
+        return self._state.metadata
+
+    def _path(self, version: int) -> Path:
+        return self.log_dir / f"{version:020d}.json"
+
+    def exists(self) -> bool:
+        """Whether the table has a Delta log (its first commit was written)."""
+        return self._path(0).is_file()
+
+    def refresh(self, *, until_store_version: int | None = None) -> None:
+        """Read the commits written since the last one read (up to a store version).
+
+        Raises:
+            CorruptFileError: a commit file is not the JSON lines the protocol describes.
+        """
+        while True:
+            path = self._path(self._state.version + 1)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise CorruptFileError(path, f"cannot be read ({exc.strerror or exc})") from exc
+            actions = self._parse(path, data)
+            info: Any = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            store_version = info.get("rlarrow", {}).get("storeVersion") if isinstance(info, dict) else None
+            if (until_store_version is not None and isinstance(store_version, int)
+                    and store_version > until_store_version):
+                return
+            self._apply(path, actions)
+            self._state.version += 1
+            if isinstance(store_version, int):
+                self._state.store_version = store_version
+
+    @staticmethod
+    def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
+        try:
+            actions = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise CorruptFileError(path, f"is not a Delta Lake commit (JSON lines): {exc}") from exc
+        if not all(isinstance(a, dict) for a in actions):
+            raise CorruptFileError(path, "is not a Delta Lake commit: a line is not a JSON object")
+        return actions
+
+    def _apply(self, path: Path, actions: list[dict[str, Any]]) -> None:
+        state = self._state
+        for action in actions:
+            if "metaData" in action:
+                state.metadata = action["metaData"]
+            elif "add" in action:
+                add = action["add"]
+                name = self._name(path, add)
+                try:
+                    stats = json.loads(add.get("stats") or "{}")
+                    rows = int(stats.get("numRecords", -1))
+                except (ValueError, TypeError, AttributeError):
+                    rows = -1
+                tags = add.get("tags") or {}
+                order = str(tags.get(_ORDER_TAG, ""))
+                state.files[name] = DeltaFile(name, rows, int(add.get("size", 0)), order)
+            elif "remove" in action:
+                state.files.pop(self._name(path, action["remove"]), None)
+
+    @staticmethod
+    def _name(path: Path, action: Any) -> str:
+        name = unquote(action.get("path", "")) if isinstance(action, dict) else ""
+        if not is_plain_file_name(name):
+            # (rlarrow never reads, renames or deletes a file outside the table directory)
+            raise CorruptFileError(path, f"names the file {name!r:.200}, not a plain name in the table "
+                                   "directory; rlarrow's Delta logs list only their own files")
+        return name
+
+    def ordered(self) -> list[DeltaFile]:
+        """The files in the table's row order."""
+        return sorted(self._state.files.values(), key=lambda f: (f.order, f.name))
+
+    # ------------------------------------------------------------------ writing
+
+    def diff(self, listed: list[dict[str, Any]]) -> tuple[list[DeltaFile], list[DeltaFile]]:
+        """What a commit must add and remove for the log to list ``listed`` (manifest entries).
+
+        New files get order keys from their place among the listed files: a file a
+        compaction wrote goes where the first of the files it replaced was.
+        """
+        current = self._state.files
+        listed_names = {f["name"] for f in listed}
+        removes = [f for n, f in current.items() if n not in listed_names]
+        adds: list[DeltaFile] = []
+        previous: str | None = None
+        pending: list[dict[str, Any]] = []
+
+        def place(next_key: str | None) -> None:
+            nonlocal previous
+            for entry in pending:
+                key = order_between(previous, next_key)
+                adds.append(DeltaFile(entry["name"], int(entry["rows"]), int(entry["bytes"]), key))
+                previous = key
+            pending.clear()
+
+        for entry in listed:
+            known = current.get(entry["name"])
+            if known is None:
+                pending.append(entry)
+                continue
+            if pending:
+                place(known.order if known.order > (previous or "") else None)
+            previous = known.order if known.order > (previous or "") else previous
+        place(None)
+        return adds, removes
+
+    def commit(
+        self,
+        adds: list[DeltaFile],
+        removes: list[DeltaFile],
+        *,
+        schema: pa.Schema | None,
+        schema_version: str,
+        store_version: int,
+        operation: str = "WRITE",
+        data_change: bool = True,
+        table: str = "",
+    ) -> int:
+        """Write the next Delta commit (under the store's lock); returns its version.
+
+        Raises:
+            StoreError: the commit file could not be written (full disk, ...), or another
+                writer wrote this version meanwhile (a Delta writer that is not rlarrow).
+        """
+        state = self._state
+        version = state.version + 1
+        now = _now_ms()
+        actions: list[dict[str, Any]] = [{"commitInfo": {
+            "timestamp": now, "operation": operation,
+            "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
+            "isBlindAppend": operation == "WRITE" and not removes,
+            "engineInfo": f"rlarrow/{__version__}",
+            "rlarrow": {"storeVersion": store_version, "table": table},
+        }}]
+        new_meta: dict[str, Any] | None = None
+        if schema is not None:
+            encoded = encode_schema(schema)
+            old = state.metadata
+            if old is None or (old.get("configuration") or {}).get(_SCHEMA_KEY) != encoded:
+                new_meta = {
+                    "id": (old or {}).get("id") or str(uuid.uuid4()),
+                    "name": table or None, "description": None,
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps(delta_schema(schema)),
+                    "partitionColumns": [],
+                    "configuration": {_SCHEMA_KEY: encoded, "rlarrow.schemaVersion": schema_version},
+                    "createdTime": (old or {}).get("createdTime") or now,
+                }
+        if version == 0:
+            if new_meta is None:
+                raise StoreError(f"{self.directory}: a table's first Delta commit needs its schema")
+            actions.append({"protocol": dict(PROTOCOL)})
+        if new_meta is not None:
+            actions.append({"metaData": new_meta})
+        for f in removes:
+            actions.append({"remove": {"path": quote(f.name), "deletionTimestamp": now,
+                                       "dataChange": data_change, "extendedFileMetadata": True,
+                                       "partitionValues": {}, "size": f.bytes}})
+        for f in adds:
+            actions.append({"add": {"path": quote(f.name), "partitionValues": {}, "size": f.bytes,
+                                    "modificationTime": now, "dataChange": data_change,
+                                    "stats": json.dumps({"numRecords": f.rows}),
+                                    "tags": {_ORDER_TAG: f.order}}})
+        data = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
+        self._write_new(version, data)
+        self._apply(self._path(version), actions)
+        state.version = version
+        state.store_version = store_version
+        return version
+
+    def _write_new(self, version: int, data: bytes) -> None:
+        """Create ``version``'s file whole, or not at all, never over an existing one."""
+        final = self._path(version)
+        try:
+            if not self.log_dir.is_dir():
+                self.log_dir.mkdir(exist_ok=True)
+                fsync_dir(self.directory)
+        except OSError as exc:
+            raise write_error(self.log_dir, exc) from exc
+        # (a hidden name the store's sweeper knows; Delta readers list only NNN.json names)
+        tmp = self.log_dir / f"{temp_owner('delta')}{secrets.token_hex(4)}.json.partial"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, final)  # put-if-absent, as the protocol requires of a commit
+            except FileExistsError:
+                raise StoreError(f"{final}: Delta version {version} was written by someone else; only "
+                                 "rlarrow may write an rlarrow store's Delta log (read it with any "
+                                 "Delta engine, write it with rlarrow)") from None
+        except OSError as exc:
+            raise write_error(final, exc) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fsync_dir(self.log_dir)
+
+    def sweep(self) -> None:
+        """Delete temporary commit files of dead writers."""
+        if not self.log_dir.is_dir():
+            return
+        for p in self.log_dir.glob(_TMP_PREFIX + "*"):
+            if not _tmp_owner_alive(p.name):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+
+def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, Any]:
+    """The manifest of store version ``version``, rebuilt from the tables' Delta logs.
+
+    ``current`` is the store's manifest now (its tables and layouts name the logs to read).
+    Every table lists the files its log listed at the last Delta commit of store version
+    ``version`` or before, in the table's row order; a layout created later is absent.
+
+    Raises:
+        NotFoundError: ``version`` is not one of the store's versions, or a file it
+            lists was deleted since (``rlarrow vacuum``).
+    """
+    import copy
+
+    from rlarrow.core.errors import NotFoundError
+    from rlarrow.core.store.layouts import table_of
+
+    latest = int(current.get("version", 0))
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= latest:
+        raise NotFoundError(f"{root}: no version {version!r}; its versions are 0 to {latest} "
+                            f"(`rlarrow history {root}` lists them)")
+    manifest = copy.deepcopy(current)
+    manifest["version"] = version
+    manifest["pending"] = None
+    manifest["retired"], manifest["retired_at"], manifest["delta_due"] = [], {}, []
+    for name in list(manifest["tables"]):
+        entry = manifest["tables"][name]
+        log = DeltaLog(root / name)
+        log.refresh(until_store_version=version)
+        if log.version < 0:
+            if name != table_of(name):
+                del manifest["tables"][name]  # a layout made later
+            else:
+                entry.update(schema=None, rows=0, files=[])
+            continue
+        config = (log.metadata or {}).get("configuration") or {}
+        files = log.ordered()
+        gone = [f.name for f in files if not (root / name / f.name).is_file()]
+        if gone:
+            raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
+                                f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
+                                "deleted since by `rlarrow vacuum`; read a later version")
+        entry["schema"] = config.get(_SCHEMA_KEY, entry.get("schema"))
+        entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
+        entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes} for f in files]
+        entry["rows"] = sum(f.rows for f in files)
+    return manifest
