@@ -29,8 +29,8 @@ from rlarrow._version import __version__
 from rlarrow.core.errors import RLArrowError
 from rlarrow.io import registry
 
-__all__ = ["cli", "compact", "convert", "export", "history", "info", "main", "migrate", "plot", "push",
-           "repair", "sql_command", "vacuum"]
+__all__ = ["cli", "compact", "convert", "delete", "export", "history", "info", "label", "main", "merge",
+           "migrate", "plot", "push", "repair", "sql_command", "vacuum"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -312,6 +312,106 @@ def vacuum(store: str, retain_hours: float) -> None:
 
     deleted = Store.open(store, readonly=False).vacuum(retain_hours=retain_hours)
     click.echo(f"deleted {len(deleted)} replaced file(s)")
+
+
+def _episode_options(run: tuple[str, ...],
+                     episode: tuple[int, ...]) -> tuple[list[str] | None, list[Any] | None]:
+    """--run/--episode as delete()/label() take them: whole runs, or episodes of one run."""
+    if episode:
+        if len(run) != 1:
+            raise click.UsageError("--episode needs exactly one --run (the run the episodes belong to)")
+        return None, [(run[0], e) for e in episode]
+    if not run:
+        raise click.UsageError("say what: --run RUN (repeatable), with --episode N for episodes of it")
+    return list(run), None
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--run", "run", multiple=True, help="A run to delete (repeatable).")
+@click.option("--episode", "episode", multiple=True, type=int,
+              help="Only this episode of the --run (repeatable).")
+@_friendly_errors
+def delete(store: str, run: tuple[str, ...], episode: tuple[int, ...]) -> None:
+    """Delete runs, or episodes of a run, from every table of STORE, in one commit.
+
+    Readers see the store before or after, never between; the version before still reads
+    the deleted rows (`rlarrow sql STORE QUERY --version N`) until `rlarrow vacuum`.
+
+    \b
+    Examples:
+      rlarrow delete runs.rlarrow --run 20261123T101500-ab12
+      rlarrow delete runs.rlarrow --run RUN --episode 3 --episode 17
+    """  # noqa: D301
+    from rlarrow.core.store import Store
+
+    runs, episodes = _episode_options(run, episode)
+    st = Store.open(store, readonly=False)
+    counts = st.delete(runs=runs, episodes=episodes)
+    if not counts:
+        click.echo("nothing matched: the store is unchanged")
+        return
+    click.echo(", ".join(f"{t}: {n} rows" for t, n in counts.items()) + f" deleted (version {st.version})")
+
+
+def _label_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a plain word: a string
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--run", "run", multiple=True, help="A run to label (repeatable).")
+@click.option("--episode", "episode", multiple=True, type=int,
+              help="Label this episode of the --run instead (repeatable).")
+@click.option("--set", "pairs", multiple=True, metavar="KEY=VALUE", required=True,
+              help="A metadata key and its value (JSON: true, 0.9, \"text\"; a plain word is text; "
+                   "null removes the key); repeatable.")
+@_friendly_errors
+def label(store: str, run: tuple[str, ...], episode: tuple[int, ...], pairs: tuple[str, ...]) -> None:
+    """Set metadata keys of runs or episodes in STORE (success labels, splits), in one commit.
+
+    Only the small runs/episodes files that hold them are rewritten; the steps are not.
+    Query them with e.g. `metadata->>'$.split'`.
+
+    \b
+    Examples:
+      rlarrow label runs.rlarrow --run RUN --episode 3 --set success=true
+      rlarrow label runs.rlarrow --run RUN --set split=validation
+    """  # noqa: D301
+    from rlarrow.core.store import Store
+
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key:
+            raise click.UsageError(f"--set {pair!r}: write KEY=VALUE, e.g. --set split=validation")
+        values[key] = _label_value(text)
+    runs, episodes = _episode_options(run, episode)
+    st = Store.open(store, readonly=False)
+    counts = st.label(values, runs=runs, episodes=episodes)
+    click.echo(", ".join(f"{t}: {n} rows" for t, n in counts.items()) + f" labelled (version {st.version})")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("others", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@_friendly_errors
+def merge(store: str, others: tuple[str, ...]) -> None:
+    """Add every run of the OTHERS stores to STORE, each in one commit.
+
+    Files are shared, not copied, where both stores are on one filesystem (hard links;
+    files never change), and copied once otherwise.
+    """
+    from rlarrow.core.store import Store
+
+    st = Store.open(store, readonly=False)
+    for other in others:
+        counts = st.merge(other)
+        click.echo(f"{other}: " + (", ".join(f"{t}: {n} rows" for t, n in counts.items()) or "nothing")
+                   + f" merged (version {st.version})")
 
 
 def _convert_help() -> str:

@@ -35,10 +35,11 @@ The package's modules, each owning one part (lowest first):
 * :mod:`~rlarrow.core.store.lease`: :class:`ReaderLease`.
 * :mod:`~rlarrow.core.store.base`, :mod:`~rlarrow.core.store.journal`,
   :mod:`~rlarrow.core.store.tables`, :mod:`~rlarrow.core.store.repair`,
-  :mod:`~rlarrow.core.store.compaction`, :mod:`~rlarrow.core.store.commits`: the layers
-  :class:`Store` is made of (state and lock; recovery and versions; listing, reading and
-  layouts; checks and repair; compaction, :class:`Maintenance` and vacuum; commits), one
-  class each, each on the one before; ``_store`` adds the constructors.
+  :mod:`~rlarrow.core.store.compaction`, :mod:`~rlarrow.core.store.commits`,
+  :mod:`~rlarrow.core.store.edits`: the layers :class:`Store` is made of (state and lock;
+  recovery and versions; listing, reading and layouts; checks and repair; compaction,
+  :class:`Maintenance` and vacuum; commits; edits), one class each, each on the one
+  before; ``_store`` adds the constructors.
 * :mod:`~rlarrow.core.store.delta`: each table's Delta Lake log (written after every
   settling manifest write; read for ``version=``).
 

@@ -5,8 +5,9 @@ concern to the one below: :mod:`~rlarrow.core.store.base` (state, manifest, lock
 :mod:`~rlarrow.core.store.journal` (recovery, consistent views),
 :mod:`~rlarrow.core.store.tables` (listing, reading, layouts),
 :mod:`~rlarrow.core.store.repair` (checks, repair, info),
-:mod:`~rlarrow.core.store.compaction` (compaction, maintenance, vacuum) and
-:mod:`~rlarrow.core.store.commits` (appends, writers, transactions, staged files). This
+:mod:`~rlarrow.core.store.compaction` (compaction, maintenance, vacuum),
+:mod:`~rlarrow.core.store.commits` (appends, writers, transactions, staged files) and
+:mod:`~rlarrow.core.store.edits` (delete, label, merge). This
 module adds the constructors, leases, and the helpers that take a store or its path.
 """
 
@@ -20,7 +21,7 @@ from typing import Self
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store.commits import CommittingStore
+from rlarrow.core.store.edits import EditingStore
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, LOCK_NAME, _unwritable
 from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
 from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
@@ -28,7 +29,7 @@ from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_err
 __all__ = ["Store", "StoreLike", "as_store", "opened"]
 
 
-class Store(CommittingStore):
+class Store(EditingStore):
     """A directory of Parquet tables (runs, episodes, steps, scalars, memory).
 
     Create one with :meth:`Store.create`, open one with :meth:`Store.open`. A store is a

@@ -330,26 +330,35 @@ class CommittingStore(CompactingStore):
             parts = [{"op": "append", "table": table, "old": [], "new": [f.final for f in files],
                       "new_entries": [{"name": f.final, "rows": f.rows, "bytes": f.bytes} for f in files]}
                      for table, files in by_table.items()]
-            pending = dict(parts[0])
-            if len(parts) > 1:
-                pending["also"] = parts[1:]
-            renamed: list[Path] = []
-            try:
-                manifest["pending"] = pending
-                self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
-                for f in tx.files:
-                    os.replace(f.tmp, self.path / f.table / f.final)
-                    renamed.append(self.path / f.table / f.final)
-                for table in by_table:
-                    fsync_dir(self.path / table)
-                apply_pending(manifest, pending)
-                self._write_manifest(manifest)
-            except (OSError, StoreError) as exc:
-                # Not committed: with a new file missing, recovery rolls the journal back.
-                _undo(renamed, [f.tmp for f in tx.files], exc)
-                self._forget_failed_commit()
-                raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
+            self._journaled_step(manifest, parts, [(f.tmp, self.path / f.table / f.final) for f in tx.files])
         self._auto_compact(list(by_table))
+
+    def _journaled_step(self, manifest: dict[str, Any], parts: list[dict[str, Any]],
+                        moves: list[tuple[Path, Path]]) -> None:
+        """Under the lock: journal ``parts`` (one per table), rename ``moves`` into place, list them.
+
+        All or none: a kill before the last rename rolls back on recovery, after it forward;
+        a failure takes the renamed files back out and raises a StoreError.
+        """
+        pending = dict(parts[0])
+        if len(parts) > 1:
+            pending["also"] = parts[1:]
+        renamed: list[Path] = []
+        try:
+            manifest["pending"] = pending
+            self._write_manifest(manifest)  # journal: a kill before the last rename rolls back
+            for tmp, final in moves:
+                os.replace(tmp, final)
+                renamed.append(final)
+            for directory in dict.fromkeys(final.parent for _, final in moves):
+                fsync_dir(directory)
+            apply_pending(manifest, pending)
+            self._write_manifest(manifest)
+        except (OSError, StoreError) as exc:
+            # Not committed: with a new file missing, recovery rolls the journal back.
+            _undo(renamed, [tmp for tmp, _ in moves], exc)
+            self._forget_failed_commit()
+            raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
 
     def _tx_add(self, table: str, tmp: Path, final: str, schema: pa.Schema, rows: int) -> CommitInfo:
         """Inside a transaction: keep a finished file for the transaction's commit."""

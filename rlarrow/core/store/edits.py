@@ -1,0 +1,364 @@
+"""Edits without rewriting the data: delete runs or episodes, label them, merge stores.
+
+Each edit is one journaled step (``pending`` with one part per table, as a transaction's
+commit), so readers see all of it or none of it, and one store version: the version before
+it still reads the data as it was (``version=``, Delta time travel) until ``rlarrow vacuum``.
+
+What is written:
+
+- :meth:`EditingStore.delete` drops every file whose rows are all deleted (nothing
+  rewritten: a run recorded or imported apart from others is a set of files of its own)
+  and rewrites only the files that hold deleted rows beside kept ones, streaming them
+  batch by batch.
+- :meth:`EditingStore.label` changes the metadata of runs or episodes: only the small
+  ``runs``/``episodes`` files that hold them are rewritten; ``steps`` and ``memory``, the
+  data, are not touched.
+- :meth:`EditingStore.merge` adds another store's files by reference (a hard link on the
+  same filesystem: no byte copied; a copy, once, elsewhere), in one transaction.
+
+Why copy-on-write of the files concerned and not Delta Lake deletion vectors: every engine
+that reads the tables then sees the deletion (``deltalake``'s pyarrow datasets, which Ray
+Data reads through, refuse tables with deletion vectors, and DuckDB or Polars reading the
+files rlarrow pins would not apply them), at the cost of rewriting the files that mix
+deleted and kept rows.
+
+Example:
+    >>> import rlarrow, tempfile, os
+    >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+    >>> for run in ("a", "b"):
+    ...     _ = store.append("scalars", {"run_id": run, "scope": "train", "tag": "loss",
+    ...                                  "step": [0, 1], "value": [1.0, 0.5]})
+    >>> before = store.version
+    >>> store.delete(runs=["a"])
+    {'scalars': 2}
+    >>> store.row_count("scalars"), rlarrow.Store.open(store.path, version=before).row_count("scalars")
+    (2, 4)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
+from rlarrow.core.store.commits import CommittingStore
+from rlarrow.core.store.files import fsync_file, new_file_name, open_parquet, temp_name, write_row_groups
+from rlarrow.core.store.layouts import table_of
+from rlarrow.core.store.manifest import check_inside, write_error
+
+__all__ = ["EditingStore"]
+
+_BATCH_ROWS = 65536
+
+
+def _episode_keys(episodes: Iterable[Any]) -> list[tuple[str, int]]:
+    keys = []
+    for item in episodes:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ArgumentError(f"episodes: give (run_id, episode_id) pairs, not {item!r:.60}")
+        keys.append((str(item[0]), int(item[1])))
+    return keys
+
+
+class _Selection:
+    """Which rows an edit is about: whole runs, or episodes of runs."""
+
+    def __init__(self, runs: Sequence[str] | None, episodes: Iterable[Any] | None) -> None:
+        self.runs = sorted({str(r) for r in runs or []})
+        self.episodes = sorted(set(_episode_keys(episodes or [])))
+        if not self.runs and not self.episodes:
+            raise ArgumentError("nothing selected: give runs=[...] and/or "
+                                "episodes=[(run_id, episode_id), ...]")
+
+    def applies(self, columns: Sequence[str]) -> bool:
+        return "run_id" in columns and (bool(self.runs) or "episode_id" in columns)
+
+    def mask(self, keys: pa.Table) -> np.ndarray:
+        """Which rows of ``keys`` (run_id, and episode_id where the table has it) are selected."""
+        run_id = keys.column("run_id")
+        selected = np.zeros(keys.num_rows, bool)
+        if self.runs:
+            selected |= pc.is_in(run_id, pa.array(self.runs)).to_numpy(zero_copy_only=False)
+        if self.episodes and "episode_id" in keys.column_names:
+            episode = keys.column("episode_id")
+            by_run: dict[str, list[int]] = {}
+            for r, e in self.episodes:
+                by_run.setdefault(r, []).append(e)
+            for r, ids in by_run.items():
+                hit = pc.and_(pc.equal(run_id, r), pc.is_in(episode, pa.array(ids, pa.int64())))
+                selected |= pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+        return selected
+
+
+class EditingStore(CommittingStore):
+    """Deleting, labelling and merging, each one atomic commit (see :class:`rlarrow.Store`)."""
+
+    def delete(self, *, runs: Sequence[str] | None = None,
+               episodes: Iterable[Any] | None = None) -> dict[str, int]:
+        """Delete runs, or episodes (``(run_id, episode_id)`` pairs), from every table: one commit.
+
+        A run's rows go from ``runs``, ``episodes``, ``steps``, ``scalars``, ``memory`` and
+        ``sources``; an episode's from ``episodes`` and ``steps``. Readers see the store
+        before or after, never between; the version before still reads them (until
+        ``rlarrow vacuum``). Files holding only deleted rows are dropped, files mixing
+        deleted and kept rows are rewritten (streamed, row order kept).
+
+        Returns:
+            Rows deleted per table directory (empty when nothing matched: no new version).
+
+        Raises:
+            ArgumentError: nothing selected.
+            StoreError: the store is read-only, or a write failed (nothing changed).
+        """
+        selection = _Selection(runs, episodes)
+        return self._edit(selection, "DELETE", None)
+
+    def label(self, metadata: Mapping[str, Any], *, runs: Sequence[str] | None = None,
+              episodes: Iterable[Any] | None = None) -> dict[str, int]:
+        """Set metadata keys of runs (their ``runs`` rows) or episodes (``episodes`` rows): one commit.
+
+        ``metadata`` is merged into each row's metadata (a key given as None is removed):
+        success labels, splits, annotations. Only the ``runs`` or ``episodes`` files that
+        hold the rows are rewritten; steps and memory, the data, are untouched.
+
+        Returns:
+            Rows changed per table.
+
+        Raises:
+            ArgumentError: nothing selected, or metadata that is not a mapping.
+            NotFoundError: no run or episode matched.
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> _ = store.append("episodes", {"run_id": "r", "episode_id": [0, 1], "num_steps": [5, 9],
+            ...     "env_index": 0, "terminated": True, "truncated": False, "partial_start": False,
+            ...     "partial_end": False})
+            >>> store.label({"split": "validation"}, episodes=[("r", 1)])
+            {'episodes': 1}
+            >>> rlarrow.sql(store, "select episode_id, metadata->>'$.split' as split from episodes "
+            ...             "order by episode_id").to_pylist()
+            [{'episode_id': 0, 'split': None}, {'episode_id': 1, 'split': 'validation'}]
+        """
+        if not isinstance(metadata, Mapping):
+            raise ArgumentError(f"metadata: give a mapping of keys to values, not {type(metadata).__name__}")
+        selection = _Selection(runs, episodes)
+        target = "episodes" if selection.episodes else "runs"
+        if selection.episodes and selection.runs:
+            raise ArgumentError("label runs or episodes, not both in one call")
+        changed = self._edit(selection, "UPDATE", (target, dict(metadata)))
+        if not changed:
+            what = "episodes" if selection.episodes else "runs"
+            raise NotFoundError(f"{self.path}: no {what} matched {selection.episodes or selection.runs}")
+        return changed
+
+    def _edit(self, selection: _Selection, operation: str,
+              relabel: tuple[str, dict[str, Any]] | None) -> dict[str, int]:
+        """Under the lock: rewrite or drop the files with selected rows, in one journaled step."""
+        if self._tx is not None:
+            raise StoreError("edits are commits of their own: run them outside a transaction()")
+        counts: dict[str, int] = {}
+        written: list[tuple[Path, Path]] = []  # (temporary, final)
+        with self._locked(), self._delta_operation(operation, True):
+            manifest = self._recover(self._read_manifest())
+            parts = []
+            try:
+                for name, entry in manifest["tables"].items():
+                    table = table_of(name)
+                    if relabel is not None and table != relabel[0]:
+                        continue
+                    columns = _schema.table(table).arrow_schema().names
+                    if not entry["files"] or not selection.applies(columns):
+                        continue
+                    part = self._edit_table(name, entry, selection, relabel, counts, written)
+                    if part is not None:
+                        parts.append(part)
+            except BaseException:
+                for tmp, _ in written:
+                    tmp.unlink(missing_ok=True)
+                raise
+            if not parts:
+                return {}
+            self._journaled_step(manifest, parts, written)
+        return counts
+
+    def _edit_table(self, name: str, entry: dict[str, Any], selection: _Selection,
+                    relabel: tuple[str, dict[str, Any]] | None, counts: dict[str, int],
+                    written: list[tuple[Path, Path]]) -> dict[str, Any] | None:
+        directory = self.path / name
+        columns = _schema.table(table_of(name)).arrow_schema().names
+        keys = ["run_id", "episode_id"] if "episode_id" in columns else ["run_id"]
+        old: list[str] = []
+        new_entries: list[dict[str, Any]] = []
+        for f in entry["files"]:
+            path = check_inside(directory, f["name"])
+            try:
+                mask = selection.mask(pq.read_table(path, columns=keys))
+            except (pa.ArrowInvalid, OSError) as exc:
+                from rlarrow.core.errors import CorruptFileError
+
+                raise CorruptFileError(path, f"cannot be read to edit it ({exc}); run `rlarrow repair "
+                                       f"{self.path}` first") from exc
+            hits = int(mask.sum())
+            if not hits:
+                continue
+            counts[name] = counts.get(name, 0) + hits
+            old.append(f["name"])
+            if relabel is None and hits == len(mask):
+                continue  # every row deleted: the file just leaves the table
+            final = new_file_name()
+            tmp = directory / temp_name(final)
+            written.append((tmp, directory / final))
+            rows = self._rewrite_file(path, tmp, mask, relabel)
+            new_entries.append({"name": final, "rows": rows, "bytes": tmp.stat().st_size})
+        if not old:
+            return None
+        return {"op": "label" if relabel else "delete", "table": name, "old": old,
+                "new": [e["name"] for e in new_entries], "new_entries": new_entries}
+
+    @staticmethod
+    def _rewrite_file(path: Path, tmp: Path, mask: np.ndarray,
+                      relabel: tuple[str, dict[str, Any]] | None) -> int:
+        """Stream ``path`` into ``tmp``: without the masked rows, or with their metadata merged."""
+        from rlarrow.core import metadata as _metadata
+
+        pf = pq.ParquetFile(path)
+        writer = None
+        rows = offset = 0
+        try:
+            for batch in pf.iter_batches(batch_size=_BATCH_ROWS):
+                part = pa.Table.from_batches([batch])
+                here = mask[offset:offset + part.num_rows]
+                offset += part.num_rows
+                if relabel is None:
+                    part = part.filter(pa.array(~here))
+                elif here.any():
+                    part = _relabelled(part, here, relabel[1], _metadata)
+                if writer is None:
+                    writer = open_parquet(tmp, pf.schema_arrow, part)
+                rows += part.num_rows
+                write_row_groups(writer, part.cast(pf.schema_arrow), 64 << 20, tmp)
+            if writer is None:
+                writer = open_parquet(tmp, pf.schema_arrow, pf.schema_arrow.empty_table())
+        finally:
+            if writer is not None:
+                writer.close()
+        fsync_file(tmp)
+        return rows
+
+    def merge(self, other: Any) -> dict[str, int]:
+        """Add every run of another store (a :class:`~rlarrow.Store` or its path): one commit.
+
+        The other store's files are added by reference: hard-linked into this store where
+        both are on one filesystem (no byte copied; files never change, so the two stores
+        share them safely), copied once otherwise. Each file goes to the layout of its
+        types (a new layout when this store has none). Readers see all of it or none.
+
+        Returns:
+            Rows added per table.
+
+        Raises:
+            StoreError: a run of the other store is in this one already (delete it first, or
+                merge the other way), or the stores' table versions differ (``rlarrow migrate``).
+        """
+        # (type(self): the Store class, which this layer may not import: it is built on it)
+        src: EditingStore = other if isinstance(other, EditingStore) else type(self)(  # type: ignore[call-arg]
+            other, readonly=True)
+        if os.path.realpath(src.path) == os.path.realpath(self.path):
+            raise StoreError(f"{self.path}: cannot merge a store into itself")
+        mine = self.manifest()
+        theirs = src.manifest()
+        for name, entry in theirs["tables"].items():
+            if entry["files"] and name in mine["tables"] and \
+                    entry.get("schema_version") != mine["tables"][name].get("schema_version"):
+                ours = mine["tables"][name].get("schema_version")
+                raise StoreError(f"{src.path}: table {name!r} is of schema {entry.get('schema_version')}, "
+                                 f"this store's of {ours}; run rlarrow migrate on the older one first")
+        clash = sorted(set(_run_ids(src)) & set(_run_ids(self)))
+        if clash:
+            raise StoreError(f"{self.path}: runs {clash[:5]} are in both stores; delete them from one first "
+                             "(rlarrow delete STORE --run RUN) or merge the other way")
+        counts: dict[str, int] = {}
+        with self.transaction(), self._delta_operation("MERGE", True):
+            for table in _schema.TABLE_NAMES:
+                numbers: list[int | None] = [info.layout for info in src.layouts(table)]
+                for layout in numbers or [None]:
+                    files = src.files(table, refresh=False, layout=layout)
+                    if not files:
+                        continue
+                    # (no `with`: leaving a staging deletes its hidden files, which this
+                    # transaction holds until it commits; a failure deletes them with it)
+                    staging = self.stage(table, tag="merge")
+                    staged = []
+                    try:
+                        for f in files:
+                            staged.append(_staged_reference(staging, f, table))
+                    except BaseException:
+                        for s in staged:
+                            Path(s.path).unlink(missing_ok=True)
+                        raise
+                    self.commit_staged(staged)
+                    counts[table] = counts.get(table, 0) + sum(s.rows for s in staged)
+        return counts
+
+
+def _relabelled(part: pa.Table, here: np.ndarray, changes: dict[str, Any], metadata: Any) -> pa.Table:
+    texts = part.column("metadata").to_pylist()
+    types = part.column("metadata_types").to_pylist()
+    values = metadata.decode_column(texts, types)
+    for i in np.flatnonzero(here):
+        current = values[i]
+        value = dict(current) if isinstance(current, dict) else (
+            {} if current is None else {"value": current})
+        for key, new in changes.items():
+            if new is None:
+                value.pop(key, None)
+            else:
+                value[key] = new
+        values[i] = value
+    new_texts, new_types = metadata.encode_column(values)
+    part = part.set_column(part.schema.get_field_index("metadata"), part.schema.field("metadata"),
+                           pa.array(new_texts, part.schema.field("metadata").type))
+    return part.set_column(part.schema.get_field_index("metadata_types"), part.schema.field("metadata_types"),
+                           pa.array(new_types, part.schema.field("metadata_types").type))
+
+
+def _run_ids(store: Any) -> list[str]:
+    found: set[str] = set()
+    for table in ("runs", "scalars", "steps", "memory", "episodes"):
+        if store.row_count(table):
+            found.update(pc.unique(store.read(table, columns=["run_id"]).column("run_id")).to_pylist())
+    return sorted(found)
+
+
+def _staged_reference(staging: Any, source: Path, table: str) -> Any:
+    """A file of another store as a staged file of this one: hard-linked, or copied once."""
+    from rlarrow.core.store.layouts import data_run_ids
+    from rlarrow.core.store.staging import StagedFile
+
+    final = new_file_name()
+    tmp = Path(staging.directory) / temp_name(final, staging.owner)
+    try:
+        os.link(source, tmp)
+    except OSError:  # another filesystem (or no hard links): one copy
+        try:
+            shutil.copyfile(source, tmp)
+            fsync_file(tmp)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise write_error(tmp, exc) from exc
+    pf = pq.ParquetFile(tmp)
+    ids = pq.read_table(tmp, columns=["run_id"]) if "run_id" in pf.schema_arrow.names else pa.table({})
+    return StagedFile(table=table, path=os.fspath(tmp), name=final, rows=pf.metadata.num_rows,
+                      schema=pf.schema_arrow.remove_metadata(), runs=tuple(sorted(data_run_ids(ids))))
