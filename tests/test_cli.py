@@ -111,7 +111,8 @@ def test_sql_renders_tensor_columns_as_values(populated, fmt):
     assert rows[0]["action"] == stored.column("action")[0].as_py() and rows[5]["action"] is None
 
 
-COMMANDS = ["info", "repair", "migrate", "compact", "push", "convert", "export", "sql", "plot"]
+COMMANDS = ["info", "repair", "migrate", "compact", "push", "convert", "export", "sql", "plot", "history",
+            "vacuum", "delete", "label", "merge", "check"]
 
 
 def test_every_help_renders_without_control_characters():

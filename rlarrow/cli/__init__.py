@@ -5,6 +5,7 @@ The top layer: it may import every other layer; nothing imports it.
 
 from typing import Any
 
+from rlarrow.cli.check import check as check_command
 from rlarrow.cli.commands import (
     cli,
     compact,
@@ -19,6 +20,9 @@ from rlarrow.cli.commands import (
     sql_command,
 )
 from rlarrow.core import submodule
+
+# (registered here: check.py uses commands.py's error handling, so commands.py cannot import it)
+cli.add_command(check_command)
 
 # the commands, as rlarrow.cli (one module before 0.2) had them: click's CliRunner drives `cli`
 __all__ = ["cli", "compact", "convert", "export", "info", "main", "migrate", "plot", "push", "repair",

@@ -1,0 +1,148 @@
+"""``rlarrow check``: the data doctor on the command line (:mod:`rlarrow.query.doctor`).
+
+Examples (from a shell)::
+
+    rlarrow check runs.rlarrow                       # every check; exit 1 on errors
+    rlarrow check runs.rlarrow --only alignment,gaps --json
+    rlarrow check runs/PPO_cartpole/memories/x.npz   # an export: converted, checked, deleted
+
+Example:
+    >>> from click.testing import CliRunner
+    >>> result = CliRunner().invoke(check, ["--help"])
+    >>> result.exit_code, "--spike-sigma" in result.output
+    (0, True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rlarrow.cli.commands import _cli_spelling, _friendly_errors
+
+__all__ = ["CHECK_NAMES", "check"]
+
+#: The checks ``--only`` takes (those of :data:`rlarrow.query.doctor.CHECKS`, named here so that
+#: ``rlarrow --help`` does not import DuckDB, NumPy and pyarrow; a test keeps the two equal).
+CHECK_NAMES = ("alignment", "duplicates", "references", "gaps", "monotonic", "nonfinite", "frozen", "spikes",
+               "short_episodes", "memory")
+
+
+
+def _only(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str] | None:
+    """``--only a --only b,c`` as ``["a", "b", "c"]``; an unknown name is a usage error (exit 2)."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHECK_NAMES]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(CHECK_NAMES)}", ctx, param)
+    return names or None
+
+
+def _is_store(path: str) -> bool:
+    from rlarrow.core.store import MANIFEST_NAME
+
+    return os.path.isfile(os.path.join(path, MANIFEST_NAME))
+
+
+@click.command("check")
+@click.argument("source", metavar="STORE_OR_INPUT", type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON instead of one line per finding.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Also write the JSON report to this file.")
+@click.option("--min-length", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Report episodes of fewer steps than this (2: the 1-step episodes).")
+@click.option("--frozen-steps", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Report one observation repeated for more consecutive steps than this.")
+@click.option("--spike-sigma", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Report action elements this many standard deviations from their mean.")
+@click.option("--only", "only", multiple=True, metavar="CHECK", callback=_only,
+              help=f"Run only this check (repeatable, or comma-separated): {', '.join(CHECK_NAMES)}.")
+@click.option("--max-lines", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Findings printed (the summary counts them all; --json and -o list them all).")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@_friendly_errors
+def check(source: str, as_json: bool, output: str | None, min_length: int, frozen_steps: int,
+          spike_sigma: float, only: list[str] | None, max_lines: int, strict: bool) -> None:
+    """Check STORE_OR_INPUT for what training would otherwise find.
+
+    Bad alignment flags, duplicate or missing rows, gaps, NaN and inf, frozen observations,
+    action spikes, 1-step episodes, replay memories whose pointers disagree with their rows.
+
+    STORE_OR_INPUT is a store, or anything `rlarrow convert` reads (an skrl memory export, an
+    experiment directory, ...): it is converted into a temporary store (with --episodes),
+    checked, and the temporary store deleted.
+
+    Exit status: 0 when no errors were found (warnings alone: 0, unless --strict), 1 when
+    errors were found (or the store could not be read), 2 for a usage error.
+
+    \b
+    Examples:
+        rlarrow check runs.rlarrow
+        rlarrow check runs.rlarrow --only alignment,gaps --json -o report.json
+        rlarrow check runs/PPO_cartpole/memories/26-11-22_memory.npz
+    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
+    from rlarrow.query.doctor import check_store
+
+    options: dict[str, Any] = {"min_length": min_length, "frozen_steps": frozen_steps,
+                               "spike_sigma": spike_sigma, "checks": only}
+    converted: list[str] | None = None
+    if _is_store(source):
+        report = check_store(source, **options)
+    else:
+        report, converted = _check_converted(source, options)
+    data = report.to_dict()
+    data["store"] = os.fspath(source)
+    if converted is not None:
+        data["converted"] = converted
+    if output:
+        Path(output).write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        shown = report.findings[:max_lines]
+        for finding in shown:
+            click.echo(str(finding))
+        found = report.errors + report.warnings
+        if found > len(shown):
+            click.echo(f"... {found - len(shown)} more finding(s) not shown "
+                       "(--max-lines N; --json lists them)")
+        click.echo(f"{source}: {report.summary()}")
+    if not report.ok or (strict and report.warnings):
+        click.get_current_context().exit(1)
+
+
+def _check_converted(source: str, options: dict[str, Any]) -> tuple[Any, list[str]]:
+    """Convert ``source`` as `rlarrow convert --episodes` does into a temporary store, check it, delete it.
+
+    Returns the report and the conversion's report lines.
+    """
+    from rlarrow.core.errors import UnsupportedInputError
+    from rlarrow.io.importing import import_paths
+    from rlarrow.query.doctor import check_store
+
+    directory = tempfile.mkdtemp(prefix="rlarrow-check-")
+    try:
+        store = os.path.join(directory, "store.rlarrow")
+        try:  # the convert command's call, with its defaults and --episodes
+            imported = import_paths([source], store, run_id=None, name=None, again=False, episodes=True,
+                                    names=None, autoreset=None, skip_corrupt=False, num_envs=None,
+                                    memory_size=None, dtype="float32", layout="binary")
+        except UnsupportedInputError as exc:
+            raise click.BadParameter("not a store (it has no _rlarrow_store.json), and not an input rlarrow "
+                                     f"convert reads: {_cli_spelling(str(exc))}",
+                                     param_hint="STORE_OR_INPUT") from exc
+        lines = _cli_spelling(str(imported)).splitlines()
+        click.echo(f"{source}: not a store; checking a temporary conversion of it (deleted afterwards):",
+                   err=True)
+        for line in lines:
+            click.echo(f"  {line}", err=True)
+        return check_store(store, **options), lines
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,931 @@
+"""The data doctor: what a store's users otherwise discover in training, found before it.
+
+:func:`check_store` runs named checks over a store and returns a :class:`Report` of
+findings (:class:`Finding`), one per problem (``rlarrow check STORE`` prints it). Each check is a
+function registered in :data:`CHECKS`; ``checks=[...]`` picks some. The flat columns are
+checked with DuckDB SQL over :func:`~rlarrow.query.connection.connect`'s views (aggregates,
+joins and windows that stream and spill, never a Python loop over rows); tensors are
+checked with NumPy over record batches streamed from the table's Parquet files, so memory
+stays bounded by a few row groups whatever the store's size.
+
+=================  ========  ===================================================================
+check              severity  what it finds
+=================  ========  ===================================================================
+``alignment``      error     RLDS flags per episode: ``is_first`` exactly on the first step,
+                             ``is_last`` only on the last step and present there (unless the
+                             ``episodes`` row says ``partial_end``), ``is_terminal`` only with
+                             ``is_last``, ``episodes.terminated`` equal to the last step's
+                             ``is_terminal``
+``duplicates``     error     two rows for one key: ``steps`` (run, episode, step), ``episodes``
+                             (run, episode), ``runs`` (run), ``memory`` (run, snapshot, index,
+                             env); ``scalars`` (run, tag, step, wall_time) as a warning
+``references``     both      steps without an ``episodes`` row and episodes without steps
+                             (warnings: a killed recorder leaves the first), ``num_steps`` or
+                             ``env_index`` that disagree with the steps (errors), run ids with
+                             no ``runs`` row (warnings)
+``gaps``           error     ``step`` numbers missing within an episode (from 0)
+``monotonic``      warning   an episode's steps stored out of step order (file order); a
+                             scalar tag whose ``wall_time`` goes backwards as ``step`` grows
+                             (a resumed run logging steps again). ``steps`` has no time column.
+``nonfinite``      error     NaN or infinity in ``reward``, ``discount`` (SQL) and in every
+                             float tensor of ``observation`` and ``action`` (NumPy; list and
+                             binary layouts, dict observations field by field)
+``frozen``         warning   one observation repeated for more than ``frozen_steps``
+                             consecutive steps of an episode
+``spikes``         warning   a float action element more than ``spike_sigma`` standard
+                             deviations from its mean (stats per layout of ``steps``: two
+                             passes). With N rows no value can be more than sqrt(N - 1) std
+                             away, so a table of under ``spike_sigma**2 + 1`` rows has no spikes
+``short_episodes`` warning   episodes of fewer than ``min_length`` steps (rows)
+``memory``         error     replay-memory snapshots whose rows disagree with their own buffer
+                             state: sizes or pointers that differ between rows, indices or
+                             pointers outside the buffer, ``filled`` flags that contradict
+                             ``is_full`` / ``write_pointer`` / ``env_pointer``
+=================  ========  ===================================================================
+
+A check whose tables are empty is skipped and named in :attr:`Report.skipped`. Each check
+keeps its first ``max_findings`` findings and counts the rest.
+
+Example:
+    >>> import numpy as np, rlarrow, tempfile
+    >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+    >>> run = st.add_run(source="user", run_id="r")
+    >>> _ = st.append("steps", {"run_id": run, "episode_id": 0, "step": [0, 1, 2], "env_index": 0,
+    ...     "observation": np.zeros((3, 2), np.float32), "action": [1, 0, None],
+    ...     "reward": [1.0, float("nan"), None], "is_first": [True, True, False],
+    ...     "is_last": [False, False, True], "is_terminal": [False, False, True]})
+    >>> report = check_store(st, checks=["alignment", "nonfinite"])
+    >>> print(report)  # doctest: +NORMALIZE_WHITESPACE
+    steps run=r episode=0 step=1: is_first set after the first step (the episode starts at step 0)
+    steps run=r episode=0 step=1: reward is nan
+    2 errors, 0 warnings in 2 checks (alignment: 1 error; nonfinite: 1 error)
+    >>> report.ok, report.findings[0].step
+    (False, 1)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core.errors import ArgumentError, StoreError
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import ReaderLease, Store, StoreLike
+
+__all__ = ["CHECKS", "DEFAULT_FROZEN_STEPS", "DEFAULT_MAX_FINDINGS", "DEFAULT_MIN_LENGTH",
+           "DEFAULT_SPIKE_SIGMA", "Check", "Finding", "Report", "Severity", "check_store"]
+
+#: Episodes of fewer steps (rows) than this are reported (2: the 1-step episodes, no action).
+DEFAULT_MIN_LENGTH = 2
+#: One observation repeated for more than this many consecutive steps is reported.
+DEFAULT_FROZEN_STEPS = 50
+#: An action element this many standard deviations from its mean is reported.
+DEFAULT_SPIKE_SIGMA = 10.0
+#: Findings kept per check (the rest are counted).
+DEFAULT_MAX_FINDINGS = 1000
+
+Severity = Literal["error", "warning"]
+
+# rows per record batch of a tensor scan: about this many bytes, within these bounds
+_BATCH_BYTES = 16 << 20
+_BATCH_ROWS = (256, 65_536)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: which check found it, how bad, where, and what.
+
+    ``episode_id`` and ``step`` are None where the problem is not one step's (a run, a
+    memory snapshot, a scalar tag: the message names the snapshot or tag). For ``scalars``
+    findings, ``step`` is the logged global step.
+
+    Example:
+        >>> print(Finding("alignment", "error", "steps", "R", 3, 17, "is_first set after the first step"))
+        steps run=R episode=3 step=17: is_first set after the first step
+    """
+
+    check: str
+    severity: Severity
+    table: str
+    run_id: str | None
+    episode_id: int | None
+    step: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = [self.table]
+        if self.run_id is not None:
+            where.append(f"run={self.run_id}")
+        if self.episode_id is not None:
+            where.append(f"episode={self.episode_id}")
+        if self.step is not None:
+            where.append(f"step={self.step}")
+        return f"{' '.join(where)}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as JSON-ready values.
+
+        Example:
+            >>> Finding("gaps", "error", "steps", "R", 0, 5, "step 5 is missing").to_dict()["step"]
+            5
+        """
+        return {"check": self.check, "severity": self.severity, "table": self.table, "run_id": self.run_id,
+                "episode_id": self.episode_id, "step": self.step, "message": self.message}
+
+
+@dataclass
+class Report:
+    """What :func:`check_store` found.
+
+    Attributes:
+        store: the store's path.
+        findings: the findings kept (each check's first ``max_findings``), check by check.
+        skipped: checks that did not apply, with the reason (``{"memory": "no rows in memory"}``).
+        counts: per check run, ``{"errors": n, "warnings": n, "listed": n, "seconds": s}``:
+            every finding counted, ``listed`` of them kept in ``findings``.
+        parameters: the thresholds and checks asked for.
+
+    Example:
+        >>> r = Report("s", [Finding("gaps", "error", "steps", "R", 0, 5, "step 5 is missing")], {},
+        ...            {"gaps": {"errors": 1, "warnings": 0, "listed": 1, "seconds": 0.0}}, {})
+        >>> r.ok, r.errors, r.warnings
+        (False, 1, 0)
+        >>> print(r)
+        steps run=R episode=0 step=5: step 5 is missing
+        1 error, 0 warnings in 1 check (gaps: 1 error)
+    """
+
+    store: str
+    findings: list[Finding]
+    skipped: dict[str, str]
+    counts: dict[str, dict[str, Any]]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        """Errors found, listed or not."""
+        return sum(int(c["errors"]) for c in self.counts.values())
+
+    @property
+    def warnings(self) -> int:
+        """Warnings found, listed or not."""
+        return sum(int(c["warnings"]) for c in self.counts.values())
+
+    @property
+    def ok(self) -> bool:
+        """No errors (warnings allowed)."""
+        return self.errors == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values: store, ok, counts per check, parameters, findings.
+
+        Example:
+            >>> sorted(Report("s", [], {"memory": "no rows in memory"}, {}, {}).to_dict())
+            ['checks', 'errors', 'findings', 'ok', 'parameters', 'skipped', 'store', 'warnings']
+        """
+        return {"store": self.store, "ok": self.ok, "errors": self.errors, "warnings": self.warnings,
+                "parameters": dict(self.parameters), "checks": {k: dict(v) for k, v in self.counts.items()},
+                "skipped": dict(self.skipped), "findings": [f.to_dict() for f in self.findings]}
+
+    def summary(self) -> str:
+        """The summary line: errors and warnings per check, what was not listed, what was skipped.
+
+        Example:
+            >>> Report("s", [], {"memory": "no rows in memory"}, {}, {}).summary()
+            'no problems found in 0 checks; skipped: memory (no rows in memory)'
+        """
+        parts = []
+        unlisted = 0
+        for name, c in self.counts.items():
+            found = int(c["errors"]) + int(c["warnings"])
+            unlisted += found - int(c["listed"])
+            if found:
+                kinds = [_plural(int(c[k]), k[:-1]) for k in ("errors", "warnings") if c[k]]
+                parts.append(f"{name}: {', '.join(kinds)}")
+        checks = _plural(len(self.counts), "check")
+        text = (f"{_plural(self.errors, 'error')}, {_plural(self.warnings, 'warning')} in {checks} "
+                f"({'; '.join(parts)})" if parts else f"no problems found in {checks}")
+        if unlisted:
+            text += f"; {unlisted} more not listed (max_findings={self.parameters.get('max_findings')})"
+        if self.skipped:
+            text += "; skipped: " + ", ".join(f"{k} ({v})" for k, v in self.skipped.items())
+        return text
+
+    def __str__(self) -> str:
+        return "\n".join([*(str(f) for f in self.findings), self.summary()])
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check: its function, the tables it reads (skipped when all are empty), a summary.
+
+    Example:
+        >>> CHECKS["gaps"].tables, CHECKS["gaps"].summary
+        (('steps',), 'step numbers missing within an episode')
+    """
+
+    name: str
+    function: Callable[[_Context], None]
+    tables: tuple[str, ...]
+    summary: str
+
+
+#: The checks by name, in the order :func:`check_store` runs them.
+CHECKS: dict[str, Check] = {}
+
+
+def _register(name: str, tables: tuple[str, ...], summary: str) -> Callable[[Callable[[_Context], None]],
+                                                                             Callable[[_Context], None]]:
+    def add(fn: Callable[[_Context], None]) -> Callable[[_Context], None]:
+        CHECKS[name] = Check(name, fn, tables, summary)
+        return fn
+
+    return add
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _Tally:
+    """Findings kept per check (the first ``limit``) and counted by severity."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.findings: list[Finding] = []
+        self.counts: dict[str, dict[str, Any]] = {}
+
+    def start(self, check: str) -> None:
+        self.counts[check] = {"errors": 0, "warnings": 0, "listed": 0, "seconds": 0.0}
+
+    def room(self, check: str) -> int:
+        return self.limit - int(self.counts[check]["listed"])
+
+    def count(self, check: str, severity: str, n: int = 1) -> None:
+        self.counts[check]["errors" if severity == "error" else "warnings"] += n
+
+    def add(self, finding: Finding) -> None:
+        self.count(finding.check, finding.severity)
+        if self.room(finding.check) > 0:
+            self.findings.append(finding)
+            self.counts[finding.check]["listed"] += 1
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class _Context:
+    """What a check works with: the store, a DuckDB connection, the parameters, the tally."""
+
+    def __init__(self, st: Store, con: Any, *, min_length: int, frozen_steps: int, spike_sigma: float,
+                 tally: _Tally) -> None:
+        self.st = st
+        self.con = con
+        self.min_length = min_length
+        self.frozen_steps = frozen_steps
+        self.spike_sigma = spike_sigma
+        self.tally = tally
+        self.check = ""
+        self._lease: ReaderLease | None = None
+        self._pinned: dict[str, list[Path]] = {}
+        self._temp: set[str] = set()
+
+    # -------------------------------------------------------------- findings
+
+    def emit(self, severity: Severity, table: str, run_id: str | None, episode_id: int | None,
+             step: int | None, message: str) -> None:
+        self.tally.add(Finding(self.check, severity, table, run_id, episode_id, step, message))
+
+    def emit_sql(self, query: str) -> None:
+        """Findings from ``query``'s rows: severity, tbl, run_id, episode_id, step, message.
+
+        The result streams in record batches: the first findings are kept, the rest counted.
+        """
+        rel = self.con.sql(f"select * from ({query}) as f(severity, tbl, run_id, episode_id, step, message) "
+                           "order by tbl, run_id, episode_id, step, message")
+        reader = rel.to_arrow_reader(4096)
+        for batch in reader:
+            room = max(self.tally.room(self.check), 0)
+            for row in batch.slice(0, room).to_pylist():
+                self.emit(row["severity"], row["tbl"], row["run_id"], _int(row["episode_id"]),
+                          _int(row["step"]), row["message"])
+            if batch.num_rows > room:
+                severities = batch.column("severity").slice(room).to_numpy(zero_copy_only=False)
+                errors = int(np.count_nonzero(severities == "error"))
+                self.tally.count(self.check, "error", errors)
+                self.tally.count(self.check, "warning", len(severities) - errors)
+
+    # -------------------------------------------------------------- shared tables
+
+    def rows(self, table: str) -> int:
+        return int(self.st.row_count(table))
+
+    def episode_stats(self) -> str:
+        """A temporary table of the steps per episode: rows, steps, first and last step and flags."""
+        name = "_doctor_episode_stats"
+        if name not in self._temp:
+            self.con.execute(f"""create or replace temp table {name} as
+                select run_id, episode_id, count(*) as n_rows, count(distinct step) as n_steps,
+                       min(step) as first_step, max(step) as last_step,
+                       arg_min(is_first, step) as first_flag, arg_max(is_last, step) as last_flag,
+                       arg_max(is_terminal, step) as last_terminal,
+                       min(env_index) as env_lo, max(env_index) as env_hi
+                from steps group by run_id, episode_id""")
+            self._temp.add(name)
+        return name
+
+    def episode_rows(self) -> str:
+        """A temporary table of the ``episodes`` rows per (run, episode): copies and what they say."""
+        name = "_doctor_episode_rows"
+        if name not in self._temp:
+            self.con.execute(f"""create or replace temp table {name} as
+                select run_id, episode_id, count(*) as copies, bool_or(partial_end) as partial_end,
+                       bool_or(terminated) as terminated, min(num_steps) as num_lo, max(num_steps) as num_hi,
+                       min(env_index) as env_lo, max(env_index) as env_hi
+                from episodes group by run_id, episode_id""")
+            self._temp.add(name)
+        return name
+
+    def layouts(self, table: str) -> list[tuple[str, int]]:
+        """``table``'s layouts as (SQL view, layout number): ``steps`` alone, or ``steps_1``, ..."""
+        from rlarrow.core.store import layout_number
+
+        dirs = self.st.layout_dirs(table)
+        if len(dirs) <= 1:
+            return [(table, layout_number(dirs[0]) if dirs else 1)]
+        return [(f"{table}_{layout_number(d)}", layout_number(d)) for d in dirs]
+
+    def files(self, table: str, layout: int) -> list[Path]:
+        """The files of one layout of ``table``, pinned (readable whatever compactions do meanwhile)."""
+        from rlarrow.core.store import layout_directory
+
+        if table not in self._pinned:
+            if self._lease is None:
+                self._lease = self.st.lease()
+            self._pinned.update(self._lease.pin_view(self.st, [table]))
+        directory = layout_directory(table, layout)
+        return [f for f in self._pinned[table] if f.parent.name == directory]
+
+    def batches(self, table: str, layout: int, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """``columns`` of one layout of ``table``, streamed in record batches of about 16 MiB."""
+        files = self.files(table, layout)
+        if not files:
+            return
+        dataset = self.st.dataset(table, layout=layout, files=files)
+        width = sum(_row_bytes(dataset.schema.field(c).type) for c in columns)
+        rows = int(min(max(_BATCH_BYTES // max(width, 1), _BATCH_ROWS[0]), _BATCH_ROWS[1]))
+        yield from dataset.to_batches(columns=list(columns), batch_size=rows, batch_readahead=2,
+                                      fragment_readahead=1)
+
+    def close(self) -> None:
+        for name in self._temp:
+            self.con.execute(f"drop table if exists {name}")
+        self._temp.clear()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+
+def _row_bytes(type_: pa.DataType) -> int:
+    """About how many bytes one value of ``type_`` takes in memory."""
+    if isinstance(type_, pa.ExtensionType):
+        return _row_bytes(type_.storage_type)
+    if pa.types.is_fixed_size_list(type_):
+        return int(type_.list_size) * _row_bytes(type_.value_type)
+    if pa.types.is_struct(type_):
+        return sum(_row_bytes(f.type) for f in type_)
+    if pa.types.is_fixed_size_binary(type_):
+        return int(type_.byte_width)
+    try:
+        return max(int(type_.bit_width) // 8, 1)
+    except ValueError:  # variable width (strings)
+        return 32
+
+
+# ------------------------------------------------------------------ tensors as NumPy
+
+
+def _valid(arr: pa.Array, parent: np.ndarray | None) -> np.ndarray:
+    own = (np.ones(len(arr), bool) if arr.null_count == 0
+           else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool))
+    return own if parent is None else own & parent
+
+
+def _float_leaves(name: str, arr: pa.Array, parent: np.ndarray | None = None) -> Iterator[
+        tuple[str, np.ndarray, np.ndarray]]:
+    """Each float tensor of ``arr`` (a struct's fields, at any depth) as ``(name, values, valid rows)``.
+
+    ``values`` is ``(rows, *shape)`` with null rows filled with 0 (``valid`` says which rows hold
+    a value); both layouts, zero-copy where Arrow allows.
+    """
+    from rlarrow.core.tensors import TensorType, tensor_dtype, to_numpy
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    type_ = arr.type
+    valid = _valid(arr, parent)
+    if pa.types.is_struct(type_):
+        for i, f in enumerate(type_):
+            yield from _float_leaves(f"{name}.{f.name}", arr.field(i), valid)
+        return
+    if not (type_.numpy_dtype.kind == "f" if isinstance(type_, TensorType)
+            else pa.types.is_floating(tensor_dtype(type_))):
+        return
+    yield name, np.asarray(to_numpy(arr, fill_value=0)), valid
+
+
+def _element(shape: tuple[int, ...], flat_index: int) -> str:
+    """``[i, j]`` for an element of a tensor of ``shape`` ('' for a scalar)."""
+    if not shape:
+        return ""
+    return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat_index, shape)) + "]"
+
+
+def _keys(batch: pa.RecordBatch, rows: np.ndarray) -> list[tuple[str, int, int]]:
+    taken = batch.select(["run_id", "episode_id", "step"]).take(pa.array(rows, pa.int64()))
+    return list(zip(taken.column(0).to_pylist(), taken.column(1).to_pylist(), taken.column(2).to_pylist(),
+                    strict=True))
+
+
+def _tensor_columns(ctx: _Context, layout: int, wanted: Sequence[str]) -> list[str]:
+    schema = ctx.st.schema("steps", layout=layout)
+    return [c for c in wanted if schema is not None and c in schema.names]
+
+
+# ------------------------------------------------------------------ the checks
+
+
+@_register("alignment", ("steps",), "RLDS is_first / is_last / is_terminal flags per episode")
+def _alignment(ctx: _Context) -> None:
+    stats, eps = ctx.episode_stats(), ctx.episode_rows()
+    ctx.emit_sql(f"""
+        select 'error' as severity, 'steps' as tbl, s.run_id, s.episode_id, s.step,
+               'is_first set after the first step (the episode starts at step ' || e.first_step || ')'
+                   as message
+        from steps s join {stats} e using (run_id, episode_id) where s.is_first and s.step > e.first_step
+        union all
+        select 'error', 'steps', run_id, episode_id, first_step, 'the first step lacks is_first'
+        from {stats} where not first_flag
+        union all
+        select 'error', 'steps', s.run_id, s.episode_id, s.step,
+               'is_last set before the last step (the episode goes on to step ' || e.last_step || ')'
+        from steps s join {stats} e using (run_id, episode_id) where s.is_last and s.step < e.last_step
+        union all
+        select 'error', 'steps', e.run_id, e.episode_id, e.last_step,
+               'the last step lacks is_last, but the episodes row says the episode ended '
+               || '(partial_end is false)'
+        from {stats} e join {eps} r using (run_id, episode_id) where not e.last_flag and not r.partial_end
+        union all
+        select 'error', 'steps', run_id, episode_id, step, 'is_terminal set on a step without is_last'
+        from steps where is_terminal and not is_last
+        union all
+        select 'error', 'episodes', e.run_id, e.episode_id, e.last_step,
+               case when r.terminated
+                    then 'the episodes row says terminated, but the last step is not is_terminal'
+                    else 'the last step is is_terminal, but the episodes row says not terminated' end
+        from {stats} e join {eps} r using (run_id, episode_id)
+        where e.last_flag and r.terminated <> e.last_terminal""")
+
+
+@_register("duplicates", ("steps", "episodes", "runs", "memory", "scalars"),
+           "two rows for one key in steps, episodes, runs, memory (scalars: a warning)")
+def _duplicates(ctx: _Context) -> None:
+    parts = []
+    if ctx.rows("steps"):
+        stats = ctx.episode_stats()
+        parts.append(f"""
+            select 'error' as severity, 'steps' as tbl, s.run_id, s.episode_id, s.step,
+                   count(*) || ' rows for this (run_id, episode_id, step)' as message
+            from steps s semi join (select run_id, episode_id from {stats} where n_rows > n_steps) d
+                using (run_id, episode_id)
+            group by s.run_id, s.episode_id, s.step having count(*) > 1""")
+    if ctx.rows("episodes"):
+        parts.append(f"""
+            select 'error', 'episodes', run_id, episode_id, null,
+                   copies || ' rows in episodes for this episode'
+            from {ctx.episode_rows()} where copies > 1""")
+    if ctx.rows("runs"):
+        parts.append("""
+            select 'error', 'runs', run_id, null, null, count(*) || ' rows in runs for this run_id'
+            from runs group by run_id having count(*) > 1""")
+    if ctx.rows("memory"):
+        parts.append("""
+            select 'error', 'memory', run_id, null, null,
+                   'snapshot ' || snapshot_id || ': ' || count(*)
+                   || ' (memory_index, env_index) pairs have more than one row (first: memory_index '
+                   || min(k).m || ', env_index ' || min(k).e || ')'
+            from (select run_id, snapshot_id, struct_pack(m := memory_index, e := env_index) as k
+                  from memory group by run_id, snapshot_id, memory_index, env_index having count(*) > 1)
+            group by run_id, snapshot_id""")
+    if ctx.rows("scalars"):
+        parts.append("""
+            select 'warning', 'scalars', run_id, null, min(step),
+                   'tag ''' || tag || ''': ' || count(*) || ' (step, wall_time) pairs logged more than once'
+            from (select run_id, tag, step from scalars
+                  group by run_id, tag, step, wall_time having count(*) > 1)
+            group by run_id, tag""")
+    ctx.emit_sql(" union all ".join(parts))
+
+
+@_register("references", ("steps", "episodes", "memory", "scalars", "sources"),
+           "steps and episodes rows that miss each other or disagree, run ids with no runs row")
+def _references(ctx: _Context) -> None:
+    stats, eps = ctx.episode_stats(), ctx.episode_rows()
+    ctx.emit_sql(f"""
+        select 'warning' as severity, 'steps' as tbl, s.run_id, s.episode_id, s.first_step as step,
+               'no row in episodes for this episode (' || s.n_rows || ' steps)' as message
+        from {stats} s anti join {eps} r using (run_id, episode_id)
+        union all
+        select 'warning', 'episodes', r.run_id, r.episode_id, null,
+               'no steps for this episode (its row says num_steps ' || r.num_hi || ')'
+        from {eps} r anti join {stats} s using (run_id, episode_id)
+        union all
+        select 'error', 'episodes', r.run_id, r.episode_id, null,
+               'num_steps is ' || r.num_lo || ' but steps has ' || s.n_rows || ' rows for this episode'
+        from {eps} r join {stats} s using (run_id, episode_id)
+        where r.num_lo <> s.n_rows or r.num_hi <> s.n_rows
+        union all
+        select 'error', 'steps', s.run_id, s.episode_id, s.first_step,
+               case when s.env_lo <> s.env_hi then 'the steps of this episode have env_index '
+                        || s.env_lo || ' to ' || s.env_hi
+                    else 'env_index is ' || s.env_lo || ' in steps but ' || r.env_lo || ' in episodes' end
+        from {stats} s join {eps} r using (run_id, episode_id)
+        where s.env_lo <> s.env_hi or r.env_lo <> s.env_lo or r.env_hi <> s.env_lo""")
+    parts = [f"""select 'warning' as severity, {_quote(t)} as tbl, run_id, null::bigint as episode_id,
+                        null::bigint as step, 'run_id has rows in {t} but no row in runs' as message
+                 from (select distinct run_id from {t}) anti join runs using (run_id)"""
+             for t in ("episodes", "steps", "memory", "scalars", "sources") if ctx.rows(t)]
+    if parts:
+        ctx.emit_sql(" union all ".join(parts))
+
+
+@_register("gaps", ("steps",), "step numbers missing within an episode")
+def _gaps(ctx: _Context) -> None:
+    stats = ctx.episode_stats()
+    ctx.emit_sql(f"""
+        select 'error' as severity, 'steps' as tbl, run_id, episode_id, least(first_step, 0) as step,
+               case when first_step > 0 then
+                   (case when first_step = 1 then 'step 0 is'
+                         else 'steps 0 to ' || (first_step - 1) || ' are' end)
+                   || ' missing: the episode starts at step ' || first_step
+                    else 'step numbers start at ' || first_step || ', below 0' end as message
+        from {stats} where first_step <> 0
+        union all
+        select 'error', 'steps', run_id, episode_id, prev + 1,
+               case when step - prev = 2 then 'step ' || (prev + 1) || ' is missing'
+                    else 'steps ' || (prev + 1) || ' to ' || (step - 1) || ' are missing' end
+               || ' (the episode goes on at step ' || step || ')'
+        from (select run_id, episode_id, step,
+                     lag(step) over (partition by run_id, episode_id order by step) as prev
+              from (select distinct s.run_id, s.episode_id, s.step from steps s
+                    semi join (select run_id, episode_id from {stats}
+                               where n_steps <> last_step - first_step + 1) g using (run_id, episode_id)))
+        where step - prev > 1""")
+
+
+@_register("monotonic", ("steps", "scalars"),
+           "steps stored out of step order; scalar wall times going backwards as the step grows")
+def _monotonic(ctx: _Context) -> None:
+    parts = []
+    if ctx.rows("steps"):
+        for _, layout in ctx.layouts("steps"):
+            files = ctx.files("steps", layout)
+            if not files:
+                continue
+            listed = "[" + ", ".join(_quote(os.fspath(f)) for f in files) + "]"
+            # a row's place: its file in commit order, then its row in the file
+            parts.append(f"""
+                select 'warning' as severity, 'steps' as tbl, run_id, episode_id, arg_min(step, pos) as step,
+                       count(*) || ' step(s) stored out of order: step ' || arg_min(step, pos)
+                       || ' comes after step ' || arg_min(prev, pos) || ' in the files' as message
+                from (select run_id, episode_id, step, pos,
+                             lag(step) over (partition by run_id, episode_id order by pos) as prev
+                      from (select run_id, episode_id, step,
+                                   list_position({listed}, filename)::bigint * 4294967296
+                                       + file_row_number as pos
+                            from read_parquet({listed}, filename = true, file_row_number = true)))
+                where step < prev group by run_id, episode_id""")
+    if ctx.rows("scalars"):
+        parts.append("""
+            select 'warning', 'scalars', run_id, null, arg_min(step, k),
+                   'tag ''' || tag || ''': wall_time goes backwards ' || count(*) || ' time(s) as the step '
+                   || 'grows (first at step ' || arg_min(step, k)
+                   || '): steps logged again, by a resumed run?'
+            from (select run_id, tag, step, wall_time, struct_pack(s := step, w := wall_time) as k,
+                         lag(wall_time) over (partition by run_id, tag order by step, wall_time) as prev
+                  from scalars where wall_time is not null)
+            where wall_time < prev group by run_id, tag""")
+    if parts:
+        ctx.emit_sql(" union all ".join(parts))
+
+
+@_register("nonfinite", ("steps",), "NaN or infinity in rewards, discounts, observations and actions")
+def _nonfinite(ctx: _Context) -> None:
+    ctx.emit_sql("""
+        select 'error' as severity, 'steps' as tbl, run_id, episode_id, step,
+               concat_ws('; ', case when isnan(reward) or isinf(reward) then 'reward is ' || reward end,
+                         case when isnan(discount) or isinf(discount) then 'discount is ' || discount end)
+                   as message
+        from steps where isnan(reward) or isinf(reward) or isnan(discount) or isinf(discount)""")
+    for _, layout in ctx.layouts("steps"):
+        columns = _tensor_columns(ctx, layout, ("observation", "action"))
+        if not columns:
+            continue
+        for batch in ctx.batches("steps", layout, ["run_id", "episode_id", "step", *columns]):
+            for column in columns:
+                for name, values, valid in _float_leaves(column, batch.column(column)):
+                    flat = values.reshape(len(values), -1)
+                    bad_elements = ~np.isfinite(flat)
+                    bad = np.flatnonzero(bad_elements.any(axis=1) & valid)
+                    if not len(bad):
+                        continue
+                    room = ctx.tally.room(ctx.check)
+                    ctx.tally.count(ctx.check, "error", max(len(bad) - max(room, 0), 0))
+                    bad = bad[:max(room, 0)]
+                    for row, (run_id, episode_id, step) in zip(bad.tolist(), _keys(batch, bad), strict=True):
+                        first = int(np.argmax(bad_elements[row]))
+                        n_bad = int(bad_elements[row].sum())
+                        size = flat.shape[1]
+                        ctx.emit("error", "steps", run_id, episode_id, step,
+                                 f"{name}{_element(values.shape[1:], first)} is {flat[row, first]}"
+                                 + (f" ({n_bad} of {size} elements not finite)" if size > 1 else ""))
+
+
+@_register("frozen", ("steps",), "one observation repeated for more than frozen_steps steps")
+def _frozen(ctx: _Context) -> None:
+    for view, layout in ctx.layouts("steps"):
+        if not _tensor_columns(ctx, layout, ("observation",)):
+            continue
+        # runs of equal hashes (consecutive steps: step - rank within the hash is constant),
+        # then each run longer than frozen_steps confirmed by comparing the values themselves
+        ctx.emit_sql(f"""
+            with h as (select run_id, episode_id, step, hash(observation) as h from {view}
+                       where observation is not null),
+            c as (select run_id, episode_id, min(step) as s0, max(step) as s1, count(*) as n
+                  from (select *, step - row_number() over (partition by run_id, episode_id, h
+                                                            order by step) as grp from h)
+                  group by run_id, episode_id, h, grp having count(*) > {int(ctx.frozen_steps)})
+            select 'warning' as severity, 'steps' as tbl, c.run_id, c.episode_id, c.s0 as step,
+                   'the same observation for ' || c.n || ' consecutive steps (' || c.s0 || ' to ' || c.s1
+                   || '; frozen_steps=' || {int(ctx.frozen_steps)} || ')' as message
+            from c join {view} v on v.run_id = c.run_id and v.episode_id = c.episode_id
+                and v.step between c.s0 and c.s1
+            group by c.run_id, c.episode_id, c.s0, c.s1, c.n having count(distinct v.observation) = 1""")
+
+
+@_register("spikes", ("steps",), "float action elements more than spike_sigma std from their mean")
+def _spikes(ctx: _Context) -> None:
+    sigma = ctx.spike_sigma
+    for _, layout in ctx.layouts("steps"):
+        if not _tensor_columns(ctx, layout, ("action",)):
+            continue
+        # pass 1: count, mean and sum of squared deviations per element (Chan et al.'s merge)
+        stats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for batch in ctx.batches("steps", layout, ["action"]):
+            for name, values, valid in _float_leaves("action", batch.column("action")):
+                x = values.reshape(len(values), -1)[valid].astype(np.float64)
+                ok = np.isfinite(x)
+                n_b = ok.sum(axis=0).astype(np.float64)
+                xs = np.where(ok, x, 0.0)
+                mean_b = np.divide(xs.sum(axis=0), n_b, out=np.zeros_like(n_b), where=n_b > 0)
+                m2_b = np.where(ok, (xs - mean_b) ** 2, 0.0).sum(axis=0)
+                if name not in stats:
+                    stats[name] = (n_b, mean_b, m2_b)
+                    continue
+                n_a, mean_a, m2_a = stats[name]
+                n = n_a + n_b
+                delta = mean_b - mean_a
+                frac = np.divide(n_b, n, out=np.zeros_like(n), where=n > 0)
+                stats[name] = (n, mean_a + delta * frac, m2_a + m2_b + delta ** 2 * n_a * frac)
+        if not stats:
+            continue
+        std = {name: np.sqrt(np.divide(m2, n, out=np.zeros_like(n), where=n > 0))
+               for name, (n, _, m2) in stats.items()}
+        # pass 2: the rows with an element beyond sigma std
+        for batch in ctx.batches("steps", layout, ["run_id", "episode_id", "step", "action"]):
+            for name, values, valid in _float_leaves("action", batch.column("action")):
+                _, mean, _ = stats[name]
+                s = std[name]
+                x = values.reshape(len(values), -1).astype(np.float64)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    z = np.where(s > 0, np.abs(x - mean) / np.where(s > 0, s, 1.0), 0.0)
+                z = np.where(np.isfinite(z), z, 0.0)
+                bad = np.flatnonzero((z > sigma).any(axis=1) & valid)
+                if not len(bad):
+                    continue
+                room = max(ctx.tally.room(ctx.check), 0)
+                ctx.tally.count(ctx.check, "warning", max(len(bad) - room, 0))
+                bad = bad[:room]
+                for row, (run_id, episode_id, step) in zip(bad.tolist(), _keys(batch, bad), strict=True):
+                    e = int(np.argmax(z[row]))
+                    ctx.emit("warning", "steps", run_id, episode_id, step,
+                             f"{name}{_element(values.shape[1:], e)} = {x[row, e]:.6g} is "
+                             f"{z[row, e]:.3g} std from its mean {mean[e]:.6g} "
+                             f"(std {s[e]:.3g}; spike_sigma={sigma:g})")
+
+
+@_register("short_episodes", ("steps",), "episodes of fewer than min_length steps")
+def _short_episodes(ctx: _Context) -> None:
+    stats = ctx.episode_stats()
+    ctx.emit_sql(f"""
+        select 'warning' as severity, 'steps' as tbl, s.run_id, s.episode_id, s.first_step as step,
+               'the episode has ' || s.n_steps || ' step(s), fewer than min_length=' || {int(ctx.min_length)}
+               || (case when s.n_steps = 1 then ' (no action: it makes no transition)' else '' end)
+               || (case when r.partial_end then '; partial_end: the recording stopped in it' else '' end)
+               as message
+        from {stats} s left join {ctx.episode_rows()} r using (run_id, episode_id)
+        where s.n_steps < {int(ctx.min_length)}""")
+
+
+@_register("memory", ("memory",), "replay-memory rows that disagree with their snapshot's buffer state")
+def _memory(ctx: _Context) -> None:
+    # filled as the pointers say: every row once full, else the rows before the write pointer;
+    # at the pointer, envs below env_pointer are written (rlarrow's own exports mark them
+    # unfilled), so either is accepted there
+    expected = """case when is_full then true when memory_index < write_pointer then true
+                       when memory_index > write_pointer then false
+                       when env_index >= coalesce(env_pointer, 0) then false end"""
+    ctx.emit_sql(f"""
+        with m as (
+            select run_id, snapshot_id, count(*) as n_rows,
+                   min(memory_size) as size_lo, max(memory_size) as size_hi,
+                   min(num_envs) as envs_lo, max(num_envs) as envs_hi,
+                   count(distinct struct_pack(f := is_full, w := write_pointer, e := env_pointer)) as states,
+                   any_value(is_full) as is_full, any_value(write_pointer) as wp,
+                   any_value(env_pointer) as ep,
+                   count_if(memory_index < 0 or memory_index >= memory_size) as bad_index,
+                   min(memory_index) filter (where memory_index < 0 or memory_index >= memory_size)
+                       as bad_index_at,
+                   count_if(env_index < 0 or env_index >= num_envs) as bad_env,
+                   min(env_index) filter (where env_index < 0 or env_index >= num_envs) as bad_env_at,
+                   count_if(filled is not null and is_full is not null and write_pointer is not null
+                            and filled <> ({expected})) as bad_fill,
+                   min(struct_pack(m := memory_index, e := env_index, f := filled)) filter (
+                       where filled is not null and is_full is not null and write_pointer is not null
+                       and filled <> ({expected})) as bad_fill_at
+            from memory group by run_id, snapshot_id)
+        select 'error' as severity, 'memory' as tbl, run_id, null::bigint as episode_id, null::bigint as step,
+               'snapshot ' || snapshot_id || ': ' || message as message
+        from (
+            select run_id, snapshot_id,
+                   'memory_size differs between its rows (' || size_lo || ' to ' || size_hi || ')' as message
+            from m where size_lo <> size_hi
+            union all
+            select run_id, snapshot_id,
+                   'num_envs differs between its rows (' || envs_lo || ' to ' || envs_hi || ')'
+            from m where envs_lo <> envs_hi
+            union all
+            select run_id, snapshot_id, 'is_full, write_pointer or env_pointer differs between its rows ('
+                   || states || ' states)' from m where states > 1
+            union all
+            select run_id, snapshot_id,
+                   bad_index || ' row(s) have a memory_index outside 0..memory_size - 1 = ' || (size_hi - 1)
+                    || ' (first: ' || bad_index_at || ')' from m where bad_index > 0
+            union all
+            select run_id, snapshot_id, bad_env || ' row(s) have an env_index outside 0..num_envs - 1 = '
+                   || (envs_hi - 1) || ' (first: ' || bad_env_at || ')' from m where bad_env > 0
+            union all
+            select run_id, snapshot_id, 'write_pointer ' || wp || ' is outside the buffer (memory_size '
+                   || size_hi || ')' from m where states = 1 and (wp < 0 or wp >= size_hi)
+            union all
+            select run_id, snapshot_id,
+                   'env_pointer ' || ep || ' is outside the buffer (num_envs ' || envs_hi || ')'
+            from m where states = 1 and (ep < 0 or ep >= envs_hi)
+            union all
+            select run_id, snapshot_id, 'is_full is ' || is_full || ' and write_pointer is ' || wp
+                   || ', but filled is ' || bad_fill_at.f || ' at memory_index ' || bad_fill_at.m
+                   || ', env_index ' || bad_fill_at.e || ' (' || bad_fill
+                   || ' row(s) whose filled flag the pointers contradict)'
+            from m where states = 1 and bad_fill > 0 and wp >= 0 and wp < size_hi)""")
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def check_store(
+    store: StoreLike,
+    *,
+    min_length: int = DEFAULT_MIN_LENGTH,
+    frozen_steps: int = DEFAULT_FROZEN_STEPS,
+    spike_sigma: float = DEFAULT_SPIKE_SIGMA,
+    checks: Sequence[str] | None = None,
+    max_findings: int = DEFAULT_MAX_FINDINGS,
+    memory_limit: str | None = None,
+) -> Report:
+    """Check ``store`` for the problems :data:`CHECKS` know (module docs: what each finds).
+
+    Args:
+        store: a :class:`~rlarrow.Store` or its path.
+        min_length: episodes of fewer steps (rows) are reported (``short_episodes``).
+        frozen_steps: one observation for more than this many consecutive steps is reported.
+        spike_sigma: action elements this many standard deviations from their mean are reported.
+        checks: the names of the checks to run (default: all, in :data:`CHECKS` order).
+        max_findings: findings kept per check; the rest are counted in :attr:`Report.counts`.
+        memory_limit: DuckDB's memory limit for the checks' joins, aggregates and windows
+            (``"1GB"``), past which they spill to a temporary directory (deleted afterwards);
+            None: DuckDB's default (80% of RAM). The NumPy checks hold a few record batches.
+
+    Returns:
+        The :class:`Report`: ``ok`` when no check found an error.
+
+    Raises:
+        ArgumentError: an unknown check or a threshold out of range.
+        StoreError: no store at ``store``, or files DuckDB cannot read.
+
+    Example:
+        >>> import numpy as np, rlarrow, tempfile
+        >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+        >>> _ = st.append("steps", {"run_id": "r", "episode_id": 0, "step": [0, 2], "env_index": 0,
+        ...     "observation": np.zeros((2, 2), np.float32), "action": [1, None], "reward": [1.0, None],
+        ...     "is_first": [True, False], "is_last": [False, True], "is_terminal": [False, True]})
+        >>> report = check_store(st, checks=["gaps", "memory"])
+        >>> [str(f) for f in report.findings], report.skipped
+        (['steps run=r episode=0 step=1: step 1 is missing (the episode goes on at step 2)'], \
+{'memory': 'no rows in memory'})
+    """
+    names = list(CHECKS) if checks is None else list(dict.fromkeys(checks))
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ArgumentError(f"unknown check(s) {', '.join(map(repr, unknown))}: "
+                            f"choose from {', '.join(CHECKS)}")
+    if int(min_length) < 1:
+        raise ArgumentError(f"min_length={min_length}: an episode has at least 1 step; pass 1 or more")
+    if int(frozen_steps) < 1:
+        raise ArgumentError(f"frozen_steps={frozen_steps}: pass 1 or more")
+    if not (isinstance(spike_sigma, (int, float)) and math.isfinite(spike_sigma) and spike_sigma > 0):
+        raise ArgumentError(f"spike_sigma={spike_sigma!r}: pass a positive number of standard deviations")
+    if int(max_findings) < 0:
+        raise ArgumentError(f"max_findings={max_findings}: pass 0 or more")
+    import duckdb
+
+    from rlarrow.core.store import as_store
+    from rlarrow.query.connection import connect
+
+    st = as_store(store, readonly=True)
+    parameters = {"min_length": int(min_length), "frozen_steps": int(frozen_steps),
+                  "spike_sigma": float(spike_sigma), "checks": names, "max_findings": int(max_findings),
+                  "memory_limit": memory_limit}
+    tally = _Tally(int(max_findings))
+    skipped: dict[str, str] = {}
+    con = connect(st)
+    spill = None
+    try:
+        if memory_limit is not None:
+            spill = tempfile.mkdtemp(prefix="rlarrow-doctor-")
+            con.execute(f"set memory_limit = {_quote(memory_limit)}")
+            con.execute(f"set temp_directory = {_quote(spill)}")
+    except duckdb.Error as exc:
+        con.close()
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+        raise ArgumentError(f"memory_limit={memory_limit!r}: {exc} (pass a size such as '2GB')") from exc
+    ctx = _Context(st, con, min_length=int(min_length), frozen_steps=int(frozen_steps),
+                   spike_sigma=float(spike_sigma), tally=tally)
+    try:
+        for name in names:
+            check = CHECKS[name]
+            if not any(ctx.rows(t) for t in check.tables):
+                skipped[name] = "no rows in " + " or ".join(check.tables)
+                continue
+            ctx.check = name
+            tally.start(name)
+            began = time.perf_counter()
+            try:
+                check.function(ctx)
+            except duckdb.Error as exc:
+                raise StoreError(f"{st.path}: check {name!r} could not read the store ({exc}); "
+                                 f"`rlarrow info {st.path}` names a damaged file") from exc
+            tally.counts[name]["seconds"] = round(time.perf_counter() - began, 3)
+    finally:
+        ctx.close()
+        con.close()
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+    order = {n: i for i, n in enumerate(names)}
+
+    def place(f: Finding) -> tuple[Any, ...]:
+        return (order[f.check], f.table, f.run_id is None, f.run_id or "", f.episode_id is None,
+                f.episode_id or 0, f.step is None, f.step or 0)
+
+    findings = sorted(tally.findings, key=place)
+    return Report(os.fspath(st.path), findings, skipped, tally.counts, parameters)

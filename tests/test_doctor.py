@@ -1,0 +1,465 @@
+"""The data doctor (rlarrow.query.doctor, `rlarrow check`): each defect planted via the Store API is found."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES, populate
+
+import rlarrow
+from rlarrow.cli.check import CHECK_NAMES, check
+from rlarrow.core.errors import ArgumentError
+from rlarrow.core.tensors import TensorType, tensor_type, to_arrow
+from rlarrow.query.doctor import CHECKS, Finding, check_store
+
+RUN = "r"
+EPISODES = 4
+LENGTH = 60  # steps per episode of the clean store: 240 rows, enough for 10-sigma action spikes
+SKRL_NPZ = next((FIXTURES / "skrl" / "wrapped" / "memories").glob("*.npz"))
+
+
+def steps_of(episode_id: int, n: int, *, run_id: str = RUN, terminal: bool = True, obs_dim: int = 4) -> dict:
+    """One episode of ``n`` steps in RLDS alignment: random float observations and actions."""
+    rng = np.random.default_rng(1000 * episode_id + n)
+    last = np.arange(n) == n - 1
+    return {
+        "run_id": run_id, "episode_id": episode_id, "step": np.arange(n), "env_index": 0,
+        "observation": rng.standard_normal((n, obs_dim)).astype(np.float32),
+        "action": [*rng.standard_normal((n - 1, 2)).astype(np.float32), None],
+        "reward": [*(float(x) for x in rng.standard_normal(n - 1)), None],
+        "discount": [*([1.0] * (n - 2)), 0.0 if terminal else 1.0, None][-n:],
+        "is_first": np.arange(n) == 0, "is_last": last, "is_terminal": last & terminal,
+    }
+
+
+def episode_row(episode_id: int, n: int, *, run_id: str = RUN, terminated: bool = True,
+                partial_end: bool = False) -> dict:
+    return {"run_id": run_id, "episode_id": [episode_id], "env_index": 0, "num_steps": [n], "return": [0.0],
+            "terminated": [terminated], "truncated": [not terminated and not partial_end],
+            "partial_start": [False], "partial_end": [partial_end]}
+
+
+def add_episode(st: rlarrow.Store, episode_id: int, n: int, *, edit=None, row: bool = True, **kw) -> dict:
+    """Append an episode's steps (after ``edit(columns)`` plants a defect) and its episodes row."""
+    cols = steps_of(episode_id, n, **{k: v for k, v in kw.items() if k in ("run_id", "terminal", "obs_dim")})
+    if edit is not None:
+        edit(cols)
+    st.append("steps", cols)
+    if row:
+        st.append("episodes", episode_row(episode_id, n, **{k: v for k, v in kw.items()
+                                                          if k in ("run_id", "terminated", "partial_end")}))
+    return cols
+
+
+def memory_rows(snapshot_id: int, *, write_pointer: int = 2, is_full: bool = False, filled=None) -> dict:
+    size, envs = 4, 2
+    index = np.arange(size * envs)
+    memory_index = index // envs
+    return {"run_id": RUN, "snapshot_id": snapshot_id, "memory_index": memory_index,
+            "env_index": index % envs,
+            "memory_size": size, "num_envs": envs, "is_full": is_full, "write_pointer": write_pointer,
+            "env_pointer": 0, "filled": memory_index < 2 if filled is None else filled,
+            "states": np.arange(size * envs * 3, dtype=np.float32).reshape(-1, 3)}
+
+
+@pytest.fixture
+def clean(tmp_path) -> rlarrow.Store:
+    """A store with nothing wrong: a run, episodes and their steps, scalars, a memory snapshot."""
+    st = rlarrow.Store.create(tmp_path / "clean.rlarrow")
+    st.add_run(source="test", run_id=RUN)
+    for e in range(EPISODES):
+        add_episode(st, e, LENGTH)
+    st.append("scalars", {"run_id": RUN, "scope": "train", "tag": "loss", "step": np.arange(10),
+                          "value": np.linspace(1, 0, 10), "wall_time": 1.7e9 + np.arange(10.0)})
+    st.append("memory", memory_rows(0))
+    return st
+
+
+def found(report, name: str) -> list[Finding]:
+    return [f for f in report.findings if f.check == name]
+
+
+def where(f: Finding) -> tuple:
+    return f.severity, f.table, f.run_id, f.episode_id, f.step
+
+
+# ------------------------------------------------------------------ clean stores
+
+
+def test_a_clean_store_has_no_findings(clean):
+    report = check_store(clean)
+    assert report.findings == [] and report.ok and report.errors == report.warnings == 0
+    assert report.skipped == {} and list(report.counts) == list(CHECKS)
+    assert str(report) == "no problems found in 10 checks"
+
+
+def test_stores_rlarrow_writes_are_clean(tmp_path):
+    st = rlarrow.Store.create(tmp_path / "s")
+    populate(st)  # dict observations (a list-layout and a binary-layout-sized field), int actions
+    report = check_store(st)
+    assert report.findings == [], str(report)
+
+
+# ------------------------------------------------------------------ alignment
+
+
+def test_a_missing_is_first_is_named(clean):
+    def edit(cols):
+        cols["is_first"] = np.zeros(LENGTH, bool)
+
+    add_episode(clean, 9, LENGTH, edit=edit)
+    report = check_store(clean, checks=["alignment"])
+    (f,) = found(report, "alignment")
+    assert where(f) == ("error", "steps", RUN, 9, 0)
+    assert str(f) == f"steps run={RUN} episode=9 step=0: the first step lacks is_first"
+    assert not report.ok
+
+
+def test_is_first_after_the_first_step(clean):
+    def edit(cols):
+        cols["is_first"][17] = True
+
+    add_episode(clean, 3 + EPISODES, LENGTH, edit=edit)
+    (f,) = check_store(clean, checks=["alignment"]).findings
+    assert str(f).startswith(f"steps run={RUN} episode={3 + EPISODES} step=17: "
+                             "is_first set after the first step")
+
+
+def test_is_last_and_is_terminal_flags(clean):
+    def early_last(cols):
+        cols["is_last"][30] = True  # before the end: an error wherever it is
+
+    def no_last(cols):
+        cols["is_last"][:] = False
+        cols["is_terminal"][:] = False
+
+    def terminal_without_last(cols):
+        cols["is_terminal"][20] = True
+
+    add_episode(clean, 10, LENGTH, edit=early_last)
+    add_episode(clean, 11, LENGTH, edit=no_last, terminated=False)  # the row says it ended: no is_last
+    add_episode(clean, 12, LENGTH, edit=no_last, terminated=False, partial_end=True)  # stopped early: fine
+    add_episode(clean, 13, LENGTH, edit=terminal_without_last)
+    add_episode(clean, 14, LENGTH, terminal=False, terminated=True)  # row and last step disagree
+    got = {(f.episode_id, f.step): f.message for f in check_store(clean, checks=["alignment"]).findings}
+    assert got == {
+        (10, 30): "is_last set before the last step (the episode goes on to step 59)",
+        (11, 59): "the last step lacks is_last, but the episodes row says the episode ended "
+                  "(partial_end is false)",
+        (13, 20): "is_terminal set on a step without is_last",
+        (14, 59): "the episodes row says terminated, but the last step is not is_terminal",
+    }
+
+
+# ------------------------------------------------------------------ duplicates, references, gaps
+
+
+def test_a_duplicated_step_row(clean):
+    again = clean.read("steps", filter=(pc.field("episode_id") == 2) & (pc.field("step") == 17))
+    clean.append("steps", again)  # the very same row, committed twice
+    report = check_store(clean, checks=["duplicates", "references", "alignment"])
+    (dup,) = found(report, "duplicates")
+    assert where(dup) == ("error", "steps", RUN, 2, 17) and dup.message.startswith("2 rows")
+    (ref,) = found(report, "references")
+    assert ref.table == "episodes" and ref.episode_id == 2
+    assert ref.message == f"num_steps is {LENGTH} but steps has {LENGTH + 1} rows for this episode"
+    assert found(report, "alignment") == []
+
+
+def test_duplicate_episode_and_run_rows(clean):
+    clean.append("episodes", episode_row(1, LENGTH))
+    clean.append("runs", clean.read("runs"))
+    report = check_store(clean, checks=["duplicates"])
+    got = {(f.table, f.run_id, f.episode_id): f.message for f in report.findings}
+    assert got == {("episodes", RUN, 1): "2 rows in episodes for this episode",
+                   ("runs", RUN, None): "2 rows in runs for this run_id"}
+
+
+def test_missing_rows_and_ids(clean):
+    add_episode(clean, 20, 5, row=False)  # steps, no episodes row (a killed recorder leaves this)
+    clean.append("episodes", episode_row(21, 5))  # an episodes row, no steps
+    add_episode(clean, 22, 5, run_id="ghost")  # a run with no runs row
+    report = check_store(clean, checks=["references"])
+    got = {(f.severity, f.table, f.run_id, f.episode_id, f.step): f.message for f in report.findings}
+    assert got == {
+        ("warning", "steps", RUN, 20, 0): "no row in episodes for this episode (5 steps)",
+        ("warning", "episodes", RUN, 21, None): "no steps for this episode (its row says num_steps 5)",
+        ("warning", "steps", "ghost", None, None): "run_id has rows in steps but no row in runs",
+        ("warning", "episodes", "ghost", None, None): "run_id has rows in episodes but no row in runs",
+    }
+    assert report.ok  # warnings only
+
+
+def test_gaps_in_step_numbering(clean):
+    def hole(cols):
+        keep = ~np.isin(np.arange(LENGTH), [5, 40, 41, 42])
+        for k in ("step", "observation", "is_first", "is_last", "is_terminal"):
+            cols[k] = cols[k][keep]
+        for k in ("action", "reward", "discount"):
+            cols[k] = [v for v, ok in zip(cols[k], keep, strict=True) if ok]
+
+    add_episode(clean, 30, LENGTH, edit=hole)
+    late = steps_of(31, 10)
+    late["step"] = late["step"] + 3
+    clean.append("steps", late)
+    report = check_store(clean, checks=["gaps"])
+    got = {(f.episode_id, f.step): f.message for f in report.findings}
+    assert got == {(30, 5): "step 5 is missing (the episode goes on at step 6)",
+                   (30, 40): "steps 40 to 42 are missing (the episode goes on at step 43)",
+                   (31, 0): "steps 0 to 2 are missing: the episode starts at step 3"}
+
+
+# ------------------------------------------------------------------ order and time
+
+
+def test_steps_stored_out_of_order(clean):
+    cols = steps_of(40, 20)
+    half = {k: (v[10:] if isinstance(v, (np.ndarray, list)) else v) for k, v in cols.items()}
+    first = {k: (v[:10] if isinstance(v, (np.ndarray, list)) else v) for k, v in cols.items()}
+    clean.append("steps", half)  # steps 10..19 committed before steps 0..9
+    clean.append("steps", first)
+    clean.append("episodes", episode_row(40, 20))
+    report = check_store(clean)
+    (f,) = report.findings
+    assert where(f) == ("warning", "steps", RUN, 40, 0) and f.check == "monotonic"
+    assert f.message == "1 step(s) stored out of order: step 0 comes after step 19 in the files"
+
+
+def test_scalar_wall_time_going_backwards(clean):
+    # steps has no time column (schemas/steps.v1.json); scalars' wall_time is the store's timestamp
+    clean.append("scalars", {"run_id": RUN, "scope": "train", "tag": "return", "step": np.arange(10),
+                             "value": np.zeros(10),
+                             "wall_time": 1.7e9 + np.array([0, 1, 2, 3, 4, 9, 6, 7, 8, 10.0])})
+    (f,) = check_store(clean, checks=["monotonic"]).findings
+    assert where(f) == ("warning", "scalars", RUN, None, 6)
+    assert f.message.startswith("tag 'return': wall_time goes backwards 1 time(s)")
+
+
+# ------------------------------------------------------------------ values
+
+
+def test_nan_and_inf_in_rewards_and_observations(clean):
+    def edit(cols):
+        cols["reward"][7] = float("nan")
+        cols["observation"][12, 3] = np.inf
+        cols["action"][20] = np.array([0.0, np.nan], np.float32)
+
+    add_episode(clean, 50, LENGTH, edit=edit)
+    report = check_store(clean, checks=["nonfinite"])
+    got = {(f.episode_id, f.step): f.message for f in report.findings}
+    assert got == {(50, 7): "reward is nan",
+                   (50, 12): "observation[3] is inf (1 of 4 elements not finite)",
+                   (50, 20): "action[1] is nan (1 of 2 elements not finite)"}
+    assert {f.severity for f in report.findings} == {"error"}
+
+
+def test_binary_layout_dict_observations_in_a_second_layout(clean):
+    """A run with other tensors (steps.2/): a struct of a list field and a binary-layout field."""
+    n = 70
+    rng = np.random.default_rng(0)
+    img = rng.standard_normal((n, 4, 4)).astype(np.float32)
+    img[5, 1, 2] = np.nan
+    img[10:70] = img[10]  # 60 frozen observations (steps 10..69)...
+    pos = rng.standard_normal((n, 3)).astype(np.float32)
+    pos[10:70] = pos[10]  # ...in both fields
+    img_binary = to_arrow(img, tensor_type("float32", (4, 4), layout="binary"))
+    unknown = pa.array(np.arange(n) == 3)  # a null observation (an unknown final one) is no NaN
+    obs = pa.StructArray.from_arrays([to_arrow(pos), img_binary], names=["pos", "img"], mask=unknown)
+    cols = steps_of(0, n, run_id="pix")
+    cols["observation"] = obs
+    clean.add_run(source="test", run_id="pix")
+    clean.append("steps", cols)
+    clean.append("episodes", episode_row(0, n, run_id="pix"))
+    assert len(clean.layouts("steps")) == 2
+    assert isinstance(clean.schema("steps", layout=2).field("observation").type.field("img").type, TensorType)
+    report = check_store(clean)
+    got = {(f.check, f.run_id, f.episode_id, f.step): f.message for f in report.findings}
+    assert got == {
+        ("nonfinite", "pix", 0, 5): "observation.img[1, 2] is nan (1 of 16 elements not finite)",
+        ("frozen", "pix", 0, 10): "the same observation for 60 consecutive steps (10 to 69; frozen_steps=50)",
+    }
+
+
+def test_frozen_observations(clean):
+    def freeze(cols):
+        cols["observation"][0:60] = cols["observation"][0]
+
+    add_episode(clean, 60, 70, edit=freeze)
+    report = check_store(clean, checks=["frozen"])
+    (f,) = report.findings
+    assert where(f) == ("warning", "steps", RUN, 60, 0) and "60 consecutive steps (0 to 59" in f.message
+    assert check_store(clean, checks=["frozen"], frozen_steps=60).findings == []  # more than 60: none
+
+
+def test_an_action_spike(clean):
+    def spike(cols):
+        cols["action"][33] = cols["action"][33] * np.float32([1, 1000])
+
+    add_episode(clean, 70, LENGTH, edit=spike)
+    report = check_store(clean, checks=["spikes"])
+    (f,) = report.findings
+    assert where(f) == ("warning", "steps", RUN, 70, 33) and f.message.startswith("action[1] = ")
+    assert "spike_sigma=10" in f.message
+    assert check_store(clean, checks=["spikes"], spike_sigma=1e6).findings == []
+
+
+def test_short_episodes(clean):
+    add_episode(clean, 80, 1)
+    report = check_store(clean, checks=["short_episodes"])
+    (f,) = report.findings
+    assert where(f) == ("warning", "steps", RUN, 80, 0)
+    assert f.message == ("the episode has 1 step(s), fewer than min_length=2 "
+                         "(no action: it makes no transition)")
+    assert check_store(clean, checks=["short_episodes"], min_length=1).findings == []
+    assert len(check_store(clean, checks=["short_episodes"], min_length=LENGTH + 1).findings) == EPISODES + 1
+
+
+# ------------------------------------------------------------------ replay memory
+
+
+def test_memory_snapshots_whose_pointers_disagree_with_their_rows(clean):
+    clean.append("memory", memory_rows(1, write_pointer=10))  # outside a buffer of 4 rows
+    clean.append("memory", memory_rows(2, filled=np.ones(8, bool)))  # every row filled, pointer at 2
+    clean.append("memory", memory_rows(3, is_full=True, filled=np.arange(8) != 5))  # full, one row unfilled
+    report = check_store(clean, checks=["memory"])
+    got = [(f.run_id, f.message) for f in report.findings]
+    assert got == [
+        (RUN, "snapshot 1: write_pointer 10 is outside the buffer (memory_size 4)"),
+        (RUN, "snapshot 2: is_full is false and write_pointer is 2, but filled is true at memory_index 2, "
+              "env_index 0 (4 row(s) whose filled flag the pointers contradict)"),
+        (RUN, "snapshot 3: is_full is true and write_pointer is 2, but filled is false at memory_index 2, "
+              "env_index 1 (1 row(s) whose filled flag the pointers contradict)"),
+    ]
+    assert all(f.severity == "error" and f.table == "memory" for f in report.findings)
+
+
+def test_memory_rows_outside_the_buffer_and_duplicated(clean):
+    rows = memory_rows(4)
+    rows["memory_index"] = rows["memory_index"].copy()
+    rows["memory_index"][-1] = 7
+    clean.append("memory", rows)
+    clean.append("memory", memory_rows(5))
+    clean.append("memory", clean.read("memory", filter=pc.field("snapshot_id") == 5).slice(0, 1))
+    report = check_store(clean, checks=["memory", "duplicates"])
+    got = [(f.check, f.message) for f in report.findings]
+    assert ("memory", "snapshot 4: 1 row(s) have a memory_index outside 0..memory_size - 1 = 3 "
+                      "(first: 7)") in got
+    assert ("duplicates", "snapshot 5: 1 (memory_index, env_index) pairs have more than one row "
+                          "(first: memory_index 0, env_index 0)") in got
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_checks_are_chosen_by_name_and_skipped_when_their_tables_are_empty(tmp_path):
+    st = rlarrow.Store.create(tmp_path / "s")
+    add_episode(st, 0, 3, row=False)
+    report = check_store(st, checks=["gaps", "memory"])
+    assert list(report.counts) == ["gaps"] and report.skipped == {"memory": "no rows in memory"}
+    with pytest.raises(ArgumentError, match="unknown check.*'bogus'.*alignment"):
+        check_store(st, checks=["bogus"])
+    with pytest.raises(ArgumentError, match="min_length"):
+        check_store(st, min_length=0)
+    with pytest.raises(ArgumentError, match="memory_limit='lots'"):
+        check_store(st, memory_limit="lots")
+    limited = check_store(st, memory_limit="100MB")  # DuckDB spills past it; the same findings
+    assert limited.findings == check_store(st).findings and limited.parameters["memory_limit"] == "100MB"
+    assert CHECK_NAMES == tuple(CHECKS)  # the CLI's --only names are the registry's
+
+
+def test_max_findings_keeps_the_first_and_counts_all(clean):
+    def nans(cols):
+        cols["reward"] = [float("nan")] * (LENGTH - 1) + [None]
+
+    add_episode(clean, 90, LENGTH, edit=nans)
+    report = check_store(clean, checks=["nonfinite"], max_findings=5)
+    assert [f.step for f in report.findings] == [0, 1, 2, 3, 4]
+    assert report.counts["nonfinite"]["errors"] == LENGTH - 1 and report.counts["nonfinite"]["listed"] == 5
+    assert f"{LENGTH - 1 - 5} more not listed" in report.summary()
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["errors"] == LENGTH - 1 and len(data["findings"]) == 5 and data["ok"] is False
+    assert data["parameters"] == {"min_length": 2, "frozen_steps": 50, "spike_sigma": 10.0,
+                                  "checks": ["nonfinite"], "max_findings": 5, "memory_limit": None}
+
+
+# ------------------------------------------------------------------ rlarrow check
+
+
+def run_check(*args: str):
+    return CliRunner().invoke(check, [*args], catch_exceptions=False)
+
+
+def test_cli_exit_status_follows_errors_and_warnings(clean, tmp_path):
+    ok = run_check(str(clean.path))
+    assert ok.exit_code == 0 and ok.stdout.strip() == f"{clean.path}: no problems found in 10 checks"
+    add_episode(clean, 80, 1)  # a warning only
+    assert run_check(str(clean.path)).exit_code == 0
+    assert run_check(str(clean.path), "--strict").exit_code == 1
+    assert run_check(str(clean.path), "--min-length", "1", "--strict").exit_code == 0
+    clean.append("steps", clean.read("steps", filter=(pc.field("episode_id") == 1) & (pc.field("step") == 3)))
+    bad = run_check(str(clean.path), "--only", "duplicates,short_episodes", "--max-lines", "1")
+    assert bad.exit_code == 1
+    lines = bad.stdout.splitlines()
+    assert lines[0] == f"steps run={RUN} episode=1 step=3: 2 rows for this (run_id, episode_id, step)"
+    assert lines[1].startswith("... 1 more finding(s) not shown")
+    assert lines[2] == (f"{clean.path}: 1 error, 1 warning in 2 checks "
+                        "(duplicates: 1 error; short_episodes: 1 warning)")
+
+
+def test_cli_usage_errors_exit_2(clean, tmp_path):
+    shown = run_check("--help").output
+    assert "\b" not in shown and "\n      rlarrow check runs.rlarrow\n" in shown  # examples kept as written
+    assert all(name in shown for name in CHECK_NAMES)
+    assert run_check(str(clean.path), "--only", "bogus").exit_code == 2
+    assert run_check(str(clean.path), "--min-length", "0").exit_code == 2
+    assert run_check(str(clean.path), "--spike-sigma", "0").exit_code == 2
+    assert run_check(str(tmp_path / "missing")).exit_code == 2
+    text = tmp_path / "notes.txt"
+    text.write_text("not data")
+    result = run_check(str(text))
+    assert result.exit_code == 2 and "not a store" in result.output
+
+
+def test_cli_json_report(clean, tmp_path):
+    def edit(cols):
+        cols["is_first"][17] = True
+
+    add_episode(clean, 3 + EPISODES, LENGTH, edit=edit)
+    out = tmp_path / "report.json"
+    result = run_check(str(clean.path), "--json", "-o", str(out), "--frozen-steps", "20")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data == json.loads(out.read_text())
+    assert set(data) == {"store", "ok", "errors", "warnings", "parameters", "checks", "skipped", "findings"}
+    assert data["store"] == str(clean.path) and data["ok"] is False and data["errors"] == 1
+    assert data["parameters"]["frozen_steps"] == 20 and data["parameters"]["checks"] == list(CHECKS)
+    assert set(data["checks"]) == set(CHECKS)
+    assert set(data["checks"]["alignment"]) == {"errors", "warnings", "listed", "seconds"}
+    assert data["findings"] == [{"check": "alignment", "severity": "error", "table": "steps", "run_id": RUN,
+                                 "episode_id": 3 + EPISODES, "step": 17,
+                                 "message": "is_first set after the first step "
+                                            "(the episode starts at step 0)"}]
+
+
+def test_cli_checks_an_skrl_export_through_a_temporary_store(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    result = run_check(str(SKRL_NPZ), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["store"] == str(SKRL_NPZ) and data["ok"] is True
+    assert data["skipped"] == {} and data["checks"]["memory"]["errors"] == 0
+    assert any("episode" in line for line in data["converted"])
+    assert "not a store; checking a temporary conversion" in result.stderr
+    assert list(scratch.iterdir()) == []  # the temporary store is gone
+    text = run_check(str(SKRL_NPZ))
+    assert text.exit_code == 0 and text.stdout.splitlines()[-1].startswith(f"{SKRL_NPZ}: ")
+    assert list(Path(scratch).iterdir()) == []
