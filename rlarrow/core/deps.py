@@ -18,6 +18,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "matplotlib": ("plot", "plots"),
     "gymnasium": ("gym", "recording gymnasium environments"),
     "ray": ("ray", "Ray Data over a store"),
+    "datasketches": ("stats", "quantile sketches"),
 }
 
 
