@@ -130,3 +130,20 @@ def test_push_leaves_the_source_untouched(populated, tmp_path):
     push(populated, f"file://{tmp_path}/b", progress=False)
     for t, table in before.items():
         assert populated.read(t).slice(0, table.num_rows).equals(table)
+
+
+def test_a_pushed_store_is_a_delta_table_too(store, tmp_path):
+    """push copies each table's Delta log after its files: Delta engines read the copy."""
+    deltalake = pytest.importorskip("deltalake", reason="needs deltalake (the dev extra) to read the copy")
+    for e in range(3):
+        store.append("steps", episode_columns("r", e, 3))
+    dest = tmp_path / "b"
+    push(store, f"file://{dest}", progress=False)
+    copy = deltalake.DeltaTable(str(dest / "steps"))
+    assert copy.version() == deltalake.DeltaTable(str(store.path / "steps")).version()
+    assert copy.to_pyarrow_table().num_rows == store.row_count("steps")
+    store.append("steps", episode_columns("r", 3, 3))
+    push(store, f"file://{dest}", progress=False)  # the new commit's log file follows
+    assert deltalake.DeltaTable(str(dest / "steps")).to_pyarrow_table().num_rows == store.row_count("steps")
+    with rlarrow.Store.open(dest, version=store.version) as at:
+        assert at.row_count("steps") == store.row_count("steps")
