@@ -15,9 +15,9 @@ from conftest import FIXTURES, populate
 
 import rlarrow
 from rlarrow.cli.check import CHECK_NAMES, check
-from rlarrow.core.errors import ArgumentError
+from rlarrow.core.errors import ArgumentError, StoreError
 from rlarrow.core.tensors import TensorType, tensor_type, to_arrow
-from rlarrow.query.doctor import CHECKS, Finding, check_store
+from rlarrow.query.doctor import CHECKS, FIX_SOURCE, Finding, check_store, fix_store
 
 RUN = "r"
 EPISODES = 4
@@ -463,3 +463,152 @@ def test_cli_checks_an_skrl_export_through_a_temporary_store(tmp_path, monkeypat
     text = run_check(str(SKRL_NPZ))
     assert text.exit_code == 0 and text.stdout.splitlines()[-1].startswith(f"{SKRL_NPZ}: ")
     assert list(Path(scratch).iterdir()) == []
+
+
+# ------------------------------------------------------------------ rlarrow check --fix
+
+
+def rows_of(st: rlarrow.Store) -> dict[str, int]:
+    return {t: st.row_count(t) for t in ("runs", "episodes", "steps", "scalars", "memory")}
+
+
+def test_fix_adds_the_missing_runs_and_episodes_rows_in_one_commit(clean):
+    ghost = add_episode(clean, 0, 5, run_id="ghost", row=False)  # a run with no runs row, no episodes row
+    cut = add_episode(clean, 20, 6, terminal=False, row=False)  # ended without a terminal state
+
+    def stopped(cols):  # the recording stopped in it: no is_last at all
+        cols["is_last"][:] = False
+        cols["is_terminal"][:] = False
+
+    partial = add_episode(clean, 21, 7, edit=stopped, row=False)
+    before, version = rows_of(clean), clean.version
+    first = run_check(str(clean.path))
+    assert first.exit_code == 0  # warnings only
+    tip = f"4 of these (missing runs or episodes rows) can be added safely: rlarrow check {clean.path} --fix"
+    assert tip in first.stdout.splitlines()
+
+    result = run_check(str(clean.path), "--fix", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    st = rlarrow.Store.open(clean.path)
+    assert st.version == version + 1  # one commit
+    assert data["fix"] == {"added": {"runs": 1, "episodes": 3}, "version_before": version,
+                           "version_after": version + 1}
+    assert rows_of(st) == {**before, "runs": before["runs"] + 1, "episodes": before["episodes"] + 3}
+    assert [(f["table"], f["run_id"], f["episode_id"]) for f in data["fixed"]] == [
+        ("runs", "ghost", None), ("episodes", "ghost", 0), ("episodes", RUN, 20), ("episodes", RUN, 21)]
+    assert data["ok"] is True and data["errors"] == data["warnings"] == 0 and data["findings"] == []
+    assert data["hints"] == []
+
+    (run,) = rlarrow.sql(st, "select * from runs where run_id = 'ghost'").to_pylist()
+    assert run["source"] == FIX_SOURCE and json.loads(run["metadata"]) == {"added_by": FIX_SOURCE}
+    query = "select * from episodes where (run_id, episode_id) in (('ghost', 0), ('r', 20), ('r', 21))"
+    got = {r["episode_id"]: r for r in rlarrow.sql(st, query).to_pylist()}
+
+    def reward_sum(cols):
+        return pytest.approx(sum(r for r in cols["reward"] if r is not None))
+
+    flags = ("num_steps", "terminated", "truncated", "partial_start", "partial_end", "env_index")
+    assert {k: got[0][k] for k in flags} == {"num_steps": 5, "terminated": True, "truncated": False,
+                                             "partial_start": False, "partial_end": False, "env_index": 0}
+    assert {k: got[20][k] for k in flags} == {"num_steps": 6, "terminated": False, "truncated": True,
+                                              "partial_start": False, "partial_end": False, "env_index": 0}
+    assert {k: got[21][k] for k in flags} == {"num_steps": 7, "terminated": False, "truncated": False,
+                                              "partial_start": False, "partial_end": True, "env_index": 0}
+    assert got[0]["return"] == reward_sum(ghost) and got[20]["return"] == reward_sum(cut)
+    assert got[21]["return"] == reward_sum(partial)
+    assert all(json.loads(r["metadata"]) == {"added_by": FIX_SOURCE} for r in got.values())
+    assert data["fixed"][2]["values"] == {"env_index": 0, "num_steps": 6, "return": reward_sum(cut),
+                                          "terminated": False, "truncated": True, "partial_start": False,
+                                          "partial_end": False}
+
+    again = run_check(str(clean.path), "--fix")  # nothing left to fix: no commit
+    assert again.exit_code == 0
+    assert again.stdout.splitlines()[-1] == (
+        f"{clean.path}: nothing to fix safely: the store is unchanged (version {version + 1}); "
+        "now: no problems found in 10 checks")
+    assert rlarrow.Store.open(clean.path).version == version + 1
+    assert check_store(clean.path).findings == []
+
+
+def test_fix_derives_partial_start_and_leaves_an_episode_of_several_envs(tmp_path):
+    st = rlarrow.Store.create(tmp_path / "s")
+    st.add_run(source="test", run_id=RUN)
+
+    def late(cols):  # a replay buffer that wrapped: the first step kept is not the episode's first
+        cols["is_first"][:] = False
+
+    def two_envs(cols):
+        cols["env_index"] = np.arange(4) % 2
+
+    add_episode(st, 0, 4, edit=late, row=False)
+    add_episode(st, 1, 4, edit=two_envs, row=False)  # which env_index would its row have? a guess
+    fix = fix_store(st, check_store(st, checks=["references"]), name="S")
+    assert fix.added == {"episodes": 1} and fix.version_after == fix.version_before + 1
+    (row,) = rlarrow.sql(st, "select * from episodes").to_pylist()
+    assert (row["episode_id"], row["partial_start"], row["terminated"], row["partial_end"]) == \
+        (0, True, True, False)
+    (hint,) = fix.hints
+    assert hint.check == "references" and "env_index differs between their steps" in hint.message
+    assert hint.commands == ("rlarrow delete S --run r --episode 1",) and hint.label_commands == ()
+    assert [f.episode_id for f in fix.remaining.findings] == [1]  # still no row: reported again
+    with pytest.raises(StoreError, match="read-only"):
+        fix_store(rlarrow.Store.open(st.path, readonly=True), fix.remaining)
+
+
+def test_fix_deletes_nothing_and_names_the_commands_for_the_rest(clean):
+    def nan(cols):
+        cols["reward"][7] = float("nan")
+
+    add_episode(clean, 50, LENGTH, edit=nan)
+    before, version = rows_of(clean), clean.version
+    result = run_check(str(clean.path), "--fix", "--json")
+    assert result.exit_code == 1  # the NaN remains: an error
+    data = json.loads(result.stdout)
+    assert data["fix"]["added"] == {} and data["fixed"] == [] and data["errors"] == 1
+    (hint,) = data["hints"]
+    assert hint["check"] == "nonfinite"
+    assert hint["message"].startswith("1 episode with NaN or infinity: not fixed")
+    assert hint["commands"] == [f"rlarrow delete {clean.path} --run {RUN} --episode 50"]
+    assert hint["label_commands"] == [
+        f"rlarrow label {clean.path} --run {RUN} --episode 50 --set suspect=true"]
+    assert rows_of(rlarrow.Store.open(clean.path)) == before and clean.version == version  # nothing deleted
+
+    text = run_check(str(clean.path), "--fix").stdout.splitlines()
+    at = text.index("not fixed automatically (nothing was deleted):")
+    assert text[at + 2] == f"      rlarrow delete {clean.path} --run {RUN} --episode 50"
+
+
+def test_fix_hints_group_episodes_by_run_a_few_lines_at_most(tmp_path):
+    st = rlarrow.Store.create(tmp_path / "s")
+    keys = [("a", e) for e in range(25)] + [("b", 3), ("b", 4), ("c", 0)]
+    for run in "abc":
+        st.add_run(source="test", run_id=run)
+    n = len(keys)
+    st.append("steps", {"run_id": [r for r, _ in keys], "episode_id": [e for _, e in keys], "step": 0,
+                        "env_index": 0, "observation": np.zeros((n, 2), np.float32),
+                        "action": np.zeros((n, 1), np.float32), "reward": None, "is_first": True,
+                        "is_last": True, "is_terminal": True})
+    fix = fix_store(st, check_store(st, checks=["short_episodes"]), name="my store")
+    assert fix.added == {} and fix.version_after == fix.version_before
+    (hint,) = fix.hints
+    assert hint.check == "short_episodes" and hint.message.startswith("28 episodes with fewer steps")
+    def ids(first, end):
+        return " ".join(f"--episode {e}" for e in range(first, end))
+
+    assert hint.commands == (f"rlarrow delete 'my store' --run a {ids(0, 10)}",
+                             f"rlarrow delete 'my store' --run a {ids(10, 20)}",
+                             f"rlarrow delete 'my store' --run a {ids(20, 25)}",
+                             "... (3 more episodes in 2 runs)")
+    assert hint.label_commands[0] == f"rlarrow label 'my store' --run a {ids(0, 10)} --set suspect=true"
+    assert hint.label_commands[-1] == "... (3 more episodes in 2 runs)"
+
+
+def test_fix_of_a_converted_input_is_refused(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    result = run_check(str(SKRL_NPZ), "--fix")
+    assert result.exit_code == 2
+    assert "is not one" in result.output and "convert it first" in result.output
+    assert list(scratch.iterdir()) == []  # refused before converting anything

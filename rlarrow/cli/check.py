@@ -4,6 +4,7 @@ Examples (from a shell)::
 
     rlarrow check runs.rlarrow                       # every check; exit 1 on errors
     rlarrow check runs.rlarrow --only alignment,gaps --json
+    rlarrow check runs.rlarrow --fix                 # add missing runs/episodes rows, one commit
     rlarrow check runs/PPO_cartpole/memories/x.npz   # an export: converted, checked, deleted
 
 Example:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -67,9 +69,13 @@ def _is_store(path: str) -> bool:
 @click.option("--max-lines", type=click.IntRange(min=0), default=50, show_default=True,
               help="Findings printed (the summary counts them all; --json and -o list them all).")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option("--fix", is_flag=True,
+              help="Add the runs and episodes rows the references check finds missing (episodes rows "
+                   "derived from their steps), in one commit, then check again; print the delete/label "
+                   "commands for the rest. Nothing is deleted or rewritten. Stores only.")
 @_friendly_errors
 def check(source: str, as_json: bool, output: str | None, min_length: int, frozen_steps: int,
-          spike_sigma: float, only: list[str] | None, max_lines: int, strict: bool) -> None:
+          spike_sigma: float, only: list[str] | None, max_lines: int, strict: bool, fix: bool) -> None:
     """Check STORE_OR_INPUT for what training would otherwise find.
 
     Bad alignment flags, duplicate or missing rows, gaps, NaN and inf, frozen observations,
@@ -79,42 +85,81 @@ def check(source: str, as_json: bool, output: str | None, min_length: int, froze
     experiment directory, ...): it is converted into a temporary store (with --episodes),
     checked, and the temporary store deleted.
 
+    With --fix (a store only), what needs no guess and loses no data is fixed in one commit
+    (one new store version): a runs row for each run id that has data but no runs row, and
+    an episodes row for each episode of steps without one (num_steps, return and flags from
+    its steps). Nothing is deleted or rewritten: for everything else (NaN, frozen or short
+    episodes, bad flags, episodes rows that disagree with their steps, ...) the report names
+    the `rlarrow delete` and `rlarrow label` commands that would deal with it. The checks
+    then run again, and the exit status is that of what remains.
+
     Exit status: 0 when no errors were found (warnings alone: 0, unless --strict), 1 when
-    errors were found (or the store could not be read), 2 for a usage error.
+    errors were found (or the store could not be read), 2 for a usage error (--fix of an
+    input that is not a store included).
 
     \b
     Examples:
         rlarrow check runs.rlarrow
         rlarrow check runs.rlarrow --only alignment,gaps --json -o report.json
         rlarrow check runs/PPO_cartpole/memories/26-11-22_memory.npz
+        rlarrow check runs.rlarrow --fix
     """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
-    from rlarrow.query.doctor import check_store
+    from rlarrow.query.doctor import check_store, fix_store, fixable
 
     options: dict[str, Any] = {"min_length": min_length, "frozen_steps": frozen_steps,
                                "spike_sigma": spike_sigma, "checks": only}
     converted: list[str] | None = None
-    if _is_store(source):
+    is_store = _is_store(source)
+    if fix and not is_store:
+        raise click.UsageError(f"--fix changes a store, and {source} is not one (it would be checked as a "
+                               "temporary conversion, deleted afterwards): convert it first "
+                               f"(rlarrow convert {shlex.quote(source)} STORE), then run "
+                               "rlarrow check STORE --fix")
+    if is_store:
         report = check_store(source, **options)
     else:
         report, converted = _check_converted(source, options)
-    data = report.to_dict()
+    repaired = fix_store(source, report, name=source) if fix else None
+    final = report if repaired is None else repaired.remaining
+    data = final.to_dict()
     data["store"] = os.fspath(source)
     if converted is not None:
         data["converted"] = converted
+    if repaired is not None:
+        data["fix"] = {k: v for k, v in repaired.to_dict().items() if k not in ("store", "fixed", "hints")}
+        data["fixed"] = [f.to_dict() for f in repaired.fixed]
+        data["hints"] = [h.to_dict() for h in repaired.hints]
     if output:
         Path(output).write_text(json.dumps(data, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
-        shown = report.findings[:max_lines]
+        if repaired is not None:
+            for fixed in repaired.fixed[:max_lines]:
+                click.echo(f"fixed: {fixed}")
+            added = sum(repaired.added.values())
+            if added > min(len(repaired.fixed), max_lines):
+                click.echo(f"... {added - min(len(repaired.fixed), max_lines)} more row(s) added, not shown")
+        shown = final.findings[:max_lines]
         for finding in shown:
             click.echo(str(finding))
-        found = report.errors + report.warnings
+        found = final.errors + final.warnings
         if found > len(shown):
             click.echo(f"... {found - len(shown)} more finding(s) not shown "
                        "(--max-lines N; --json lists them)")
-        click.echo(f"{source}: {report.summary()}")
-    if not report.ok or (strict and report.warnings):
+        if repaired is not None and repaired.hints:
+            click.echo("not fixed automatically (nothing was deleted):")
+            for hint in repaired.hints:
+                click.echo("\n".join(f"  {line}" for line in str(hint).splitlines()))
+        if repaired is not None:
+            click.echo(f"{source}: {repaired.summary()}; now: {final.summary()}")
+        else:
+            n = fixable(report) if is_store else 0
+            if n:
+                click.echo(f"{n} of these (missing runs or episodes rows) can be added safely: "
+                           f"rlarrow check {shlex.quote(source)} --fix")
+            click.echo(f"{source}: {report.summary()}")
+    if not final.ok or (strict and final.warnings):
         click.get_current_context().exit(1)
 
 

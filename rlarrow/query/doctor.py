@@ -46,6 +46,12 @@ check              severity  what it finds
 A check whose tables are empty is skipped and named in :attr:`Report.skipped`. Each check
 keeps its first ``max_findings`` findings and counts the rest.
 
+:func:`fix_store` (``rlarrow check STORE --fix``) then fixes what needs no guess and loses
+no data, in one commit: the ``runs`` rows and ``episodes`` rows that ``references`` found
+missing, the latter derived from the episodes' steps. Nothing is deleted or rewritten; every
+other finding becomes a :class:`Hint` naming the ``rlarrow delete`` / ``rlarrow label``
+commands that would deal with it.
+
 Example:
     >>> import numpy as np, rlarrow, tempfile
     >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
@@ -84,7 +90,8 @@ if TYPE_CHECKING:
     from rlarrow.core.store import ReaderLease, Store, StoreLike
 
 __all__ = ["CHECKS", "DEFAULT_FROZEN_STEPS", "DEFAULT_MAX_FINDINGS", "DEFAULT_MIN_LENGTH",
-           "DEFAULT_SPIKE_SIGMA", "Check", "Finding", "Report", "Severity", "check_store"]
+           "DEFAULT_SPIKE_SIGMA", "FIX_SOURCE", "Check", "Finding", "FixReport", "Fixed", "Hint", "Report",
+           "Severity", "check_store", "fix_store", "fixable"]
 
 #: Episodes of fewer steps (rows) than this are reported (2: the 1-step episodes, no action).
 DEFAULT_MIN_LENGTH = 2
@@ -929,3 +936,445 @@ def check_store(
 
     findings = sorted(tally.findings, key=place)
     return Report(os.fspath(st.path), findings, skipped, tally.counts, parameters)
+
+
+# ------------------------------------------------------------------ fixing what is safe to fix
+
+#: The ``source`` of the ``runs`` rows :func:`fix_store` adds, and ``added_by`` in the metadata of
+#: every row it adds.
+FIX_SOURCE = "rlarrow check --fix"
+
+# the references check's messages for rows --fix adds (prefix, suffix)
+_NO_EPISODES_ROW = "no row in episodes for this episode"
+_NO_RUNS_ROW = "but no row in runs"
+# delete/label commands shown per hint, and episodes per command
+_COMMAND_LINES = 3
+_EPISODES_PER_COMMAND = 10
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A row :func:`fix_store` added: its table, its key, what it says.
+
+    ``values`` holds the row's derived columns (``num_steps``, ``return``, flags; ``return`` is
+    None where it is not finite or the steps have no reward).
+
+    Example:
+        >>> print(Fixed("runs", "ghost", None, "added a runs row"))
+        runs run=ghost: added a runs row
+    """
+
+    table: str
+    run_id: str
+    episode_id: int | None
+    message: str
+    values: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __str__(self) -> str:
+        where = [self.table, f"run={self.run_id}"]
+        if self.episode_id is not None:
+            where.append(f"episode={self.episode_id}")
+        return f"{' '.join(where)}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready values.
+
+        Example:
+            >>> Fixed("runs", "ghost", None, "added a runs row").to_dict()["table"]
+            'runs'
+        """
+        return {"table": self.table, "run_id": self.run_id, "episode_id": self.episode_id,
+                "message": self.message, "values": dict(self.values)}
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What was not fixed automatically, why, and the commands that would deal with it.
+
+    ``commands`` are ``rlarrow delete`` commands (one per run, a few episodes each; a last
+    ``...`` line when there are more), ``label_commands`` the ``rlarrow label`` commands that
+    mark the same episodes instead (``--set suspect=true``). Both are empty where no command
+    helps (the hint's message says what to do).
+
+    Example:
+        >>> print(Hint("short_episodes", "1 episode(s) shorter than min_length", ("rlarrow delete S --run r "
+        ...            "--episode 3",)))
+        short_episodes: 1 episode(s) shorter than min_length
+            rlarrow delete S --run r --episode 3
+    """
+
+    check: str
+    message: str
+    commands: tuple[str, ...] = ()
+    label_commands: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        lines = [f"{self.check}: {self.message}", *(f"    {c}" for c in self.commands)]
+        if self.label_commands:
+            lines.append("  or mark them instead (filter on metadata->>'$.suspect'):")
+            lines.extend(f"    {c}" for c in self.label_commands)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The hint as JSON-ready values.
+
+        Example:
+            >>> sorted(Hint("memory", "not fixed").to_dict())
+            ['check', 'commands', 'label_commands', 'message']
+        """
+        return {"check": self.check, "message": self.message, "commands": list(self.commands),
+                "label_commands": list(self.label_commands)}
+
+
+@dataclass
+class FixReport:
+    """What :func:`fix_store` added, in one commit, and what is left for its user.
+
+    Attributes:
+        store: the store's path.
+        fixed: the rows added (the first ``max_findings`` of the report's parameters; ``added``
+            counts them all).
+        added: rows added per table (``{}``: nothing to fix safely, the store is unchanged).
+        hints: what remains that no safe fix deals with, with the commands that would.
+        version_before, version_after: the store's version before and after (one more when
+            rows were added: one commit).
+        checked: the report the fixes were chosen from.
+        remaining: the checks run again after the fix (``checked`` itself when nothing changed).
+
+    Example:
+        >>> r = FixReport("s", [], {}, [], 3, 3, Report("s", [], {}, {}, {}), Report("s", [], {}, {}, {}))
+        >>> r.changed, r.summary()
+        (False, 'nothing to fix safely: the store is unchanged (version 3)')
+    """
+
+    store: str
+    fixed: list[Fixed]
+    added: dict[str, int]
+    hints: list[Hint]
+    version_before: int
+    version_after: int
+    checked: Report
+    remaining: Report
+
+    @property
+    def changed(self) -> bool:
+        """Whether rows were added (a new store version)."""
+        return self.version_after != self.version_before
+
+    def summary(self) -> str:
+        """What the fix did, in one line.
+
+        Example:
+            >>> FixReport("s", [], {"runs": 1, "episodes": 2}, [], 3, 4, Report("s", [], {}, {}, {}),
+            ...           Report("s", [], {}, {}, {})).summary()
+            'added 1 runs row and 2 episodes rows in one commit (version 3 -> 4)'
+        """
+        if not self.added:
+            return f"nothing to fix safely: the store is unchanged (version {self.version_after})"
+        rows = " and ".join(f"{n} {table} row{'' if n == 1 else 's'}" for table, n in self.added.items())
+        return f"added {rows} in one commit (version {self.version_before} -> {self.version_after})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fix as JSON-ready values: added, versions, fixed rows, hints.
+
+        Example:
+            >>> sorted(FixReport("s", [], {}, [], 3, 3, Report("s", [], {}, {}, {}),
+            ...                  Report("s", [], {}, {}, {})).to_dict())
+            ['added', 'fixed', 'hints', 'store', 'version_after', 'version_before']
+        """
+        return {"store": self.store, "added": dict(self.added), "version_before": self.version_before,
+                "version_after": self.version_after, "fixed": [f.to_dict() for f in self.fixed],
+                "hints": [h.to_dict() for h in self.hints]}
+
+    def __str__(self) -> str:
+        return "\n".join([*(f"fixed: {f}" for f in self.fixed), *(str(h) for h in self.hints),
+                          self.summary()])
+
+
+def fixable(report: Report) -> int:
+    """How many of ``report``'s listed findings :func:`fix_store` fixes (rows it would add).
+
+    Example:
+        >>> fixable(Report("s", [Finding("references", "warning", "steps", "g", None, None,
+        ...                              "run_id has rows in steps but no row in runs")], {}, {}, {}))
+        1
+    """
+    return sum(1 for f in report.findings if _is_fixable(f))
+
+
+def _is_fixable(f: Finding) -> bool:
+    return f.check == "references" and (f.message.startswith(_NO_EPISODES_ROW)
+                                        or f.message.endswith(_NO_RUNS_ROW))
+
+
+def fix_store(store: StoreLike, report: Report | None = None, *, name: str | None = None) -> FixReport:
+    """Fix what ``report`` found that can be fixed without guessing and without losing data.
+
+    In one commit (:meth:`~rlarrow.Store.transaction`: readers see all of it or none, the
+    store version rises by one; nothing when there is nothing to fix):
+
+    - a ``runs`` row for each run id that has rows in ``steps``, ``episodes``, ``memory``,
+      ``scalars`` or ``sources`` but none in ``runs`` (``source`` :data:`FIX_SOURCE`,
+      ``metadata`` ``{"added_by": FIX_SOURCE}``);
+    - an ``episodes`` row for each episode of ``steps`` without one, derived from its steps
+      with DuckDB (aggregates that stream and spill): ``num_steps`` its rows, ``return`` the
+      sum of its rewards, ``terminated`` the last step's ``is_terminal``, ``truncated`` its
+      ``is_last`` without ``is_terminal``, ``partial_start`` no ``is_first`` on the first step,
+      ``partial_end`` no ``is_last`` on the last, ``env_index`` its steps' (an episode whose
+      steps have several is left alone: its row would guess), ``metadata``
+      ``{"added_by": FIX_SOURCE}``.
+
+    Both only when ``report`` ran the ``references`` check and it found something. Nothing
+    is deleted or rewritten: every other finding (an ``episodes`` row that disagrees with its
+    steps included) becomes a :class:`Hint` with the ``rlarrow delete`` / ``rlarrow label``
+    commands that would deal with it. The checks are then run again (with ``report``'s
+    parameters): :attr:`FixReport.remaining`.
+
+    Args:
+        store: a writable :class:`~rlarrow.Store` or its path.
+        report: what :func:`check_store` found in it (None: check it now, every check).
+        name: how the hints' commands name the store (default: its path).
+
+    Returns:
+        The :class:`FixReport`.
+
+    Raises:
+        StoreError: the store is read-only (or opened at a version), or a write failed (then
+            nothing was added).
+
+    Example:
+        >>> import numpy as np, rlarrow, tempfile
+        >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+        >>> _ = st.append("steps", {"run_id": "r", "episode_id": 0, "step": [0, 1, 2], "env_index": 0,
+        ...     "observation": np.zeros((3, 2), np.float32), "action": [1, 0, None],
+        ...     "reward": [1.0, 0.5, None], "is_first": [True, False, False],
+        ...     "is_last": [False, False, True], "is_terminal": [False, False, True]})
+        >>> fix = fix_store(st, check_store(st))
+        >>> print(fix)  # doctest: +NORMALIZE_WHITESPACE
+        fixed: runs run=r: added a runs row (source 'rlarrow check --fix'): the run has rows in steps
+        fixed: episodes run=r episode=0: added an episodes row from its 3 steps (num_steps 3, return 1.5,
+            terminated)
+        added 1 runs row and 1 episodes row in one commit (version 1 -> 2)
+        >>> fix.remaining.ok, fix.remaining.warnings
+        (True, 0)
+    """
+    from rlarrow.core.store import as_store
+
+    st = as_store(store, readonly=False)
+    if report is None:
+        report = check_store(st)
+    shown = name if name is not None else os.fspath(st.path)
+    limit = int(report.parameters.get("max_findings", DEFAULT_MAX_FINDINGS))
+    before = st.version
+    fixed: list[Fixed] = []
+    added: dict[str, int] = {}
+    left: list[tuple[str, int, int, int]] = []  # episodes without a row whose steps' env_index differs
+    references = report.counts.get("references")
+    if references is not None and int(references["warnings"]):
+        if st.readonly:
+            raise StoreError(f"{st.path}: cannot fix a store opened read-only (or at a version); "
+                             "open it writable")
+        from rlarrow.query.connection import connect
+
+        con = connect(st)  # (before the transaction: the views read what is committed)
+        try:
+            with st.transaction():
+                _add_runs(st, con, fixed, added, limit)
+                _add_episodes(st, con, fixed, added, left, limit)
+        finally:
+            con.close()
+    after = st.version
+    remaining = report
+    if after != before:
+        keys = ("min_length", "frozen_steps", "spike_sigma", "checks", "max_findings", "memory_limit")
+        remaining = check_store(st, **{k: report.parameters[k] for k in keys if k in report.parameters})
+    hints = _hints(remaining, shown, left)
+    return FixReport(os.fspath(st.path), fixed, added, hints, before, after, report, remaining)
+
+
+def _added_metadata(n: int) -> tuple[pa.Array, pa.Array]:
+    """The ``metadata`` and ``metadata_types`` columns of ``n`` rows added by the fix."""
+    from rlarrow.core import metadata as _metadata
+
+    texts, types = _metadata.encode_column([{"added_by": FIX_SOURCE}])
+    return pa.array(texts * n, pa.string()), pa.array(types * n, pa.string())
+
+
+def _add_runs(st: Store, con: Any, fixed: list[Fixed], added: dict[str, int], limit: int) -> None:
+    from datetime import UTC, datetime
+
+    from rlarrow.core import schema as _schema
+
+    tables = [t for t in ("steps", "episodes", "memory", "scalars", "sources") if st.row_count(t)]
+    if not tables:
+        return
+    union = " union all ".join(f"select distinct run_id, {i} as k, {_quote(t)} as tbl from {t}"
+                               for i, t in enumerate(tables))
+    rows = con.sql(f"""select run_id, string_agg(tbl, ', ' order by k) as tables
+                       from ({union}) anti join runs using (run_id)
+                       group by run_id order by run_id""").fetchall()
+    if not rows:
+        return
+    metadata, types = _added_metadata(len(rows))
+    st.append("runs", _schema.build("runs", {
+        "run_id": [r[0] for r in rows], "created_at": [datetime.now(UTC)] * len(rows), "source": FIX_SOURCE,
+        "metadata": metadata, "metadata_types": types}))
+    added["runs"] = len(rows)
+    for run_id, where in rows[:max(limit - len(fixed), 0)]:
+        fixed.append(Fixed("runs", run_id, None, f"added a runs row (source {FIX_SOURCE!r}): the run has "
+                                                 f"rows in {where}", {"source": FIX_SOURCE}))
+
+
+def _add_episodes(st: Store, con: Any, fixed: list[Fixed], added: dict[str, int],
+                  left: list[tuple[str, int, int, int]], limit: int) -> None:
+    import pyarrow.compute as pc
+
+    from rlarrow.core import schema as _schema
+
+    if not st.row_count("steps"):
+        return
+    # per episode of steps without an episodes row: one pass over the flat columns
+    rel = con.sql("""
+        select run_id, episode_id, env_lo, env_hi, num_steps, "return", last_terminal as terminated,
+               last_flag and not last_terminal as truncated, not first_flag as partial_start,
+               not last_flag as partial_end
+        from (select s.run_id, s.episode_id, min(s.env_index) as env_lo, max(s.env_index) as env_hi,
+                     count(*) as num_steps, sum(s.reward) as "return",
+                     arg_max(s.is_terminal, s.step) as last_terminal, arg_max(s.is_last, s.step) as last_flag,
+                     arg_min(s.is_first, s.step) as first_flag
+              from steps s anti join (select distinct run_id, episode_id from episodes) e
+                  using (run_id, episode_id)
+              group by s.run_id, s.episode_id)
+        order by run_id, episode_id""")
+    for batch in rel.to_arrow_reader(1 << 20):
+        one_env = pc.equal(batch.column("env_lo"), batch.column("env_hi"))
+        several = batch.filter(pc.invert(one_env)).select(["run_id", "episode_id", "env_lo", "env_hi"])
+        for row in several.to_pylist():
+            left.append((row["run_id"], int(row["episode_id"]), int(row["env_lo"]), int(row["env_hi"])))
+        rows = batch.filter(one_env)
+        if not rows.num_rows:
+            continue
+        metadata, types = _added_metadata(rows.num_rows)
+        columns: dict[str, Any] = {c: rows.column(c) for c in (
+            "run_id", "episode_id", "num_steps", "return", "terminated", "truncated", "partial_start",
+            "partial_end")}
+        st.append("episodes", _schema.build("episodes", {
+            **columns, "env_index": rows.column("env_lo"), "metadata": metadata, "metadata_types": types}))
+        added["episodes"] = added.get("episodes", 0) + rows.num_rows
+        room = max(limit - len(fixed), 0)
+        for row in rows.slice(0, room).to_pylist():
+            fixed.append(_episode_fixed(row))
+
+
+def _episode_fixed(row: dict[str, Any]) -> Fixed:
+    n, ret = int(row["num_steps"]), row["return"]
+    ending = ("terminated" if row["terminated"] else "truncated" if row["truncated"]
+              else "partial_end: no is_last on its last step")
+    start = ", partial_start: no is_first on its first step" if row["partial_start"] else ""
+    values = {"env_index": int(row["env_lo"]), "num_steps": n,
+              "return": float(ret) if ret is not None and math.isfinite(ret) else None,
+              **{k: bool(row[k]) for k in ("terminated", "truncated", "partial_start", "partial_end")}}
+    return Fixed("episodes", row["run_id"], int(row["episode_id"]),
+                 f"added an episodes row from its {_plural(n, 'step')} (num_steps {n}, return "
+                 f"{'null' if ret is None else format(ret, '.6g')}, {ending}{start})", values)
+
+
+# ------------------------------------------------------------------ hints: what is left to the user
+
+# episode findings, per check: (what the episodes have, why not fixed, what the user can do)
+_MARK = "delete them, or mark them"
+_WHY = {
+    "alignment": ("is_first / is_last / is_terminal flags that break RLDS alignment",
+                  "which flag is wrong is a guess", "convert the source again, or " + _MARK),
+    "duplicates": ("rows stored twice", "which copy to keep is a guess",
+                   "delete them (every copy) and convert the source again, or mark them"),
+    "gaps": ("missing step numbers", "the missing steps are not in the store", _MARK),
+    "nonfinite": ("NaN or infinity", "replacing the values would invent data", _MARK),
+    "frozen": ("one observation repeated", "a stuck sensor or a paused env is yours to judge", _MARK),
+    "spikes": ("action spikes", "an outlier may be real", _MARK),
+    "short_episodes": ("fewer steps than min_length", "they are recorded data", _MARK),
+}
+_DISAGREE = ("an episodes row that disagrees with their steps (num_steps or env_index)",
+             "rewriting a recorded episodes row is not safe: the steps may be what is wrong, see duplicates "
+             "and gaps", "delete them and convert them again, or mark them")
+_NO_STEPS = ("an episodes row but no steps", "deleting the row loses what it records",
+             "if the steps are gone for good, delete them")
+_AMBIGUOUS = ("steps but no episodes row, and env_index differs between their steps",
+              "an added row's env_index would be a guess", "delete them, or convert them again")
+# findings no command deals with: what to do instead
+_TEXT = {
+    "memory": "replay-memory snapshots whose rows disagree with their buffer state: not fixed (the pointers "
+              "are the source's); convert the memory export again, or leave these snapshots out",
+    "monotonic steps": "steps stored out of step order: not rewritten (readers that order by step are "
+                       "unaffected)",
+    "monotonic scalars": "scalar tags whose wall_time goes backwards (a resumed run logged steps again): not "
+                         "fixed; filter on wall_time when reading them",
+    "duplicates runs": "run ids with several runs rows: not fixed (which row to keep is a guess)",
+    "duplicates memory": "memory snapshots with a (memory_index, env_index) pair twice: not fixed (which row "
+                         "to keep is a guess); convert the memory export again",
+    "duplicates scalars": "scalar points logged twice: not fixed (harmless to plots; filter them when "
+                          "reading)",
+    "references runs": "run ids with no runs row (written after the fix?): run rlarrow check --fix again",
+}
+
+
+def _hints(report: Report, name: str, left: Sequence[tuple[str, int, int, int]]) -> list[Hint]:
+    """What remains in ``report`` (and the episodes the fix left), as hints with commands."""
+    episodes: dict[tuple[str, tuple[str, str, str]], list[tuple[str, int]]] = {}
+    texts: dict[str, int] = {}
+    for f in report.findings:
+        if f.check == "references":
+            if f.message.endswith(_NO_RUNS_ROW):
+                texts["references runs"] = texts.get("references runs", 0) + 1
+                continue
+            if f.message.startswith(_NO_EPISODES_ROW):
+                continue  # the fix's own list (left) says why
+            why = _NO_STEPS if f.message.startswith("no steps") else _DISAGREE
+        elif f.episode_id is not None and f.check in _WHY and f.table in ("steps", "episodes"):
+            why = _WHY[f.check]
+        else:
+            key = f"{f.check} {f.table}" if f"{f.check} {f.table}" in _TEXT else f.check
+            texts[key] = texts.get(key, 0) + 1
+            continue
+        if f.run_id is not None and f.episode_id is not None:
+            episodes.setdefault((f.check, why), []).append((f.run_id, f.episode_id))
+    for run_id, episode_id, _, _ in left:
+        episodes.setdefault(("references", _AMBIGUOUS), []).append((run_id, episode_id))
+    hints = []
+    for (check, why), keys in episodes.items():
+        unique = sorted(set(keys))
+        label = why not in (_NO_STEPS, _AMBIGUOUS)  # label rewrites episodes rows: these have none to mark
+        delete, marks = _commands(name, unique, label)
+        what, reason, advice = why
+        counted = report.counts.get(check, {})
+        unlisted = sum(int(counted.get(k, 0)) for k in ("errors", "warnings")) - int(counted.get("listed", 0))
+        among = f" (among the listed findings: {unlisted} more not listed)" if unlisted > 0 else ""
+        hints.append(Hint(check, f"{_plural(len(unique), 'episode')}{among} with {what}: not fixed "
+                                 f"automatically ({reason}); {advice}:", delete, marks))
+    for key, n in texts.items():
+        check = key.partition(" ")[0]
+        text = _TEXT.get(key, "not fixed automatically")
+        hints.append(Hint(check, f"{_plural(n, 'finding')}: {text}"))
+    order = {n: i for i, n in enumerate(CHECKS)}
+    return sorted(hints, key=lambda h: order.get(h.check, len(order)))
+
+
+def _commands(name: str, episodes: Sequence[tuple[str, int]], label: bool) -> tuple[tuple[str, ...],
+                                                                                     tuple[str, ...]]:
+    """``rlarrow delete`` (and ``label``) commands for ``episodes``: one per run, a few lines, ``...``."""
+    import shlex
+
+    by_run: dict[str, list[int]] = {}
+    for run_id, episode_id in episodes:
+        by_run.setdefault(run_id, []).append(episode_id)
+    chunks = [(run, ids[i:i + _EPISODES_PER_COMMAND]) for run, ids in by_run.items()
+              for i in range(0, len(ids), _EPISODES_PER_COMMAND)]
+    shown = chunks[:_COMMAND_LINES]
+    more = len(episodes) - sum(len(ids) for _, ids in shown)
+    more_runs = len({run for run, _ in chunks[_COMMAND_LINES:]})
+    tail = [f"... ({_plural(more, 'more episode')} in {_plural(more_runs, 'run')})"] if more else []
+    heads = [f"{shlex.quote(name)} --run {shlex.quote(run)} " + " ".join(f"--episode {e}" for e in ids)
+             for run, ids in shown]
+    delete = tuple([*(f"rlarrow delete {h}" for h in heads), *tail])
+    marks = tuple([*(f"rlarrow label {h} --set suspect=true" for h in heads), *tail]) if label else ()
+    return delete, marks
