@@ -264,3 +264,17 @@ def test_order_keys_keep_row_order_through_compactions():
     deeper = order_between(keys[0], mid)
     first = order_between(None, keys[0])
     assert first < keys[0] < deeper < mid < keys[1]
+
+
+def test_a_damaged_footer_that_renames_a_column_is_refused_not_read_as_nulls(tmp_path):
+    path = tmp_path / "s"
+    store = rlarrow.Store.create(path)
+    store.append("scalars", scalars(0))
+    victim = store.files("scalars")[0]
+    data = bytearray(victim.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    at = data.index(b"value", footer)  # the column's name in the footer's schema (its first mention)
+    data[at] = ord("w")
+    victim.write_bytes(bytes(data))
+    with pytest.raises(rlarrow.CorruptFileError, match="footer"):
+        rlarrow.Store.open(path, readonly=True).read("scalars")

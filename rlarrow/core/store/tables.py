@@ -41,6 +41,9 @@ from rlarrow.core.type_names import schema_differences
 __all__ = ["TableStore"]
 
 
+#: Files whose footer schema was checked (path, inode, size, mtime): files never change.
+_FOOTERS_OK: set[tuple[str, int, int, int]] = set()
+
 class TableStore(JournalStore):
     """Listing, reading and placing rows in a store's tables and layouts (see :class:`rlarrow.Store`)."""
 
@@ -414,6 +417,8 @@ class TableStore(JournalStore):
 
         files = self.files(table, layout=layout) if files is None else files
         schema = self.schema(table, layout=layout)
+        if files:
+            self._check_footers(table, files, layout)
         if not files:
             empty_schema = schema if schema is not None else _schema.table(table_of(table)).arrow_schema()
             return ds.dataset(empty_schema.empty_table())
@@ -474,6 +479,40 @@ class TableStore(JournalStore):
     def runs(self) -> pa.Table:
         """The ``runs`` table."""
         return self.read("runs")
+
+    def _check_footers(self, table: str, files: Sequence[str | os.PathLike[str]], layout: int | None) -> None:
+        """Every file's footer schema is its layout's: no column renamed or lost by damage.
+
+        Parquet checksums pages, not the footer: a damaged footer that still decodes could
+        rename a column, which a dataset read in the table's schema would fill with nulls.
+        Checked once per file and process (files never change).
+        """
+        import pyarrow.parquet as pq
+
+        for f in files:
+            path = os.fspath(f)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # missing: the read names it
+            key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+            if key in _FOOTERS_OK:
+                continue
+            directory = os.path.basename(os.path.dirname(path))
+            name = directory if table_of(directory) == table else None
+            want = self.schema(table, layout=layout_number(name)) if name is not None else None
+            try:
+                got = pq.read_schema(path)
+            except (pa.ArrowException, OSError) as exc:
+                raise CorruptFileError(path, f"its footer cannot be read ({exc}); run `rlarrow repair "
+                                       f"{self.path}` to see what can be kept") from exc
+            if want is not None and got.names != want.names:
+                raise CorruptFileError(path, f"its footer lists the columns {got.names}, not those of "
+                                       f"{table!r} ({want.names}): the file is damaged; run `rlarrow repair "
+                                       f"{self.path}` to see what can be kept")
+            if len(_FOOTERS_OK) > 100_000:
+                _FOOTERS_OK.clear()
+            _FOOTERS_OK.add(key)
 
     def _find_damage(self, table: str, exc: Exception) -> Exception:
         """The error a failed read of ``table`` raises (the repair layer names the damaged file)."""
