@@ -201,7 +201,7 @@ rlarrow.Store.open(sys.argv[1]).append("scalars", {"run_id": "r", "scope": "trai
     proc = subprocess.run([sys.executable, "-c", child, os.fspath(path)])
     assert proc.returncode == -9
     m = json.loads((path / "_rlarrow_store.json").read_text())
-    assert m["version"] == 2 and m["delta_due"] == ["scalars"]
+    assert m["version"] == 2 and m["delta_due"] == [{"table": "scalars", "version": 2}]
     log = DeltaLog(path / "scalars")
     log.refresh()
     assert log.version == 0  # the Delta reader still sees version 1's files: consistent, older
@@ -264,6 +264,102 @@ def test_order_keys_keep_row_order_through_compactions():
     deeper = order_between(keys[0], mid)
     first = order_between(None, keys[0])
     assert first < keys[0] < deeper < mid < keys[1]
+
+
+def test_delta_commits_that_keep_failing_are_kept_in_order_and_written_later(tmp_path, monkeypatch):
+    """Two commits in a row whose Delta writes fail: each version is still logged, exactly, later."""
+    import errno
+
+    path = tmp_path / "s"
+    store = rlarrow.Store.create(path, auto_compact=None)
+    store.append("scalars", scalars(0))
+    real = DeltaLog._write_new
+
+    def full(self, version, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(DeltaLog, "_write_new", full)
+    expected = {}
+    for i in (1, 2, 3):
+        with pytest.warns(rlarrow.RLArrowWarning, match="Delta log"):
+            store.append("scalars", scalars(5 * i))
+        expected[store.version] = store.read("scalars").column("step").to_pylist()
+    m = json.loads((path / "_rlarrow_store.json").read_text())
+    assert [d["version"] for d in m["delta_due"]] == [2, 3, 4]  # the last: as the manifest lists it
+    assert all("files" in d for d in m["delta_due"][:-1])
+    monkeypatch.setattr(DeltaLog, "_write_new", real)
+    assert_delta_current(rlarrow.Store.open(path))  # the next writer writes them, in order
+    for version, steps in expected.items():
+        assert rlarrow.Store.open(path, version=version).read("scalars").column("step").to_pylist() == steps
+        delta_version = rlarrow.Store.open(path, version=version).delta_versions()["scalars"]
+        theirs = deltalake.DeltaTable(os.fspath(path / "scalars"), version=delta_version).to_pyarrow_table()
+        assert sorted(theirs.column("step").to_pylist()) == sorted(steps)
+
+
+def test_a_reader_that_adopts_a_killed_writers_file_reads_it_as_the_next_version(tmp_path):
+    """Readers finish a killed writer's commit in memory: the version they report reads it again."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s"
+    store = rlarrow.Store.create(path)
+    store.append("scalars", scalars(0))
+    child = r"""
+import os, sys, numpy as np, rlarrow
+from rlarrow.core.store.base import StoreBase
+StoreBase._write_manifest_at = staticmethod(lambda root, m: os.kill(os.getpid(), 9))  # renamed, not listed
+rlarrow.Store.open(sys.argv[1]).append_together({"scalars": {"run_id": "r", "scope": "train", "tag": "loss",
+    "step": np.arange(5, 10), "value": np.zeros(5)}})
+"""
+    assert subprocess.run([sys.executable, "-c", child, os.fspath(path)]).returncode == -9
+    reader = rlarrow.Store.open(path, readonly=True)
+    assert reader.row_count("scalars") == 10 and reader.version == 2  # the adopted file: version 2
+    assert rlarrow.Store.open(path, version=1).row_count("scalars") == 5  # (version 1 never had it)
+    assert rlarrow.Store.open(path, version=2).row_count("scalars") == 10
+    writer = rlarrow.Store.open(path)  # recovery numbers it 2 too
+    assert writer.version == 2 and rlarrow.Store.open(path, version=2).row_count("scalars") == 10
+    assert rlarrow.Store.open(path, version=1).row_count("scalars") == 5
+    assert_delta_current(writer)
+
+
+def test_links_and_fifos_in_a_log_are_refused_and_nothing_is_written_outside(tmp_path):
+    import shutil
+
+    path = tmp_path / "s"
+    store = rlarrow.Store.create(path)
+    store.append("scalars", scalars(0))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(path / "scalars" / LOG_DIR)
+    os.symlink(outside, path / "scalars" / LOG_DIR)
+    with pytest.warns(rlarrow.RLArrowWarning, match="Delta log"):
+        rlarrow.Store.open(path).append("scalars", scalars(5))
+    assert list(outside.iterdir()) == []  # never written through the link
+    with pytest.raises(rlarrow.CorruptFileError, match="link"):
+        DeltaLog(path / "scalars").refresh()
+    # a commit that is a link to a file outside, or a FIFO: refused, never followed or waited on
+    other = rlarrow.Store.create(tmp_path / "o")
+    other.append("scalars", scalars(0))
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"commitInfo": {}}\n')
+    os.symlink(secret, other.path / "scalars" / LOG_DIR / f"{1:020d}.json")
+    with pytest.raises(rlarrow.CorruptFileError, match="not a link|link"):
+        DeltaLog(other.path / "scalars").refresh()
+    os.unlink(other.path / "scalars" / LOG_DIR / f"{1:020d}.json")
+    os.mkfifo(other.path / "scalars" / LOG_DIR / f"{1:020d}.json")
+    with pytest.raises(rlarrow.CorruptFileError, match="regular file"):
+        DeltaLog(other.path / "scalars").refresh()
+
+
+def test_a_dead_writers_half_written_commit_is_swept(tmp_path):
+    from rlarrow.core.store.files import _HOST, _TMP_PREFIX
+
+    path = tmp_path / "s"
+    rlarrow.Store.create(path).append("scalars", scalars(0))
+    stale = path / "scalars" / LOG_DIR / f"{_TMP_PREFIX}{_HOST}-999999999-deltaabcd.json.partial"
+    stale.write_text("{")
+    rlarrow.Store.open(path)  # a writer's recovery
+    assert not stale.exists()
 
 
 def test_a_damaged_footer_that_renames_a_column_is_refused_not_read_as_nulls(tmp_path):

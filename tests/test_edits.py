@@ -119,6 +119,7 @@ def test_merge_shares_files_by_hard_link_and_refuses_a_run_in_both(tmp_path):
     counts = a.merge(b.path)
     assert counts["steps"] == 15 + 4 and counts["runs"] == 1
     assert a.version == before + 1  # one commit
+    assert a.history()[-1]["operation"] == "MERGE"
     inodes = {os.stat(p).st_ino for p in b.files("scalars")}
     assert {os.stat(p).st_ino for p in a.files("scalars")} & inodes == inodes  # shared, not copied
     assert sorted(pc.unique(a.read("runs").column("run_id")).to_pylist()) == ["a", "b"]

@@ -97,6 +97,16 @@ def filled(mnt: Path, leave: int):
         filler.unlink()
 
 
+@contextlib.contextmanager
+def delta_may_lag():
+    """A full disk may stop a Delta commit after its manifest: a warning, the commit stands."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Delta log entry", category=rlarrow.RLArrowWarning)
+        yield
+
+
 def snapshot(path: Path) -> dict[str, pa.Table]:
     store = rlarrow.Store.open(path, readonly=True)
     return {t: store.read(t) for t in ("scalars", "runs")}
@@ -122,7 +132,7 @@ def sweep(mnt: Path, store_path: Path, operation, *, limit: int = 2 << 20) -> li
     while leave < limit:
         before = snapshot(store_path)
         try:
-            with filled(mnt, leave):
+            with filled(mnt, leave), delta_may_lag():
                 operation()
         except StoreError as exc:
             failures.append(str(exc))
@@ -196,7 +206,7 @@ def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(sma
     try:
         leave, failures = 0, []
         while True:
-            with filled(small_fs, leave):
+            with filled(small_fs, leave), delta_may_lag():
                 try:
                     rlarrow.migrate(path)
                     break
@@ -206,7 +216,9 @@ def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(sma
         assert failures and any(MANIFEST_NAME in f for f in failures)
     finally:
         migrations.unregister_migration("scalars", from_major=0)
-    table = rlarrow.Store.open(path).read("scalars")
+    with rlarrow.Store.open(path) as store:  # (a Delta commit the full disk stopped is written now)
+        table = store.read("scalars")
+        assert_delta_current(store)
     assert table.column("step").to_pylist() == list(range(320))
 
 

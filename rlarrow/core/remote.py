@@ -240,8 +240,9 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
     # each table's Delta log, after the files it lists (its commits never change: the new
     # ones only), so that Delta engines read the copy too (at versions whose files it has)
     logs = [(f"{table}/{p.parent.name}/{p.name}", p.stat().st_size)
-            for table in manifest["tables"]
-            for p in sorted((Path(st.path) / table / "_delta_log").glob("[0-9]" * 20 + ".json"))]
+            for table in manifest["tables"] if not (Path(st.path) / table / "_delta_log").is_symlink()
+            for p in sorted((Path(st.path) / table / "_delta_log").glob("[0-9]" * 20 + ".json"))
+            if not p.is_symlink() and p.is_file()]  # (never a link out of the store)
     todo_logs = [(rel, size) for rel, size in logs if rel not in have]
     with bar(sum(size for _, size in todo + todo_logs), "push", "B", progress) as pbar:
         for rel, _ in todo:

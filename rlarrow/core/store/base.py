@@ -11,6 +11,7 @@ under. Each layer above adds one concern (:mod:`~rlarrow.core.store.journal`,
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -125,10 +126,13 @@ class StoreBase:
         recovery writes the missing Delta commit for that same store version
         (:meth:`_delta_heal`), so no store version is missing from a table's log.
         """
-        plan = [] if manifest.get("pending") else self._delta_plan(manifest)
+        settles = not manifest.get("pending")
+        if settles:
+            self._delta_plan(manifest)
         self._write_manifest_at(self.path, manifest)
         self._manifest = manifest
-        self._delta_write(plan, manifest)
+        if settles:
+            self._delta_write(manifest)
 
     # ---------------------------------------------------------------- the Delta logs
 
@@ -155,24 +159,38 @@ class StoreBase:
             return None
         return adds, removes
 
-    def _delta_plan(self, manifest: dict[str, Any]) -> list[tuple[str, list[DeltaFile], list[DeltaFile]]]:
-        """Before a settling manifest write: each table's Delta commit, and the new store version."""
-        plan = []
-        unreadable = []
+    def _delta_plan(self, manifest: dict[str, Any]) -> None:
+        """Before a settling manifest write: the new store version, and the Delta commits due.
+
+        ``delta_due`` lists the Delta commits that follow this manifest write
+        (``{"table", "version"}``: the table as this manifest lists it), after those a
+        writer found still missing when it started (:meth:`_delta_heal`), which carry the
+        table's files at their version. A table still missing one is not diffed against
+        its log (that would fold two versions into one commit): its change is queued.
+        """
+        queued = [d for d in manifest.get("delta_due", []) if "files" in d]
+        changed: list[str] = []
+        unreadable = False
         for table, entry in manifest["tables"].items():
-            try:
-                changes = self._delta_changes(table, entry)
-            except (CorruptFileError, OSError) as exc:
-                # A damaged log must not stop commits (the manifest is the store's truth).
-                self._delta_warn(table, exc)
-                unreadable.append(table)
+            behind = [d for d in queued if d["table"] == table]
+            if behind:
+                last = behind[-1]
+                if [f["name"] for f in last["files"]] != [f["name"] for f in entry["files"]] \
+                        or last.get("schema") != entry.get("schema"):
+                    changed.append(table)
                 continue
-            if changes is not None:
-                plan.append((table, *changes))
-        if plan or unreadable:
+            try:
+                if self._delta_changes(table, entry) is not None:
+                    changed.append(table)
+            except (CorruptFileError, OSError) as exc:
+                # A damaged log must not stop commits (the manifest is the store's truth); the
+                # version still moves on, so that no two states share a number.
+                self._delta_warn(table, exc)
+                unreadable = True
+        if changed or unreadable:
             manifest["version"] = int(manifest.get("version", 0)) + 1
-        manifest["delta_due"] = [table for table, _, _ in plan] + unreadable
-        return plan
+        version = int(manifest.get("version", 0))
+        manifest["delta_due"] = queued + [{"table": t, "version": version} for t in changed]
 
     def _delta_warn(self, table: str, exc: Exception) -> None:
         import warnings
@@ -183,57 +201,79 @@ class StoreBase:
                       f"written ({exc}); the next writer writes it. Until then Delta readers see the "
                       "version before", RLArrowWarning, stacklevel=5)
 
-    def _delta_write(self, plan: list[tuple[str, list[DeltaFile], list[DeltaFile]]],
-                     manifest: dict[str, Any]) -> None:
-        """After the manifest: write the planned Delta commits (a failure is left to recovery)."""
-        operation, data_change = self.__dict__.get("_delta_operation", ("WRITE", True))
-        for table, adds, removes in plan:
-            entry = manifest["tables"][table]
-            try:
-                self._delta_log(table).commit(
-                    adds, removes, schema=decode_schema(entry["schema"]) if entry.get("schema") else None,
-                    schema_version=entry.get("schema_version", "1.0"),
-                    store_version=int(manifest.get("version", 0)),
-                    operation=operation, data_change=data_change, table=table)
-            except (StoreError, CorruptFileError, OSError) as exc:
-                self._delta_warn(table, exc)
+    def _delta_write(self, manifest: dict[str, Any]) -> None:
+        """After the manifest: write the Delta commits due, in order (a failure is left to recovery).
 
-    def _delta_heal(self, manifest: dict[str, Any]) -> None:
-        """Under the lock: write the Delta commits a killed or failed writer left due."""
-        version = int(manifest.get("version", 0))
-        plan = []
-        due = set(manifest.get("delta_due", []))
-        for table, entry in manifest["tables"].items():
+        A table's commits stop at its first failure, so its log never skips a version.
+        """
+        operation, data_change = self.__dict__.get("_delta_op", ("WRITE", True))
+        blocked: set[str] = set()
+        for item in manifest.get("delta_due", []):
+            table = item["table"]
+            entry = manifest["tables"].get(table)
+            if table in blocked or entry is None:
+                continue
+            files = item["files"] if "files" in item else entry["files"]
+            schema = item.get("schema") if "files" in item else entry.get("schema")
             log = self._delta_log(table)
             try:
                 log.refresh()
-            except (CorruptFileError, OSError) as exc:
+                if log.store_version >= item["version"] or (not files and log.version < 0):
+                    continue  # written already (or nothing to log yet)
+                adds, removes = log.diff(files)
+                log.commit(adds, removes, schema=decode_schema(schema) if schema else None,
+                           schema_version=entry.get("schema_version", "1.0"),
+                           store_version=int(item["version"]),
+                           operation=operation, data_change=data_change, table=table)
+            except (StoreError, CorruptFileError, OSError) as exc:
                 self._delta_warn(table, exc)
-                continue
-            # due: a writer died (or failed) after its manifest write; no log yet: a store
-            # an rlarrow before Delta logs wrote (its present state becomes Delta version 0)
-            lags = table in due and log.store_version < version
-            if not lags and not (log.version < 0 and entry["files"]):
-                continue
-            changes = self._delta_changes(table, entry)
-            if changes is not None:
-                plan.append((table, *changes))
-        if plan:
-            with self._delta_operation("WRITE", True):  # (another writer's commit, finished for it)
-                self._delta_write(plan, manifest)
+                blocked.add(table)
+
+    def _delta_heal(self, manifest: dict[str, Any]) -> None:
+        """Under the lock, as a writer starts: write the Delta commits left due.
+
+        Those still missing afterwards (the log cannot be written) keep the table's files
+        of their version in ``delta_due``, for the next writer; a store an rlarrow before
+        Delta logs wrote gets its present state as each table's Delta version 0.
+        """
+        version = int(manifest.get("version", 0))
+        items = list(manifest.get("delta_due", []))
+        for table, entry in manifest["tables"].items():
+            log = self._delta_log(table)
+            with contextlib.suppress(CorruptFileError, OSError):
+                log.refresh()
+                if log.version < 0 and entry["files"] and not any(d["table"] == table for d in items):
+                    items.append({"table": table, "version": version})
+        if not items:
+            return
+        manifest["delta_due"] = items
+        with self._delta_operation("WRITE", True):  # (another writer's commits, finished for it)
+            self._delta_write(manifest)
+        remaining = []
+        for item in items:
+            log = self._delta_log(item["table"])
+            with contextlib.suppress(CorruptFileError, OSError):
+                log.refresh()
+                if log.store_version >= item["version"]:
+                    continue
+            if "files" not in item:  # still missing: keep the table's files of its version
+                entry = manifest["tables"][item["table"]]
+                item = {**item, "files": copy.deepcopy(entry["files"]), "schema": entry.get("schema")}
+            remaining.append(item)
+        manifest["delta_due"] = remaining
 
     @contextlib.contextmanager
     def _delta_operation(self, operation: str, data_change: bool) -> Iterator[None]:
         """Name the Delta operation of the commits made inside the block (compaction, repair, ...)."""
-        previous = self.__dict__.get("_delta_operation")
-        self.__dict__["_delta_operation"] = (operation, data_change)
+        previous = self.__dict__.get("_delta_op")
+        self.__dict__["_delta_op"] = (operation, data_change)
         try:
             yield
         finally:
             if previous is None:
-                self.__dict__.pop("_delta_operation", None)
+                self.__dict__.pop("_delta_op", None)
             else:
-                self.__dict__["_delta_operation"] = previous
+                self.__dict__["_delta_op"] = previous
 
     def _check_versions(self, manifest: dict[str, Any]) -> None:
         check_manifest_versions(manifest, os.fspath(self.path))

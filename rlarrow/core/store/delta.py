@@ -43,6 +43,7 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -228,20 +229,56 @@ class DeltaLog:
         """Whether the table has a Delta log (its first commit was written)."""
         return self._path(0).is_file()
 
+    def _check_dir(self) -> bool:
+        """Whether the log directory exists; refused when it is a link or not a directory."""
+        try:
+            mode = os.lstat(self.log_dir).st_mode
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise CorruptFileError(self.log_dir, f"cannot be looked at ({exc.strerror or exc})") from exc
+        if not stat.S_ISDIR(mode):  # (a link is not a directory to lstat)
+            raise CorruptFileError(self.log_dir, "is not a directory of the store (a link?); rlarrow never "
+                                   "follows a link out of a store: move it away (its Delta log is "
+                                   "written again by the next commit)")
+        return True
+
+    @staticmethod
+    def read_commit(path: Path) -> bytes | None:
+        """A commit file's bytes (None: there is none), never through a link, a FIFO or a device.
+
+        Raises:
+            CorruptFileError: the name is taken by something that is not a regular file.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CorruptFileError(path, f"cannot be read ({exc.strerror or exc}); a Delta commit must be a "
+                                   "regular file in the table's _delta_log (not a link)") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CorruptFileError(path, "is not a regular file; a Delta commit must be one")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read()
+        finally:
+            os.close(fd)
+
     def refresh(self, *, until_store_version: int | None = None) -> None:
         """Read the commits written since the last one read (up to a store version).
 
         Raises:
-            CorruptFileError: a commit file is not the JSON lines the protocol describes.
+            CorruptFileError: a commit file is not the JSON lines the protocol describes, or
+                the log or a commit is a link or not a regular file.
         """
+        if not self._check_dir():
+            return
         while True:
             path = self._path(self._state.version + 1)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
+            data = self.read_commit(path)
+            if data is None:
                 return
-            except OSError as exc:
-                raise CorruptFileError(path, f"cannot be read ({exc.strerror or exc})") from exc
             actions = self._parse(path, data)
             info: Any = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
             store_version = info.get("rlarrow", {}).get("storeVersion") if isinstance(info, dict) else None
@@ -397,7 +434,7 @@ class DeltaLog:
         """Create ``version``'s file whole, or not at all, never over an existing one."""
         final = self._path(version)
         try:
-            if not self.log_dir.is_dir():
+            if not self._check_dir():
                 self.log_dir.mkdir(exist_ok=True)
                 fsync_dir(self.directory)
         except OSError as exc:
@@ -428,7 +465,7 @@ class DeltaLog:
 
     def sweep(self) -> None:
         """Delete temporary commit files of dead writers."""
-        if not self.log_dir.is_dir():
+        if not self._check_dir():
             return
         for p in self.log_dir.glob(_TMP_PREFIX + "*"):
             if not _tmp_owner_alive(p.name):
@@ -476,7 +513,8 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
         if gone:
             raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
                                 f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
-                                "deleted since by `rlarrow vacuum`; read a later version")
+                                "no longer in the store (deleted by `rlarrow vacuum` or a migration, or "
+                                "moved out by `rlarrow repair`); read a later version")
         entry["schema"] = config.get(_SCHEMA_KEY, entry.get("schema"))
         entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
         entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes} for f in files]

@@ -289,7 +289,8 @@ class EditingStore(CommittingStore):
             raise StoreError(f"{self.path}: runs {clash[:5]} are in both stores; delete them from one first "
                              "(rlarrow delete STORE --run RUN) or merge the other way")
         counts: dict[str, int] = {}
-        with self.transaction(), self._delta_operation("MERGE", True):
+        # (the operation outside: the transaction commits as its block ends, inside it)
+        with self._delta_operation("MERGE", True), self.transaction():
             for table in _schema.TABLE_NAMES:
                 numbers: list[int | None] = [info.layout for info in src.layouts(table)]
                 for layout in numbers or [None]:

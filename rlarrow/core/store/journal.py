@@ -192,16 +192,16 @@ class JournalStore(StoreBase):
 
         Read from the tables' Delta logs (each commit records its store version).
         """
-        from rlarrow.core.store.delta import LOG_DIR
+        from rlarrow.core.store.delta import LOG_DIR, DeltaLog
 
         by_version: dict[int, dict[str, Any]] = {}
         for name in self._manifest["tables"]:
             log_dir = self.path / name / LOG_DIR
-            if not log_dir.is_dir():
-                continue
+            if log_dir.is_symlink() or not log_dir.is_dir():
+                continue  # (never a link out of the store)
             for path in sorted(log_dir.glob("[0-9]" * 20 + ".json")):
-                with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
-                    first = path.read_text("utf-8").split("\n", 1)[0]
+                with contextlib.suppress(OSError, ValueError, UnicodeDecodeError, CorruptFileError):
+                    first = (DeltaLog.read_commit(path) or b"").decode("utf-8").split("\n", 1)[0]
                     info = json.loads(first).get("commitInfo") or {}
                     v = (info.get("rlarrow") or {}).get("storeVersion")
                     if not isinstance(v, int):
@@ -254,12 +254,13 @@ class JournalStore(StoreBase):
             if not directory.is_dir():
                 continue
             for p in sorted(directory.glob("part-*.parquet")):
+                rel = f"{name}/{p.name}"
+                if p.name in listed or rel in retired or rel in pending_new:
+                    continue  # (first: the files kept for earlier versions cost no system call)
                 if p.is_symlink() or not p.is_file() or not _manifest.is_plain_file_name(p.name):
                     continue  # never adopted (a link could lead outside the store; a name the
                     # manifest may not hold would make it unreadable)
-                rel = f"{name}/{p.name}"
-                if p.name not in listed and rel not in retired and rel not in pending_new:
-                    found.setdefault(name, []).append(p.name)
+                found.setdefault(name, []).append(p.name)
         return found
 
     def _adopt(self, manifest: dict[str, Any], table: str, name: str) -> None:
@@ -337,11 +338,17 @@ class JournalStore(StoreBase):
                 keep.append(rel)
         manifest["retired"] = keep
         if when:
-            manifest["retired_at"] = {rel: at for rel, at in when.items() if rel in set(keep)}
+            kept = set(keep)
+            manifest["retired_at"] = {rel: at for rel, at in when.items() if rel in kept}
         return deleted
 
     def _remove_stale_tmp(self) -> None:
+        from rlarrow.core.store.delta import DeltaLog
+
         _sweep_views(self.path)  # dead readers' links
+        for name in self._manifest["tables"]:
+            with contextlib.suppress(CorruptFileError, OSError):  # (a linked log: refused where read)
+                DeltaLog(self.path / name).sweep()  # dead writers' half-written Delta commits
         layouts = [n for n in self._manifest["tables"] if n not in _schema.TABLE_NAMES]  # TABLE.N
         for directory in [self.path, *(self.path / n for n in [*_schema.TABLE_NAMES, *layouts])]:
             if not directory.is_dir():
@@ -380,8 +387,14 @@ class JournalStore(StoreBase):
         return manifest
 
     def _effective(self, manifest: dict[str, Any], *, orphans: bool = True) -> dict[str, Any]:
-        """The manifest as recovery would leave it, without writing (for readers)."""
+        """The manifest as recovery would leave it, without writing (for readers).
+
+        When that changes the committed files (a finished step rolled forward, files a killed
+        writer renamed adopted), the view is the next version, as the recovery that will write
+        it counts it: a reader that records its version reads these rows again with it.
+        """
         manifest = copy.deepcopy(manifest)
+        listed = {t: [f["name"] for f in e["files"]] for t, e in manifest["tables"].items()}
         pending = manifest.get("pending")
         if pending and self._pending_complete(pending):
             apply_pending(manifest, pending)
@@ -390,4 +403,6 @@ class JournalStore(StoreBase):
             for name in names:
                 with contextlib.suppress(RLArrowError, FileNotFoundError):
                     self._adopt(manifest, table, name)
+        if any(listed.get(t) != [f["name"] for f in e["files"]] for t, e in manifest["tables"].items()):
+            manifest["version"] = int(manifest.get("version", 0)) + 1
         return manifest

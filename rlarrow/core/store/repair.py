@@ -292,6 +292,7 @@ class RepairStore(TableStore):
             return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
         with self._locked(), self._delta_operation("DELETE", True):
             manifest = self._read_manifest()
+            self._delta_heal(manifest)  # (commits left due are written, or kept, before this one)
             # An interrupted replacement is finished or undone first, as recovery would (the
             # check's view already saw it so): dropping files from a journal's half state
             # would count a compaction's rows twice or keep part of an append.
