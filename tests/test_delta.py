@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -374,3 +375,30 @@ def test_a_damaged_footer_that_renames_a_column_is_refused_not_read_as_nulls(tmp
     victim.write_bytes(bytes(data))
     with pytest.raises(rlarrow.CorruptFileError, match="footer"):
         rlarrow.Store.open(path, readonly=True).read("scalars")
+
+
+def test_repair_sets_a_damaged_log_aside_and_starts_a_new_one_that_says_so(tmp_path):
+    path = tmp_path / "s"
+    store = rlarrow.Store.create(path)
+    for i in range(3):
+        store.append("scalars", scalars(5 * i))
+    (path / "scalars" / LOG_DIR / f"{1:020d}.json").write_text("{not json\n")
+    with pytest.warns(rlarrow.RLArrowWarning, match="rlarrow repair"):  # (a new process reads the log)
+        rlarrow.Store.open(path).append("scalars", scalars(15))
+    with pytest.warns(rlarrow.RLArrowWarning, match="rlarrow repair"):
+        dry = rlarrow.Store.open(path).repair()
+    assert [p.file for p in dry.problems] == ["scalars/_delta_log"] and not dry.applied
+    with warnings.catch_warnings():  # (its open warns as every writer's does, until repaired)
+        warnings.simplefilter("ignore", rlarrow.RLArrowWarning)
+        out = CliRunner().invoke(cli, ["repair", os.fspath(path), "--apply"])
+    assert out.exit_code == 0, out.output
+    assert list((path / "_damaged" / "scalars").glob("_delta_log-*"))  # set aside, not deleted
+    fresh = rlarrow.Store.open(path)
+    assert_delta_current(fresh)
+    # the versions the damaged log held are gone, and say so; from the first one the store
+    # could keep (it kept each version's files while the log could not be read), all read
+    with pytest.raises(NotFoundError, match="no history before"):
+        rlarrow.Store.open(path, version=1)
+    assert rlarrow.Store.open(path, version=fresh.version).row_count("scalars") == 20
+    fresh.append("scalars", scalars(20))
+    assert deltalake.DeltaTable(os.fspath(path / "scalars")).to_pyarrow_table().num_rows == 25

@@ -197,9 +197,11 @@ class StoreBase:
 
         from rlarrow.core.errors import RLArrowWarning
 
+        fix = (f"`rlarrow repair {self.path} --apply` sets the damaged log aside and starts a new one"
+               if isinstance(exc, CorruptFileError) else "the next writer writes it")
         warnings.warn(f"{self.path}: the commit stands, but its Delta log entry for {table!r} was not "
-                      f"written ({exc}); the next writer writes it. Until then Delta readers see the "
-                      "version before", RLArrowWarning, stacklevel=5)
+                      f"written ({exc}); {fix}. Until then Delta readers see the version before",
+                      RLArrowWarning, stacklevel=5)
 
     def _delta_write(self, manifest: dict[str, Any]) -> None:
         """After the manifest: write the Delta commits due, in order (a failure is left to recovery).
@@ -224,7 +226,8 @@ class StoreBase:
                 log.commit(adds, removes, schema=decode_schema(schema) if schema else None,
                            schema_version=entry.get("schema_version", "1.0"),
                            store_version=int(item["version"]),
-                           operation=operation, data_change=data_change, table=table)
+                           operation=operation, data_change=data_change, table=table,
+                           rebuilt=bool(item.get("rebuilt")) and log.version < 0)
             except (StoreError, CorruptFileError, OSError) as exc:
                 self._delta_warn(table, exc)
                 blocked.add(table)
@@ -243,7 +246,9 @@ class StoreBase:
             with contextlib.suppress(CorruptFileError, OSError):
                 log.refresh()
                 if log.version < 0 and entry["files"] and not any(d["table"] == table for d in items):
-                    items.append({"table": table, "version": version})
+                    # (files with no log: a store from before Delta logs, or a damaged log repair
+                    # set aside: its history starts here, and says so)
+                    items.append({"table": table, "version": version, "rebuilt": True})
         if not items:
             return
         manifest["delta_due"] = items

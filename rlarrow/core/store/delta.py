@@ -84,6 +84,9 @@ class DeltaFile:
 class _State:
     version: int = -1
     store_version: int = -1
+    #: the log was started for files that were there already (a store written before Delta
+    #: logs, or a log rlarrow repair set aside): the store version it starts at
+    history_from: int | None = None
     files: dict[str, DeltaFile] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None
 
@@ -218,6 +221,11 @@ class DeltaLog:
         return self._state.files
 
     @property
+    def history_from(self) -> int | None:
+        """The store version this log starts at when it was started for files already there."""
+        return self._state.history_from
+
+    @property
     def metadata(self) -> dict[str, Any] | None:
         """The table's current ``metaData`` action (None: no log yet)."""
         return self._state.metadata
@@ -282,6 +290,9 @@ class DeltaLog:
             actions = self._parse(path, data)
             info: Any = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
             store_version = info.get("rlarrow", {}).get("storeVersion") if isinstance(info, dict) else None
+            marks = (info.get("rlarrow") or {}) if isinstance(info, dict) else {}
+            if self._state.version < 0 and marks.get("rebuilt"):
+                self._state.history_from = store_version if isinstance(store_version, int) else None
             if (until_store_version is not None and isinstance(store_version, int)
                     and store_version > until_store_version):
                 return
@@ -377,6 +388,7 @@ class DeltaLog:
         operation: str = "WRITE",
         data_change: bool = True,
         table: str = "",
+        rebuilt: bool = False,
     ) -> int:
         """Write the next Delta commit (under the store's lock); returns its version.
 
@@ -392,7 +404,8 @@ class DeltaLog:
             "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
             "isBlindAppend": operation == "WRITE" and not removes,
             "engineInfo": f"rlarrow/{__version__}",
-            "rlarrow": {"storeVersion": store_version, "table": table},
+            "rlarrow": {"storeVersion": store_version, "table": table,
+                        **({"rebuilt": True} if rebuilt else {})},
         }}]
         new_meta: dict[str, Any] | None = None
         if schema is not None:
@@ -409,6 +422,8 @@ class DeltaLog:
                     "createdTime": (old or {}).get("createdTime") or now,
                 }
         if version == 0:
+            if rebuilt:
+                state.history_from = store_version
             if new_meta is None:
                 raise StoreError(f"{self.directory}: a table's first Delta commit needs its schema")
             actions.append({"protocol": dict(PROTOCOL)})
@@ -501,6 +516,10 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
         entry = manifest["tables"][name]
         log = DeltaLog(root / name)
         log.refresh(until_store_version=version)
+        if log.version < 0 and log.history_from is not None and log.history_from > version:
+            raise NotFoundError(f"{root}: table {name!r} has no history before version {log.history_from} "
+                                "(its Delta log was started then, for files already there: set aside by "
+                                "`rlarrow repair`); read that version or a later one")
         if log.version < 0:
             if name != table_of(name):
                 del manifest["tables"][name]  # a layout made later

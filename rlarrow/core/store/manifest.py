@@ -176,15 +176,17 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
     c.count(m.get("version", 0), "'version'")
     for i, item in enumerate(c.lst(m.get("delta_due", []), "'delta_due'")):
         due = c.obj(item, f"delta_due[{i}]")
-        table = due.get("table")
-        if not isinstance(table, str) or table not in tables:
-            raise c.fail(f"delta_due[{i}].table", f"{table!r:.80} is not one of the store's tables")
+        due_table = due.get("table")
+        if not isinstance(due_table, str) or due_table not in tables:
+            raise c.fail(f"delta_due[{i}].table", f"{due_table!r:.80} is not one of the store's tables")
         c.count(due.get("version"), f"delta_due[{i}].version")
         if "files" in due:
             for j, f in enumerate(c.lst(due["files"], f"delta_due[{i}].files")):
-                c.file_entry(f, f"delta_due[{i}].files[{j}]", table)
+                c.file_entry(f, f"delta_due[{i}].files[{j}]", due_table)
         if due.get("schema") is not None:
             c.text(due["schema"], f"delta_due[{i}].schema")
+        if not isinstance(due.get("rebuilt", False), bool):
+            raise c.fail(f"delta_due[{i}].rebuilt", "should be true or false")
     pending = m.get("pending")
     if pending is not None:
         p = c.obj(pending, "'pending'")

@@ -13,8 +13,10 @@ import copy
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -255,6 +257,32 @@ class RepairStore(TableStore):
             return f"damaged Parquet ({exc})"
         return None
 
+    @staticmethod
+    def _set_aside(source: Path, target: Path) -> None:
+        """Move a damaged file (or log) out of the tables; a link is removed, never followed."""
+        if source.is_symlink():
+            source.unlink()  # the link only, never what it points at
+        elif source.exists():
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+            except OSError as exc:
+                raise write_error(target, exc) from exc
+
+    def _damaged_logs(self) -> list[FileProblem]:
+        """Tables whose Delta log cannot be read: --apply sets it aside and starts a new one."""
+        from rlarrow.core.store.delta import LOG_DIR, DeltaLog
+
+        problems = []
+        for table in self._manifest["tables"]:
+            try:
+                DeltaLog(self.path / table).refresh()
+            except CorruptFileError as exc:
+                problems.append(FileProblem(table, f"{table}/{LOG_DIR}", 0, f"Delta log damaged ({exc}); "
+                                            "--apply sets it aside and starts a new one at the current "
+                                            "version (earlier versions of this table can no longer be read)"))
+        return problems
+
     def _unadoptable(self) -> list[FileProblem]:
         """Unlisted files in the tables that recovery cannot adopt (they stop writers opening)."""
         problems = []
@@ -287,11 +315,25 @@ class RepairStore(TableStore):
             every listed file is whole: nothing to repair
         """
         quarantine = self.path / _QUARANTINE
-        problems = self.check(deep=True) + self._unadoptable()
+        problems = self.check(deep=True) + self._unadoptable() + self._damaged_logs()
         if not apply or not problems:
             return RepairReport(problems, applied=False, quarantine=os.fspath(quarantine))
         with self._locked(), self._delta_operation("DELETE", True):
             manifest = self._read_manifest()
+            if quarantine.is_symlink() or (quarantine.exists() and not quarantine.is_dir()):
+                raise CorruptFileError(quarantine, "is not a directory of the store (a link?); move it "
+                                       "away: repair moves damaged files there")
+            # A damaged Delta log is set aside first; the heal then starts the table's new log
+            # at this version, with the files this version lists (marked as a new start).
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            for p in problems:
+                if p.file.endswith("/_delta_log"):
+                    self._set_aside(self.path / p.file, quarantine / f"{p.file}-{stamp}")
+                    self.__dict__.get("_delta_logs", {}).pop(p.table, None)
+                    # the new log's first commit says that the table's history starts there
+                    for item in manifest.get("delta_due", []):
+                        if item["table"] == p.table:
+                            item["rebuilt"] = True
             self._delta_heal(manifest)  # (commits left due are written, or kept, before this one)
             # An interrupted replacement is finished or undone first, as recovery would (the
             # check's view already saw it so): dropping files from a journal's half state
@@ -301,20 +343,9 @@ class RepairStore(TableStore):
             for table, entry in manifest["tables"].items():
                 keep = [f for f in entry["files"] if f"{table}/{f['name']}" not in dropped]
                 entry["files"], entry["rows"] = keep, sum(f["rows"] for f in keep)
-            if quarantine.is_symlink() or (quarantine.exists() and not quarantine.is_dir()):
-                raise CorruptFileError(quarantine, "is not a directory of the store (a link?); move it "
-                                       "away: repair moves damaged files there")
             for p in problems:
-                source = self.path / p.file
-                if source.is_symlink():
-                    source.unlink()  # the link only, never what it points at
-                elif source.exists():
-                    target = quarantine / p.file
-                    try:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        os.replace(source, target)
-                    except OSError as exc:
-                        raise write_error(target, exc) from exc
+                if not p.file.endswith("/_delta_log"):
+                    self._set_aside(self.path / p.file, quarantine / p.file)
             self._write_manifest(manifest)
             self._manifest = self._recover(self._read_manifest())
         return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
