@@ -184,3 +184,15 @@ def test_tensors_live_on_the_requested_device():
     memory.add_samples(states=torch.ones(4, 3))
     [[batch]] = memory.sample(["states"], batch_size=5)
     assert batch.device.type == "cuda" and memory.tensors["states"].device.type == "cuda"
+
+
+def test_rows_written_at_the_pointer_by_a_partial_add_are_filled(tmp_path):
+    """Fewer samples than num_envs at a time (as skrl allows) fill the pointer's row env by env."""
+    import pyarrow.parquet as pq
+
+    memory = make(rlarrow.record.replay.RandomMemory, 5, 3)
+    feed(memory, [1, 2, 2])  # 5 samples: row 0 whole, row 1 envs 0 and 1
+    assert (memory.memory_index, memory.env_index, len(memory)) == (1, 2, 5)
+    table = pq.read_table(memory.save(tmp_path, "parquet"), columns=["memory_index", "env_index", "filled"])
+    filled = {(r["memory_index"], r["env_index"]) for r in table.to_pylist() if r["filled"]}
+    assert filled == {(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)}

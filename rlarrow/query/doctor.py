@@ -766,12 +766,11 @@ def _short_episodes(ctx: _Context) -> None:
 
 @_register("memory", ("memory",), "replay-memory rows that disagree with their snapshot's buffer state")
 def _memory(ctx: _Context) -> None:
-    # filled as the pointers say: every row once full, else the rows before the write pointer;
-    # at the pointer, envs below env_pointer are written (rlarrow's own exports mark them
-    # unfilled), so either is accepted there
+    # filled as the pointers say: every row once full, else the rows before the write pointer,
+    # and at the pointer the envs below env_pointer (written by a partial add_samples)
     expected = """case when is_full then true when memory_index < write_pointer then true
                        when memory_index > write_pointer then false
-                       when env_index >= coalesce(env_pointer, 0) then false end"""
+                       else env_index < coalesce(env_pointer, 0) end"""
     ctx.emit_sql(f"""
         with m as (
             select run_id, snapshot_id, count(*) as n_rows,

@@ -113,7 +113,11 @@ class MemorySnapshot:
         if self.is_full:
             columns["filled"] = np.full(rows, True)
         elif self.is_full is False and self.write_pointer is not None:
-            columns["filled"] = memory_index < self.write_pointer
+            # the rows before the write pointer, and at it the envs before the env pointer
+            # (written when fewer samples than num_envs were added at a time, as skrl does)
+            env_index = columns["env_index"]
+            at_pointer = (memory_index == self.write_pointer) & (env_index < (self.env_pointer or 0))
+            columns["filled"] = (memory_index < self.write_pointer) | at_pointer
         for name, value in self.tensors.items():
             columns[name] = value.reshape(rows, *value.shape[2:])
         return _schema.build("memory", columns, num_rows=rows)
