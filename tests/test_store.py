@@ -238,6 +238,26 @@ def test_interrupted_compaction_before_rename_rolls_back(store):
     assert manifest(reopened)["pending"] is None
 
 
+def test_readers_never_show_part_of_an_unfinished_multi_file_commit(store):
+    """A writer killed between the renames of a journaled append: readers see none of it."""
+    store.append("scalars", scalar_rows(0, 10))
+    m = manifest(store)
+    first = "part-29990101T000000000000-0000000a.parquet"
+    second = "part-29990101T000000000000-0000000b.parquet"
+    pq.write_table(schema.build("scalars", scalar_rows(10, 10)), store.path / "scalars" / first)
+    # (the second file was not renamed into place yet)
+    m["pending"] = {"op": "append", "table": "scalars", "old": [], "new": [first, second],
+                    "new_entries": [{"name": first, "rows": 10, "bytes": 1},
+                                    {"name": second, "rows": 10, "bytes": 1}]}
+    (store.path / MANIFEST_NAME).write_text(json.dumps(m))
+    reader = rlarrow.Store.open(store.path, readonly=True)
+    assert reader.row_count("scalars") == 10 and reader.read("scalars").num_rows == 10  # not 20
+    assert rlarrow.sql(store.path, "select count(*) as n from scalars").column("n").to_pylist() == [10]
+    rlarrow.Store.open(store.path)  # recovery rolls the step back
+    assert not (store.path / "scalars" / first).exists()
+    assert rlarrow.Store.open(store.path, readonly=True).row_count("scalars") == 10
+
+
 def test_retired_files_are_never_adopted_again(store):
     for i in range(3):
         store.append("scalars", scalar_rows(i * 10, 10))

@@ -398,8 +398,11 @@ class JournalStore(StoreBase):
         pending = manifest.get("pending")
         if pending and self._pending_complete(pending):
             apply_pending(manifest, pending)
+        # (scanned while an unfinished step is still pending: its renamed files are not
+        # orphans to adopt; recovery takes them back, so a reader must never show them)
+        found = self._scan_orphans(manifest) if orphans else {}
         manifest["pending"] = None
-        for table, names in (self._scan_orphans(manifest) if orphans else {}).items():
+        for table, names in found.items():
             for name in names:
                 with contextlib.suppress(RLArrowError, FileNotFoundError):
                     self._adopt(manifest, table, name)
