@@ -53,7 +53,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 from rlarrow.core.store.commits import CommittingStore
 from rlarrow.core.store.files import fsync_file, new_file_name, open_parquet, temp_name, write_row_groups
-from rlarrow.core.store.layouts import table_of
+from rlarrow.core.store.layouts import file_run_ids, table_of
 from rlarrow.core.store.manifest import check_inside, write_error
 
 __all__ = ["EditingStore"]
@@ -79,6 +79,10 @@ class _Selection:
         if not self.runs and not self.episodes:
             raise ArgumentError("nothing selected: give runs=[...] and/or "
                                 "episodes=[(run_id, episode_id), ...]")
+
+    def run_ids(self) -> set[str]:
+        """Every run the selection touches (files holding none of them need no reading)."""
+        return set(self.runs) | {r for r, _ in self.episodes}
 
     def applies(self, columns: Sequence[str]) -> bool:
         return "run_id" in columns and (bool(self.runs) or "episode_id" in columns)
@@ -200,9 +204,14 @@ class EditingStore(CommittingStore):
         keys = ["run_id", "episode_id"] if "episode_id" in columns else ["run_id"]
         old: list[str] = []
         new_entries: list[dict[str, Any]] = []
+        runs = selection.run_ids()
         for f in entry["files"]:
             path = check_inside(directory, f["name"])
             try:
+                # a file's run ids come from its row-group statistics: the files of other runs
+                # are skipped without reading a value
+                if not runs & file_run_ids(path):
+                    continue
                 mask = selection.mask(pq.read_table(path, columns=keys))
             except (pa.ArrowInvalid, OSError) as exc:
                 from rlarrow.core.errors import CorruptFileError
@@ -284,7 +293,7 @@ class EditingStore(CommittingStore):
                 ours = mine["tables"][name].get("schema_version")
                 raise StoreError(f"{src.path}: table {name!r} is of schema {entry.get('schema_version')}, "
                                  f"this store's of {ours}; run rlarrow migrate on the older one first")
-        clash = sorted(set(_run_ids(src)) & set(_run_ids(self)))
+        clash = sorted(_run_ids(src) & _run_ids(self))
         if clash:
             raise StoreError(f"{self.path}: runs {clash[:5]} are in both stores; delete them from one first "
                              "(rlarrow delete STORE --run RUN) or merge the other way")
@@ -334,17 +343,16 @@ def _relabelled(part: pa.Table, here: np.ndarray, changes: dict[str, Any], metad
                            pa.array(new_types, part.schema.field("metadata_types").type))
 
 
-def _run_ids(store: Any) -> list[str]:
+def _run_ids(store: EditingStore) -> set[str]:
+    """Every run with rows in the store (from the files' statistics, cached per store object)."""
     found: set[str] = set()
-    for table in ("runs", "scalars", "steps", "memory", "episodes"):
-        if store.row_count(table):
-            found.update(pc.unique(store.read(table, columns=["run_id"]).column("run_id")).to_pylist())
-    return sorted(found)
+    for name in store.manifest(refresh=False)["tables"]:
+        found |= store._runs_in(name)
+    return found
 
 
 def _staged_reference(staging: Any, source: Path, table: str) -> Any:
     """A file of another store as a staged file of this one: hard-linked, or copied once."""
-    from rlarrow.core.store.layouts import data_run_ids
     from rlarrow.core.store.staging import StagedFile
 
     final = new_file_name()
@@ -360,6 +368,5 @@ def _staged_reference(staging: Any, source: Path, table: str) -> Any:
                 tmp.unlink()
             raise write_error(tmp, exc) from exc
     pf = pq.ParquetFile(tmp)
-    ids = pq.read_table(tmp, columns=["run_id"]) if "run_id" in pf.schema_arrow.names else pa.table({})
     return StagedFile(table=table, path=os.fspath(tmp), name=final, rows=pf.metadata.num_rows,
-                      schema=pf.schema_arrow.remove_metadata(), runs=tuple(sorted(data_run_ids(ids))))
+                      schema=pf.schema_arrow.remove_metadata(), runs=tuple(sorted(file_run_ids(tmp))))
