@@ -461,8 +461,14 @@ def test_a_mixture_is_for_reading_only():
     for bad in ([1.0], [-1.0, 2.0], [0.0, 0.0], [np.nan, 1.0]):
         with pytest.raises(ArgumentError, match="weight"):
             ColumnStats.combine([a, b], weights=bad)
+    # a part kept without sketches: the mixture has moments, min and max, and no quantiles
+    moments = ColumnStats.combine([a, ColumnStats.from_array(np.ones(30), sketches=False)], weights=[1, 1])
+    assert float(moments.mean) == 0.5 and float(moments.std) == 0.5 and float(moments.max) == 1.0
+    assert moments.is_mixture and not moments.has_quantiles
     with pytest.raises(UsageError, match="sketches"):
-        ColumnStats.combine([a, ColumnStats.from_array(np.ones(3), sketches=False)], weights=[1, 1])
+        moments.quantile(0.5)
+    with pytest.raises(UsageError, match="weighted mixture"):
+        moments.merge(a)
 
 
 # --- normalisation -------------------------------------------------------------------------

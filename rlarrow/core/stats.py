@@ -76,6 +76,7 @@ __all__ = [
     "STATS_SCHEMA",
     "ColumnStats",
     "NormalizationMode",
+    "adopt_sketches",
     "combine_rows",
     "normalizer",
     "stats_table",
@@ -357,6 +358,7 @@ class ColumnStats:
         # weighted mixtures only: per element, sorted values and their cumulative weights
         self._mixture: list[tuple[_F64, _F64]] | None = None
         self._mixture_error = 0.0
+        self._weighted = False  # a weighted mixture (with or without quantiles)
 
     # --- building ----------------------------------------------------------------------
 
@@ -519,8 +521,6 @@ class ColumnStats:
             raise ArgumentError(f"weights must be finite, >= 0 and not all 0: {list(weights)}")
         keep = [i for i in range(len(items)) if w[i] > 0]
         parts, w = [items[i] for i in keep], w[keep] / w[keep].sum()
-        if any(p._sketches is None for p in parts):
-            raise UsageError("a weighted mixture needs every part's sketches (these were kept without)")
         n = np.stack([p.valid_count.reshape(-1) for p in parts])                 # (parts, elements)
         present = n > 0
         pw = np.where(present, w[:, None], 0.0)
@@ -540,6 +540,9 @@ class ColumnStats:
         out._min = np.min([p._min for p in parts], axis=0)
         out._max = np.max([p._max for p in parts], axis=0)
         out._sketches = None
+        out._weighted = True
+        if any(p._sketches is None for p in parts):
+            return out  # a part kept without sketches: moments, min and max only
         mixture: list[tuple[_F64, _F64]] = []
         for j in range(n.shape[1]):
             values, masses = [], []
@@ -571,7 +574,7 @@ class ColumnStats:
         return out
 
     def _check_mergeable(self, what: str) -> None:
-        if self._mixture is not None:
+        if self._weighted:
             raise UsageError(f"cannot {what} a weighted mixture: it is for reading and normalising; "
                              "combine the parts again with their weights instead")
 
@@ -645,7 +648,7 @@ class ColumnStats:
     @property
     def is_mixture(self) -> bool:
         """Whether these are a weighted mixture's (``combine(..., weights=...)``)."""
-        return self._mixture is not None
+        return self._weighted
 
     def quantile(self, q: float | Sequence[float]) -> _F64:
         """Per element, the value at rank ``q`` (0 is the min, 1 the max).
@@ -778,7 +781,7 @@ class ColumnStats:
         return combine_rows(table, path=path)[name]
 
     def __repr__(self) -> str:
-        kind = "mixture, " if self._mixture is not None else ""
+        kind = "mixture, " if self._weighted else ""
         return f"ColumnStats({kind}shape={self._shape}, count={self._count}, k={self._k})"
 
 
@@ -822,6 +825,32 @@ def _load_sketches(blobs: list[object], n: _I64, k: int, where: str,
         else:
             merged[j].merge(sketch)
     return [ds.kll_doubles_sketch(k) if m is None else m for m in merged]
+
+
+def adopt_sketches(stats: ColumnStats, source: ColumnStats, where: str,
+                   path: str | os.PathLike[str] | None = None) -> None:
+    """Give ``stats`` (moments merged from one set of rows) the sketches of ``source``.
+
+    The moments and the sketches of a selection can come from different stored rows
+    (per-episode moments, per-block sketches); each element's sketch must then hold
+    exactly as many values as the moments count, or one of the two missed or repeated
+    some rows: that is refused (``CorruptFileError`` naming ``where`` and ``path``).
+    """
+    if source._sketches is None:
+        stats._sketches = None
+        return
+    if source.shape != stats.shape:
+        raise CorruptFileError(path, f"{where}: sketches of shape {source.shape} for statistics of shape "
+                                     f"{stats.shape}; recompute the statistics from the data")
+    n = stats.valid_count.reshape(-1)
+    have = np.array([s.n for s in source._sketches] if source._sketches else np.zeros(n.size), dtype=np.int64)
+    if have.shape != n.shape or np.any(have != n):
+        bad = int(np.flatnonzero(have != n)[0]) if have.shape == n.shape else 0
+        raise CorruptFileError(path, f"{where}: element {bad}'s sketches hold {int(have[bad])} values but "
+                                     f"its moments count {int(n[bad])}; recompute the statistics from the "
+                                     "data")
+    stats._sketches = [copy.copy(s) for s in source._sketches] if source._sketches else []
+    stats._k = min(stats._k, source._k)
 
 
 def stats_table(stats: Mapping[str, ColumnStats] | Iterable[tuple[str, ColumnStats]]) -> pa.Table:
