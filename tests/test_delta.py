@@ -60,7 +60,7 @@ def test_each_change_is_one_store_version_and_one_delta_commit_per_table(history
     items = store.history()
     assert [i["version"] for i in items] == sorted({i["version"] for i in items})
     by_version = {i["version"]: i for i in items}
-    assert set(by_version[4]["tables"]) == {"steps", "episodes"}
+    assert set(by_version[4]["tables"]) == {"steps", "episodes", "stats"}  # (with the steps' statistics)
     assert by_version[v["compact"]]["operation"] == "OPTIMIZE"
     assert by_version[v["compact"]]["tables"] == {"scalars": 3}
     assert_delta_current(store)

@@ -48,8 +48,9 @@ def test_deleting_a_run_drops_its_files_rewrites_none_and_every_reader_agrees(tw
     before_version = store.version
     steps_before = names(store, "steps")
     kept_b = store.read("steps", filter=pc.field("run_id") == "b")
+    stats_rows = store.read("stats", filter=pc.field("run_id") == "a").num_rows
     counts = store.delete(runs=["a"])
-    assert counts == {"runs": 1, "episodes": 3, "steps": 15, "scalars": 5}
+    assert counts == {"runs": 1, "episodes": 3, "steps": 15, "scalars": 5, "stats": stats_rows}
     assert store.version == before_version + 1
     assert names(store, "steps") < steps_before  # only drops: a's files held a's rows alone
     for table in ("runs", "episodes", "steps", "scalars"):
@@ -72,7 +73,10 @@ def test_deleting_episodes_rewrites_only_the_files_that_mix_them(tmp_path):
     store.vacuum(retain_hours=0)
     keep = store.read("steps", filter=~pc.field("episode_id").isin([1, 2]))
     scalars_files = names(store, "scalars")
-    assert store.delete(episodes=[("a", 1), ("a", 2)]) == {"episodes": 2, "steps": 10}
+    stats_rows = store.read("stats", filter=pc.field("episode_id").isin([1, 2]) & (pc.field("run_id") == "a"))
+    assert stats_rows.num_rows > 0  # the episodes' segment rows; the block rows stay
+    counts = store.delete(episodes=[("a", 1), ("a", 2)])
+    assert counts == {"episodes": 2, "steps": 10, "stats": stats_rows.num_rows}
     after = store.read("steps")
     assert after.equals(keep)  # every kept value exact, in order
     assert names(store, "scalars") == scalars_files  # tables without episodes: untouched

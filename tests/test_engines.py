@@ -11,7 +11,8 @@ import pytest
 from rlarrow.core import schema
 
 TABLES = list(schema.TABLE_NAMES)
-ROWS = {"runs": 1, "episodes": 3, "steps": 18, "scalars": 10, "memory": 8, "sources": 2}
+# stats: 3 commits of steps, one episode each, 5 columns: a segment row and a block row each
+ROWS = {"runs": 1, "episodes": 3, "steps": 18, "scalars": 10, "memory": 8, "sources": 2, "stats": 30}
 
 
 @pytest.fixture

@@ -18,13 +18,16 @@ SCHEMA_FILES = sorted((REPO / "schemas").glob("*.v*.json"))
 TYPE_MAP = {
     "string": pa.string(), "bool": pa.bool_(), "int32": pa.int32(), "int64": pa.int64(),
     "float64": pa.float64(), "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"), "json": pa.string(),
+    "list<int64>": pa.list_(pa.int64()), "list<float64>": pa.list_(pa.float64()),
+    "list<binary>": pa.list_(pa.binary()),
 }
 
 
 def test_one_schema_file_per_table_and_major_version():
     names = {p.name for p in SCHEMA_FILES}
-    assert names == {f"{t}.v1.json" for t in ("runs", "episodes", "steps", "scalars", "memory", "sources")}
-    assert schema.TABLE_NAMES == ("runs", "episodes", "steps", "scalars", "memory", "sources")
+    tables = ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats")
+    assert names == {f"{t}.v1.json" for t in tables}
+    assert schema.TABLE_NAMES == tables
 
 
 @pytest.mark.parametrize("path", SCHEMA_FILES, ids=lambda p: p.name)

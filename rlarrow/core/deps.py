@@ -7,7 +7,7 @@ from types import ModuleType
 
 from rlarrow.core.errors import MissingDependencyError
 
-__all__ = ["OPTIONAL", "require"]
+__all__ = ["OPTIONAL", "has_module", "require"]
 
 # module name -> (extra that provides it, what it is for)
 OPTIONAL: dict[str, tuple[str, str]] = {
@@ -20,6 +20,16 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "ray": ("ray", "Ray Data over a store"),
     "datasketches": ("stats", "quantile sketches"),
 }
+
+
+def has_module(module: str) -> bool:
+    """Whether an optional dependency can be imported (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def require(module: str, *, feature: str | None = None) -> ModuleType:

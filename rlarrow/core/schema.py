@@ -93,6 +93,9 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"),
     "json": pa.string(),
+    "list<int64>": pa.list_(pa.int64()),
+    "list<float64>": pa.list_(pa.float64()),
+    "list<binary>": pa.list_(pa.binary()),
 }
 
 
@@ -268,7 +271,7 @@ _TABLES = _load_all()
 
 #: Names of the tables of a store, in dependency order.
 TABLE_NAMES: tuple[str, ...] = tuple(
-    n for n in ("runs", "episodes", "steps", "scalars", "memory", "sources") if n in _TABLES
+    n for n in ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats") if n in _TABLES
 )
 
 

@@ -23,6 +23,7 @@ from typing import Any, Self
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.deps import has_module
 from rlarrow.core.errors import ArgumentError, RLArrowError, SchemaMismatchError, StoreError
 from rlarrow.core.store import files as _files
 from rlarrow.core.store.base import _Transaction, _TxFile
@@ -40,6 +41,7 @@ from rlarrow.core.store.files import (
     write_row_groups,
 )
 from rlarrow.core.store.journal import apply_pending
+from rlarrow.core.store.layouts import table_of
 from rlarrow.core.store.manifest import decode_schema, encode_schema, fsync_dir, write_error
 from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import FinishedFile, TableWriter
@@ -59,6 +61,42 @@ def new_run_id() -> str:
 
 class CommittingStore(CompactingStore):
     """Everything that commits rows to a store (see :class:`rlarrow.Store`)."""
+
+    #: What each commit of ``steps`` rows keeps in the ``stats`` table
+    #: (:mod:`rlarrow.core.step_stats`): ``"sketches"`` (moments per episode, and a KLL
+    #: quantile sketch per element per commit), ``"moments"`` (no quantiles; about half
+    #: the cost), ``"off"``; None (the default): sketches when ``datasketches`` (the
+    #: ``stats`` extra) is installed, else moments. Set it on the store object before
+    #: writing: ``store.step_stats = "moments"``.
+    step_stats: str | None = None
+
+    def _stats_builder(self, layout: str, schema: pa.Schema) -> Any:
+        """A :class:`~rlarrow.core.step_stats.StepStatsBuilder` for a steps layout's rows (else None)."""
+        from rlarrow.core import step_stats
+
+        if table_of(layout) != "steps":
+            return None
+        mode = self.step_stats
+        if mode is None:
+            mode = "sketches" if has_module("datasketches") else "moments"
+        mode = step_stats.check_mode(mode)
+        return None if mode == "off" else step_stats.StepStatsBuilder(schema, layout, mode=mode)
+
+    def _stats_file(self, rows: pa.Table | None) -> FinishedFile | None:
+        """``stats`` rows written to a hidden file, ready for :meth:`_commit_files`."""
+        if rows is None or rows.num_rows == 0:
+            return None
+        final = new_file_name()
+        directory = self.path / "stats"
+        directory.mkdir(exist_ok=True)
+        tmp = directory / temp_name(final)
+        writer = open_parquet(tmp, rows.schema, rows)
+        try:
+            write_row_groups(writer, rows, _files.ROW_GROUP_BYTES, tmp)
+        finally:
+            writer.close()
+        fsync_file(tmp)
+        return "stats", tmp, final, rows.schema, rows.num_rows
 
     def declare(self, table: str, tensor_types: Mapping[str, pa.DataType], *,
                 new_layout: bool = False) -> pa.Schema:
@@ -205,8 +243,25 @@ class CommittingStore(CompactingStore):
             for tmp in tmps:
                 tmp.unlink(missing_ok=True)
             raise
-        return self._commit_many(table, list(zip(tmps, finals, [len(x) for x in slices], strict=True)),
+        info = self._commit_many(table, list(zip(tmps, finals, [len(x) for x in slices], strict=True)),
                                  data.schema)
+        self._commit_stats_of(table, data, finals[0])
+        return info
+
+    def _commit_stats_of(self, layout: str, data: pa.Table, block: str) -> None:
+        """Commit the statistics of steps rows committed already (a parallel append's).
+
+        A commit of its own, after the rows': a process killed between the two leaves
+        rows without statistics, which :func:`rlarrow.core.step_stats.combine_stored`
+        finds (by counting each run's rows) and reads from the data.
+        """
+        builder = self._stats_builder(layout, data.schema)
+        if builder is None:
+            return
+        builder.add(data)
+        finished = self._stats_file(builder.finish(block))
+        if finished is not None:
+            self._commit_files([finished])
 
     def _commit_many(self, table: str, parts: list[tuple[Path, str, int]], schema: pa.Schema) -> CommitInfo:
         """Rename finished temporary files into place and list them, all or none (journaled)."""
@@ -511,14 +566,16 @@ class CommittingStore(CompactingStore):
         try:
             for w, rows in zip(writers, data.values(), strict=True):
                 w.write(rows)
-            files = [f for f in (w._finish_file() for w in writers) if f is not None]
+            files = [f for w in writers for f in w._finish_files()]
         except BaseException:
             for w in writers:
                 w.abort()
             raise
         for w in writers:
             w.abort()  # nothing left in them: this only unregisters
-        return self._commit_files(files) if files else []
+        infos = self._commit_files(files) if files else []
+        # (the statistics of the steps rows were committed with them: not what was asked for)
+        return [i for i in infos if i.table != "stats" or "stats" in data]
 
     def stage(self, table: str, *, tag: str = "stage") -> Staging:
         """Where code that writes its own Parquet files of ``table`` puts them before a commit.

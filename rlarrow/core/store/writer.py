@@ -54,6 +54,10 @@ class _Owner(Protocol):
 
     def _commit_files(self, files: list[FinishedFile]) -> list[CommitInfo]: ...
 
+    def _stats_builder(self, layout: str, schema: pa.Schema) -> Any: ...
+
+    def _stats_file(self, rows: pa.Table | None) -> FinishedFile | None: ...
+
 
 class TableWriter:
     """Buffered, streaming writer for one table of a store.
@@ -109,6 +113,8 @@ class TableWriter:
         self._last_flush = time.monotonic()
         self._closed = False
         self.commits: list[CommitInfo] = []
+        # steps layouts: the statistics of the rows written (rlarrow.core.step_stats)
+        self._stats: Any = None
 
     def __enter__(self) -> TableWriter:
         return self
@@ -141,6 +147,7 @@ class TableWriter:
         if self._schema is None:
             self._schema = table.schema
             self._runs = data_run_ids(table)
+            self._stats = self.store._stats_builder(self.layout_dir, table.schema)
         elif len(self.store._layout_names(self.table)) > 1:  # another run: is it in another layout?
             runs = data_run_ids(table) - self._runs
             if runs:
@@ -183,6 +190,8 @@ class TableWriter:
         assert self._schema is not None
         data = pa.concat_tables(self._buffer)
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
+        if self._stats is not None:
+            self._stats.add(data)  # from the rows in memory: no pass over the file later
         if self._parquet is None:
             self._final = new_file_name()
             self._tmp = self.store.path / self.layout_dir / temp_name(self._final)
@@ -192,10 +201,10 @@ class TableWriter:
 
     def flush(self) -> CommitInfo | None:
         """Commit everything written so far; returns what was committed (None if nothing)."""
-        finished = self._finish_file()
-        if finished is None:
+        files = self._finish_files()
+        if not files:
             return None
-        info = self.store._commit_files([finished])[0]
+        info = self.store._commit_files(files)[0]
         self.commits.append(info)
         return info
 
@@ -214,6 +223,25 @@ class TableWriter:
         self._file_rows, self._tmp, self._final = 0, None, None
         return self.layout_dir, tmp, final, self._schema, rows
 
+    def _finish_files(self) -> list[FinishedFile]:
+        """The finished file, and for a steps layout the ``stats`` file of its rows with it.
+
+        Both are committed in one manifest write: a reader sees the steps and their
+        statistics together or neither.
+        """
+        finished = self._finish_file()
+        if finished is None:
+            return []
+        if self._stats is None:
+            return [finished]
+        try:
+            with self._io():
+                extra = self.store._stats_file(self._stats.finish(finished[2]))
+        except BaseException:
+            finished[1].unlink(missing_ok=True)
+            raise
+        return [finished] if extra is None else [finished, extra]
+
     def abort(self) -> None:
         """Drop uncommitted rows and close."""
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
@@ -225,6 +253,8 @@ class TableWriter:
             self._tmp.unlink(missing_ok=True)
             self._tmp = None
         self._file_rows = 0
+        if self._stats is not None:
+            self._stats.reset()  # forget what was added
         self._closed = True
         with contextlib.suppress(ValueError):
             self.store._writers.remove(self)
