@@ -19,10 +19,13 @@ from rlarrow.cli.commands import (
     repair,
     sql_command,
 )
+from rlarrow.cli.stats_command import stats_command
 from rlarrow.core import submodule
 
-# (registered here: check.py uses commands.py's error handling, so commands.py cannot import it)
+# (registered here: check.py and stats_command.py use commands.py's error handling, so commands.py
+# cannot import them)
 cli.add_command(check_command)
+cli.add_command(stats_command)
 
 # the commands, as rlarrow.cli (one module before 0.2) had them: click's CliRunner drives `cli`
 __all__ = ["cli", "compact", "convert", "export", "info", "main", "migrate", "plot", "push", "repair",

@@ -1,0 +1,85 @@
+"""``rlarrow stats``: a store's normalisation statistics as LeRobot's ``stats.json``.
+
+The command line of :mod:`rlarrow.query.dataset_stats`.
+
+Examples (from a shell)::
+
+    rlarrow stats runs.rlarrow                                   # every episode, printed
+    rlarrow stats runs.rlarrow --where "metadata->>'split' = 'train'" -o stats.json
+    rlarrow stats runs.rlarrow --weight RUN_A=0.7 --weight RUN_B=0.3 -o mixture.json
+    rlarrow stats runs.rlarrow --column action --no-quantiles    # moments only, fastest
+
+Example:
+    >>> from click.testing import CliRunner
+    >>> result = CliRunner().invoke(stats_command, ["--help"])
+    >>> result.exit_code, "--where" in result.output
+    (0, True)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from rlarrow.cli.commands import _friendly_errors
+
+__all__ = ["stats_command"]
+
+
+def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float] | None:
+    out: dict[str, float] = {}
+    for value in values:
+        run, sep, weight = value.rpartition("=")
+        try:
+            number = float(weight)
+        except ValueError:
+            number = None
+        if not sep or not run or number is None:
+            raise click.BadParameter(f"{value!r}: give RUN_ID=WEIGHT, e.g. 20260101T000000-ab12cd=0.7",
+                                     ctx, param)
+        out[run] = number
+    return out or None
+
+
+@click.command("stats")
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--where", help="A SQL filter over the episodes table: only the episodes it keeps "
+                              "(e.g. \"metadata->>'split' = 'train'\", \"return > 100\").")
+@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
+@click.option("--weight", "weights", multiple=True, metavar="RUN_ID=W", callback=_weights,
+              help="A mixture: each run's statistics weighted as if sampled with probability W "
+                   "(repeatable; weights are normalised).")
+@click.option("--column", "columns", multiple=True, metavar="NAME",
+              help="Only this column (observation, action, reward, discount, observation.KEY; repeatable).")
+@click.option("--no-quantiles", is_flag=True, help="Moments, min and max only (no q01..q99): faster.")
+@click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
+              help="The store as it was at version N (`rlarrow history STORE`).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write LeRobot's stats.json shape to this file (default: print it).")
+@_friendly_errors
+def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights: dict[str, float] | None,
+                  columns: tuple[str, ...], no_quantiles: bool, version: int | None,
+                  output: str | None) -> None:
+    """Normalisation statistics (mean, std, min, max, q01..q99 per element) of STORE's steps.
+
+    Merged from the statistics stored with every commit, for the episodes selected; steps
+    written without them (older stores, Ray-staged files) are read once from the data.
+    """
+    from rlarrow.query.dataset_stats import lerobot_stats, stats, write_stats_json
+
+    start = time.perf_counter()
+    result = stats(store, where=where, runs=list(runs) or None, weights=weights,
+                   columns=list(columns) or None, quantiles=not no_quantiles, version=version)
+    took = time.perf_counter() - start
+    if not result:
+        raise click.ClickException("no steps in the selection: nothing to compute statistics of")
+    if output:
+        path = write_stats_json(result, output)
+        rows = max(s.count for s in result.values())
+        click.echo(f"wrote {path}: {len(result)} column(s), up to {rows} values each, in {took:.3f} s")
+    else:
+        json.dump(lerobot_stats(result), sys.stdout, indent=2)
+        click.echo()

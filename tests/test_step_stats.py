@@ -1,0 +1,309 @@
+"""Statistics stored with every commit of steps, merged for any selection (issue 20).
+
+Each test compares what the store answers with NumPy over the values themselves: the
+moments to float tolerance, the quantiles to within the KLL sketch's stated rank error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import rlarrow
+from rlarrow.core.errors import ArgumentError, CorruptFileError
+from rlarrow.core.step_stats import combine_stored
+from rlarrow.query.dataset_stats import lerobot_stats, stats
+
+pytest.importorskip("datasketches",
+                    reason="quantile sketches need datasketches: pip install 'rlarrow[stats]'")
+
+
+def _assert_quantiles(got: rlarrow.core.stats.ColumnStats, values: np.ndarray) -> None:
+    """Every element's q01..q99 is within the sketch's rank error of the values' own."""
+    tol = got.normalized_rank_error()
+    flat = values.reshape(len(values), -1)
+    for q in (0.01, 0.1, 0.5, 0.9, 0.99):
+        est = got.quantile(q).reshape(-1)
+        for j in range(flat.shape[1]):
+            col = flat[:, j][~np.isnan(flat[:, j])]
+            below, at = float(np.mean(col < est[j])), float(np.mean(col <= est[j]))
+            assert below - tol <= q <= at + tol, (q, j, est[j], below, at, tol)
+
+
+def _assert_moments(got: rlarrow.core.stats.ColumnStats, values: np.ndarray) -> None:
+    x = values.astype(np.float64)
+    assert got.count == len(x)
+    np.testing.assert_allclose(got.mean, np.nanmean(x, axis=0), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, np.nanstd(x, axis=0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(got.min, np.nanmin(x, axis=0))
+    np.testing.assert_array_equal(got.max, np.nanmax(x, axis=0))
+    np.testing.assert_array_equal(got.nan_count, np.isnan(x).sum(axis=0))
+
+
+class Recorded:
+    """Runs appended commit by commit, episodes spanning commits; the values kept apart."""
+
+    def __init__(self, store: rlarrow.Store, runs: dict[str, float], commits: int = 4, rows: int = 400,
+                 seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.rows: list[dict] = []  # one per step: run, episode, observation, action
+        for run, offset in runs.items():
+            episode, step = 0, 0
+            for _ in range(commits):
+                eps, steps = [], []
+                for _ in range(rows):
+                    eps.append(episode)
+                    steps.append(step)
+                    step += 1
+                    if rng.random() < 0.03:
+                        episode, step = episode + 1, 0
+                obs = (rng.normal(size=(rows, 2, 3)) * 3 + offset).astype(np.float32)
+                obs[rng.random(rows) < 0.02, 1, 2] = np.nan
+                action = rng.integers(-5, 5, size=(rows, 2)).astype(np.int64)
+                store.append("steps", {"run_id": run, "episode_id": eps, "step": steps, "env_index": 0,
+                                       "observation": obs, "action": action, "reward": rng.normal(size=rows),
+                                       "is_first": np.array(steps) == 0, "is_last": False,
+                                       "is_terminal": False})
+                for i in range(rows):
+                    self.rows.append({"run": run, "episode": eps[i], "observation": obs[i],
+                                      "action": action[i]})
+        self.episodes = sorted({(r["run"], r["episode"]) for r in self.rows})
+        store.append("episodes", {"run_id": [e[0] for e in self.episodes],
+                                  "episode_id": [e[1] for e in self.episodes],
+                                  "num_steps": 1, "env_index": 0, "terminated": True, "truncated": False,
+                                  "partial_start": False, "partial_end": False,
+                                  "metadata": [{"split": "val" if e[1] % 5 == 0 else "train"}
+                                               for e in self.episodes]})
+
+    def values(self, column: str, keep=lambda row: True) -> np.ndarray:
+        return np.stack([r[column] for r in self.rows if keep(r)])
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    return store, Recorded(store, {"a": 0.0, "b": 100.0, "c": -40.0})
+
+
+def test_every_commit_of_steps_stores_its_statistics_in_the_same_commit(recorded):
+    store, _ = recorded
+    assert store.row_count("stats") > 0
+    steps_commits = [h for h in store.history() if "steps" in h.get("tables", {})]
+    stats_table = store.read("stats")
+    blocks = set(stats_table.column("block").to_pylist())
+    assert len(blocks) == 12  # 3 runs x 4 commits: each commit's block
+    seg = stats_table.filter(pc.and_(pc.is_valid(stats_table.column("episode_id")),
+                                     pc.equal(stats_table.column("column"), "reward")))
+    assert pc.sum(seg.column("rows")).as_py() == store.row_count("steps")
+    assert steps_commits is not None
+
+
+def test_merged_statistics_of_every_selection_equal_numpy(recorded):
+    store, rec = recorded
+    everything = stats(store)
+    assert sorted(everything) == ["action", "discount", "observation", "reward"]
+    for column in ("observation", "action"):
+        _assert_moments(everything[column], rec.values(column))
+        _assert_quantiles(everything[column], rec.values(column))
+    assert everything["observation"].shape == (2, 3)
+    one_run = stats(store, runs=["b"])
+    _assert_moments(one_run["observation"], rec.values("observation", lambda r: r["run"] == "b"))
+    _assert_quantiles(one_run["observation"], rec.values("observation", lambda r: r["run"] == "b"))
+    # an episode-level split: blocks partly selected are read again for the quantiles
+    train = stats(store, where="metadata->>'split' = 'train'")
+    in_train = lambda r: r["episode"] % 5 != 0  # noqa: E731
+    _assert_moments(train["observation"], rec.values("observation", in_train))
+    _assert_quantiles(train["observation"], rec.values("observation", in_train))
+    picked = [rec.episodes[3], rec.episodes[40], rec.episodes[-1]]
+    some = stats(store, episodes=picked)
+    _assert_moments(some["action"], rec.values("action", lambda r: (r["run"], r["episode"]) in picked))
+
+
+def test_moments_only_and_one_column(recorded):
+    store, rec = recorded
+    got = stats(store, columns=["action"], quantiles=False)
+    assert list(got) == ["action"] and not got["action"].has_quantiles
+    _assert_moments(got["action"], rec.values("action"))
+    with pytest.raises(Exception, match="quantile"):
+        got["action"].quantile(0.5)
+
+
+def test_a_weighted_mixture_of_runs(recorded):
+    store, rec = recorded
+    got = stats(store, weights={"a": 3.0, "b": 1.0}, columns=["observation"])["observation"]
+    mean_a = np.nanmean(rec.values("observation", lambda r: r["run"] == "a").astype(np.float64), axis=0)
+    mean_b = np.nanmean(rec.values("observation", lambda r: r["run"] == "b").astype(np.float64), axis=0)
+    np.testing.assert_allclose(got.mean, 0.75 * mean_a + 0.25 * mean_b, rtol=1e-9)
+    # the mixture's median lies between the two runs (offsets 0 and 100), near run a's
+    assert np.all(got.quantile(0.5) < 50)
+    with pytest.raises(ArgumentError, match="no steps"):
+        stats(store, weights={"nope": 1.0})
+
+
+def test_deleted_episodes_leave_the_statistics_and_come_back_at_an_earlier_version(recorded):
+    store, rec = recorded
+    before = store.version
+    gone = [e for e in rec.episodes if e[0] == "a" and e[1] % 2 == 0]
+    store.delete(episodes=gone)
+    kept = lambda r: not (r["run"] == "a" and r["episode"] % 2 == 0)  # noqa: E731
+    after = stats(store)
+    _assert_moments(after["observation"], rec.values("observation", kept))
+    _assert_quantiles(after["observation"], rec.values("observation", kept))
+    again = stats(store, version=before)
+    _assert_moments(again["observation"], rec.values("observation"))
+    store.delete(runs=["c"])
+    _assert_moments(stats(store)["action"], rec.values("action", lambda r: kept(r) and r["run"] != "c"))
+
+
+def test_steps_written_without_statistics_are_read_from_the_data(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    store.step_stats = "off"
+    rec = Recorded(store, {"a": 0.0}, commits=2)
+    assert store.row_count("stats") == 0
+    store.step_stats = "sketches"
+    rec2 = Recorded(store, {"b": 5.0}, commits=2, seed=1)
+    both = np.concatenate([rec.values("observation"), rec2.values("observation")])
+    got = stats(store)
+    _assert_moments(got["observation"], both)
+    _assert_quantiles(got["observation"], both)
+    _assert_moments(stats(store, runs=["a"])["observation"], rec.values("observation"))
+
+
+def test_a_large_parallel_append_stores_statistics_too(tmp_path, monkeypatch):
+    from rlarrow.core.store import files as store_files
+
+    monkeypatch.setattr(store_files, "ROW_GROUP_BYTES", 4096)  # so that a small table is "large"
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    rng = np.random.default_rng(5)
+    n = 5000
+    obs = rng.normal(size=(n, 4)).astype(np.float32)
+    table = rlarrow.core.schema.build("steps", {"run_id": "r", "episode_id": np.arange(n) // 50,
+                                                "step": np.arange(n) % 50, "env_index": 0, "observation": obs,
+                                                "is_first": np.arange(n) % 50 == 0, "is_last": False,
+                                                "is_terminal": False})
+    info = store.append("steps", table, threads=4)
+    assert len(info.files) > 1
+    assert store.row_count("stats") > 0
+    _assert_moments(stats(store)["observation"], obs)
+
+
+def test_dict_observations_have_statistics_per_leaf(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    rng = np.random.default_rng(2)
+    state = rng.normal(size=(30, 3)).astype(np.float32)
+    grip = rng.integers(0, 2, size=30).astype(bool)
+    image = rng.integers(0, 255, size=(30, 64, 64, 3), dtype=np.uint8)
+    store.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(30), "env_index": 0,
+                           "observation": {"state": state, "grip": grip, "image": image},
+                           "is_first": np.arange(30) == 0, "is_last": False, "is_terminal": False})
+    got = stats(store)
+    assert "observation.state" in got and "observation.grip" in got
+    assert "observation.image" not in got  # 12,288 elements: wider than MOMENTS_MAX_ELEMENTS
+    _assert_moments(got["observation.state"], state)
+    assert got["observation.grip"].mean.tolist() == pytest.approx(grip.mean())
+
+
+def test_merge_brings_the_statistics_along(tmp_path):
+    a = rlarrow.Store.create(tmp_path / "a.rlarrow")
+    rec_a = Recorded(a, {"a": 0.0}, commits=2)
+    b = rlarrow.Store.create(tmp_path / "b.rlarrow")
+    rec_b = Recorded(b, {"b": 9.0}, commits=2, seed=3)
+    a.merge(b)
+    both = np.concatenate([rec_a.values("action"), rec_b.values("action")])
+    _assert_moments(stats(a)["action"], both)
+    assert a.row_count("stats") == a.read("stats").num_rows > b.row_count("stats")
+
+
+def test_a_damaged_stats_row_is_named_not_merged(recorded, tmp_path):
+    store, _ = recorded
+    path = store.files("stats")[0]
+    table = pq.read_table(path)
+    mean = table.column("mean").to_pylist()
+    mean[0] = mean[0][:-1]  # one element short
+    field = table.schema.field("mean")
+    table = table.set_column(table.schema.get_field_index("mean"), field, pa.array(mean, field.type))
+    pq.write_table(table, path)
+    with pytest.raises(CorruptFileError, match=r"stats.*mean"):
+        stats(store, quantiles=False)
+
+
+def test_shapes_that_differ_between_layouts_ask_for_a_layout(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    for run, width in (("a", 3), ("b", 5)):
+        store.append("steps", {"run_id": run, "episode_id": 0, "step": np.arange(4), "env_index": 0,
+                               "observation": np.ones((4, width), np.float32), "is_first": np.arange(4) == 0,
+                               "is_last": False, "is_terminal": False})
+    with pytest.raises(ArgumentError, match="layout=N"):
+        stats(store)
+    assert stats(store, layout=2)["observation"].shape == (5,)
+    assert stats(store, columns=["reward"])["reward"].count == 0
+
+
+def test_the_cli_writes_lerobot_stats_json(recorded, tmp_path):
+    store, rec = recorded
+    out = tmp_path / "stats.json"
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--where",
+                                                  "metadata->>'split' = 'train'", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert set(data["observation"]) == {"mean", "std", "min", "max", "count",
+                                        "q01", "q10", "q50", "q90", "q99"}
+    train = rec.values("observation", lambda r: r["episode"] % 5 != 0).astype(np.float64)
+    np.testing.assert_allclose(np.array(data["observation"]["mean"]), np.nanmean(train, axis=0), rtol=1e-9)
+    assert data["observation"]["count"] == [len(train)]
+    assert np.array(data["action"]["q50"]).shape == (2,)
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--weight", "a=1",
+                                                  "--weight", "b=1", "--column", "action", "--no-quantiles"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert list(printed) == ["action"] and "q50" not in printed["action"]
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--weight", "a"])
+    assert result.exit_code == 2 and "RUN_ID=WEIGHT" in result.output
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--run", "zzz"])
+    assert result.exit_code == 1 and "no steps" in result.output
+
+
+def test_lerobot_shape_of_a_scalar_column(recorded):
+    store, _ = recorded
+    reward = lerobot_stats(stats(store, columns=["reward"]))["reward"]
+    assert len(reward["mean"]) == 1 and len(reward["q99"]) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
+                    reason="needs gymnasium: pip install gymnasium")
+def test_a_recorded_gymnasium_run_has_the_statistics_of_what_the_env_returned(tmp_path):
+    """CartPole with a random policy, 3,000 steps over several flushes: the stored statistics
+    equal NumPy over the observations and actions the environment itself gave."""
+    import gymnasium as gym
+
+    from rlarrow.record.gym import RecordEpisodes
+
+    env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s", flush_every_steps=700)
+    rng = np.random.default_rng(0)
+    observations, actions = [], []
+    obs, _ = env.reset(seed=1)
+    observations.append(obs)
+    for _ in range(3000):
+        action = int(rng.integers(2))
+        obs, _, term, trunc, _ = env.step(action)
+        actions.append(action)
+        observations.append(obs)
+        if term or trunc:
+            obs, _ = env.reset()
+            observations.append(obs)
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    got = stats(store)
+    _assert_moments(got["observation"], np.stack(observations))
+    _assert_quantiles(got["observation"], np.stack(observations))
+    _assert_moments(got["action"], np.array(actions)[:, None].reshape(-1))
+    assert len(set(store.read("stats").column("block").to_pylist())) >= 4
+    mean_only = combine_stored(store, quantiles=False)
+    np.testing.assert_allclose(mean_only["observation"].mean, got["observation"].mean)
