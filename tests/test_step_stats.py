@@ -276,6 +276,36 @@ def test_lerobot_shape_of_a_scalar_column(recorded):
     assert len(reward["mean"]) == 1 and len(reward["q99"]) == 1
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="needs torch: pip install 'rlarrow[torch]'")
+def test_streaming_dataset_normalizes_with_the_stored_statistics(recorded):
+    from rlarrow.train.torch import StreamingDataset
+
+    store, rec = recorded
+    ds = StreamingDataset(store.path, normalize="mean_std", batch_size=100_000, shuffle=False,
+                          columns=["observation", "action", "reward"])
+    assert sorted(ds.stats) == ["action", "observation"]
+    batch = next(iter(ds))
+    obs = batch["observation"].numpy().astype(np.float64)
+    np.testing.assert_allclose(np.nanmean(obs, axis=0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(np.nanstd(obs, axis=0), 1.0, atol=1e-5)
+    raw = store.read("steps", columns=["reward"]).column("reward").to_numpy()
+    np.testing.assert_array_equal(batch["reward"].numpy(), raw)  # not normalised unless asked
+    ds = StreamingDataset(store.path, normalize={"action": "min_max"}, batch_size=100_000, shuffle=False,
+                          columns=["action"])
+    action = next(iter(ds))["action"].numpy()
+    assert action.min() == pytest.approx(-1.0) and action.max() == pytest.approx(1.0, abs=1e-6)
+    train = stats(store, where="metadata->>'split' = 'train'")
+    ds = StreamingDataset(store.path, normalize="quantile", stats=train, batch_size=100_000, shuffle=False,
+                          columns=["observation"])
+    assert ds.stats["observation"] is train["observation"]
+    with pytest.raises(ArgumentError, match="no statistics"):
+        StreamingDataset(store.path, normalize={"observation.image": "mean_std"})
+    with pytest.raises(ArgumentError, match="normalize="):
+        StreamingDataset(store.path, stats=train)
+    del rec
+
+
 @pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
                     reason="needs gymnasium: pip install gymnasium")
 def test_a_recorded_gymnasium_run_has_the_statistics_of_what_the_env_returned(tmp_path):

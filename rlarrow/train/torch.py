@@ -37,14 +37,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from rlarrow.core.deps import require
-from rlarrow.core.errors import ArgumentError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
@@ -96,6 +96,20 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             layout has with the same type (a column of one layout only needs ``layout``).
         version: read the store as it was at this version (:attr:`rlarrow.Store.version`);
             the version read is the dataset's ``version``, to record with a training run.
+        normalize: normalise columns with their statistics (:func:`rlarrow.core.stats.normalizer`):
+            a mode, ``"mean_std"``, ``"min_max"`` or ``"quantile"`` (q01/q99 to [-1, 1]),
+            for the observation and action columns (and their dict leaves), or a mapping
+            ``{column: mode}`` for any of them (``reward`` too). ``next_observation``
+            (transitions) takes the observation's statistics. Windows and leading axes
+            broadcast.
+        stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
+            the store keeps for its steps (all episodes, at ``version``;
+            :func:`rlarrow.query.dataset_stats.stats` for a selection or a mixture). They are in
+            :attr:`stats`, to save with the model (``lerobot_stats(ds.stats)``).
+
+    Example:
+        >>> ds = StreamingDataset("runs.rlarrow", normalize="mean_std")  # doctest: +SKIP
+        >>> ds.stats["observation"].mean  # what was subtracted  # doctest: +SKIP
     """
 
     def __init__(
@@ -117,6 +131,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         world_size: int | None = None,
         layout: int | None = None,
         version: int | None = None,
+        normalize: str | Mapping[str, str] | None = None,
+        stats: Mapping[str, Any] | None = None,
     ) -> None:
         from rlarrow.core.store import Store, as_store
 
@@ -142,6 +158,57 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self._resume: dict[int, int] = {}
         self._delivered: dict[int, int] = {}
         self._tag_worker = False
+        #: the statistics ``normalize`` applies (``{column: ColumnStats}``; None: no normalisation)
+        self.stats: dict[str, Any] | None = None
+        self._normalize: Any = None
+        if normalize is not None:
+            self._normalize = self._normalizer(st, normalize, stats, layout)
+        elif stats is not None:
+            raise ArgumentError("stats= is what normalize= applies: give normalize='mean_std' "
+                                "(or another mode) too")
+
+    def _normalizer(self, st: Any, normalize: str | Mapping[str, str], given: Mapping[str, Any] | None,
+                    layout: int | None) -> Any:
+        from rlarrow.core.stats import ColumnStats, normalizer
+        from rlarrow.core.store import Store
+
+        names = list(self.source.columns)
+        targets = set(names) | {c.replace("next_observation", "observation", 1) for c in names
+                                if c.startswith("next_observation")}
+        if isinstance(normalize, Mapping):
+            modes = dict(normalize)
+        else:
+            modes = {c: normalize for c in targets if c.split(".")[0] in ("observation", "action")}
+        if given is None:
+            if not isinstance(st, Store):
+                raise ArgumentError("normalize= on a remote store needs stats= (computed where the store is: "
+                                    "rlarrow.query.dataset_stats.stats(path))")
+            from rlarrow.query.dataset_stats import stats as store_stats
+
+            quantiles = "quantile" in modes.values()
+            given = store_stats(st, columns=sorted(modes), quantiles=quantiles, layout=layout)
+        for name, value in given.items():
+            if not isinstance(value, ColumnStats):
+                raise ArgumentTypeError(f"stats[{name!r}] is a {type(value).__name__}, not a ColumnStats")
+        if isinstance(normalize, Mapping):
+            missing = sorted(set(modes) - set(given))
+            if missing:
+                raise ArgumentError(f"normalize: no statistics of {missing} (the store has statistics of "
+                                    f"{sorted(given)}; wider columns such as images have none stored)")
+        else:
+            modes = {c: m for c, m in modes.items() if c in given}
+            if not modes:
+                raise ArgumentError(f"normalize={normalize!r}: none of the columns read ({names}) has "
+                                    f"statistics (the store has statistics of {sorted(given)})")
+        self.stats = {c: given[c] for c in modes}
+        chosen = {c: given[c] for c in modes}
+        chosen_modes: dict[str, Any] = dict(modes)
+        for c in names:  # transitions: the next observation is an observation
+            if c.startswith("next_observation"):
+                base = c.replace("next_observation", "observation", 1)
+                if base in chosen:
+                    chosen[c], chosen_modes[c] = chosen[base], chosen_modes[base]
+        return normalizer(chosen, chosen_modes)
 
     # ---- epochs and resuming
 
@@ -237,6 +304,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             n += 1
             if n <= skip:
                 continue
+            if self._normalize is not None:
+                batch = self._normalize(batch)
             if self._tag_worker:  # to the main process: several batches in one shared buffer
                 parcel.append(batch)
                 if len(parcel) >= _PARCEL_BATCHES:
