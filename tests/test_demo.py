@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -49,6 +50,8 @@ def test_demo_runs_and_builds_a_store(tmp_path):
     assert logs.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows == \
         store.read("scalars", filter=pc.field("tag") == "train/episode_return").num_rows
     assert "mean_last_200_steps" in out.stdout
+    stats_json = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats_json["observation.position"]["count"][0] > 0  # rlarrow stats, from the stored rows
     # Stage 8: SQL macros answer, and the curves are drawn
     assert "first_step_return_at_least_0_9" in out.stdout
     if "plot skipped" not in out.stdout:

@@ -16,6 +16,8 @@ themselves as legacy ``.pt``, ``.npz`` and ``.csv`` files, converts those with
 the corridor as a ``dm_env`` environment with ``rlarrow.EnvLogger``, read back with
 ``rlarrow.Reader``. Last, the runs' logged points are written as TensorBoard event files
 (torch's ``SummaryWriter``), imported with ``rlarrow convert`` and queried with SQL.
+Then ``rlarrow stats`` writes the normalisation statistics of the terminated episodes (in
+LeRobot's ``stats.json`` shape), merged from what every commit stored.
 
 Run it with ``python -m rlarrow.cli.demo OUTPUT_DIR`` (``make demo`` does).
 """
@@ -490,6 +492,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== 8. RL questions with rlarrow's SQL macros, and learning curves")
     curves = curves_and_questions(out, store_path)
+
+    print("\n== 9. normalisation statistics, stored with every commit: no pass over the data")
+    _rlarrow_cli(["stats", str(store_path), "--where", "terminated", "-o", str(out / "stats.json")])
+    from rlarrow.query.dataset_stats import stats
+
+    for name, column in stats(store_path, where="terminated", quantiles=False).items():
+        mean = np.round(column.mean, 3).tolist()
+        print(f"   {name}: shape {column.shape}, {column.count} values, mean {mean}")
 
     print(f"\nDone. The store is {store_path}: one folder of Parquet files per table.")
     if curves is not None:
