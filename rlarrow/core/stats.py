@@ -564,6 +564,20 @@ class ColumnStats:
                                        for wi, p in zip(w, parts, strict=True)))
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        """For pickling (DataLoader workers): each sketch as DataSketches' own bytes."""
+        state = dict(self.__dict__)
+        if self._sketches is not None:
+            state["_sketches"] = [bytes(s.serialize()) for s in self._sketches]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        blobs = state.get("_sketches")
+        if blobs:
+            ds = _datasketches("quantile sketches (rlarrow.core.stats)")
+            state["_sketches"] = [ds.kll_doubles_sketch.deserialize(b) for b in blobs]
+        self.__dict__.update(state)
+
     def copy(self) -> ColumnStats:
         """An independent copy (sketches included)."""
         out = copy.copy(self)
@@ -1106,25 +1120,33 @@ def normalizer(stats: Mapping[str, ColumnStats],
             lo, hi = column_stats.quantile([lo_q, hi_q])
         params[name] = (column_stats.shape, lo, hi - lo + eps, 2.0)
 
-    def apply(batch: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[Any]]:
+    return _Normalizer(params, inverse)
+
+
+class _Normalizer:
+    """What :func:`normalizer` returns: a picklable callable (DataLoader workers under spawn)."""
+
+    def __init__(self, params: dict[str, tuple[tuple[int, ...], _F64, _F64, float]], inverse: bool) -> None:
+        self.params = params
+        self.inverse = inverse
+
+    def __call__(self, batch: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[Any]]:
         out: dict[str, npt.NDArray[Any]] = {}
         for name, value in batch.items():
             array = np.asarray(value)
-            if name not in params:
+            if name not in self.params:
                 out[name] = array
                 continue
-            shape, low, scale, spread = params[name]
+            shape, low, scale, spread = self.params[name]
             if array.shape[array.ndim - len(shape):] != shape or array.ndim < len(shape):
                 raise ArgumentError(f"column {name!r}: values of shape {array.shape} do not end in the "
                                     f"statistics' shape {shape}")
             dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.dtype(np.float64)
             x = array.astype(np.float64, copy=False)
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-                if inverse:
+                if self.inverse:
                     y = (x + (spread - 1)) / spread * scale + low
                 else:
                     y = (x - low) / scale * spread - (spread - 1)
             out[name] = y.astype(dtype, copy=False)
         return out
-
-    return apply
