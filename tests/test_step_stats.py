@@ -337,3 +337,76 @@ def test_a_recorded_gymnasium_run_has_the_statistics_of_what_the_env_returned(tm
     assert len(set(store.read("stats").column("block").to_pylist())) >= 4
     mean_only = combine_stored(store, quantiles=False)
     np.testing.assert_allclose(mean_only["observation"].mean, got["observation"].mean)
+
+
+# --- found by review: each of these failed before its fix -----------------------------------
+
+
+def _rows(run, eps, obs, **extra):
+    n = len(eps)
+    return {"run_id": run, "episode_id": eps, "step": list(range(n)), "env_index": 0, "observation": obs,
+            "reward": np.zeros(n), "is_first": [i == 0 for i in range(n)], "is_last": False,
+            "is_terminal": False, **extra}
+
+
+def test_an_episode_over_several_batches_of_one_commit_has_one_segment_row(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    rng = np.random.default_rng(4)
+    parts = []
+    with store.writer("steps", row_group_bytes=500) as writer:  # each write spills a batch
+        for i in range(3):
+            x = rng.normal(size=(20, 2)) + 10 * i
+            x[3, 1] = np.nan
+            parts.append(x)
+            writer.write(_rows("r", [0] * 10 + [i + 1] * 10, x))
+    table = store.read("stats", filter=pc.field("column") == "observation")
+    segments = table.filter(pc.is_valid(table.column("episode_id")))
+    assert sorted(segments.column("episode_id").to_pylist()) == [0, 1, 2, 3]  # the key is unique
+    episode_0 = np.concatenate([p[:10] for p in parts])
+    _assert_moments(stats(store, episodes=[("r", 0)], quantiles=False)["observation"], episode_0)
+    _assert_moments(stats(store)["observation"], np.concatenate(parts))
+
+
+def test_merged_runs_are_counted_in_the_layout_their_steps_are_in(tmp_path):
+    a = rlarrow.Store.create(tmp_path / "a.rlarrow")
+    b = rlarrow.Store.create(tmp_path / "b.rlarrow")
+    a.append("steps", _rows("a", [0, 0, 1], np.zeros((3, 2), np.float32)))
+    b.append("steps", _rows("b", [0, 0, 1, 1], np.full((4, 2), 50.0)))  # float64: layout 2 once merged
+    a.merge(b)
+    assert a.read("steps", layout=2).num_rows == 4
+    assert stats(a, layout=1)["observation"].count == 3
+    assert stats(a, layout=2)["observation"].count == 4
+    assert stats(a, layout=2)["observation"].quantile(0.5).tolist() == [50.0, 50.0]
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(a.path), "--layout", "2",
+                                                  "--column", "observation"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["observation"]["count"] == [4]
+
+
+def test_a_commit_between_the_reads_of_a_question_is_not_taken_for_damage(tmp_path, monkeypatch):
+    import rlarrow.core.step_stats as step_stats
+
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    store.append("steps", _rows("r", [0, 0, 1, 1], np.zeros((4, 2))))
+    store.append("steps", _rows("r", [1, 2], np.ones((2, 2))))
+    original, raced = step_stats._blocks_for_quantiles, []
+
+    def racing(*args, **kwargs):  # a recorder commits while the question is being answered
+        out = original(*args, **kwargs)
+        if not raced:
+            raced.append(True)
+            store.append("steps", _rows("r", [1, 1], np.full((2, 2), 7.0)))
+        return out
+
+    monkeypatch.setattr(step_stats, "_blocks_for_quantiles", racing)
+    got = stats(store.path, episodes=[("r", 1)])["observation"]
+    assert raced and got.count in (3, 5)  # one version's answer: before or after the commit
+    assert got.valid_count.tolist() == [got.count, got.count]
+
+
+def test_weights_of_zero_leave_a_run_out(recorded):
+    store, rec = recorded
+    got = stats(store, weights={"a": 1.0, "zzz": 0.0}, columns=["action"])["action"]
+    np.testing.assert_allclose(got.mean, rec.values("action", lambda r: r["run"] == "a").mean(axis=0))
+    with pytest.raises(ArgumentError, match="above 0"):
+        stats(store, weights={"a": 0.0})

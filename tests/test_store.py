@@ -50,7 +50,7 @@ def test_layout_on_disk(populated):
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [MANIFEST_NAME, ".rlarrow.lock", *schema.TABLE_NAMES])
     m = manifest(populated)
-    assert m["format"] == "rlarrow-store" and m["format_version"] == "1.2"
+    assert m["format"] == "rlarrow-store" and m["format_version"] == "1.3"
     for name in schema.TABLE_NAMES:
         entry = m["tables"][name]
         assert entry["rows"] == sum(f["rows"] for f in entry["files"]) > 0

@@ -57,11 +57,14 @@ def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 @click.option("--no-quantiles", is_flag=True, help="Moments, min and max only (no q01..q99): faster.")
 @click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
               help="The store as it was at version N (`rlarrow history STORE`).")
+@click.option("--layout", type=click.IntRange(min=1), metavar="N",
+              help="Only steps layout N, for stores whose runs' observations differ in shape "
+                   "(`rlarrow info STORE` lists the layouts).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write LeRobot's stats.json shape to this file (default: print it).")
 @_friendly_errors
 def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights: dict[str, float] | None,
-                  columns: tuple[str, ...], no_quantiles: bool, version: int | None,
+                  columns: tuple[str, ...], no_quantiles: bool, version: int | None, layout: int | None,
                   output: str | None) -> None:
     """Normalisation statistics (mean, std, min, max, q01..q99 per element) of STORE's steps.
 
@@ -72,7 +75,7 @@ def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights:
 
     start = time.perf_counter()
     result = stats(store, where=where, runs=list(runs) or None, weights=weights,
-                   columns=list(columns) or None, quantiles=not no_quantiles, version=version)
+                   columns=list(columns) or None, quantiles=not no_quantiles, version=version, layout=layout)
     took = time.perf_counter() - start
     if not result:
         raise click.ClickException("no steps in the selection: nothing to compute statistics of")

@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 #: Version of the store layout (directory structure and manifest).
-FORMAT_VERSION: tuple[int, int] = (1, 2)
+FORMAT_VERSION: tuple[int, int] = (1, 3)
 
 #: Parquet key-value metadata keys every rlarrow file carries.
 KEY_TABLE = "rlarrow.table"

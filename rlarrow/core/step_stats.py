@@ -298,11 +298,14 @@ class StepStatsBuilder:
         seg_runs = [r for p in parts for r in p[0]]
         episodes = np.concatenate([p[1] for p in parts])
         rows = np.concatenate([p[2] for p in parts])
+        merged = {name: tuple(np.concatenate([p[3][name][i] for p in parts]) for i in range(6))
+                  for name, _, _ in self.leaves}
+        seg_runs, episodes, rows, merged = _one_row_per_episode(seg_runs, episodes, rows, merged)
         run_of = np.array(seg_runs, dtype=object)
         runs = sorted(set(seg_runs))
         columns: dict[str, list[Any]] = {name: [] for name in _schema.table("stats").column_names}
         for name, _, shape in self.leaves:
-            count, nan, mean, m2, lo, hi = (np.concatenate([p[3][name][i] for p in parts]) for i in range(6))
+            count, nan, mean, m2, lo, hi = merged[name]
             size = math.prod(shape)
             segments = len(seg_runs)
             # segment rows
@@ -351,6 +354,41 @@ class StepStatsBuilder:
             else:
                 arrays.append(pa.array(values, field.type))
         return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _one_row_per_episode(runs: list[str], episodes: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+                         moments: dict[str, tuple[Any, ...]]) -> tuple[list[str], Any, Any, dict[str, Any]]:
+    """Segments of one episode from several batches of one commit, merged into one each.
+
+    (A writer adds each batch it spills; an episode split over two batches of one file
+    would otherwise have two rows with one key.)
+    """
+    keys = list(zip(runs, episodes.tolist(), strict=True))
+    ids: dict[tuple[str, int], int] = {}
+    group = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    if len(ids) == len(keys):
+        return runs, episodes, rows, moments
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(g) != 0]))
+    unique = list(ids)
+    out: dict[str, Any] = {}
+    for name, (count, nan, mean, m2, lo, hi) in moments.items():
+        count, nan, mean, m2, lo, hi = (a[order] for a in (count, nan, mean, m2, lo, hi))
+        n = count[:, None] - nan
+        has = n > 0
+        total = np.add.reduceat(n, starts, axis=0)
+        safe = np.maximum(total, 1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            grand = np.add.reduceat(np.where(has, mean * n, 0.0), starts, axis=0) / safe
+            lengths = np.diff(np.append(starts, len(g)))
+            spread = n * (mean - np.repeat(grand, lengths, axis=0)) ** 2
+            m2_total = np.add.reduceat(np.where(has, m2 + spread, 0.0), starts, axis=0)
+        grand[total == 0] = np.nan
+        out[name] = (np.add.reduceat(count, starts), np.add.reduceat(nan, starts, axis=0), grand, m2_total,
+                     np.fmin.reduceat(lo, starts, axis=0), np.fmax.reduceat(hi, starts, axis=0))
+    return ([unique[i][0] for i in g[starts]], np.array([unique[i][1] for i in g[starts]], dtype=np.int64),
+            np.add.reduceat(rows[order], starts), out)
 
 
 def _float_lists(values: list[Any]) -> pa.Array:
@@ -544,14 +582,19 @@ def combine_stored(store: _Store, *, runs: Iterable[str] | None = None,
         episodes = episodes.select(["run_id", "episode_id"]).cast(
             pa.schema([("run_id", pa.string()), ("episode_id", pa.int64())]))
     flt = None
+    directories = store.layout_dirs("steps")
     if layout is not None:
         name = "steps" if layout == 1 else f"steps.{layout}"
-        if name not in {info.directory for info in store.layouts("steps")}:
+        if name not in directories:
             raise ArgumentError(f"the steps table has no layout {layout} (Store.layouts('steps'))")
         flt = pc.field("layout") == name
+    # a run's steps are all in one layout; its rows' layout is read from there, not from the
+    # stats rows (a merge may have put another store's runs in a layout of another number)
+    run_layout = ({} if len(directories) == 1 else
+                  {run: info.directory for info in store.layouts("steps") for run in info.run_ids})
     # one read of every row but the sketches (only the chosen blocks' are read, below)
-    everything = store.read("stats", columns=[f.name for f in _schema.table("stats").arrow_schema()
-                                              if f.name != "sketches"])
+    everything = _relayout(store.read("stats", columns=[f.name for f in _schema.table("stats").arrow_schema()
+                                                        if f.name != "sketches"]), directories, run_layout)
     sentinel = everything.filter(pc.equal(everything.column("column"), "reward"))
     uncovered = _uncovered_runs(store, sentinel)
     if flt is not None:
@@ -574,11 +617,13 @@ def combine_stored(store: _Store, *, runs: Iterable[str] | None = None,
         sketched: dict[str, _stats.ColumnStats] = {}
         if full:
             block_rows = ~pc.field("episode_id").is_valid()
-            blocks = store.read("stats", filter=_and(_and(flt, columns_flt), block_rows))
+            blocks = store.read("stats", filter=_and(columns_flt, block_rows))
+            blocks = _relayout(blocks, directories, run_layout)
             blocks = blocks.filter(pa.array([key in full for key in _block_keys(blocks)], pa.bool_()))
             sketched = _stats.combine_rows(blocks, path=path)
         if reread is not None:
-            for name, part in _from_data(store, run_set, reread, set(result), True, layout).items():
+            reread_runs = set(reread.column("run_id").to_pylist())  # (not every run's files)
+            for name, part in _from_data(store, reread_runs, reread, set(result), True, layout).items():
                 if name in sketched:
                     sketched[name].merge(part)
                 else:
@@ -597,6 +642,19 @@ def combine_stored(store: _Store, *, runs: Iterable[str] | None = None,
                 else:
                     result[name] = part
     return dict(sorted(result.items()))
+
+
+def _relayout(table: pa.Table, directories: list[str], run_layout: dict[str, str]) -> pa.Table:
+    """``table`` with each row's ``layout`` the one its run's steps are in now."""
+    at = table.schema.get_field_index("layout")
+    if len(directories) == 1:
+        value = pa.array(np.full(table.num_rows, directories[0], dtype=object), pa.string())
+    else:
+        runs = list(run_layout)
+        index = pc.index_in(table.column("run_id"), pa.array(runs, pa.string()))
+        mapped = pa.array([run_layout[r] for r in runs], pa.string()).take(index)
+        value = pc.if_else(pc.is_null(index), table.column("layout"), mapped)
+    return table.set_column(at, table.schema.field(at), value)
 
 
 def _and(a: Any, b: Any) -> Any:

@@ -38,7 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats
 from rlarrow.core.store import StoreLike
 
@@ -61,7 +61,7 @@ def selected_episodes(store: StoreLike, where: str, *, version: int | None = Non
 
 
 def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | None = None,
-          episodes: Iterable[tuple[str, int]] | None = None,
+          episodes: Iterable[tuple[str, int]] | pa.Table | None = None,
           weights: Mapping[str, float] | None = None, columns: Iterable[str] | None = None,
           quantiles: bool = True, version: int | None = None,
           layout: int | None = None) -> dict[str, ColumnStats]:
@@ -72,7 +72,8 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
         where: a SQL filter over the ``episodes`` table (:func:`selected_episodes`); only
             episodes with an ``episodes`` row are then selected.
         runs: only these runs.
-        episodes: only these ``(run_id, episode_id)`` pairs.
+        episodes: only these ``(run_id, episode_id)`` pairs (or a table of those columns,
+            such as :func:`selected_episodes` gives).
         weights: a mixture: ``{run_id: weight}``, each run's statistics weighted as if
             sampled with that probability (weights are normalised; see
             :meth:`ColumnStats.combine`), within what the other arguments select.
@@ -90,13 +91,36 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
         >>> stats("runs.rlarrow", where="metadata->>'split' = 'train'")  # doctest: +SKIP
         {'action': ColumnStats(shape=(6,), count=81920, ...), ...}
     """
+    if isinstance(runs, str):
+        raise ArgumentTypeError("runs takes a list of run ids, not one string")
+    try:
+        return _stats(store, where, runs, episodes, weights, columns, quantiles, version, layout)
+    except CorruptFileError:
+        if version is not None:
+            raise
+    # A commit between this call's reads (a recorder writing) makes the moments and the
+    # sketches disagree, which reads as damage: ask again of one version, pinned.
+    from rlarrow.core.store import opened
+
+    with opened(store, readonly=True) as st:
+        pinned = st.version
+    return _stats(store, where, runs, episodes, weights, columns, quantiles, pinned, layout)
+
+
+def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
+           episodes: Iterable[tuple[str, int]] | pa.Table | None, weights: Mapping[str, float] | None,
+           columns: Iterable[str] | None, quantiles: bool, version: int | None,
+           layout: int | None) -> dict[str, ColumnStats]:
     from rlarrow.core.step_stats import combine_stored
     from rlarrow.core.store import opened
 
-    if isinstance(runs, str):
-        raise ArgumentTypeError("runs takes a list of run ids, not one string")
     with opened(store, readonly=True, version=version) as st:
-        chosen: Any = None if episodes is None else list(episodes)
+        chosen: Any = None
+        if isinstance(episodes, pa.Table):
+            pairs = (episodes.column("run_id").to_pylist(), episodes.column("episode_id").to_pylist())
+            chosen = list(zip(*pairs, strict=True))
+        elif episodes is not None:
+            chosen = list(episodes)
         if where is not None:
             by_sql = selected_episodes(st, where)
             if chosen is not None:
@@ -120,6 +144,8 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
             if not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
                 raise ArgumentError(f"weights: run {run!r} has weight {weight!r}; weights are finite "
                                     "and >= 0")
+            if weight == 0:
+                continue  # (left out of the mixture: it need not have steps)
             got = combine_stored(st, runs=[run], episodes=chosen, columns=columns, quantiles=quantiles,
                                  layout=layout)
             if not got:
@@ -127,6 +153,8 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
             for name, value in got.items():
                 parts.setdefault(name, []).append(value)
                 mix.setdefault(name, []).append(float(weight))
+        if not parts:
+            raise ArgumentError(f"weights: no run of {sorted(weights)} has a weight above 0 in the selection")
         return {name: ColumnStats.combine(parts[name], weights=mix[name]) for name in sorted(parts)}
 
 
