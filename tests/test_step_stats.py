@@ -410,3 +410,34 @@ def test_weights_of_zero_leave_a_run_out(recorded):
     np.testing.assert_allclose(got.mean, rec.values("action", lambda r: r["run"] == "a").mean(axis=0))
     with pytest.raises(ArgumentError, match="above 0"):
         stats(store, weights={"a": 0.0})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="needs torch: pip install 'rlarrow[torch]'")
+def test_normalize_reaches_dict_leaves_and_next_observations_and_pickles(tmp_path):
+    import pickle
+
+    from rlarrow.train.torch import StreamingDataset
+
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    state = np.arange(18.0).reshape(6, 3) + 100
+    store.append("steps", _rows("r", [0] * 6, {"state": state}, action=np.ones((6, 1))))
+    ds = StreamingDataset(store.path, batch_size=6, shuffle=False, normalize="mean_std")
+    assert sorted(ds.stats) == ["action", "observation.state"]
+    np.testing.assert_allclose(next(iter(ds))["observation"]["state"].numpy().mean(axis=0), 0.0, atol=1e-9)
+    flat = rlarrow.Store.create(tmp_path / "f.rlarrow")
+    flat.append("steps", _rows("r", [0] * 6, state, action=np.ones((6, 1))))
+    batch = next(iter(StreamingDataset(flat.path, "transitions", batch_size=5, shuffle=False,
+                                       normalize="mean_std")))
+    np.testing.assert_allclose(batch["next_observation"][0].numpy(), batch["observation"][1].numpy())
+    # DataLoader workers under spawn pickle the dataset, normaliser included
+    again = pickle.loads(pickle.dumps(ds))
+    np.testing.assert_allclose(next(iter(again))["observation"]["state"].numpy(),
+                               next(iter(ds))["observation"]["state"].numpy())
+    by_quantile = pickle.loads(pickle.dumps(StreamingDataset(flat.path, normalize="quantile")))  # sketches
+    assert by_quantile.stats["observation"].has_quantiles
+    moments = rlarrow.Store.create(tmp_path / "m.rlarrow")
+    moments.step_stats = "moments"
+    moments.append("steps", _rows("r", [0] * 6, state, action=np.ones((6, 1))))
+    with pytest.raises(ArgumentError, match="step_stats"):
+        StreamingDataset(moments.path, normalize="quantile")

@@ -172,43 +172,52 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         from rlarrow.core.stats import ColumnStats, normalizer
         from rlarrow.core.store import Store
 
-        names = list(self.source.columns)
-        targets = set(names) | {c.replace("next_observation", "observation", 1) for c in names
-                                if c.startswith("next_observation")}
-        if isinstance(normalize, Mapping):
-            modes = dict(normalize)
-        else:
-            modes = {c: normalize for c in targets if c.split(".")[0] in ("observation", "action")}
         if given is None:
             if not isinstance(st, Store):
                 raise ArgumentError("normalize= on a remote store needs stats= (computed where the store is: "
                                     "rlarrow.query.dataset_stats.stats(path))")
             from rlarrow.query.dataset_stats import stats as store_stats
 
-            quantiles = "quantile" in modes.values()
-            given = store_stats(st, columns=sorted(modes), quantiles=quantiles, layout=layout)
+            wants_quantiles = normalize == "quantile" or (
+                isinstance(normalize, Mapping) and "quantile" in normalize.values())
+            given = store_stats(st, quantiles=wants_quantiles, layout=layout)
         for name, value in given.items():
             if not isinstance(value, ColumnStats):
                 raise ArgumentTypeError(f"stats[{name!r}] is a {type(value).__name__}, not a ColumnStats")
+
+        def leaves(column: str) -> list[str]:  # a column's statistics: itself, or its dict leaves
+            return [n for n in given if n == column or n.startswith(column + ".")]
+
+        # (transitions read the steps' columns; their next_observation is an observation too)
+        read = {c.split(".")[0] for c in self.source.columns} | {"observation"}
+        modes: dict[str, Any] = {}
         if isinstance(normalize, Mapping):
-            missing = sorted(set(modes) - set(given))
-            if missing:
-                raise ArgumentError(f"normalize: no statistics of {missing} (the store has statistics of "
-                                    f"{sorted(given)}; wider columns such as images have none stored)")
+            for column, mode in normalize.items():
+                found = leaves(column)
+                if not found:
+                    raise ArgumentError(f"normalize: no statistics of {column!r} (the store has statistics "
+                                        f"of {sorted(given)}; wider columns such as images have none stored)")
+                modes.update(dict.fromkeys(found, mode))
         else:
-            modes = {c: m for c, m in modes.items() if c in given}
+            for column in ("observation", "action"):
+                if column in read:
+                    modes.update(dict.fromkeys(leaves(column), normalize))
             if not modes:
-                raise ArgumentError(f"normalize={normalize!r}: none of the columns read ({names}) has "
-                                    f"statistics (the store has statistics of {sorted(given)})")
+                raise ArgumentError(f"normalize={normalize!r}: none of the columns read "
+                                    f"({self.source.columns}) has statistics (the store has statistics of "
+                                    f"{sorted(given)})")
+        for name, mode in modes.items():
+            if mode == "quantile" and not given[name].has_quantiles:
+                raise ArgumentError(f"normalize: {name!r} has no quantiles (its statistics were kept "
+                                    "without sketches: store.step_stats = 'moments', or datasketches "
+                                    "missing: pip install 'rlarrow[stats]'); use 'mean_std' or 'min_max'")
         self.stats = {c: given[c] for c in modes}
-        chosen = {c: given[c] for c in modes}
-        chosen_modes: dict[str, Any] = dict(modes)
-        for c in names:  # transitions: the next observation is an observation
-            if c.startswith("next_observation"):
-                base = c.replace("next_observation", "observation", 1)
-                if base in chosen:
-                    chosen[c], chosen_modes[c] = chosen[base], chosen_modes[base]
-        return normalizer(chosen, chosen_modes)
+        chosen = dict(self.stats)
+        for name in list(chosen):  # transitions: the next observation takes the observation's
+            if name == "observation" or name.startswith("observation."):
+                chosen["next_" + name] = chosen[name]
+                modes["next_" + name] = modes[name]
+        return normalizer(chosen, modes)
 
     # ---- epochs and resuming
 
