@@ -406,7 +406,7 @@ def test_a_commit_between_the_reads_of_a_question_is_not_taken_for_damage(tmp_pa
 
 def test_weights_of_zero_leave_a_run_out(recorded):
     store, rec = recorded
-    got = stats(store, weights={"a": 1.0, "zzz": 0.0}, columns=["action"])["action"]
+    got = stats(store, weights={"a": 1.0, "b": 0.0}, columns=["action"])["action"]
     np.testing.assert_allclose(got.mean, rec.values("action", lambda r: r["run"] == "a").mean(axis=0))
     with pytest.raises(ArgumentError, match="above 0"):
         stats(store, weights={"a": 0.0})
@@ -441,3 +441,49 @@ def test_normalize_reaches_dict_leaves_and_next_observations_and_pickles(tmp_pat
     moments.append("steps", _rows("r", [0] * 6, state, action=np.ones((6, 1))))
     with pytest.raises(ArgumentError, match="step_stats"):
         StreamingDataset(moments.path, normalize="quantile")
+
+
+# --- found by a new user's trial: silent empty answers and confusing errors -----------------
+
+
+def test_names_that_match_nothing_are_errors_not_empty_answers(recorded):
+    store, _ = recorded
+    with pytest.raises(ArgumentError, match=r"no statistics of column\(s\) \['observaton'\].*'observation'"):
+        stats(store, columns=["observaton"])
+    with pytest.raises(ArgumentError, match=r"no steps of run\(s\) \['nope'\]"):
+        stats(store, runs=["nope"])
+    with pytest.raises(ArgumentError, match=r"not among runs="):
+        stats(store, runs=["a"], weights={"b": 1.0})
+    assert list(stats(store, columns="action", quantiles=False)) == ["action"]  # one name as a string
+    with pytest.raises(ArgumentError, match=r"not a filter DuckDB can run over the episodes.*run_id IN"):
+        stats(store, where="metadata->>'split = 'train'")
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--where", "split = 'train'"])
+    assert result.exit_code == 1 and "please report it" not in result.output and "episodes" in result.output
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "--column", "observaton"])
+    assert result.exit_code == 1 and "observaton" in result.output
+
+
+def test_the_cli_counts_what_it_writes_and_says_when_quantiles_are_missing(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    store.step_stats = "moments"
+    store.append("steps", _rows("r", [0] * 6, np.arange(12.0).reshape(6, 2)))  # discount: all null
+    out = tmp_path / "stats.json"
+    result = CliRunner().invoke(rlarrow.cli.cli, ["stats", str(store.path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert sorted(written) == ["observation", "reward"]  # discount holds no values: left out
+    assert "2 column(s)" in result.stdout
+    assert "no quantiles" in result.stderr and "step_stats" in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="needs torch: pip install 'rlarrow[torch]'")
+def test_normalize_with_statistics_that_lack_a_column_says_so(recorded):
+    from rlarrow.train.torch import StreamingDataset
+
+    store, _ = recorded
+    only_action = stats(store, columns=["action"])
+    with pytest.raises(ArgumentError, match="nothing of 'observation'"):
+        StreamingDataset(store.path, normalize="mean_std", stats=only_action)
+    ds = StreamingDataset(store.path, normalize={"action": "mean_std"}, stats=only_action)
+    assert sorted(ds.stats) == ["action"]

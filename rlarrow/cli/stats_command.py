@@ -79,10 +79,20 @@ def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights:
     took = time.perf_counter() - start
     if not result:
         raise click.ClickException("no steps in the selection: nothing to compute statistics of")
+    shown = lerobot_stats(result)
+    if not shown:
+        raise click.ClickException(f"the selected steps hold no values of {sorted(result)} (all null): "
+                                   "nothing to write")
+    if not no_quantiles:
+        without = sorted(name for name in shown if not result[name].has_quantiles)
+        if without:
+            click.echo(f"note: no quantiles (q01..q99) for {without}: their statistics were stored without "
+                       "sketches (store.step_stats = 'moments', or datasketches missing when written: "
+                       "pip install 'rlarrow[stats]')", err=True)
     if output:
         path = write_stats_json(result, output)
         rows = max(s.count for s in result.values())
-        click.echo(f"wrote {path}: {len(result)} column(s), up to {rows} values each, in {took:.3f} s")
+        click.echo(f"wrote {path}: {len(shown)} column(s), up to {rows} values each, in {took:.3f} s")
     else:
-        json.dump(lerobot_stats(result), sys.stdout, indent=2)
+        json.dump(shown, sys.stdout, indent=2)
         click.echo()

@@ -687,8 +687,10 @@ class ColumnStats:
                     idx = np.searchsorted(cdf, ranks * (1.0 - 1e-12), side="left")
                     flat[:, j] = values[np.minimum(idx, values.size - 1)]
         elif self._sketches is None:
-            raise UsageError("these statistics were kept without sketches (sketches=False): they have "
-                             "no quantiles; compute or combine them with sketches=True")
+            raise UsageError("these statistics were kept without sketches (sketches=False here; "
+                             "quantiles=False in rlarrow.query.dataset_stats.stats; store.step_stats = "
+                             "'moments' when the steps were written): they have no quantiles; compute or "
+                             "combine them with sketches (the defaults)")
         else:
             listed = ranks.tolist()
             for j, sketch in enumerate(self._sketches):

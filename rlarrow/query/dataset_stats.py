@@ -54,8 +54,16 @@ def selected_episodes(store: StoreLike, where: str, *, version: int | None = Non
     from rlarrow.query.connection import connect
 
     con = connect(store, version=version)
+    import duckdb
+
     try:
         return con.sql(f"SELECT run_id, episode_id FROM episodes WHERE {where}").to_arrow_table()
+    except duckdb.Error as exc:  # the user's SQL: say so, and what it runs over
+        columns = [c[0] for c in con.sql("SELECT * FROM episodes LIMIT 0").description]
+        first = str(exc).strip().splitlines()[0]
+        raise ArgumentError(f"where={where!r} is not a filter DuckDB can run over the episodes table "
+                            f"({first}); its columns are {columns}; a run's labels: run_id IN "
+                            "(SELECT run_id FROM runs WHERE metadata->>'split' = 'train')") from None
     finally:
         con.close()
 
@@ -131,8 +139,10 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
             else:
                 chosen = by_sql
         run_list = None if runs is None else [str(r) for r in runs]
+        wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+        wanted = _check_names(st, run_list, list(weights or ()), wanted)
         if weights is None:
-            return combine_stored(st, runs=run_list, episodes=chosen, columns=columns, quantiles=quantiles,
+            return combine_stored(st, runs=run_list, episodes=chosen, columns=wanted, quantiles=quantiles,
                                   layout=layout)
         if not isinstance(weights, Mapping) or not weights:
             raise ArgumentError("weights: give {run_id: weight, ...} for the runs of the mixture")
@@ -146,7 +156,7 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
                                     "and >= 0")
             if weight == 0:
                 continue  # (left out of the mixture: it need not have steps)
-            got = combine_stored(st, runs=[run], episodes=chosen, columns=columns, quantiles=quantiles,
+            got = combine_stored(st, runs=[run], episodes=chosen, columns=wanted, quantiles=quantiles,
                                  layout=layout)
             if not got:
                 raise ArgumentError(f"weights: run {run!r} has no steps in the selection")
@@ -156,6 +166,38 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
         if not parts:
             raise ArgumentError(f"weights: no run of {sorted(weights)} has a weight above 0 in the selection")
         return {name: ColumnStats.combine(parts[name], weights=mix[name]) for name in sorted(parts)}
+
+
+def _check_names(st: Any, runs: list[str] | None, weighted: list[str],
+                 columns: list[str] | None) -> list[str] | None:
+    """Runs and columns that name nothing in the store are errors, not empty answers.
+
+    Returns the columns, a dict column given by its name (``observation``) as its leaves.
+    """
+    from rlarrow.core.step_stats import stat_leaves
+
+    infos = [info for info in st.layouts("steps") if info.schema is not None]
+    if runs is not None or weighted:
+        known = {r for info in infos for r in info.run_ids}
+        unknown = sorted({*(runs or []), *weighted} - known)
+        if unknown:
+            sample = sorted(known)[:5]
+            raise ArgumentError(f"no steps of run(s) {unknown} in the store; its runs include {sample} "
+                                "(rlarrow sql STORE \"select run_id from runs\")")
+        outside = sorted(set(weighted) - set(runs or weighted))
+        if outside:
+            raise ArgumentError(f"weights: run(s) {outside} are not among runs={runs}; weight the runs "
+                                "selected, or select them too")
+    if columns is not None:
+        known_columns = {name for info in infos for name, _, _ in stat_leaves(info.schema)}
+        prefixes = {name.split(".")[0] for name in known_columns}
+        unknown = sorted(c for c in columns if c not in known_columns and c not in prefixes)
+        if unknown:
+            raise ArgumentError(f"no statistics of column(s) {unknown}; the steps have statistics of "
+                                f"{sorted(known_columns)} (columns wider than 4,096 elements have none)")
+        return sorted({leaf for c in columns for leaf in known_columns
+                       if leaf == c or leaf.startswith(c + ".")})
+    return None
 
 
 def lerobot_stats(stats: Mapping[str, ColumnStats],

@@ -105,7 +105,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
             the store keeps for its steps (all episodes, at ``version``;
             :func:`rlarrow.query.dataset_stats.stats` for a selection or a mixture). They are in
-            :attr:`stats`, to save with the model (``lerobot_stats(ds.stats)``).
+            :attr:`stats`, to save with the model
+            (``rlarrow.query.dataset_stats.write_stats_json(ds.stats, "stats.json")``).
+            Null values (a recorder's action at an episode's last step) stay NaN.
 
     Example:
         >>> ds = StreamingDataset("runs.rlarrow", normalize="mean_std")  # doctest: +SKIP
@@ -189,7 +191,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             return [n for n in given if n == column or n.startswith(column + ".")]
 
         # (transitions read the steps' columns; their next_observation is an observation too)
-        read = {c.split(".")[0] for c in self.source.columns} | {"observation"}
+        read = {c.split(".")[0] for c in self.source.columns}
         modes: dict[str, Any] = {}
         if isinstance(normalize, Mapping):
             for column, mode in normalize.items():
@@ -201,7 +203,13 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         else:
             for column in ("observation", "action"):
                 if column in read:
-                    modes.update(dict.fromkeys(leaves(column), normalize))
+                    found = leaves(column)
+                    if not found:
+                        raise ArgumentError(
+                            f"normalize={normalize!r}: the statistics given have nothing of {column!r} "
+                            f"(they hold {sorted(given)}); name the columns to normalise instead: "
+                            f"normalize={{'action': {normalize!r}}}")
+                    modes.update(dict.fromkeys(found, normalize))
             if not modes:
                 raise ArgumentError(f"normalize={normalize!r}: none of the columns read "
                                     f"({self.source.columns}) has statistics (the store has statistics of "
