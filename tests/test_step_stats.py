@@ -487,3 +487,24 @@ def test_normalize_with_statistics_that_lack_a_column_says_so(recorded):
         StreamingDataset(store.path, normalize="mean_std", stats=only_action)
     ds = StreamingDataset(store.path, normalize={"action": "mean_std"}, stats=only_action)
     assert sorted(ds.stats) == ["action"]
+
+
+def test_a_wrong_step_stats_mode_is_refused_when_set(tmp_path):
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    with pytest.raises(ArgumentError, match="not one of"):
+        store.step_stats = "moment"
+    assert store.step_stats is None
+
+
+def test_a_table_larger_than_one_piece_gives_the_same_segments(tmp_path, monkeypatch):
+    import rlarrow.core.step_stats as step_stats
+
+    monkeypatch.setattr(step_stats, "_ADD_ROWS", 7)  # episodes of 10 rows cut across pieces
+    store = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    obs = np.random.default_rng(8).normal(size=(40, 3))
+    store.append("steps", _rows("r", np.arange(40) // 10, obs))
+    table = store.read("stats", filter=pc.field("column") == "observation")
+    assert sorted(table.filter(pc.is_valid(table.column("episode_id"))).column("episode_id").to_pylist()) == \
+        [0, 1, 2, 3]
+    _assert_moments(stats(store, episodes=[("r", 2)])["observation"], obs[20:30])
+    _assert_moments(stats(store)["observation"], obs)

@@ -83,6 +83,9 @@ SKETCH_MAX_ELEMENTS = 256
 StatsMode = Literal["sketches", "moments", "off"]
 
 _MODES = ("sketches", "moments", "off")
+
+#: rows :meth:`StepStatsBuilder.add` takes at a time (bounds its temporaries)
+_ADD_ROWS = 65_536
 _F64 = npt.NDArray[np.float64]
 _Leaf = tuple[str, tuple[int, ...], tuple[int, ...]]  # name, field path, shape
 
@@ -266,8 +269,17 @@ class StepStatsBuilder:
         self._buffers: dict[str, _F64] = {}  # temporaries reused from batch to batch (_scratch)
 
     def add(self, table: pa.Table) -> None:
-        """Add a batch of steps rows (any order; rows of one episode need not be together)."""
+        """Add a batch of steps rows (any order; rows of one episode need not be together).
+
+        Taken :data:`_ADD_ROWS` rows at a time, so that the float64 temporaries stay
+        bounded whatever the table's size (a large parallel append's); an episode cut
+        between two pieces is merged back into one segment by :meth:`finish`.
+        """
         if not self.leaves or table.num_rows == 0:
+            return
+        if table.num_rows > _ADD_ROWS:
+            for start in range(0, table.num_rows, _ADD_ROWS):
+                self.add(table.slice(start, _ADD_ROWS))
             return
         runs = pc.dictionary_encode(table.column("run_id")).combine_chunks()
         run_names = runs.dictionary.to_pylist()

@@ -62,13 +62,25 @@ def new_run_id() -> str:
 class CommittingStore(CompactingStore):
     """Everything that commits rows to a store (see :class:`rlarrow.Store`)."""
 
-    #: What each commit of ``steps`` rows keeps in the ``stats`` table
-    #: (:mod:`rlarrow.core.step_stats`): ``"sketches"`` (moments per episode, and a KLL
-    #: quantile sketch per element per commit), ``"moments"`` (no quantiles; about half
-    #: the cost), ``"off"``; None (the default): sketches when ``datasketches`` (the
-    #: ``stats`` extra) is installed, else moments. Set it on the store object before
-    #: writing: ``store.step_stats = "moments"``.
-    step_stats: str | None = None
+    _step_stats: str | None = None
+
+    @property
+    def step_stats(self) -> str | None:
+        """What each commit of ``steps`` rows keeps in the ``stats`` table (:mod:`rlarrow.core.step_stats`).
+
+        ``"sketches"`` (moments per episode, and a KLL quantile sketch per element per
+        commit), ``"moments"`` (no quantiles; about a quarter of the computing cost),
+        ``"off"``; None (the default): sketches when ``datasketches`` (the ``stats`` extra)
+        is installed, else moments. A setting of this store object, not of the store: set
+        it before writing, ``store.step_stats = "moments"`` (a wrong name is refused here).
+        """
+        return self._step_stats
+
+    @step_stats.setter
+    def step_stats(self, mode: str | None) -> None:
+        from rlarrow.core import step_stats
+
+        self._step_stats = None if mode is None else step_stats.check_mode(mode)
 
     def _stats_builder(self, layout: str, schema: pa.Schema) -> Any:
         """A :class:`~rlarrow.core.step_stats.StepStatsBuilder` for a steps layout's rows (else None)."""
@@ -76,10 +88,8 @@ class CommittingStore(CompactingStore):
 
         if table_of(layout) != "steps":
             return None
-        mode = self.step_stats
-        if mode is None:
-            mode = "sketches" if has_module("datasketches") else "moments"
-        mode = step_stats.check_mode(mode)
+        default = "sketches" if has_module("datasketches") else "moments"
+        mode = step_stats.check_mode(self.step_stats or default)
         return None if mode == "off" else step_stats.StepStatsBuilder(schema, layout, mode=mode)
 
     def _stats_file(self, rows: pa.Table | None) -> FinishedFile | None:
