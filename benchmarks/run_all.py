@@ -38,6 +38,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "sql_returns.py": (["sql_returns"], None),
     "export_memory.py": (["export_memory_20M"], None),
     "torch_stream.py": (["torch_stream"], None),
+    "torch_windows.py": (["torch_windows"], None),
     "gpu_memory_check.py": ([], "cuda"),
 }
 PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas")

@@ -244,3 +244,87 @@ def test_batches_land_on_the_gpu_pinned(store):
     cpu = next(iter(StreamingDataset(store, columns=["observation", "reward"], batch_size=32)))
     assert torch.equal(b["observation"]["grid"].cpu(), cpu["observation"]["grid"])  # same rows, same bits
     assert torch.equal(b["reward"].cpu().isnan(), cpu["reward"].isnan())
+
+
+# ------------------------------------------------------------------ windows kept as rows
+
+
+@pytest.fixture(scope="module")
+def interleaved_store(tmp_path_factory):
+    """Three envs' rows interleaved step by step (as a vector env steps them), cut into commits
+    of 7 rows: every episode's rows are out of storage order and cross several commits."""
+    path = tmp_path_factory.mktemp("interleaved") / "s.rlarrow"
+    st = rlarrow.Store.create(path)
+    tables = [rlarrow.core.schema.build("steps", episode_columns("v", e, LENGTHS[e], env_index=e,
+                                                                 image=False)) for e in range(3)]
+    order = sorted((s, e) for e in range(3) for s in range(tables[e].num_rows))
+    rows = pa.concat_tables([tables[e].slice(s, 1) for s, e in order])
+    for lo in range(0, rows.num_rows, 7):
+        st.append("steps", rows.slice(lo, 7))
+    return path, {e: tables[e] for e in range(3)}
+
+
+def window_keys(batches, L):
+    got = Counter()
+    for b in batches:
+        ep, step, reward = b["episode_id"].numpy(), b["step"].numpy(), b["reward"].numpy()
+        assert ep.shape[1] == L and (ep == ep[:, :1]).all() and (np.diff(step, axis=1) == 1).all()
+        for e, s, r in zip(ep[:, 0].tolist(), step[:, 0].tolist(), reward.tolist(), strict=True):
+            got[e, s, _values(r)] += 1
+    return got
+
+
+def _values(r):
+    return tuple(None if np.isnan(x) else round(float(x), 12) for x in r)
+
+
+@pytest.mark.parametrize("L", [2, 5, 12])
+def test_windows_over_interleaved_envs_are_each_episodes_own_steps(interleaved_store, L):
+    path, tables = interleaved_store
+    want = Counter()
+    for e, t in tables.items():
+        reward = np.array([np.nan if r is None else r for r in t["reward"].to_pylist()])
+        for s in range(t.num_rows - L + 1):
+            want[e, s, _values(reward[s:s + L])] += 1
+    for shuffle in (False, True):
+        ds = StreamingDataset(path, columns=["episode_id", "step", "reward"], sequence_length=L,
+                              batch_size=4, shuffle=shuffle, buffer_rows=16)
+        assert window_keys(ds, L) == want
+
+
+def test_a_read_keeps_rows_not_windows(interleaved_store):
+    """However long the windows, a read holds its row group's rows once, plus at most L - 1
+    rows to finish each episode that goes on elsewhere."""
+    from rlarrow.train.samples import SampleSource
+
+    path, _ = interleaved_store
+    for L in (4, 64):
+        source = SampleSource.from_store(rlarrow.Store.open(path, readonly=True), "steps",
+                                         columns=["observation"], sequence_length=L)
+        files: dict = {}
+        for unit in source.units:
+            got = source.read_windows(unit, files)
+            if got is not None:
+                assert got.rows <= unit.rows + 3 * (L - 1)  # three envs: three open episodes at most
+                assert got.gather()["observation.position"].shape == (len(got), L, 3)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_workers_batches_are_never_overwritten(store, monkeypatch, keep):
+    """Workers gather into shared blocks they reuse once the main process has let go of every
+    batch made from one: batches kept (or dropped) must hold what the same stream gives
+    in one process. Tiny parcels make the blocks go round many times."""
+    import rlarrow.train.torch as rt
+
+    monkeypatch.setattr(rt, "_PARCEL_BYTES", 2048)  # (workers fork: they see it)
+    cols = ["episode_id", "step", "reward"]
+    want = window_keys(StreamingDataset(store, columns=cols, sequence_length=3, batch_size=8), 3)
+    ds = StreamingDataset(store, columns=cols, sequence_length=3, batch_size=8)
+    loader = DataLoader(ds, num_workers=2, persistent_workers=True)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        if keep:  # held until the end: blocks are never released, fresh ones are used
+            got = window_keys(list(loader), 3)
+        else:  # each batch read, then dropped
+            got = window_keys(({k: v.clone() for k, v in b.items()} for b in loader), 3)
+        assert got == want

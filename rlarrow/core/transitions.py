@@ -71,6 +71,7 @@ __all__ = [
     "COLUMNS",
     "DERIVED",
     "EPISODE",
+    "FLAG_ONLY",
     "NAMES",
     "NEXT_ROW",
     "NEXT_SOURCES",
@@ -144,8 +145,8 @@ REQUIRED: tuple[str, ...] = ("action",)
 
 #: The ``steps`` columns read from the next row, each once, in order.
 NEXT_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s for c in COLUMNS if c.row == "next" for s in c.sources))
-# the steps columns that exist in a transition only as flags: not copied through by from_steps
-_FLAG_ONLY: frozenset[str] = frozenset(
+#: The ``steps`` columns that exist in a transition only as flags (not copied through by from_steps).
+FLAG_ONLY: frozenset[str] = frozenset(
     s for c in COLUMNS if c.value is None for s in c.sources) - {c.value for c in COLUMNS if c.value}
 
 
@@ -268,7 +269,7 @@ def from_steps(step: Mapping[str, Any], next_step: Mapping[str, Any]) -> dict[st
     out: dict[str, Any] = {}
     for key, value in step.items():
         head, rest = _split(key)
-        if head in _FLAG_ONLY:
+        if head in FLAG_ONLY:
             continue
         out[key] = value
         for c in nexts:

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 
-__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "expression_mask", "filter_mask", "flat",
-           "is_text", "nest", "open_file", "to_numpy", "units"]
+__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "expression_mask", "filter_mask",
+           "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
 
 # the steps columns transitions are made of (rlarrow.core.transitions defines them)
 TRANSITION_COLUMNS = list(_transitions.STEP_COLUMNS)
@@ -162,6 +162,138 @@ def _shared_schema(store: Any, table: str, layouts: list[str]) -> tuple[pa.Schem
     return pa.schema([f for f in first if f.name not in lacking]), lacking
 
 
+def _key_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A table's run (as codes), episode and step, as NumPy."""
+    runs = table.column("run_id").combine_chunks()
+    codes = (runs.dictionary_encode() if not pa.types.is_dictionary(runs.type) else runs).indices
+    return (np.asarray(codes.to_numpy(zero_copy_only=False)), table.column("episode_id").to_numpy(),
+            table.column("step").to_numpy())
+
+
+def _follows(run: np.ndarray, ep: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Whether row i + 1 continues row i (same run and episode, the next step); False at the end."""
+    out = np.zeros(len(ep), dtype=bool)
+    if len(ep) > 1:
+        out[:-1] = (ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1) & (run[1:] == run[:-1])
+    return out
+
+
+def _rows_of(pf: pq.ParquetFile, group: int, columns: list[str], start: int, count: int) -> pa.Table:
+    """Rows ``start .. start + count - 1`` of a row group (fewer where it ends).
+
+    Only the pages up to them are decoded: a window's continuation is a few rows of a large
+    row group (measured: 9 ms for the first rows of a 40 MB row group, 104 ms for all of it).
+    """
+    got: list[pa.RecordBatch] = []
+    have = 0
+    for batch in pf.iter_batches(batch_size=max(1024, min(start + count, 1 << 16)), row_groups=[group],
+                                 columns=columns, use_threads=False):
+        if start >= batch.num_rows:
+            start -= batch.num_rows
+            continue
+        batch = batch.slice(start, count - have)
+        start = 0
+        got.append(batch)
+        have += batch.num_rows
+        if have >= count:
+            break
+    return pa.Table.from_batches(got) if got else pf.schema_arrow.empty_table().select(columns)
+
+
+class Windows:
+    """Samples of a read, kept as rows: window *i* is rows ``starts[i] .. starts[i] + L - 1``.
+
+    ``base`` holds flat NumPy columns whose rows are laid out so that every window is L
+    consecutive rows (an episode's continuation placed right after it), so a window costs
+    one start index however long it is, and a batch is one gather. ``gather`` makes the
+    samples: ``(n, L, ...)`` windows (L > 1), rows (L == 1), or transitions (windows of two
+    steps, ``observation`` / ``next_observation``...).
+
+    Example:
+        >>> import numpy as np
+        >>> w = Windows({"x": np.arange(6)}, np.array([0, 3]), 3)
+        >>> w.gather()["x"].tolist()
+        [[0, 1, 2], [3, 4, 5]]
+        >>> w.gather(np.array([1]))["x"].tolist()
+        [[3, 4, 5]]
+    """
+
+    __slots__ = ("base", "length", "rows", "starts", "transitions")
+
+    def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
+                 transitions: bool = False) -> None:
+        self.base = base
+        self.starts = starts
+        self.length = length
+        self.transitions = transitions
+        #: rows in ``base``
+        self.rows = len(next(iter(base.values()))) if base else int(starts.max(initial=-1)) + length
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def gather(self, which: np.ndarray | None = None, out: Any = None) -> dict[str, np.ndarray]:
+        """The samples of windows ``which`` (indices into :attr:`starts`; None: all), as fresh arrays.
+
+        ``out(shape, dtype)``, when given, returns the array each gathered column is
+        written into (a worker's shared-memory block).
+        """
+        s = self.starts if which is None else self.starts[which]
+        L = self.length
+
+        def take(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            if out is None:
+                return np.take(v, idx, axis=0)
+            # (mode="clip": the indices are in range; with the default "raise" NumPy gathers
+            # into a temporary and copies it, fresh memory at every call)
+            return np.take(v, idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
+
+        if self.transitions:
+            step = {k: take(v, s) for k, v in self.base.items()
+                    if k.partition(".")[0] not in _transitions.FLAG_ONLY}
+            nxt = {k: np.take(v, s + 1, axis=0) if k.partition(".")[0] in _transitions.FLAG_ONLY
+                   else take(v, s + 1) for k, v in self.base.items()
+                   if k.partition(".")[0] in _transitions.NEXT_SOURCES}
+            return _transitions.from_steps(step, nxt)
+        if L == 1:
+            return {k: take(v, s) for k, v in self.base.items()}
+        idx = s[:, None] + np.arange(L)
+        return {k: take(v, idx) for k, v in self.base.items()}
+
+    def compact(self, which: np.ndarray) -> Windows:
+        """Only windows ``which``, with only their rows kept."""
+        L = self.length
+        idx = (self.starts[which][:, None] + np.arange(L)).reshape(-1)
+        return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()},
+                       np.arange(len(which), dtype=np.int64) * L, L, self.transitions)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Windows], scratch: dict[str, np.ndarray] | None = None) -> Windows:
+        """Several reads as one (their rows one after the other).
+
+        ``scratch`` keeps the memory the rows are copied into between calls (a buffer
+        refilled each time: fresh memory costs page faults, about as much as the copy).
+        Windows made this way share it: gather from them before the next call.
+        """
+        if len(parts) == 1:
+            return parts[0]
+        offsets = np.cumsum([0] + [p.rows for p in parts[:-1]])
+        total = int(offsets[-1]) + parts[-1].rows
+        base = {}
+        for k, first in parts[0].base.items():
+            arrays = [p.base[k] for p in parts]
+            held = scratch.get(k) if scratch is not None else None
+            if held is None or held.shape[1:] != first.shape[1:] or held.dtype != first.dtype \
+                    or len(held) < total:
+                held = np.empty((total + total // 4, *first.shape[1:]), dtype=first.dtype)
+                if scratch is not None:
+                    scratch[k] = held
+            base[k] = np.concatenate(arrays, out=held[:total]) if first.dtype != object \
+                else np.concatenate(arrays)
+        starts = np.concatenate([p.starts + o for p, o in zip(parts, offsets, strict=True)])
+        return cls(base, starts, parts[0].length, parts[0].transitions)
+
+
 class SampleSource:
     """What one sample stream reads: its row groups, columns, filter and windows.
 
@@ -255,7 +387,16 @@ class SampleSource:
         return open_file(path, self.filesystem)
 
     def read(self, unit: Unit, files: dict[str, pq.ParquetFile]) -> dict[str, np.ndarray] | None:
-        """The samples of one row group (None: the filter kept none).
+        """The samples of one row group as NumPy columns (None: the filter kept none).
+
+        Windows come out whole, ``(windows, L, ...)``: :meth:`read_windows` keeps them as
+        rows and starts instead, in memory that does not grow with L.
+        """
+        got = self.read_windows(unit, files)
+        return None if got is None else got.gather()
+
+    def read_windows(self, unit: Unit, files: dict[str, pq.ParquetFile]) -> Windows | None:
+        """The samples of one row group as :class:`Windows` (None: the filter kept none).
 
         ``files`` caches the open file between calls (one at a time: a reader keeps what it
         read, which would add up).
@@ -276,74 +417,100 @@ class SampleSource:
         L = self.sequence_length
         self._keys.clear()  # key columns of row groups searched for this unit's continuations
         keep = np.ones(own, dtype=bool)
-        windows = None
-        if L > 1 and own:
-            table, windows = self._windows(table, pf, unit.file, cols + flt_cols)
-            keep &= windows[:, -1] >= 0
-        if self.filter is not None:
-            keep &= filter_mask(table.slice(0, own), self.filter)
+        if self.filter is not None and own:
+            keep &= filter_mask(table, self.filter)
+        if L == 1:
+            if not keep.any():
+                return None
+            if not keep.all():
+                table = table.filter(pa.array(keep))
+            base: dict[str, np.ndarray] = {}
+            for name in self.columns:
+                flat(name, to_numpy(table.column(name)), base)
+            return Windows(base, np.arange(table.num_rows, dtype=np.int64), 1, self.transitions)
+        if not own or not keep.any():
+            return None
+        table, order, position, whole = self._windows(table, pf, unit.file, cols + flt_cols)
+        keep &= whole
         if not keep.any():
             return None
-        starts = np.flatnonzero(keep)
-        out: dict[str, np.ndarray] = {}
+        base = {}
         for name in self.columns:
-            col = table.column(name)
-            if windows is None:
-                whole_table = len(starts) == own == table.num_rows
-                flat(name, to_numpy(col if whole_table else col.take(pa.array(starts))), out)
-            else:
-                whole: dict[str, np.ndarray] = {}
-                flat(name, to_numpy(col), whole)
-                idx = windows[starts]
-                for k, v in whole.items():
-                    out[k] = v[idx]
-        return _transitions.from_windows(out) if self.transitions else out
+            flat(name, to_numpy(table.column(name)), base)
+        if order is not None:
+            base = {k: np.take(v, order, axis=0) for k, v in base.items()}
+        return Windows(base, position[keep], L, self.transitions)
 
     def _windows(self, table: pa.Table, pf: pq.ParquetFile, path: str,
-                 cols: list[str]) -> tuple[pa.Table, np.ndarray]:
-        """Each row's window: (rows, L) indices into the returned table, -1 where it runs out.
+                 cols: list[str]) -> tuple[pa.Table, np.ndarray | None, np.ndarray, np.ndarray]:
+        """Lay a row group's rows out so that every window is L consecutive rows.
 
         Rows follow each other in a window when they are the same run and episode at
         consecutive steps. Where an episode's rows stop in this row group without its last
         step (``is_last``), the rows that continue it are looked up (the next row group of
         the file, or any row group whose statistics allow it: a recorder's later commit, or
-        another env's rows in between) and appended to the table.
+        another env's rows in between) and placed right after them. Rows stored out of
+        order (environments interleaved) are sorted by run, episode and step first.
+
+        Returns the table (this row group's rows, then the continuations), the order of its
+        rows in the layout (None: as they are), each own row's position in the layout, and
+        whether a whole window of L rows starts there.
         """
         L = self.sequence_length
         n = table.num_rows
-        ep = table.column("episode_id").to_numpy()
-        step = table.column("step").to_numpy()
-        run = table.column("run_id")
-        follows = np.zeros(n, dtype=bool)  # row i + 1 continues row i
-        if n > 1:
-            follows[:-1] = ((ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1)
-                            & np.asarray(pa.compute.equal(run.slice(1), run.slice(0, n - 1))))
-        nxt = np.where(follows, np.arange(1, n + 1), -1)
         last = np.asarray(pa.compute.fill_null(table.column("is_last"), False))
-        parts = [table]
-        total = n
-        for e in np.flatnonzero(~follows & ~last):  # an episode that goes on elsewhere
-            head = self._continuation(str(run[int(e)].as_py()), int(ep[e]), int(step[e]) + 1,
-                                      pf, path, cols, path if e == n - 1 else None)
-            if head is None:
+        run, ep, step = _key_arrays(table)
+        follows = _follows(run, ep, step)
+        ends = np.flatnonzero(~follows)
+        order: np.ndarray | None = None
+        if not (last[ends[:-1]].all() if len(ends) > 1 else True):  # episodes interleaved or out of order
+            order = np.lexsort((step, ep, run))
+            run, ep, step, last = run[order], ep[order], step[order], last[order]
+            follows = _follows(run, ep, step)
+            ends = np.flatnonzero(~follows)
+        runs = table.column("run_id")
+        heads: list[tuple[int, pa.Table]] = []  # (layout row after which they go, rows)
+        for e in ends[~last[ends]]:  # an episode that goes on elsewhere
+            row = int(order[e]) if order is not None else int(e)
+            head = self._continuation(str(runs[row].as_py()), int(ep[e]), int(step[e]) + 1,
+                                      pf, path, cols, path if row == n - 1 else None)
+            if head is None or head.num_rows == 0:
                 continue
             if head.schema != table.schema:
                 head = head.select(table.column_names).cast(table.schema)
-            m = head.num_rows
-            chain = np.arange(total + 1, total + m + 1)
-            chain[-1] = -1
-            nxt[e] = total
-            nxt = np.concatenate([nxt, chain])
-            parts.append(head)
-            total += m
-        if len(parts) > 1:
-            table = pa.concat_tables(parts)
-        follow = np.append(nxt, -1)  # follow[-1] == -1: a run-out window stays run out
-        idx = np.empty((n, L), dtype=np.int64)
-        idx[:, 0] = np.arange(n)
-        for j in range(1, L):
-            idx[:, j] = follow[idx[:, j - 1]]
-        return table, idx
+            heads.append((int(e), head))
+        layout = order
+        if heads:
+            total = n
+            pieces: list[np.ndarray] = []
+            lo = 0
+            for e, head in heads:
+                pieces.append(order[lo:e + 1] if order is not None else np.arange(lo, e + 1))
+                pieces.append(np.arange(total, total + head.num_rows))
+                total += head.num_rows
+                lo = e + 1
+            pieces.append(order[lo:] if order is not None else np.arange(lo, n))
+            layout = np.concatenate(pieces)
+            if order is None and len(heads) == 1 and heads[0][0] == n - 1:
+                layout = None  # the one continuation follows the last row: the rows as they are
+            table = pa.concat_tables([table, *(h for _, h in heads)])
+        # each own row's place in the layout, and the whole windows
+        position = np.arange(n, dtype=np.int64)
+        if layout is not None:
+            position = np.empty(n, dtype=np.int64)
+            mine = layout < n
+            position[layout[mine]] = np.flatnonzero(mine)
+        if heads:  # the layout's keys, continuations included
+            run, ep, step = _key_arrays(table)
+            if layout is not None:
+                run, ep, step = run[layout], ep[layout], step[layout]
+            follows = _follows(run, ep, step)
+        breaks = np.concatenate([[0], np.cumsum(~follows[:-1])])  # breaks[p]: chain breaks before p
+        size = len(breaks)
+        whole_at = np.zeros(size, dtype=bool)
+        if size >= L:
+            whole_at[: size - L + 1] = breaks[L - 1:] == breaks[: size - L + 1]
+        return table, layout, position, whole_at[position]
 
     def _continuation(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
                       cols: list[str], prefer: str | None) -> pa.Table | None:
@@ -351,11 +518,10 @@ class SampleSource:
         need = self.sequence_length - 1
         got: list[pa.Table] = []
         while need > 0:
-            found = self._locate(run, episode, step, pf, path, cols, prefer)
+            found = self._locate(run, episode, step, pf, path, cols, prefer, need)
             if found is None:
                 break
             head, unit = found
-            head = head.slice(0, need)
             s = head.column("step").to_numpy()
             e = head.column("episode_id").to_numpy()
             r = head.column("run_id").cast(pa.string()).to_pylist()
@@ -371,8 +537,8 @@ class SampleSource:
         return pa.concat_tables(got) if got else None
 
     def _locate(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
-                cols: list[str], prefer: str | None) -> tuple[pa.Table, Unit] | None:
-        """The rows of a row group from (run, episode, step) on, and that row group.
+                cols: list[str], prefer: str | None, count: int) -> tuple[pa.Table, Unit] | None:
+        """Up to ``count`` rows of a row group from (run, episode, step) on, and that row group.
 
         ``pf`` is open on ``path``; ``prefer``: the file to look in first (a row group
         ran out: most often the next one of the same file continues it).
@@ -392,7 +558,7 @@ class SampleSource:
             same_run = [int(i) for i in hit if runs[int(i)].as_py() == run]
             if same_run:
                 with self._opened(unit.file, pf, path) as opened:
-                    return opened.read_row_group(unit.group, columns=cols).slice(same_run[0]), unit
+                    return _rows_of(opened, unit.group, cols, same_run[0], count), unit
         return None
 
     @contextlib.contextmanager

@@ -12,8 +12,12 @@
   window starting in one row group may end in the next row group or in another file (a
   recorder's flushes split an episode across commits): the rows that continue the episode
   are found by key (row-group statistics pick the candidates) and read ahead.
-- **Batching**: the shuffled buffer is converted to NumPy once and batches are contiguous
-  slices of it, turned into tensors without copying and without per-row Python work.
+- **Batching**: the buffer holds rows (as NumPy) and where each window starts, laid out so
+  that a window is consecutive rows: its memory is about ``buffer_rows`` rows whatever the
+  window length, and each batch is one gather (``np.take``), with no per-row Python work.
+- **Workers**: a ``DataLoader`` worker gathers its batches straight into shared-memory
+  blocks it reuses (one crossing per block, no copy in the main process); a block is
+  rewritten only once the main process holds no batch made from it.
 - **Sharding**: row groups are dealt to ``DataLoader`` workers and ``torch.distributed``
   ranks, so across all of them every sample is seen exactly once per epoch, however the
   files divide.
@@ -37,6 +41,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +55,7 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
 
-from rlarrow.train.samples import SampleSource, Unit, flat, nest, to_numpy, units  # noqa: E402
+from rlarrow.train.samples import SampleSource, Unit, Windows, flat, nest, to_numpy, units  # noqa: E402
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
@@ -160,6 +166,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self._resume: dict[int, int] = {}
         self._delivered: dict[int, int] = {}
         self._tag_worker = False
+        self._ring: _Ring | None = None  # a DataLoader worker's shared-memory blocks
         #: the statistics ``normalize`` applies (``{column: ColumnStats}``; None: no normalisation)
         self.stats: dict[str, Any] | None = None
         self._normalize: Any = None
@@ -227,6 +234,11 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 modes["next_" + name] = modes[name]
         return normalizer(chosen, modes)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ring"] = None  # (each worker makes its own)
+        return state
+
     # ---- epochs and resuming
 
     def set_epoch(self, epoch: int) -> None:
@@ -271,43 +283,57 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         return self.source.columns
 
     def _batches(self) -> Iterator[dict[str, np.ndarray]]:
+        for buf, which in self._plans():
+            yield buf.gather(which)
+
+    def _plans(self) -> Iterator[tuple[Windows, np.ndarray]]:
+        """Each batch as the buffer it comes from and the windows it takes (gathered by the caller).
+
+        A buffer stays valid until the plans of the buffer after it are asked for (two
+        alternate in the same memory), so a worker may gather a parcel of them at once.
+        """
         index, mine = self._my_units()
         rng = np.random.default_rng([self.seed, self.epoch, index])
         files: dict[str, pq.ParquetFile] = {}
-        pending: list[dict[str, np.ndarray]] = []
-        rows = 0
+        # the buffer holds rows and window starts (Windows), never whole windows: its memory
+        # is about buffer_rows rows whatever sequence_length is, and a batch is one gather
+        pending: list[Windows] = []
+        count = 0
         bs = self.batch_size
+        # the buffer's memory, refilled at each drain (two, alternating: see above)
+        scratches: list[dict[str, np.ndarray]] = [{}, {}]
+        drains = 0
 
-        def drain(final: bool) -> Iterator[dict[str, np.ndarray]]:
-            nonlocal pending, rows
+        def drain(final: bool) -> Iterator[tuple[Windows, np.ndarray]]:
+            nonlocal pending, count, drains
             if not pending:
                 return
-            buf = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]} if len(pending) > 1 \
-                else pending[0]
-            n = len(next(iter(buf.values())))
-            if self.shuffle:
-                perm = rng.permutation(n)
-                buf = {k: np.take(v, perm, axis=0) for k, v in buf.items()}
-            else:
-                # (Arrow's buffers are read-only: torch wants arrays it may write)
-                buf = {k: np.ascontiguousarray(v) if v.flags.writeable else np.array(v)
-                       for k, v in buf.items()}
+            buf = Windows.concat(pending, scratches[drains % 2])
+            drains += 1
+            pending = []
+            n = len(buf)
+            order = rng.permutation(n) if self.shuffle else np.arange(n)
             full = (n // bs) * bs
             for s in range(0, full, bs):
-                yield {k: v[s:s + bs] for k, v in buf.items()}
-            rest = {k: v[full:] for k, v in buf.items()}
-            pending, rows = ([rest], n - full) if n > full else ([], 0)
-            if final and rows and not self.drop_last:
-                yield rest
-                pending, rows = [], 0
+                yield buf, order[s:s + bs]
+            count = n - full
+            if count:
+                rest = order[full:]
+                if final and not self.drop_last:
+                    yield buf, rest
+                    count = 0
+                elif not final:
+                    pending = [buf.compact(rest)]  # the few windows left, with only their rows
+                else:
+                    count = 0
 
         for unit in mine:
-            got = self.source.read(unit, files)
+            got = self.source.read_windows(unit, files)
             if got is None:
                 continue
             pending.append(got)
-            rows += len(next(iter(got.values())))
-            if rows >= self.buffer_rows:
+            count += len(got)
+            if count >= self.buffer_rows:
                 yield from drain(final=False)
         yield from drain(final=True)
 
@@ -316,28 +342,143 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         skip = self._resume.get(index, 0)
         self._resume.pop(index, None)
         n = 0
-        parcel: list[dict[str, np.ndarray]] = []
-        for batch in self._batches():
+        parcel: list[tuple[Windows, np.ndarray]] = []
+        for plan in self._plans():
             n += 1
             if n <= skip:
                 continue
-            if self._normalize is not None:
-                batch = self._normalize(batch)
             if self._tag_worker:  # to the main process: several batches in one shared buffer
-                parcel.append(batch)
-                if len(parcel) >= _PARCEL_BATCHES:
-                    yield _pack(parcel, index)
+                if parcel and parcel[-1][0] is not plan[0]:  # (the plans of one buffer at a time)
+                    yield self._pack(parcel, index)
+                    parcel = []
+                parcel.append(plan)
+                if len(parcel) >= _PARCEL_BATCHES or _plan_bytes(parcel) >= _PARCEL_BYTES:
+                    yield self._pack(parcel, index)
                     parcel = []
                 continue
+            batch = plan[0].gather(plan[1])
+            if self._normalize is not None:
+                batch = self._normalize(batch)
             self._delivered[index] = n
             yield _to_device(nest({k: _tensor(v) for k, v in batch.items()}), self.device, self.pin_memory)
         if parcel:
-            yield _pack(parcel, index)
+            yield self._pack(parcel, index)
+
+    def _pack(self, plans: list[tuple[Windows, np.ndarray]], reader: int) -> dict[str, Any]:
+        """A worker's batches for the main process: gathered straight into one shared-memory block."""
+        buf = plans[0][0]
+        if self._normalize is not None or any(v.dtype == object for v in buf.base.values()):
+            batches = [buf.gather(which) for _, which in plans]
+            if self._normalize is not None:
+                batches = [self._normalize(b) for b in batches]
+            return _pack(batches, reader)
+        windows = sum(len(which) for _, which in plans)
+        per_window = sum(v[:1].nbytes for v in buf.base.values()) * max(buf.length, 2) + 16
+        arrays = (len(buf.base) * 2 + 2) * len(plans)
+        size = windows * per_window + arrays * 64 + 64
+        if self._ring is None:
+            self._ring = _Ring()
+        slot, block = self._ring.block(size)
+        memory = block.numpy()
+        start = memory.ctypes.data
+        used = 0
+
+        def place(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+            nonlocal used
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            if used + nbytes > size:  # (the estimate is an upper bound: never here)
+                raise AssertionError("parcel overflow")
+            out: np.ndarray = memory[used:used + nbytes].view(dtype).reshape(shape)
+            used += -(-nbytes // 64) * 64
+            return out
+
+        layout: list[dict[str, tuple[int, str, tuple[int, ...]]]] = []
+        for _, which in plans:
+            batch = buf.gather(which, out=place)
+            entry = {}
+            for k, v in batch.items():
+                at = v.ctypes.data - start
+                if not (0 <= at < size and v.flags.c_contiguous):  # made apart (a flag): copy it in
+                    placed = place(v.shape, v.dtype)
+                    placed[...] = v
+                    at = placed.ctypes.data - start
+                entry[k] = (at, v.dtype.str, v.shape)
+            layout.append(entry)
+        return {"_rlarrow_layout": layout, "_rlarrow_reader": reader, **self._ring.sent(slot, block)}
 
 
 # Batches a DataLoader worker sends at once: each message crossing processes costs about a
-# millisecond, whatever its size.
+# millisecond, whatever its size; and at most about this many bytes (the worker's blocks).
 _PARCEL_BATCHES = 16
+_PARCEL_BYTES = 16 << 20
+# Shared-memory blocks a worker writes its parcels into, round robin: reused once the main
+# process no longer uses any batch of one (see _Lease). Fresh shared memory costs a page
+# fault per 4 KB on first touch, in the worker and again in the main process: measured,
+# 11.9 ms to fill a fresh 10.5 MB block against 0.9 ms to refill one, which held two
+# workers to a third of one process.
+_RING_BLOCKS = 6
+
+
+def _plan_bytes(plans: list[tuple[Windows, np.ndarray]]) -> int:
+    buf = plans[0][0]
+    return sum(len(w) for _, w in plans) * sum(v[:1].nbytes for v in buf.base.values()) * max(buf.length, 2)
+
+
+class _Ring:
+    """A worker's shared-memory blocks, and which of them the main process has released.
+
+    Each block is sent with the count of parcels sent in it; when the main process no longer
+    holds any batch made from it, it writes that count into ``released`` (a small shared
+    tensor sent along), and the block is written again only then. A block not released yet is never waited
+    for: a fresh one is used instead (the main process may have stopped reading).
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[Any] = []
+        self.sent_count: list[int] = []
+        self.released = torch.zeros(_RING_BLOCKS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self.next = 0
+        self.id = os.urandom(8).hex()  # the main process maps each block once, by (id, slot)
+        self.announced: set[int] = set()  # slots whose current block the main process has
+
+    def block(self, size: int) -> tuple[int, Any]:
+        """A block of at least ``size`` bytes free to write, and its slot (-1: not in the ring)."""
+        for _ in range(_RING_BLOCKS):
+            slot = self.next
+            self.next = (self.next + 1) % _RING_BLOCKS
+            if slot >= len(self.blocks):
+                self.blocks.append(_shared(size))
+                self.sent_count.append(0)
+                return slot, self.blocks[slot]
+            if int(self.released[slot]) == self.sent_count[slot]:
+                if self.blocks[slot].numel() < size:
+                    self.blocks[slot] = _shared(size)
+                    self.announced.discard(slot)
+                return slot, self.blocks[slot]
+        return -1, _shared(size)
+
+    def sent(self, slot: int, block: Any) -> dict[str, Any]:
+        """What the message of a block carries: the block itself, or (sent before) its slot.
+
+        Sending a shared tensor passes its file descriptor through a socket, about a
+        millisecond in each process: a block (and ``released``) crosses once.
+        """
+        if slot < 0:
+            return {"_rlarrow_packed": block}
+        self.sent_count[slot] += 1
+        out = {"_rlarrow_ring": self.id, "_rlarrow_slot": slot, "_rlarrow_count": self.sent_count[slot]}
+        if not self.announced:
+            out["_rlarrow_released"] = self.released
+        if slot not in self.announced:
+            out["_rlarrow_packed"] = block
+            self.announced.add(slot)
+        return out
+
+
+def _shared(size: int) -> Any:
+    """A byte tensor in shared memory from the start (torch would copy an ordinary one there)."""
+    storage = torch.UntypedStorage._new_shared(size)  # type: ignore[no-untyped-call]
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:
@@ -361,10 +502,45 @@ def _pack(batches: list[dict[str, np.ndarray]], reader: int) -> dict[str, Any]:
     return {"_rlarrow_packed": torch.from_numpy(buf), "_rlarrow_layout": layout, "_rlarrow_reader": reader}
 
 
-def _unpack(message: dict[str, Any]) -> list[dict[str, Any]]:
+class _Lease:
+    """What every batch of one ring block's message holds on to.
+
+    The block is released to its worker (to be rewritten) only when the last array or
+    tensor made from it is gone.
+
+    NumPy makes a view's ``base`` the first object that is not an array, so arrays made from
+    a lease all keep the lease itself alive, whatever views of views the user takes.
+    """
+
+    def __init__(self, memory: np.ndarray) -> None:
+        self.memory = memory
+        self.__array_interface__ = memory.__array_interface__
+
+
+def _release(released: Any, slot: int, count: int) -> None:
+    released[slot] = count
+
+
+def _unpack(message: dict[str, Any], held: dict[tuple[str, int], Any] | None = None) -> list[dict[str, Any]]:
+    """A worker's message as batches of tensors.
+
+    ``held`` keeps the ring blocks (and release counters) the workers sent once, by ring
+    and slot: later messages name them.
+    """
     if "_rlarrow_batches" in message:
         return list(message["_rlarrow_batches"])
-    buf = message["_rlarrow_packed"].numpy()
+    if "_rlarrow_slot" in message:  # a ring block: the worker rewrites it once nothing here uses it
+        held = {} if held is None else held
+        ring, slot = message["_rlarrow_ring"], int(message["_rlarrow_slot"])
+        if "_rlarrow_released" in message:
+            held[ring, -1] = message["_rlarrow_released"]
+        if "_rlarrow_packed" in message:
+            held[ring, slot] = message["_rlarrow_packed"]
+        lease = _Lease(held[ring, slot].numpy())
+        weakref.finalize(lease, _release, held[ring, -1], slot, message["_rlarrow_count"])
+        buf = np.asarray(lease)  # (its views' base is the lease itself)
+    else:
+        buf = message["_rlarrow_packed"].numpy()
     out = []
     for entry in message["_rlarrow_layout"]:
         arrays = {}
@@ -406,6 +582,9 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         if kwargs["batch_size"] is not None:
             raise ArgumentError("StreamingDataset makes its own batches: leave batch_size to it")
         super().__init__(dataset, **kwargs)
+        # workers' shared-memory blocks, by ring and slot: each crosses once and stays mapped
+        # (persistent workers keep their rings from one epoch to the next)
+        self._held: dict[tuple[str, int], Any] = {}
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.dataset
@@ -414,7 +593,7 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         try:
             for message in super().__iter__():
                 reader = int(message["_rlarrow_reader"])
-                for batch in _unpack(message):
+                for batch in _unpack(message, self._held):
                     ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
                     yield _to_device(batch, ds.device, ds.pin_memory)
         finally:
