@@ -36,6 +36,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "episodes_record.py": (["episodes_record"], None),
     "tfevents_io.py": (["tfevents_io"], None),
     "sql_returns.py": (["sql_returns"], None),
+    "sql_macros.py": (["sql_macros"], None),
     "export_memory.py": (["export_memory_20M"], None),
     "torch_stream.py": (["torch_stream"], None),
     "torch_windows.py": (["torch_windows"], None),

@@ -249,3 +249,33 @@ def test_transitions_equal_the_window_definition_whatever_the_row_order(tmp_path
 def test_transitions_stream_in_one_ordered_pass(store):
     plan = connect(store).sql("explain select * from transitions").fetchall()[0][1]
     assert "STREAMING_WINDOW" in plan.upper().replace(" ", "_")
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.05, 0.6, 0.95, 0.999])
+def test_ema_takes_the_whole_history_across_blocks(tmp_path, weight):
+    """The ema macro sums in blocks of 600 / -ln(w) points (200 at w = 0.05, 1,174 at 0.6):
+    5,000 points with signs, magnitudes and ties in step cross many block edges, and must
+    equal TensorBoard's recursion to 1e-9."""
+    rng = np.random.default_rng(7)
+    n = 5_000
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
+    step = np.sort(rng.integers(0, n // 2, n))  # ties: ordered by wall_time
+    st = rlarrow.Store.create(tmp_path / "s.rlarrow")
+    for run in ("a", "b"):
+        st.append("scalars", {"run_id": run, "scope": "train", "tag": "loss", "step": step,
+                              "value": values if run == "a" else values[::-1].copy(),
+                              "wall_time": np.arange(n, dtype=float)})
+    got = connect(st).sql(f"select run_id, ema from ema({weight}) order by run_id, step, wall_time")
+    got = got.fetchnumpy()
+    for run, series in (("a", values), ("b", values[::-1])):
+        last, want = 0.0, []
+        for i, v in enumerate(series):
+            last = last * weight + (1 - weight) * v
+            want.append(last / (1 - weight ** (i + 1)))
+        mine = got["ema"][got["run_id"] == run]
+        assert np.allclose(mine, want, rtol=1e-9, atol=1e-12 * np.abs(values).max())
+
+
+def test_connect_ema_window_is_deprecated(store):
+    with pytest.warns(DeprecationWarning, match="ema_window"):
+        connect(store, ema_window=100)
