@@ -1,6 +1,6 @@
-"""Streaming transitions into PyTorch: shuffled batches of 256, against an in-memory tensor.
+"""Streaming steps and transitions into PyTorch: shuffled batches of 256, against in-memory tensors.
 
-10,000,000 transitions (observation float32[32], action float32[8], reward, done) are
+10,000,000 steps rows (observation float32[32], action float32[8], reward, done) are
 written once into a store under ``benchmarks/data/`` (binary-layout tensors, as
 ``rlarrow convert`` fixes them). One epoch, batches of 256:
 
@@ -14,6 +14,12 @@ written once into a store under ``benchmarks/data/`` (binary-layout tensors, as
   ``benchmarks/.peer-venv`` (``--skip-hf`` skips it).
 
 Peak RSS is reported per epoch: it must stay flat.
+
+Then real transitions, ``(s, a, r, s')`` with ``done`` and ``truncated``, as a recorder leaves
+them (``torch_windows.py``'s store: episodes of 200 to 1,000 steps with a null action at
+each one's last step, split between commits): ``StreamingDataset(path, "transitions")`` for
+one epoch, in-process and with 2 workers, against the same transitions gathered from
+in-memory tensors (``obs[s]``, ``obs[s + 1]``, ... for a random permutation of the starts).
 
 Run: ``.venv/bin/python benchmarks/torch_stream.py [--rows 1000000]``.
 """
@@ -94,6 +100,52 @@ def hf_rate(path: Path, rows: int) -> float:
     return float(rows / result["seconds"])
 
 
+def transitions_rows(size: int, bs: int) -> list[dict]:
+    """Real transitions from a recorder-like store: streamed (1 process, 2 workers) vs in memory."""
+    import torch
+    from torch_windows import _load
+    from torch_windows import generate as recorder_like
+
+    from rlarrow.train.torch import DataLoader, StreamingDataset
+
+    path = recorder_like(size)
+
+    def epoch(loader) -> tuple[float, int]:  # noqa: ANN001
+        t0, n = time.perf_counter(), 0
+        for batch in loader:
+            n += len(batch["reward"])
+        return time.perf_counter() - t0, n
+
+    t_one, n_one = epoch(StreamingDataset(path, "transitions", batch_size=bs, seed=0))
+    two = DataLoader(StreamingDataset(path, "transitions", batch_size=bs, seed=0), num_workers=2)
+    t_two, n_two = epoch(two)
+    assert n_one == n_two
+    obs_np, act_np, keys = _load(path)
+    ep, step = keys
+    starts = np.flatnonzero((ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1))
+    assert len(starts) == n_one, (len(starts), n_one)
+    obs, act = torch.from_numpy(obs_np), torch.from_numpy(act_np)
+    reward = torch.from_numpy(np.random.default_rng(1).standard_normal(len(ep)))
+    discount = torch.ones(len(ep))
+    term, last = torch.zeros(len(ep), dtype=torch.bool), torch.zeros(len(ep), dtype=torch.bool)
+    perm = torch.from_numpy(starts[np.random.default_rng(0).permutation(len(starts))])
+    t0 = time.perf_counter()
+    for i in range(0, len(perm), bs):
+        s = perm[i:i + bs]
+        nxt = s + 1
+        _ = (obs[s], act[s], reward[s], discount[s], obs[nxt], term[nxt], last[nxt] & ~term[nxt])
+    t_mem = time.perf_counter() - t0
+    note = f"{n_one:,} transitions of a recorder-like store (null action at each episode's end)"
+    return [
+        {"path": "real transitions (s, a, r, s', done, truncated), shuffled, batch 256: in-process",
+         "rlarrow": n_one / t_one, "peer": n_one / t_mem, "unit": "rows/s", "ratio": t_mem / t_one,
+         "note": f"target >= 1.5M rows/s; peer: gathered from in-memory tensors; {note}"},
+        {"path": "same, rlarrow.train.torch.DataLoader with 2 workers", "rlarrow": n_two / t_two,
+         "peer": n_one / t_one, "unit": "rows/s", "ratio": t_one / t_two,
+         "note": "peer: rlarrow in-process; target >= 1 (workers at least as fast)"},
+    ]
+
+
 def main() -> None:
     sys.path.insert(0, os.fspath(HERE))
     import torch
@@ -142,14 +194,18 @@ def main() -> None:
             _ = data[perm[i:i + bs]]
         t_mem = min(t_mem, time.perf_counter() - t0)
     rate = lambda s: args.rows / s  # noqa: E731
+    tr = transitions_rows(args.rows, bs)
     rows = [
-        {"path": f"{args.rows:,} transitions, shuffled, batch 256: in-process", "rlarrow": rate(t_ours),
+        {"path": f"{args.rows:,} steps rows (obs, action, reward, is_terminal), shuffled, batch 256: "
+                 "in-process",
+         "rlarrow": rate(t_ours),
          "peer": rate(t_mem), "unit": "rows/s", "ratio": t_mem / t_ours,
          "note": f"target >= 0.5 of in-memory indexing; peak RSS by epoch {[round(r) for r in rss]} MB"},
         {"path": "same, rlarrow.train.torch.DataLoader with 2 workers", "rlarrow": rate(t_workers),
          "peer": rate(t_mem), "unit": "rows/s", "ratio": t_mem / t_workers,
          "note": "workers decode in parallel; batches cross processes"},
     ]
+    rows += tr
     if not args.skip_hf:
         hf = hf_rate(path, min(args.hf_rows, args.rows))
         rows.append({"path": "same, vs Hugging Face datasets streaming the files", "rlarrow": rate(t_ours),

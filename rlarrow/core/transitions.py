@@ -78,8 +78,10 @@ __all__ = [
     "REQUIRED",
     "STEP_COLUMNS",
     "TransitionColumn",
+    "flags",
     "from_steps",
     "from_windows",
+    "next_names",
     "sql_select",
     "sql_view",
 ]
@@ -275,6 +277,27 @@ def from_steps(step: Mapping[str, Any], next_step: Mapping[str, Any]) -> dict[st
         for c in nexts:
             if c.value == head and key in next_step:
                 out[c.name + rest] = next_step[key]
+    out.update(flags(next_step))
+    return out
+
+
+def next_names(key: str) -> list[str]:
+    """The transition columns a flat ``steps`` column also gives from the next row.
+
+    Example:
+        >>> next_names("observation.position"), next_names("reward")
+        (['next_observation.position'], [])
+    """
+    head, rest = _split(key)
+    return [c.name + rest for c in COLUMNS if c.row == "next" and c.value == head]
+
+
+def flags(next_step: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The flags (``done``, ``truncated``) of transitions whose next rows are ``next_step``.
+
+    Only the flags whose ``steps`` columns ``next_step`` holds are made.
+    """
+    out: dict[str, np.ndarray] = {}
     for c in COLUMNS:
         if c.value is None and all(s in next_step for s in c.sources):
             flag = np.ones(len(next_step[c.sources[0]]), dtype=bool)

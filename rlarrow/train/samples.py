@@ -218,16 +218,23 @@ class Windows:
         [[3, 4, 5]]
     """
 
-    __slots__ = ("base", "length", "rows", "starts", "transitions")
+    __slots__ = ("base", "flags", "length", "rows", "starts", "transitions")
 
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
-                 transitions: bool = False) -> None:
-        self.base = base
+                 transitions: bool = False, flags: dict[str, np.ndarray] | None = None) -> None:
         self.starts = starts
         self.length = length
         self.transitions = transitions
         #: rows in ``base``
         self.rows = len(next(iter(base.values()))) if base else int(starts.max(initial=-1)) + length
+        #: transitions: their flags (``done``, ``truncated``), one per window, made once here
+        #: from the next rows (the columns they come from leave ``base``)
+        self.flags = flags if flags is not None else {}
+        if transitions and flags is None:
+            self.flags = _transitions.flags({k: np.take(v, starts + 1, axis=0) for k, v in base.items()
+                                             if k in _transitions.FLAG_ONLY})
+            base = {k: v for k, v in base.items() if k not in _transitions.FLAG_ONLY}
+        self.base = base
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -248,13 +255,16 @@ class Windows:
             # into a temporary and copies it, fresh memory at every call)
             return np.take(v, idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
 
-        if self.transitions:
-            step = {k: take(v, s) for k, v in self.base.items()
-                    if k.partition(".")[0] not in _transitions.FLAG_ONLY}
-            nxt = {k: np.take(v, s + 1, axis=0) if k.partition(".")[0] in _transitions.FLAG_ONLY
-                   else take(v, s + 1) for k, v in self.base.items()
-                   if k.partition(".")[0] in _transitions.NEXT_SOURCES}
-            return _transitions.from_steps(step, nxt)
+        if self.transitions:  # the step's columns at s, the next row's at s + 1, as from_steps orders them
+            got: dict[str, np.ndarray] = {}
+            after = s + 1
+            for k, v in self.base.items():
+                got[k] = take(v, s)
+                for name in _transitions.next_names(k):
+                    got[name] = take(v, after)
+            for k, v in self.flags.items():
+                got[k] = take(v, which) if which is not None else v.copy()
+            return got
         if L == 1:
             return {k: take(v, s) for k, v in self.base.items()}
         idx = s[:, None] + np.arange(L)
@@ -265,7 +275,8 @@ class Windows:
         L = self.length
         idx = (self.starts[which][:, None] + np.arange(L)).reshape(-1)
         return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()},
-                       np.arange(len(which), dtype=np.int64) * L, L, self.transitions)
+                       np.arange(len(which), dtype=np.int64) * L, L, self.transitions,
+                       {k: v[which] for k, v in self.flags.items()} if self.transitions else None)
 
     @classmethod
     def concat(cls, parts: Sequence[Windows], scratch: dict[str, np.ndarray] | None = None) -> Windows:
@@ -291,7 +302,9 @@ class Windows:
             base[k] = np.concatenate(arrays, out=held[:total]) if first.dtype != object \
                 else np.concatenate(arrays)
         starts = np.concatenate([p.starts + o for p, o in zip(parts, offsets, strict=True)])
-        return cls(base, starts, parts[0].length, parts[0].transitions)
+        flags = {k: np.concatenate([p.flags[k] for p in parts]) for k in parts[0].flags}
+        return cls(base, starts, parts[0].length, parts[0].transitions,
+                   flags if parts[0].transitions else None)
 
 
 class SampleSource:
