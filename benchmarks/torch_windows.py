@@ -10,6 +10,9 @@ length (16, 64, 256), each in its own process (peak RSS from ``VmHWM``):
 - rlarrow: ``StreamingDataset(path, columns=["observation", "action"], sequence_length=L,
   batch_size=256, shuffle=True)``, in this process and through ``rlarrow.train.torch.DataLoader``
   with 2 workers (L = 16 and 64 on the largest store);
+- ``delta_steps={"observation": [-1, 0], "action": range(16)}`` (LeRobot's
+  ``delta_timestamps`` in steps: every step a sample, an action chunk of 16), on the largest
+  store, against the same clamped gather with pad masks from in-memory tensors;
 - peer: the same two columns held in memory as torch tensors, the valid window starts
   (L steps inside one episode) permuted, and each batch gathered with one index
   (``obs[starts[:, None] + arange(L)]``): the ceiling of any loader.
@@ -122,13 +125,49 @@ def child_peer(path: Path, L: int, windows: int) -> dict[str, float]:
     return {"rate": todo / seconds, "rss_mb": peak_rss_mb(), "windows_in_store": len(starts)}
 
 
+DELTAS = {"observation": [-1, 0], "action": list(range(16))}  # LeRobot's ACT / diffusion-policy kind
+
+
+def child_peer_delta(path: Path, samples: int) -> dict[str, float]:
+    """In memory: every step a sample, offsets clamped to its episode, pad masks (LeRobot's rule)."""
+    import torch
+    from _report import peak_rss_mb
+
+    obs_np, act_np, keys = _load(path)
+    ep, step = keys
+    n = len(ep)
+    new = np.concatenate([[True], (ep[1:] != ep[:-1]) | (step[1:] != step[:-1] + 1)])
+    first = np.flatnonzero(new)
+    chain = np.cumsum(new) - 1
+    lo = torch.from_numpy(first[chain])
+    hi = torch.from_numpy(np.concatenate([first[1:] - 1, [n - 1]])[chain])
+    obs, act = torch.from_numpy(obs_np), torch.from_numpy(act_np)
+    d_obs, d_act = torch.tensor(DELTAS["observation"]), torch.tensor(DELTAS["action"])
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(n))
+    todo = min(samples, n)
+    t0 = time.perf_counter()
+    for i in range(0, todo, BATCH):
+        s = perm[i:i + BATCH]
+        low, high = lo[s, None], hi[s, None]
+        at_o, at_a = s[:, None] + d_obs, s[:, None] + d_act
+        o, a = obs[torch.clamp(at_o, low, high)], act[torch.clamp(at_a, low, high)]
+        pads = ((at_o < low) | (at_o > high), (at_a < low) | (at_a > high))
+    seconds = time.perf_counter() - t0
+    assert o.shape[1:] == (2, 32) and a.shape[1:] == (16, 8) and pads[1].shape[1:] == (16,)
+    return {"rate": todo / seconds, "rss_mb": peak_rss_mb()}
+
+
 def child_ours(path: Path, L: int, windows: int, workers: int) -> dict[str, float]:
     from _report import peak_rss_mb
 
     from rlarrow.train.torch import DataLoader, StreamingDataset
 
-    ds = StreamingDataset(path, columns=["observation", "action"], sequence_length=L, batch_size=BATCH,
-                          seed=0)
+    if L:
+        ds = StreamingDataset(path, columns=["observation", "action"], sequence_length=L, batch_size=BATCH,
+                              seed=0)
+    else:  # L == 0: delta_steps
+        ds = StreamingDataset(path, columns=["observation", "action"], delta_steps=DELTAS, batch_size=BATCH,
+                              seed=0)
     loader = DataLoader(ds, num_workers=workers) if workers else ds
     n = 0
     t0 = time.perf_counter()
@@ -137,7 +176,8 @@ def child_ours(path: Path, L: int, windows: int, workers: int) -> dict[str, floa
         if n >= windows:
             break
     seconds = time.perf_counter() - t0
-    assert tuple(batch["observation"].shape[1:]) == (L, 32) and tuple(batch["action"].shape[1:]) == (L, 8)
+    want = ((L, 32), (L, 8)) if L else ((2, 32), (16, 8))
+    assert (tuple(batch["observation"].shape[1:]), tuple(batch["action"].shape[1:])) == want
     return {"rate": n / seconds, "rss_mb": peak_rss_mb(), "windows": n}
 
 
@@ -145,20 +185,24 @@ def main() -> None:
     sys.path.insert(0, os.fspath(HERE))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000000,10000000")
-    parser.add_argument("--lengths", default="16,64,256")
+    parser.add_argument("--lengths", default="16,64,256", help="window lengths (empty: none)")
     parser.add_argument("--windows", type=int, default=2_000_000, help="windows timed per run (L <= 64)")
     parser.add_argument("--child", nargs="*")
+    parser.add_argument("--no-deltas", dest="deltas", action="store_false", help="skip the delta_steps rows")
     args = parser.parse_args()
     if args.child is not None:
         who, path, L, windows, workers = args.child
-        out = (child_peer(Path(path), int(L), int(windows)) if who == "peer"
-               else child_ours(Path(path), int(L), int(windows), int(workers)))
+        if who == "peer":
+            out = (child_peer(Path(path), int(L), int(windows)) if int(L)
+                   else child_peer_delta(Path(path), int(windows)))
+        else:
+            out = child_ours(Path(path), int(L), int(windows), int(workers))
         print(json.dumps(out))
         return
     from _report import report, run_child
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    lengths = [int(s) for s in args.lengths.split(",")]
+    lengths = [int(s) for s in args.lengths.split(",") if s]
     rows = []
     for size in sizes:
         path = generate(size)
@@ -180,6 +224,19 @@ def main() -> None:
                              "note": f"peer: rlarrow in-process; target >= 1; main-process peak RSS "
                                      f"{two['rss_mb']:.0f} MB"})
                 print(rows[-1], flush=True)
+    if args.deltas:
+        path = generate(max(sizes))
+        peer = run_child(__file__, ["peer", os.fspath(path), "0", str(args.windows), "0"])
+        for workers in (0, 2):
+            ours = run_child(__file__, ["ours", os.fspath(path), "0", str(args.windows), str(workers)])
+            how = "in-process" if not workers else "DataLoader 2 workers"
+            what = f"delta_steps {DELTAS['observation']} obs, 0..15 action, {max(sizes):,} steps, {how}"
+            rows.append({"path": what,
+                         "rlarrow": ours["rate"], "peer": peer["rate"], "unit": "samples/s",
+                         "ratio": ours["rate"] / peer["rate"],
+                         "note": f"target >= 0.5; peer: the same clamped gather and pad masks from in-memory "
+                                 f"tensors (LeRobot's rule); peak RSS {ours['rss_mb']:.0f} MB"})
+            print(rows[-1], flush=True)
     report("torch_windows", rows)
 
 

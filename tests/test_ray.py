@@ -218,3 +218,27 @@ def test_ray_reads_the_delta_log_and_versions_as_rlarrow_does(cluster, store):
     assert got.equals(want)
     latest = ray.data.read_delta(os.fspath(store.path / "steps"))
     assert latest.count() == store.row_count("steps")  # not the stray file: the log lists files
+
+
+def test_delta_steps_match_the_torch_dataset(cluster, store):
+    """LeRobot-style offsets around every step, padded at episode edges, in Ray as in torch."""
+    cols = ["episode_id", "step", "observation", "reward"]
+    deltas = {"observation.position": [-2, 0], "reward": [0, 1, 2, 3]}
+    ray_ds = rray.read_samples(store, "steps", columns=cols, delta_steps=deltas, shuffle=True, seed=1)
+    got = {}
+    for b in ray_ds.iter_batches(batch_size=64, batch_format="numpy"):
+        for r in range(len(b["step"])):
+            got[int(b["episode_id"][r]), int(b["step"][r])] = (
+                b["observation.position"][r], b["reward"][r], b["observation.position_is_pad"][r],
+                b["reward_is_pad"][r])
+    want = {}
+    for b in StreamingDataset(store, "steps", columns=cols, delta_steps=deltas, batch_size=64):
+        for r in range(len(b["step"])):
+            want[int(b["episode_id"][r]), int(b["step"][r])] = (
+                b["observation"]["position"][r].numpy(), b["reward"][r].numpy(),
+                b["observation"]["position_is_pad"][r].numpy(), b["reward_is_pad"][r].numpy())
+    assert got.keys() == want.keys() and len(got) == sum(n + 1 for n in LENGTHS)
+    for k, w in want.items():
+        for a, b in zip(got[k], w, strict=True):
+            assert np.array_equal(a, b, equal_nan=True)
+    assert any(w[3].any() for w in want.values()) and any(w[2].any() for w in want.values())

@@ -328,3 +328,98 @@ def test_workers_batches_are_never_overwritten(store, monkeypatch, keep):
         else:  # each batch read, then dropped
             got = window_keys(({k: v.clone() for k, v in b.items()} for b in loader), 3)
         assert got == want
+
+
+# ------------------------------------------------------------------ delta_steps (LeRobot's delta_timestamps)
+
+
+def lerobot_reference(path, deltas):
+    """What LeRobot's loader gives for every frame (LeRobotDataset._get_query_indices): each
+    offset's frame clamped into [episode start, episode end - 1], and ``{key}_is_pad`` where
+    the offset fell outside it. Keyed by (run, episode, step) of the frame."""
+    t = rlarrow.Store.open(path).read("steps")
+    cols = {"run_id": t["run_id"].to_pylist(), "episode_id": t["episode_id"].to_pylist(),
+            "step": t["step"].to_pylist(),
+            "reward": [np.nan if r is None else r for r in t["reward"].to_pylist()],
+            "position": rlarrow.core.tensors.to_numpy(t["observation"])["position"]}
+    episodes: dict = {}
+    for i, key in enumerate(zip(cols["run_id"], cols["episode_id"], cols["step"], strict=True)):
+        episodes.setdefault(key[:2], []).append((key[2], i))
+    out = {}
+    for ep, rows in episodes.items():
+        rows = [i for _, i in sorted(rows)]
+        n = len(rows)
+        for j, i in enumerate(rows):
+            item = {}
+            for name, offsets in deltas.items():
+                at = [j + d for d in offsets]
+                idx = [rows[max(0, min(n - 1, a))] for a in at]
+                item[name] = cols["position"][idx] if name == "observation.position" else np.array(
+                    [cols["reward"][k] for k in idx])
+                item[name + "_is_pad"] = np.array([a < 0 or a >= n for a in at])
+            out[(*ep, cols["step"][i])] = item
+    return out
+
+
+def check_against_lerobot(batches, want, deltas):
+    seen = 0
+    for b in batches:
+        for r in range(len(b["step"])):
+            key = (b["run_id"][r], int(b["episode_id"][r]), int(b["step"][r]))
+            ref = want[key]
+            assert np.array_equal(b["observation"]["position"][r].numpy(), ref["observation.position"])
+            assert np.allclose(b["reward"][r].numpy(), ref["reward"], equal_nan=True)
+            for name in deltas:  # the mask beside its column (a dict leaf's inside the dict)
+                node = b
+                *parents, leaf = (name + "_is_pad").split(".")
+                for p in parents:
+                    node = node[p]
+                assert node[leaf][r].numpy().tolist() == ref[name + "_is_pad"].tolist()
+            seen += 1
+    assert seen == len(want)  # every step is a sample, once
+
+
+DELTAS = {"observation.position": [-4, -1, 0], "reward": list(range(7))}
+
+
+@pytest.mark.parametrize("which", ["interleaved", "split"])
+def test_delta_steps_match_lerobots_padding(which, interleaved_store, split_store):
+    """Per-column offsets around every step, clamped to its episode with pad masks as LeRobot
+    does, wherever the episode's rows were written (interleaved envs, other commits)."""
+    path = interleaved_store[0] if which == "interleaved" else split_store
+    want = lerobot_reference(path, DELTAS)
+    for shuffle in (False, True):
+        ds = StreamingDataset(path, columns=["run_id", "episode_id", "step", "observation", "reward"],
+                              delta_steps=DELTAS, batch_size=5, shuffle=shuffle, buffer_rows=16)
+        got = list(ds)
+        assert got[0]["observation"]["position"].shape[1:] == (3, 3) and got[0]["reward"].shape[1:] == (7,)
+        assert got[0]["episode_id"].shape == (5,)  # columns without offsets: the step itself
+        check_against_lerobot(got, want, DELTAS)
+
+
+def test_delta_timestamps_in_seconds_and_workers(split_store, monkeypatch):
+    import rlarrow.train.torch as rt
+
+    monkeypatch.setattr(rt, "_PARCEL_BYTES", 4096)
+    want = lerobot_reference(split_store, DELTAS)
+    seconds = {"observation.position": [-0.2, -0.05, 0.0], "reward": [k * 0.05 for k in range(7)]}
+    ds = StreamingDataset(split_store, columns=["run_id", "episode_id", "step", "observation", "reward"],
+                          delta_timestamps=seconds, fps=20, batch_size=5)
+    check_against_lerobot(list(DataLoader(ds, num_workers=2)), want, DELTAS)
+
+
+def test_delta_steps_refuse_what_they_cannot_mean(store):
+    from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError
+
+    with pytest.raises(ArgumentError, match="whole number of steps"):
+        StreamingDataset(store, delta_timestamps={"action": [0.0, 0.033]}, fps=20)
+    with pytest.raises(ArgumentError, match="fps"):
+        StreamingDataset(store, delta_timestamps={"action": [0.0]})
+    with pytest.raises(ArgumentError, match="give one"):
+        StreamingDataset(store, delta_steps={"action": [0, 1]}, sequence_length=4)
+    with pytest.raises(NotFoundError, match="no column 'actions'"):
+        StreamingDataset(store, delta_steps={"actions": [0, 1]})
+    with pytest.raises(ArgumentTypeError, match="whole step offsets"):
+        StreamingDataset(store, delta_steps={"action": [0.5]})
+    with pytest.raises(ArgumentError, match="table='steps'"):
+        StreamingDataset(store, "transitions", delta_steps={"action": [0]})

@@ -39,7 +39,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, NotFoundError, SchemaMismatchError, StoreError
 from rlarrow.core.store import CommitInfo, StagedFile, Staging, Store, StoreLike, as_store
-from rlarrow.train.samples import SampleSource, filter_mask
+from rlarrow.train.samples import SampleSource, delta_steps_of, filter_mask
 
 require("ray", feature="rlarrow.train.ray")  # names the extra when Ray is missing
 import ray  # noqa: E402
@@ -152,7 +152,9 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
                  columns: Sequence[str] | None = None,
                  filter: Any = None, sequence_length: int = 1, shuffle: bool = False,  # noqa: A002
                  seed: int = 0, units_per_task: int = 1, layout: int | None = None,
-                 version: int | None = None) -> ray.data.Dataset:
+                 version: int | None = None, delta_steps: Mapping[str, Sequence[int]] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                 fps: float | None = None) -> ray.data.Dataset:
     """Training samples as :class:`rlarrow.train.torch.StreamingDataset` makes them, as a Ray dataset.
 
     Each row group of the table is one unit of work; a task turns it into NumPy columns:
@@ -178,6 +180,11 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         layout: one layout of the table (:meth:`rlarrow.Store.layouts`); None: all of them,
             with the columns every layout has with the same type.
         version: the store as it was at that version (:attr:`rlarrow.Store.version`).
+        delta_steps: every step a sample, with these rows of its episode around it per
+            column (``{"action": range(16)}``), clamped to the episode and masked
+            (``action_is_pad``) as LeRobot pads: see :class:`rlarrow.train.torch.StreamingDataset`.
+        delta_timestamps: the same in seconds (LeRobot's form), with ``fps``.
+        fps: steps per second, for ``delta_timestamps``.
 
     Example:
         >>> import rlarrow.train.ray  # doctest: +SKIP
@@ -185,8 +192,13 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         >>> next(ds.iter_torch_batches(batch_size=32))["observation"].shape  # doctest: +SKIP
         torch.Size([32, 8, 4])
     """
+    if delta_timestamps is not None:
+        if delta_steps is not None:
+            raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
+                                "not both")
+        delta_steps = delta_steps_of(delta_timestamps, fps if fps is not None else 0.0)
     source = SampleSource.from_store(_open(store, version), table, columns=columns, filter=filter,
-                                     sequence_length=sequence_length, layout=layout)
+                                     sequence_length=sequence_length, layout=layout, delta_steps=delta_steps)
     order = np.arange(len(source.units))
     if shuffle:
         order = np.random.default_rng(seed).permutation(len(source.units))
@@ -195,6 +207,9 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
     units = ray.data.from_items([{"unit": int(i)} for i in order],
                                 override_num_blocks=max(1, -(-len(order) // units_per_task)))
     return units.map_batches(_ReadUnits(source), batch_size=units_per_task, batch_format="numpy")
+
+
+_BLOCK_BYTES = 64 << 20  # the samples a task yields at once, at most about
 
 
 class _ReadUnits:
@@ -207,9 +222,14 @@ class _ReadUnits:
         files: dict[str, Any] = {}
         try:
             for i in batch["unit"].tolist():
-                got = self.source.read(self.source.units[int(i)], files)
-                if got is not None:
-                    yield got
+                got = self.source.read_windows(self.source.units[int(i)], files)
+                if got is None:
+                    continue
+                # gathered a block at a time: windows of a whole row group would take
+                # L times its rows' memory
+                step = max(1, _BLOCK_BYTES // got.window_bytes())
+                for lo in range(0, len(got), step):
+                    yield got.gather(np.arange(lo, min(len(got), lo + step)))
         finally:
             for f in files.values():
                 f.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 
-__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "expression_mask", "filter_mask",
-           "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
+__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of",
+           "expression_mask", "filter_mask", "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
 
 # the steps columns transitions are made of (rlarrow.core.transitions defines them)
 TRANSITION_COLUMNS = list(_transitions.STEP_COLUMNS)
@@ -200,6 +200,65 @@ def _rows_of(pf: pq.ParquetFile, group: int, columns: list[str], start: int, cou
     return pa.Table.from_batches(got) if got else pf.schema_arrow.empty_table().select(columns)
 
 
+def _check_deltas(delta_steps: Mapping[str, Sequence[int]], table: str, sequence_length: int,
+                  names: list[str], chosen: list[str], where: Any) -> dict[str, np.ndarray]:
+    """``delta_steps`` checked: offsets as int64 arrays, by column (or dict leaf) of ``steps``."""
+    if table != "steps":
+        raise ArgumentError("delta_steps reads rows of episodes around each step: table='steps', "
+                            f"not {table!r}")
+    if sequence_length != 1:
+        raise ArgumentError("delta_steps and sequence_length are two ways to ask for steps around a sample: "
+                            "give one (sequence_length=L is delta_steps {column: range(L)} for every column)")
+    if not isinstance(delta_steps, Mapping) or not delta_steps:
+        raise ArgumentTypeError("delta_steps is a mapping {column: [step offsets]}, e.g. "
+                                "{'observation': [-1, 0], 'action': range(16)}")
+    out: dict[str, np.ndarray] = {}
+    for name, offsets in delta_steps.items():
+        head = name.split(".")[0]
+        if head not in names:
+            raise NotFoundError(f"{where}: delta_steps names {name!r}, but 'steps' has no column {head!r}; "
+                                f"it has {names}")
+        got = np.asarray(list(offsets))
+        if got.ndim != 1 or not len(got) or not np.issubdtype(got.dtype, np.integer):
+            raise ArgumentTypeError(f"delta_steps[{name!r}] must be a non-empty list of whole step offsets "
+                                    f"(e.g. [-1, 0]), not {offsets!r}")
+        out[name] = got.astype(np.int64)
+    nested = [(a, b) for a in out for b in out if a != b and _under(b, a)]
+    if nested:
+        raise ArgumentError(f"delta_steps names {nested[0][0]!r} and its leaf {nested[0][1]!r}: give one")
+    return out
+
+
+def delta_steps_of(delta_timestamps: Mapping[str, Sequence[float]], fps: float,
+                   tolerance_s: float = 1e-4) -> dict[str, list[int]]:
+    """LeRobot's ``delta_timestamps`` (seconds) as step offsets at ``fps`` steps per second.
+
+    Each time must fall on a step, within ``tolerance_s`` (LeRobot's default too).
+
+    Example:
+        >>> delta_steps_of({"observation": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}, fps=10)
+        {'observation': [-1, 0], 'action': [0, 1, 2]}
+    """
+    if not fps or fps <= 0:
+        raise ArgumentError(f"delta_timestamps needs the steps' rate: fps > 0, not {fps!r}")
+    out: dict[str, list[int]] = {}
+    for name, times in delta_timestamps.items():
+        steps = []
+        for t in times:
+            k = round(float(t) * fps)
+            if abs(k / fps - float(t)) > tolerance_s:
+                raise ArgumentError(f"delta_timestamps[{name!r}]: {t} s is not a whole number of steps at "
+                                    f"{fps} fps (the nearest is {k / fps} s); use multiples of 1/fps")
+            steps.append(k)
+        out[name] = steps
+    return out
+
+
+def _under(key: str, name: str) -> bool:
+    """Whether flat column ``key`` is ``name`` or one of its dict leaves."""
+    return key == name or key.startswith(name + ".")
+
+
 class Windows:
     """Samples of a read, kept as rows: window *i* is rows ``starts[i] .. starts[i] + L - 1``.
 
@@ -218,13 +277,19 @@ class Windows:
         [[3, 4, 5]]
     """
 
-    __slots__ = ("base", "flags", "length", "rows", "starts", "transitions")
+    __slots__ = ("base", "bounds", "deltas", "flags", "length", "rows", "starts", "transitions")
 
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
-                 transitions: bool = False, flags: dict[str, np.ndarray] | None = None) -> None:
+                 transitions: bool = False, flags: dict[str, np.ndarray] | None = None, *,
+                 deltas: dict[str, np.ndarray] | None = None,
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.starts = starts
         self.length = length
         self.transitions = transitions
+        #: ``delta_steps``: offsets per column, and each sample's episode rows in ``base``
+        #: (first, last: the offsets are clamped to them, and padded outside)
+        self.deltas = deltas
+        self.bounds = bounds
         #: rows in ``base``
         self.rows = len(next(iter(base.values()))) if base else int(starts.max(initial=-1)) + length
         #: transitions: their flags (``done``, ``truncated``), one per window, made once here
@@ -238,6 +303,19 @@ class Windows:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def window_bytes(self) -> int:
+        """Bytes one sample takes once gathered (an upper bound)."""
+        row = {k: v[:1].nbytes for k, v in self.base.items()}
+        if self.deltas is not None:
+            return sum(n * max((len(d) for name, d in self.deltas.items() if _under(k, name)), default=1)
+                       for k, n in row.items()) + sum(len(d) for d in self.deltas.values()) + 16
+        return sum(row.values()) * max(self.length, 2) + 16
+
+    def _delta(self, key: str) -> str | None:
+        """The ``deltas`` entry a flat column falls under (itself, or a dict it is a leaf of)."""
+        assert self.deltas is not None
+        return next((name for name in self.deltas if _under(key, name)), None)
 
     def gather(self, which: np.ndarray | None = None, out: Any = None) -> dict[str, np.ndarray]:
         """The samples of windows ``which`` (indices into :attr:`starts`; None: all), as fresh arrays.
@@ -255,8 +333,21 @@ class Windows:
             # into a temporary and copies it, fresh memory at every call)
             return np.take(v, idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
 
-        if self.transitions:  # the step's columns at s, the next row's at s + 1, as from_steps orders them
+        if self.deltas is not None:  # each column at its offsets, clamped to the episode, and pad masks
+            assert self.bounds is not None
+            lo, hi = self.bounds if which is None else (self.bounds[0][which], self.bounds[1][which])
+            lo, hi = lo[:, None], hi[:, None]
+            at = {name: s[:, None] + d for name, d in self.deltas.items()}
+            clamped = {name: np.clip(a, lo, hi) for name, a in at.items()}
             got: dict[str, np.ndarray] = {}
+            for k, v in self.base.items():
+                name = self._delta(k)
+                got[k] = take(v, s) if name is None else take(v, clamped[name])
+            for name, a in at.items():
+                got[f"{name}_is_pad"] = (a < lo) | (a > hi)
+            return got
+        if self.transitions:  # the step's columns at s, the next row's at s + 1, as from_steps orders them
+            got = {}
             after = s + 1
             for k, v in self.base.items():
                 got[k] = take(v, s)
@@ -272,6 +363,16 @@ class Windows:
 
     def compact(self, which: np.ndarray) -> Windows:
         """Only windows ``which``, with only their rows kept."""
+        if self.deltas is not None:  # each sample's rows from its lowest offset to its highest
+            assert self.bounds is not None
+            offsets = np.concatenate(list(self.deltas.values()))
+            low, span = int(offsets.min()), int(offsets.max() - offsets.min()) + 1
+            s, lo, hi = self.starts[which], self.bounds[0][which], self.bounds[1][which]
+            idx = np.clip(s[:, None] + np.arange(low, low + span), lo[:, None], hi[:, None]).reshape(-1)
+            at = np.arange(len(which), dtype=np.int64) * span
+            return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()}, at - low, 1,
+                           deltas=self.deltas,
+                           bounds=(at + np.maximum(0, lo - s - low), at + np.minimum(span - 1, hi - s - low)))
         L = self.length
         idx = (self.starts[which][:, None] + np.arange(L)).reshape(-1)
         return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()},
@@ -303,8 +404,12 @@ class Windows:
                 else np.concatenate(arrays)
         starts = np.concatenate([p.starts + o for p, o in zip(parts, offsets, strict=True)])
         flags = {k: np.concatenate([p.flags[k] for p in parts]) for k in parts[0].flags}
+        bounds = None
+        if parts[0].bounds is not None:
+            bounds = (np.concatenate([p.bounds[0] + o for p, o in zip(parts, offsets, strict=True)]),  # type: ignore[index]
+                      np.concatenate([p.bounds[1] + o for p, o in zip(parts, offsets, strict=True)]))  # type: ignore[index]
         return cls(base, starts, parts[0].length, parts[0].transitions,
-                   flags if parts[0].transitions else None)
+                   flags if parts[0].transitions else None, deltas=parts[0].deltas, bounds=bounds)
 
 
 class SampleSource:
@@ -316,13 +421,17 @@ class SampleSource:
     """
 
     def __init__(self, units_: list[Unit], columns: list[str], *, filter: Any = None,  # noqa: A002
-                 sequence_length: int = 1, transitions: bool = False, filesystem: Any = None) -> None:
+                 sequence_length: int = 1, transitions: bool = False, filesystem: Any = None,
+                 deltas: dict[str, np.ndarray] | None = None) -> None:
         self.units = units_
         self.columns = columns
         self.filter = filter
         self.sequence_length = sequence_length
         self.transitions = transitions
-        self.needs_keys = sequence_length > 1
+        #: step offsets per column (flat names): each sample is a row, and these rows of its
+        #: episode around it (``delta_steps``)
+        self.deltas = deltas
+        self.needs_keys = sequence_length > 1 or deltas is not None
         self.filesystem = filesystem
         self.lease: Any = None  # a ReaderLease pinning the units' files, when from a local store
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
@@ -330,7 +439,8 @@ class SampleSource:
     @classmethod
     def from_store(cls, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
                    filter: Any = None, sequence_length: int = 1,  # noqa: A002
-                   layout: int | None = None) -> SampleSource:
+                   layout: int | None = None,
+                   delta_steps: Mapping[str, Sequence[int]] | None = None) -> SampleSource:
         """Plan the samples of ``table`` (``"transitions"``: windows of 2 steps as transitions).
 
         ``store`` is a :class:`~rlarrow.Store`, or anything with ``files``, ``schema``,
@@ -385,8 +495,12 @@ class SampleSource:
             raise NotFoundError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
         if sequence_length > 1 and source != "steps":
             raise ArgumentError("sequence windows need episodes: table='steps' (or 'transitions')")
+        deltas = None
+        if delta_steps is not None:
+            deltas = _check_deltas(delta_steps, table, sequence_length, names, chosen, store.path)
+            chosen += [d.split(".")[0] for d in deltas if d.split(".")[0] not in chosen]
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
-                   transitions=transitions, filesystem=fs)
+                   transitions=transitions, filesystem=fs, deltas=deltas)
         made.lease = lease  # the links live as long as the source (and copies in workers read them)
         return made
 
@@ -432,7 +546,7 @@ class SampleSource:
         keep = np.ones(own, dtype=bool)
         if self.filter is not None and own:
             keep &= filter_mask(table, self.filter)
-        if L == 1:
+        if L == 1 and self.deltas is None:
             if not keep.any():
                 return None
             if not keep.all():
@@ -443,33 +557,55 @@ class SampleSource:
             return Windows(base, np.arange(table.num_rows, dtype=np.int64), 1, self.transitions)
         if not own or not keep.any():
             return None
-        table, order, position, whole = self._windows(table, pf, unit.file, cols + flt_cols)
-        keep &= whole
-        if not keep.any():
-            return None
+        if self.deltas is not None:
+            offsets = np.concatenate(list(self.deltas.values()))
+            before, after = max(0, -int(offsets.min())), max(0, int(offsets.max()))
+        else:
+            before, after = 0, L - 1
+        table, order, position, follows = self._layout(table, pf, unit.file, cols + flt_cols, before, after)
+        chain = np.concatenate([[0], np.cumsum(~follows[:-1])])  # chain[p]: breaks before layout row p
+        size = len(chain)
+        bounds = None
+        if self.deltas is not None:  # every row is a sample; its episode's rows around it
+            first = np.flatnonzero(np.concatenate([[True], follows[:-1] == 0]))
+            lo = first[chain]
+            hi = np.concatenate([first[1:] - 1, [size - 1]])[chain]
+            samples = position[keep]
+            bounds = (lo[samples], hi[samples])
+        else:  # windows of L rows inside one episode
+            whole_at = np.zeros(size, dtype=bool)
+            if size >= L:
+                whole_at[: size - L + 1] = chain[L - 1:] == chain[: size - L + 1]
+            keep &= whole_at[position]
+            if not keep.any():
+                return None
+            samples = position[keep]
         base = {}
         for name in self.columns:
             flat(name, to_numpy(table.column(name)), base)
         if order is not None:
             base = {k: np.take(v, order, axis=0) for k, v in base.items()}
-        return Windows(base, position[keep], L, self.transitions)
+        if bounds is not None:
+            return Windows(base, samples, 1, deltas=self.deltas, bounds=bounds)
+        return Windows(base, samples, L, self.transitions)
 
-    def _windows(self, table: pa.Table, pf: pq.ParquetFile, path: str,
-                 cols: list[str]) -> tuple[pa.Table, np.ndarray | None, np.ndarray, np.ndarray]:
-        """Lay a row group's rows out so that every window is L consecutive rows.
+    def _layout(self, table: pa.Table, pf: pq.ParquetFile, path: str, cols: list[str], before: int,
+                after: int) -> tuple[pa.Table, np.ndarray | None, np.ndarray, np.ndarray]:
+        """Lay a row group's rows out so that each episode's rows are consecutive.
 
-        Rows follow each other in a window when they are the same run and episode at
-        consecutive steps. Where an episode's rows stop in this row group without its last
-        step (``is_last``), the rows that continue it are looked up (the next row group of
-        the file, or any row group whose statistics allow it: a recorder's later commit, or
-        another env's rows in between) and placed right after them. Rows stored out of
-        order (environments interleaved) are sorted by run, episode and step first.
+        Rows follow each other when they are the same run and episode at consecutive steps.
+        Where an episode's rows stop in this row group without its last step (``is_last``),
+        up to ``after`` rows that continue it are looked up (the next row group of the file,
+        or any row group whose statistics allow it: a recorder's later commit, or another
+        env's rows in between) and placed right after them; where they start after its
+        first step, up to ``before`` rows that precede them are placed right before. Rows
+        stored out of order (environments interleaved) are sorted by run, episode and step
+        first.
 
-        Returns the table (this row group's rows, then the continuations), the order of its
+        Returns the table (this row group's rows, then the rows looked up), the order of its
         rows in the layout (None: as they are), each own row's position in the layout, and
-        whether a whole window of L rows starts there.
+        for each layout row whether the next one continues it.
         """
-        L = self.sequence_length
         n = table.num_rows
         last = np.asarray(pa.compute.fill_null(table.column("is_last"), False))
         run, ep, step = _key_arrays(table)
@@ -482,53 +618,63 @@ class SampleSource:
             follows = _follows(run, ep, step)
             ends = np.flatnonzero(~follows)
         runs = table.column("run_id")
-        heads: list[tuple[int, pa.Table]] = []  # (layout row after which they go, rows)
-        for e in ends[~last[ends]]:  # an episode that goes on elsewhere
-            row = int(order[e]) if order is not None else int(e)
-            head = self._continuation(str(runs[row].as_py()), int(ep[e]), int(step[e]) + 1,
-                                      pf, path, cols, path if row == n - 1 else None)
-            if head is None or head.num_rows == 0:
-                continue
-            if head.schema != table.schema:
-                head = head.select(table.column_names).cast(table.schema)
-            heads.append((int(e), head))
+
+        def looked_up(rows: pa.Table | None) -> pa.Table | None:
+            if rows is None or rows.num_rows == 0:
+                return None
+            return rows if rows.schema == table.schema else rows.select(table.column_names).cast(table.schema)
+
+        # (layout row next to which they go, +1: after it / -1: before it, rows)
+        extra: list[tuple[int, int, pa.Table]] = []
+        if after:
+            for e in ends[~last[ends]]:  # an episode that goes on elsewhere
+                row = int(order[e]) if order is not None else int(e)
+                head = looked_up(self._continuation(str(runs[row].as_py()), int(ep[e]), int(step[e]) + 1,
+                                                    pf, path, cols, path if row == n - 1 else None, after))
+                if head is not None:
+                    extra.append((int(e), 1, head))
+        if before:
+            firsts = np.concatenate([[0], ends[:-1] + 1])
+            for f in firsts[step[firsts] > 0]:  # an episode that began elsewhere
+                row = int(order[f]) if order is not None else int(f)
+                since = max(0, int(step[f]) - before)
+                tail = looked_up(self._continuation(str(runs[row].as_py()), int(ep[f]), since, pf, path, cols,
+                                                    None, int(step[f]) - since))
+                if tail is not None:
+                    extra.append((int(f), -1, tail))
         layout = order
-        if heads:
+        if extra:
+            extra.sort(key=lambda x: (x[0], x[1]))
             total = n
             pieces: list[np.ndarray] = []
             lo = 0
-            for e, head in heads:
-                pieces.append(order[lo:e + 1] if order is not None else np.arange(lo, e + 1))
-                pieces.append(np.arange(total, total + head.num_rows))
-                total += head.num_rows
-                lo = e + 1
+            for at, side, rows in extra:
+                cut = at + 1 if side > 0 else at
+                pieces.append(order[lo:cut] if order is not None else np.arange(lo, cut))
+                pieces.append(np.arange(total, total + rows.num_rows))
+                total += rows.num_rows
+                lo = cut
             pieces.append(order[lo:] if order is not None else np.arange(lo, n))
             layout = np.concatenate(pieces)
-            if order is None and len(heads) == 1 and heads[0][0] == n - 1:
+            if order is None and len(extra) == 1 and extra[0][:2] == (n - 1, 1):
                 layout = None  # the one continuation follows the last row: the rows as they are
-            table = pa.concat_tables([table, *(h for _, h in heads)])
-        # each own row's place in the layout, and the whole windows
+            table = pa.concat_tables([table, *(rows for _, _, rows in extra)])
+        # each own row's place in the layout
         position = np.arange(n, dtype=np.int64)
         if layout is not None:
             position = np.empty(n, dtype=np.int64)
             mine = layout < n
             position[layout[mine]] = np.flatnonzero(mine)
-        if heads:  # the layout's keys, continuations included
+        if extra:  # the layout's keys, rows looked up included
             run, ep, step = _key_arrays(table)
             if layout is not None:
                 run, ep, step = run[layout], ep[layout], step[layout]
             follows = _follows(run, ep, step)
-        breaks = np.concatenate([[0], np.cumsum(~follows[:-1])])  # breaks[p]: chain breaks before p
-        size = len(breaks)
-        whole_at = np.zeros(size, dtype=bool)
-        if size >= L:
-            whole_at[: size - L + 1] = breaks[L - 1:] == breaks[: size - L + 1]
-        return table, layout, position, whole_at[position]
+        return table, layout, position, follows
 
     def _continuation(self, run: str, episode: int, step: int, pf: pq.ParquetFile, path: str,
-                      cols: list[str], prefer: str | None) -> pa.Table | None:
-        """Up to L - 1 rows of (run, episode) from ``step`` on, chained over row groups."""
-        need = self.sequence_length - 1
+                      cols: list[str], prefer: str | None, need: int) -> pa.Table | None:
+        """Up to ``need`` rows of (run, episode) from ``step`` on, chained over row groups."""
         got: list[pa.Table] = []
         while need > 0:
             found = self._locate(run, episode, step, pf, path, cols, prefer, need)

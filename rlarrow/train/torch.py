@@ -55,7 +55,16 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
 
-from rlarrow.train.samples import SampleSource, Unit, Windows, flat, nest, to_numpy, units  # noqa: E402
+from rlarrow.train.samples import (  # noqa: E402
+    SampleSource,
+    Unit,
+    Windows,
+    delta_steps_of,
+    flat,
+    nest,
+    to_numpy,
+    units,
+)
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
@@ -108,6 +117,17 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             ``{column: mode}`` for any of them (``reward`` too). ``next_observation``
             (transitions) takes the observation's statistics. Windows and leading axes
             broadcast.
+        delta_steps: each step is a sample with these rows of its episode around it, per
+            column (LeRobot's ``delta_timestamps``, in steps): ``{"observation": [-1, 0],
+            "action": range(16)}`` gives ``observation`` as ``(B, 2, ...)`` (the step before
+            and the step) and ``action`` as ``(B, 16, ...)`` (an action chunk), and for each
+            a mask ``observation_is_pad`` ``(B, 2)``: true where the offset falls outside the
+            episode, whose value there is the episode's first (or last) step's, as LeRobot
+            pads. A dict column's leaves (``"observation.state"``) may be named alone (the
+            mask is then ``batch["observation"]["state_is_pad"]``); other columns come at the
+            step itself.
+        delta_timestamps, fps: the same in seconds, at ``fps`` steps per second (each time a
+            whole number of steps, within 1e-4 s).
         stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
             the store keeps for its steps (all episodes, at ``version``;
             :func:`rlarrow.query.dataset_stats.stats` for a selection or a mixture). They are in
@@ -141,6 +161,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         version: int | None = None,
         normalize: str | Mapping[str, str] | None = None,
         stats: Mapping[str, Any] | None = None,
+        delta_steps: Mapping[str, Sequence[int]] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        fps: float | None = None,
     ) -> None:
         from rlarrow.core.store import Store, as_store
 
@@ -153,8 +176,14 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         #: the store version this dataset reads (record it with the run: read it again with
         #: ``version=``); None for a remote store
         self.version: int | None = st.version if isinstance(st, Store) else None
+        if delta_timestamps is not None:
+            if delta_steps is not None:
+                raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
+                                    "not both")
+            delta_steps = delta_steps_of(delta_timestamps, fps if fps is not None else 0.0)
         self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
-                                              sequence_length=sequence_length, layout=layout)
+                                              sequence_length=sequence_length, layout=layout,
+                                              delta_steps=delta_steps)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.buffer_rows = max(buffer_rows, batch_size)
@@ -373,8 +402,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 batches = [self._normalize(b) for b in batches]
             return _pack(batches, reader)
         windows = sum(len(which) for _, which in plans)
-        per_window = sum(v[:1].nbytes for v in buf.base.values()) * max(buf.length, 2) + 16
-        arrays = (len(buf.base) * 2 + 2) * len(plans)
+        per_window = buf.window_bytes()
+        arrays = (len(buf.base) * 2 + 2 + len(buf.deltas or {})) * len(plans)
         size = windows * per_window + arrays * 64 + 64
         if self._ring is None:
             self._ring = _Ring()
@@ -420,8 +449,7 @@ _RING_BLOCKS = 6
 
 
 def _plan_bytes(plans: list[tuple[Windows, np.ndarray]]) -> int:
-    buf = plans[0][0]
-    return sum(len(w) for _, w in plans) * sum(v[:1].nbytes for v in buf.base.values()) * max(buf.length, 2)
+    return sum(len(w) for _, w in plans) * plans[0][0].window_bytes()
 
 
 class _Ring:
