@@ -423,3 +423,12 @@ def test_delta_steps_refuse_what_they_cannot_mean(store):
         StreamingDataset(store, delta_steps={"action": [0.5]})
     with pytest.raises(ArgumentError, match="table='steps'"):
         StreamingDataset(store, "transitions", delta_steps={"action": [0]})
+
+
+def test_a_loader_without_workers_each_epoch(store):
+    """num_workers=0 runs the dataset in the main process: no shared blocks, and a new
+    DataLoader per epoch over the same dataset (README's loop) gives every row each time."""
+    ds = StreamingDataset(store, columns=["episode_id", "step"], batch_size=16)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        assert sorted(ids(DataLoader(ds, num_workers=0))) == sorted(all_ids(store))

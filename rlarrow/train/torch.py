@@ -396,6 +396,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     def _pack(self, plans: list[tuple[Windows, np.ndarray]], reader: int) -> dict[str, Any]:
         """A worker's batches for the main process: gathered straight into one shared-memory block."""
         buf = plans[0][0]
+        if torch.utils.data.get_worker_info() is None:  # num_workers=0: this is the main process
+            batches = [buf.gather(which) for _, which in plans]
+            if self._normalize is not None:
+                batches = [self._normalize(b) for b in batches]
+            return {"_rlarrow_batches": [nest({k: _tensor(v) for k, v in b.items()}) for b in batches],
+                    "_rlarrow_reader": reader}
         if self._normalize is not None or any(v.dtype == object for v in buf.base.values()):
             batches = [buf.gather(which) for _, which in plans]
             if self._normalize is not None:
@@ -411,19 +417,25 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         memory = block.numpy()
         start = memory.ctypes.data
         used = 0
+        overflow = False
 
         def place(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-            nonlocal used
+            nonlocal used, overflow
             nbytes = int(np.prod(shape)) * dtype.itemsize
-            if used + nbytes > size:  # (the estimate is an upper bound: never here)
-                raise AssertionError("parcel overflow")
+            if used + nbytes > size:  # (the estimate is an upper bound: never here; if it were
+                overflow = True  # wrong, the parcel goes the copying way below)
+                return np.empty(shape, dtype)
             out: np.ndarray = memory[used:used + nbytes].view(dtype).reshape(shape)
             used += -(-nbytes // 64) * 64
             return out
 
         layout: list[dict[str, tuple[int, str, tuple[int, ...]]]] = []
+        gathered = []
         for _, which in plans:
             batch = buf.gather(which, out=place)
+            gathered.append(batch)
+            if overflow:
+                continue
             entry = {}
             for k, v in batch.items():
                 at = v.ctypes.data - start
@@ -433,6 +445,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                     at = placed.ctypes.data - start
                 entry[k] = (at, v.dtype.str, v.shape)
             layout.append(entry)
+        if overflow:  # (the block was not sent: its slot stays free)
+            return _pack([{k: np.array(v) for k, v in b.items()} for b in gathered], reader)
         return {"_rlarrow_layout": layout, "_rlarrow_reader": reader, **self._ring.sent(slot, block)}
 
 
