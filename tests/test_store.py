@@ -473,3 +473,31 @@ def test_append_together_commits_several_tables_in_one_manifest_write(tmp_path, 
     assert store.row_count("steps") == 6 and store.row_count("episodes") == 1
     assert not [p for p in (tmp_path / "s").rglob("*") if p.name.startswith(".tmp")]
     assert store.append_together({}) == []
+
+
+def test_a_writer_scans_for_left_files_only_after_another_held_the_lock(tmp_path):
+    """Files a killed writer renamed into place are adopted by the next commit of a writer
+    that finds another's signature on the lock; the same writer committing again, with no
+    other writer in between, skips that scan (a cost that grew with every file)."""
+    import json
+    import shutil
+
+    def listed(path):
+        manifest = json.loads((path / "_rlarrow_store.json").read_text())
+        return [f["name"] for f in manifest["tables"]["scalars"]["files"]]
+
+    from rlarrow.core.store import LOCK_NAME
+
+    path = tmp_path / "s.rlarrow"
+    st = rlarrow.Store.create(path, auto_compact=None)
+    st.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [0], "value": [1.0]})
+    first = path / "scalars" / st.manifest()["tables"]["scalars"]["files"][0]["name"]
+    left = first.with_name("part-zzzz-left-by-a-killed-writer.parquet")
+    shutil.copy(first, left)  # as if renamed in by a writer killed before its manifest write
+    st.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [1], "value": [2.0]})
+    assert left.name not in listed(path)  # (on disk; a reader adopts it in memory)
+    assert rlarrow.Store.open(path, readonly=True).read("scalars").num_rows == 3  # a reader sees it
+    (path / LOCK_NAME).write_bytes(b"another writer".ljust(64))  # another writer held the lock
+    st.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [2], "value": [3.0]})
+    assert left.name in listed(path)
+    assert st.read("scalars").num_rows == 4

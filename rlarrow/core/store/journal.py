@@ -119,6 +119,21 @@ def retire(manifest: dict[str, Any], rels: list[str]) -> None:
         when.setdefault(rel, now)
 
 
+def _fingerprint(manifest: dict[str, Any]) -> str:
+    """What recovery can change of a manifest, in a few bytes whatever the store's history.
+
+    Recovery finishes a journaled step (``pending``, and the files it lists), adopts
+    orphans (files and rows of a table, its schema when it had none), deletes retired files
+    (``retired``, ``retired_at``) and writes Delta commits left due (``delta_due``). A dump of
+    the whole manifest before and after, which this replaces, cost two full serialisations
+    per commit.
+    """
+    tables = [(name, len(e["files"]), e["files"][-1]["name"] if e["files"] else None, e["rows"],
+               e.get("schema") is None) for name, e in manifest["tables"].items()]
+    return json.dumps([manifest.get("pending"), manifest.get("retired"), manifest.get("retired_at"),
+                       manifest.get("delta_due"), tables], sort_keys=True, default=str)
+
+
 class JournalStore(StoreBase):
     """Recovery, and the consistent view readers take (see :class:`rlarrow.Store`)."""
 
@@ -253,10 +268,15 @@ class JournalStore(StoreBase):
             directory = self.path / name
             if not directory.is_dir():
                 continue
-            for p in sorted(directory.glob("part-*.parquet")):
-                rel = f"{name}/{p.name}"
-                if p.name in listed or rel in retired or rel in pending_new:
+            # (names as strings, sorted: Path objects' sorting took 20 ms of a commit at 1,500 files)
+            with os.scandir(directory) as entries:
+                names = sorted(e.name for e in entries
+                               if e.name.startswith("part-") and e.name.endswith(".parquet"))
+            for file_name in names:
+                rel = f"{name}/{file_name}"
+                if file_name in listed or rel in retired or rel in pending_new:
                     continue  # (first: the files kept for earlier versions cost no system call)
+                p = directory / file_name
                 if p.is_symlink() or not p.is_file() or not _manifest.is_plain_file_name(p.name):
                     continue  # never adopted (a link could lead outside the store; a name the
                     # manifest may not hold would make it unreadable)
@@ -374,15 +394,17 @@ class JournalStore(StoreBase):
         reads, so a commit leaves it to the next open, declare or compaction.
         """
         self._delta_heal(manifest)
-        before = json.dumps(manifest, sort_keys=True)
+        before = _fingerprint(manifest)
         self._finish_pending(manifest)
-        for table, names in self._scan_orphans(manifest).items():
+        # (no other writer since our last commit: none can have left files to adopt)
+        orphans = {} if self.__dict__.get("_sole_writer") else self._scan_orphans(manifest)
+        for table, names in orphans.items():
             for name in names:
                 self._adopt(manifest, table, name)
         self._delete_retired(manifest, older_than_ms=int(time.time() * 1000) - RETAIN_HOURS * 3_600_000)
         if sweep:
             self._remove_stale_tmp()
-        if json.dumps(manifest, sort_keys=True) != before:
+        if _fingerprint(manifest) != before:
             self._write_manifest(manifest)
         return manifest
 
