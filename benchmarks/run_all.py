@@ -31,6 +31,7 @@ REPORT = HERE / "RESULTS.md"
 SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "store_io.py": (["store_io"], None),
     "store_commit.py": (["store_commit"], None),
+    "store_history.py": (["store_history"], None),
     "step_stats.py": (["step_stats"], None),
     "memory_convert.py": (["memory_convert_100000x16"], None),
     "episodes_record.py": (["episodes_record"], None),
