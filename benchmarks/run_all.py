@@ -36,6 +36,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "memory_convert.py": (["memory_convert_100000x16"], None),
     "episodes_record.py": (["episodes_record"], None),
     "tfevents_io.py": (["tfevents_io"], None),
+    "tfevents_crc.py": (["tfevents_crc"], None),
     "sql_returns.py": (["sql_returns"], None),
     "sql_macros.py": (["sql_macros"], None),
     "export_memory.py": (["export_memory_20M"], None),

@@ -29,6 +29,8 @@ Example:
 # no new dependency. A library is far faster on long records (images, histograms, graphs:
 # 1 s vs 1 ms for 8 MiB of 1 MiB records), which the reader checks but then skips; using
 # google-crc32c for long ranges when it is installed would be the fix if such files matter.
+# ``benchmarks/tfevents_crc.py`` repeats this measurement in ``make bench`` (RESULTS.md): both
+# CRCs of 1M records, ours 0.43 s against 0.50 s for google-crc32c called per CRC.
 
 from __future__ import annotations
 
