@@ -82,6 +82,27 @@ def test_crc32c_matches_known_vectors_and_tensorboard() -> None:
     assert mask(0) == 0xA282EAD8
 
 
+def test_crc32c_of_long_records_from_combined_pieces() -> None:
+    """Records of 4 KiB and more (images, histograms) are cut into 256-byte pieces whose CRCs
+    combine (up to 128 KiB all at once, longer ones each in log steps): every length around
+    the cuts, at any offset, alone or beside others, must give TensorBoard's CRC."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as tb_crc
+
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, 1_200_000, dtype=np.uint8)
+    cases = [(3, 1 << 15), (4, (1 << 15) + 1), (5, (1 << 15) + 255), (6, 1 << 16), (7, (1 << 16) + 257),
+             (11, (1 << 20) + 3), (100_001, 300_000), (13, 1_100_000), (8, 4096), (9, 4096 + 257),
+             (10, (1 << 17) - 1), (12, 1 << 17)]
+    for start, n in cases:
+        want = tb_crc(data[start:start + n].tobytes())
+        assert int(crc32c_many(data, np.array([start]), np.array([n]))[0]) == want, (start, n)
+    starts = np.array([s for s, _ in cases] + [20, 40, 50, 60])
+    lengths = np.array([n for _, n in cases] + [12, 700, 5000, 5001])
+    got = crc32c_many(data, starts, lengths)
+    want = [tb_crc(data[s:s + n].tobytes()) for s, n in zip(starts, lengths, strict=True)]
+    assert [int(g) for g in got] == want
+
+
 # ---------------------------------------------------------------- encodings
 
 

@@ -201,12 +201,15 @@ def _frame(data: bytes, u64: np.ndarray, pos: int, end: int) -> tuple[np.ndarray
     offs: list[np.ndarray] = []
     lens: list[np.ndarray] = []
     recent: list[int] = []
+    # records predicted at once: twice the run last found (a histogram every 4,000 scalars cut
+    # runs short, and predicting 65,536 each time took 0.3 s of a 1 s read of such logs)
+    span = 1 << 12
     while pos + HEADER_BYTES <= end:
         taken = 0
         p = _period(recent)
         if p:
             pattern = np.array(recent[-p:], dtype=np.int64)
-            k = min(1 << 16, (end - pos) // (int(pattern.min()) + FRAMING_BYTES) + 1)
+            k = min(span, (end - pos) // (int(pattern.min()) + FRAMING_BYTES) + 1)
             plen = np.tile(pattern, -(-k // p))[:k]
             stride = plen + FRAMING_BYTES
             poff = np.empty(k, dtype=np.int64)
@@ -218,6 +221,7 @@ def _frame(data: bytes, u64: np.ndarray, pos: int, end: int) -> tuple[np.ndarray
                 actual = u64[poff[:fit]].astype(np.int64)
                 bad = np.flatnonzero(actual != plen[:fit])
                 taken = int(bad[0]) if len(bad) else fit
+                span = min(1 << 16, max(1 << 10, 2 * taken))
                 if taken:
                     offs.append(poff[:taken])
                     lens.append(plen[:taken])
