@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -52,18 +51,9 @@ def scalars_store() -> Path:
     return path
 
 
-def best_of(fn, repeat: int = 3) -> float:  # noqa: ANN001
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main() -> None:
     sys.path.insert(0, os.fspath(HERE))
-    from _report import report
+    from _report import best_of, report
     from sql_returns import generate
 
     import rlarrow

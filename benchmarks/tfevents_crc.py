@@ -30,21 +30,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-
-
-def best_of(fn, repeat: int = 3) -> float:  # noqa: ANN001
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def frame(data: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +79,7 @@ def mixed_file() -> Path:
 
 def main() -> None:
     sys.path.insert(0, os.fspath(HERE))
-    from _report import report
+    from _report import best_of, report
     from tfevents_io import generate
 
     try:
@@ -173,6 +163,7 @@ def mixed_rows() -> list[dict]:
     """Reading and importing logs with 200 tags, histograms and images, against upb decoding."""
     import tempfile
 
+    from _report import best_of
     from tensorboard.compat.proto import event_pb2
 
     import rlarrow

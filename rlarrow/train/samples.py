@@ -329,8 +329,8 @@ class Windows:
         def take(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
             if out is None:
                 return np.take(v, idx, axis=0)
-            # (mode="clip": the indices are in range; with the default "raise" NumPy gathers
-            # into a temporary and copies it, fresh memory at every call)
+            # (mode="clip": the indices are in range; with the default mode NumPy gathers into
+            # a temporary and copies it, fresh memory at every call)
             return np.take(v, idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
 
         if self.deltas is not None:  # each column at its offsets, clamped to the episode, and pad masks
