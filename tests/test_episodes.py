@@ -551,3 +551,122 @@ def test_reader_reads_with_the_core_dm_env_rows(tmp_path):
     assert [(s.timestep.step_type, s.action) for s in rows.step_range(1, 3)] == \
         [(s.timestep.step_type, s.action) for s in reader.steps[1:3]]
     assert rows.metadata() == reader.metadata() and rows.episode_metadata() == reader.episode_metadata()
+
+
+class ReusedDictEnv:
+    """A dict observation whose leaf arrays the env rewrites in place each step (as many do).
+
+    ``pos`` is float64 where the spec says float32 (the recorder casts); ``bad`` names a key
+    to drop or a shape to give ``pos`` at observation 6.
+    """
+
+    def __init__(self, bad=None):
+        import dm_env
+
+        self.dm_env = dm_env
+        self.buf = {"pos": np.zeros(3, np.float64),
+                    "grip": {"open": np.array(False), "force": np.zeros(2, np.int16)}}
+        self.count, self.bad = 0, bad
+
+    def _obs(self):
+        self.count += 1
+        self.buf["pos"][:] = (self.count, -self.count, np.nan if self.count % 4 == 0 else 0.5)
+        self.buf["grip"]["open"][()] = self.count % 3 == 0
+        self.buf["grip"]["force"][:] = (self.count, 7)
+        if self.count == 6 and self.bad == "missing":
+            return {"pos": self.buf["pos"], "grip": {"force": self.buf["grip"]["force"]}}
+        if self.count == 6 and self.bad == "shape":
+            return {**self.buf, "pos": np.zeros(2)}
+        return self.buf
+
+    def reset(self):
+        self.t = 0
+        return self.dm_env.restart(self._obs())
+
+    def step(self, action):
+        self.t += 1
+        return (self.dm_env.termination if self.t == 3 else self.dm_env.transition)(1.0, self._obs())
+
+    def observation_spec(self):
+        from dm_env import specs
+
+        return {"pos": specs.Array((3,), np.float32, "pos"),
+                "grip": {"open": specs.Array((), bool, "open"),
+                         "force": specs.Array((2,), np.int16, "force")}}
+
+    def action_spec(self):
+        from dm_env import specs
+        return specs.DiscreteArray(3, name="action")
+
+    def reward_spec(self):
+        from dm_env import specs
+        return specs.Array((), np.float64, "reward")
+
+    def discount_spec(self):
+        from dm_env import specs
+        return specs.BoundedArray((), np.float64, 0.0, 1.0, "discount")
+
+
+@pytest.mark.parametrize(("flush_every_steps", "background"), [(1, False), (2, True), (None, False)])
+def test_dict_observations_are_packed_per_step_copied_and_cast(tmp_path, flush_every_steps, background):
+    """Dict observations are packed into bytes at each step: a buffer the env reuses, float64
+    cast to the spec's float32, a bool scalar and an int16 leaf come back value for value."""
+    env = rlarrow.EnvLogger(ReusedDictEnv(), tmp_path / "s", flush_every_steps=flush_every_steps,
+                            flush_every_seconds=None, background=background)
+    assert env._pack is not None  # the packed path, not the leaf-by-leaf copy
+    for _ in range(5):
+        ts = env.reset()
+        while not ts.last():
+            ts = env.step(1)
+    env.close()
+    n = env._env.count
+    cols = rlarrow.Reader(tmp_path / "s").episode_columns(slice(None), ["observation"])["observation"]
+    want = np.arange(1, n + 1)
+    assert cols["pos"].dtype == np.float32 and cols["pos"].shape == (n, 3)
+    np.testing.assert_array_equal(cols["pos"][:, 0], want)
+    np.testing.assert_array_equal(cols["pos"][:, 1], -want)
+    assert np.array_equal(np.isnan(cols["pos"][:, 2]), want % 4 == 0)
+    assert cols["grip"]["open"].dtype == bool and cols["grip"]["open"].tolist() == (want % 3 == 0).tolist()
+    assert cols["grip"]["force"].dtype == np.int16 and cols["grip"]["force"][:, 0].tolist() == want.tolist()
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("missing", r"ReusedDictEnv.step returned an observation\['grip'\] without 'open'"),
+    ("shape", r"ReusedDictEnv.step \(observation\['pos'\]\) returned an observation of shape \(2,\); its "
+              r"observation spec says \(3,\)")])
+def test_a_dict_observation_missing_a_key_or_of_a_wrong_shape_is_refused_naming_it(tmp_path, bad, message):
+    env = rlarrow.EnvLogger(ReusedDictEnv(bad=bad), tmp_path / "s", flush_every_steps=2,
+                            flush_every_seconds=None)
+    ts = env.reset()
+    while not ts.last():
+        ts = env.step(0)  # observations 1-4
+    env.reset()  # 5
+    with pytest.raises(ValueError, match=message):
+        env.step(0)
+    env.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    assert store.row_count("steps") == 5  # the rows before the bad one, aligned
+    store.close()
+
+
+def test_packer_gives_what_a_leaf_by_leaf_copy_gives():
+    from dm_env import specs
+
+    from rlarrow.core.episodes import Packer, unpack
+    from rlarrow.core.step_columns import flat_value, stack
+
+    spec = {"b": (specs.Array((2,), np.uint8), specs.Array((), np.float64)),
+            "a": specs.Array((2, 2), np.int64)}
+    rng = np.random.default_rng(0)
+    values = [{"b": (rng.integers(0, 255, 2).astype(np.uint8), float(rng.standard_normal())),
+               "a": rng.integers(-2**62, 2**62, (2, 2))} for _ in range(7)]
+    packer = Packer.of(spec)
+    got = unpack(np.frombuffer(b"".join(packer(v) for v in values), packer.dtype))
+    want = stack([flat_value(v, spec) for v in values])
+    assert list(got) == ["b", "a"] and list(got["b"]) == ["0", "1"]
+    for key, sub in (("a", None), ("b", "0"), ("b", "1")):
+        g, w = (got[key], want[key]) if sub is None else (got[key][sub], want[key][sub])
+        assert g.dtype == w.dtype and g.flags.c_contiguous
+        np.testing.assert_array_equal(g, w)
+    assert Packer.of(specs.Array((3,), np.float32)) is None  # a plain array has its own paths
+    assert Packer.of({"s": specs.StringArray(())}) is None

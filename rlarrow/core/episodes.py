@@ -22,7 +22,7 @@ from rlarrow.core.step_columns import scalars as _scalars
 from rlarrow.core.step_columns import stack as _stack
 from rlarrow.core.store import Store
 
-__all__ = ["PACKED_BYTES", "Arena", "Episode", "Lane", "Sink", "checked_row"]
+__all__ = ["PACKED_BYTES", "Arena", "Episode", "Lane", "Packer", "Sink", "checked_row", "unpack"]
 
 #: an arena holds at most this many bytes before it grows past the flush size
 _ARENA_BYTES = 256 << 20
@@ -43,6 +43,113 @@ def checked_row(value: Any, shape: tuple[int, ...], dtype: Any, where: str) -> n
         raise ArgumentError(f"{where} returned an observation of shape {arr.shape}; its "
                             f"observation spec says {shape}. Fix the environment or its spec")
     return arr
+
+
+class Packer:
+    """Packs one nested observation (dicts, tuples or lists of fixed-shape arrays) into bytes.
+
+    A recorder of dict observations appends each step's packed bytes to its lane (one
+    ``tobytes`` per leaf and one join, where copying the nested value leaf by leaf and
+    stacking the leaves at commit took 11 us a step for 3 keys); a commit reads the joined
+    bytes as one array of :attr:`dtype`, a NumPy structured dtype that mirrors the nesting,
+    and :func:`unpack` gives back each leaf as a column. Leaves of another dtype are cast
+    (as ``np.array(value, dtype)`` would), of another shape refused.
+
+    Args:
+        leaves: ``(path, shape, dtype)`` per leaf, ``path`` the keys (str) or indexes (int)
+            down to it, in the order the struct keeps them.
+        where: what to name in errors (the environment).
+
+    Example:
+        >>> p = Packer([(("pos",), (2,), np.float32), (("hit",), (), np.bool_)])
+        >>> rows = np.frombuffer(p({"pos": np.ones(2, np.float32), "hit": True}) * 2, p.dtype)
+        >>> unpack(rows)["pos"].shape
+        (2, 2)
+    """
+
+    __slots__ = ("dtype", "flat", "leaves", "where")
+
+    def __init__(self, leaves: list[tuple[tuple[Any, ...], tuple[int, ...], Any]],
+                 where: str = "the environment") -> None:
+        self.leaves = [(tuple(path), tuple(shape), np.dtype(dtype)) for path, shape, dtype in leaves]
+        self.flat = [(path[0], shape, dtype) for path, shape, dtype in self.leaves] \
+            if all(len(path) == 1 for path, _, _ in self.leaves) else None
+        self.where = where
+        fields: dict[str, Any] = {}
+        for path, shape, dtype in self.leaves:
+            node = fields
+            for key in path[:-1]:
+                node = node.setdefault(str(key), {})
+            node[str(path[-1])] = (dtype, shape)
+        self.dtype = _struct(fields)
+
+    @classmethod
+    def of(cls, spec: Any, where: str = "the environment") -> Packer | None:
+        """The packer for a dict/tuple/list spec of fixed-shape numeric arrays, else None.
+
+        ``spec`` holds dm_env specs or gymnasium spaces. None for a plain array (it has
+        paths of its own) or a leaf of no fixed shape or numeric dtype.
+        """
+        leaves: list[tuple[tuple[Any, ...], tuple[int, ...], Any]] = []
+
+        def walk(node: Any, path: tuple[Any, ...]) -> bool:
+            children = getattr(node, "spaces", node)  # a gymnasium Dict or Tuple space
+            if hasattr(children, "items"):
+                return bool(children) and all(walk(v, (*path, k)) for k, v in children.items())
+            if isinstance(children, (list, tuple)) and path is not None:
+                return bool(children) and all(walk(v, (*path, i)) for i, v in enumerate(children))
+            shape, dtype = getattr(node, "shape", None), getattr(node, "dtype", None)
+            if not path or shape is None or dtype is None or np.dtype(dtype).kind not in "biuf":
+                return False
+            leaves.append((path, tuple(shape), np.dtype(dtype)))
+            return True
+
+        if not walk(spec, ()):
+            return None
+        if len({tuple(str(k) for k in path) for path, _, _ in leaves}) != len(leaves):
+            return None  # keys equal as strings ({1: ..., "1": ...}): the slow path says what
+        return cls(leaves, where)
+
+    def __call__(self, value: Any) -> bytes:
+        """One observation's leaves' bytes, joined (a copy: envs may reuse their buffers)."""
+        flat = self.flat
+        if flat is not None:
+            try:
+                return b"".join([v.tobytes() if type(v := value[key]) is np.ndarray and v.dtype is dtype
+                                 and v.shape == shape else self._leaf(v, (key,), shape, dtype)
+                                 for key, shape, dtype in flat])
+            except (KeyError, IndexError, TypeError):
+                pass  # the slow path names what is missing
+        parts = []
+        for path, shape, dtype in self.leaves:
+            v = value
+            for depth, key in enumerate(path):
+                try:
+                    v = v[key]
+                except (KeyError, IndexError, TypeError):
+                    at = "".join(f"[{k!r}]" for k in path[:depth])
+                    raise ArgumentError(f"{self.where} returned an observation{at} without {key!r}; "
+                                        "its observation spec has it. Fix the environment or its "
+                                        "spec") from None
+            parts.append(self._leaf(v, path, shape, dtype))
+        return b"".join(parts)
+
+    def _leaf(self, value: Any, path: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> bytes:
+        name = "".join(f"[{k!r}]" for k in path)
+        return checked_row(value, shape, dtype, f"{self.where} (observation{name})").tobytes()
+
+
+def _struct(fields: dict[str, Any]) -> np.dtype[Any]:
+    return np.dtype([(name, _struct(f)) if isinstance(f, dict) else (name, f[0], f[1])
+                     for name, f in fields.items()])
+
+
+def unpack(rows: np.ndarray) -> Any:
+    """The rows of a :class:`Packer`'s structured dtype as nested dicts of contiguous columns."""
+    names = rows.dtype.names
+    if names is None:
+        return np.ascontiguousarray(rows)
+    return {name: unpack(rows[name]) for name in names}
 
 
 class Arena:
@@ -133,7 +240,8 @@ class Lane:
     them. ``custom`` (step metadata) is either empty or has every row. With an
     :class:`Arena`, observations are its rows and ``obs`` stays empty; with ``packed``
     (``(shape, dtype)``), ``obs`` holds each observation's bytes (C order), joined into one
-    array at commit. A lane with either is its sink's only one.
+    array at commit (``shape`` is ``()`` and ``dtype`` structured for a :class:`Packer`'s).
+    A lane with either is its sink's only one.
     """
 
     __slots__ = ("action", "arena", "custom", "discount", "env_index", "episodes", "obs", "packed", "reward")
@@ -383,8 +491,7 @@ class Sink:
                     "episode_id": np.repeat(ids.astype(np.int64), lengths),
                     "step": step,
                     "env_index": np.repeat(envs.astype(np.int32), lengths),
-                    "observation": (rows.observation if isinstance(rows.observation, np.ndarray)
-                                    else _ordered(_stack(rows.observation), self.types.get("observation"))),
+                    "observation": self._observations(rows.observation),
                     "action": _actions(rows.action, self.action_dtype, pads, self.types.get("action")),
                     "reward": _scalars(rows.reward),
                     "discount": _scalars(rows.discount),
@@ -400,6 +507,13 @@ class Sink:
         if ep_rows is not None:
             data["episodes"] = ep_rows
         self.store.append_together(data)  # one commit: one manifest write for both tables
+
+    def _observations(self, obs: Any) -> Any:
+        """A commit's observations as a column: an arena's or packed rows, or stacked values."""
+        if isinstance(obs, np.ndarray) and obs.dtype.names is None:
+            return obs
+        nested = unpack(obs) if isinstance(obs, np.ndarray) else _stack(obs)  # packed by a Packer, or not
+        return _ordered(nested, self.types.get("observation"))
 
     def _episode_rows(self, eps: list[Episode]) -> dict[str, Any]:
         def meta(ep: Episode) -> Any:

@@ -47,7 +47,7 @@ import numpy as np
 from rlarrow._version import __version__
 from rlarrow.core import specs as _specs
 from rlarrow.core.deps import require
-from rlarrow.core.episodes import PACKED_BYTES, Arena, Episode, Sink, checked_row
+from rlarrow.core.episodes import PACKED_BYTES, Arena, Episode, Packer, Sink, checked_row
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.step_columns import flat_value as _flat_obs
 from rlarrow.core.store import Store
@@ -130,6 +130,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         self._lane = lane = self._sink.lanes[0]
         self._where = f"{type(env).__name__}.step"
         self._packed: tuple[tuple[int, ...], Any] | None = None
+        self._pack: Packer | None = None
         if self._obs_dtype is not None:  # a plain array: copied as bytes when small, else into an arena
             shape = tuple(self._obs_spec.shape)
             if int(np.prod(shape, dtype=np.int64)) * self._obs_dtype.itemsize <= PACKED_BYTES:
@@ -137,6 +138,10 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             else:
                 rows = (flush_every_steps or 1024) + 2  # a commit takes all but the newest row
                 lane.arena = Arena(shape, self._obs_dtype, rows, where=self._where)
+        else:  # dicts (or tuples) of arrays: each step's leaves packed into bytes
+            self._pack = Packer.of(self._obs_spec, where=self._where)
+            if self._pack is not None:
+                lane.packed = ((), self._pack.dtype)
         self._arena = lane.arena
         self._episode: Episode | None = None
         self._check_at = self._next_check()  # step() asks the flush policy when ``unflushed`` reaches it
@@ -185,8 +190,10 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                 ep.meta = meta
         lane = self._lane
         obs = timestep.observation
-        packed, arena = self._packed, self._arena
-        if packed is not None:
+        packed, arena, pack = self._packed, self._arena, self._pack
+        if pack is not None:
+            lane.obs.append(pack(obs))
+        elif packed is not None:
             if type(obs) is np.ndarray and obs.dtype is packed[1] and obs.shape == packed[0]:
                 lane.obs.append(obs.tobytes())  # a copy: envs may reuse their buffers
             else:
@@ -217,7 +224,9 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
 
     def _add_obs(self, obs: Any) -> None:
         """Copy an observation into the lane (the slow path: any form, checked and cast)."""
-        if self._packed is not None:
+        if self._pack is not None:
+            self._lane.obs.append(self._pack(obs))
+        elif self._packed is not None:
             self._lane.obs.append(checked_row(obs, *self._packed, self._where).tobytes())
         elif self._arena is not None:
             self._arena.put(obs)
