@@ -163,3 +163,104 @@ def test_gym_recordings_have_dm_env_specs_from_their_spaces(tmp_path):
             spec["mode"].validate(obs["mode"])
             assert isinstance(obs["pair"], tuple)
             spec["pair"][1].validate(obs["pair"][1])
+
+
+def _arm_env():
+    """A gymnasium env with a nested Dict observation and a Box action; 2-6 step episodes."""
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    class Arm(gym.Env):
+        def __init__(self):  # spaces of its own: a sub-env's samples depend on its seed alone
+            self.observation_space = spaces.Dict({
+                "joints": spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+                "pair": spaces.Tuple((spaces.MultiBinary(3), spaces.Discrete(4, start=1))),
+            })
+            self.action_space = spaces.Box(-2.0, 2.0, (2,), np.float64)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            if seed is not None:  # else its samples go on from where they were
+                self.observation_space.seed(seed)
+            self.left = int(self.np_random.integers(2, 7))
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self.left -= 1
+            obs = self.observation_space.sample()
+            obs["joints"][0, 0] = float(action[0]) / 2  # the action leaves a trace
+            return obs, float(action.sum()), self.left == 0 and self.left % 2 == 0, self.left == 0, {}
+
+    return Arm()
+
+
+@pytest.mark.parametrize("mode", ["NEXT_STEP", "SAME_STEP"])
+def test_vector_dict_observations_equal_each_sub_env_alone(tmp_path, mode):
+    """Nested Dict observations of a vector env are split per sub-env once per step: every
+    sub-env's episodes equal the same env recorded alone (NaN-free, dtype for dtype)."""
+    import gymnasium as gym
+
+    from rlarrow.record.gym import RecordEpisodes, RecordVectorEpisodes
+
+    n, seeds = 3, [4, 5, 6]
+    vec = gym.vector.SyncVectorEnv([_arm_env] * n, autoreset_mode=getattr(gym.vector.AutoresetMode, mode))
+    rec = RecordVectorEpisodes(vec, tmp_path / "s", flush_every_steps=7)
+    rec.reset(seed=seeds)
+    actions = np.random.default_rng(1).uniform(-2, 2, (40, n, 2))
+    used = [[] for _ in range(n)]
+    pending = [False] * n
+    for t in range(len(actions)):
+        _, _, term, trunc, _ = rec.step(actions[t])
+        for i in range(n):
+            if pending[i]:
+                pending[i] = False
+                used[i].append("reset")
+                continue
+            used[i].append(actions[t, i])
+            if term[i] or trunc[i]:
+                if mode == "NEXT_STEP":
+                    pending[i] = True
+                else:
+                    used[i].append("reset")
+    rec.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    vec_eps = episodes_of(store, rec.run_id)
+    for i, seed in enumerate(seeds):
+        alone = RecordEpisodes(_arm_env(), store)
+        alone.reset(seed=seed)
+        for a in used[i]:
+            if isinstance(a, str):
+                alone.reset()
+            else:
+                alone.step(a)
+        alone.close()
+        mine = [(row, ep) for row, ep in vec_eps.values() if row["env_index"] == i]
+        theirs = list(episodes_of(rlarrow.Store.open(tmp_path / "s"), alone.run_id).values())
+        assert len(mine) == len(theirs) > 3
+        for (r1, e1), (r2, e2) in zip(mine, theirs, strict=True):
+            assert (r1["num_steps"], r1["return"], r1["partial_end"]) == (r2["num_steps"], r2["return"],
+                                                                          r2["partial_end"])
+            for col in ("observation", "action", "reward", "is_first", "is_last", "is_terminal"):
+                assert e1.column(col).type == e2.column(col).type, col
+                assert e1.column(col).to_pylist() == e2.column(col).to_pylist(), col
+
+
+def test_vector_step_after_a_final_flush_is_refused_until_a_reset(tmp_path):
+    import gymnasium as gym
+
+    from rlarrow.core.errors import UsageError
+    from rlarrow.record.gym import RecordVectorEpisodes
+
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    rec = RecordVectorEpisodes(vec, tmp_path / "s")
+    rec.reset(seed=0)
+    rec.step(np.zeros(2, np.int64))
+    rec.flush(final=True)  # the open episodes are cut (partial_end)
+    with pytest.raises(UsageError, match="call reset"):
+        rec.step(np.zeros(2, np.int64))
+    rec.reset()
+    rec.step(np.ones(2, np.int64))
+    rec.close()
+    store = rlarrow.Store.open(tmp_path / "s")
+    assert store.row_count("steps") == 2 * 2 + 2 * 2  # two episodes of 2 rows per sub-env
+    assert store.read("episodes").column("partial_end").to_pylist() == [True] * 4
