@@ -197,3 +197,43 @@ def test_binary_layout_survives_compaction_and_info(tmp_path):
     assert tensors.to_numpy(back.column("observation")).tobytes() == frames.tobytes()
     out = CliRunner().invoke(cli, ["info", str(tmp_path / "s")])
     assert out.exit_code == 0 and "steps.observation" in out.output and "rlarrow.tensor" in out.output
+
+
+@pytest.mark.parametrize("layout", ["binary", "list"])
+def test_large_chunked_columns_join_in_threads_as_one_chunk_would(layout):
+    """A column of many chunks over the join threshold (joined by threads into one array)
+    gives what the same column in one chunk gives: values, NaN, nulls filled, structs."""
+    rng = np.random.default_rng(3)
+    rows = [30_000, 1, 0, 41_000, 7_000]  # 78,001 rows of 64 float32: 20 MB
+    chunks, wanted = [], []
+    for k, n in enumerate(rows):
+        values = rng.standard_normal((n, 64)).astype(np.float32)
+        if n > 1:
+            values[n // 2, 5] = np.nan
+        arr = tensors.to_arrow(values, tensors.tensor_type(np.float32, (64,), layout=layout))
+        if k == 3:  # null rows in one chunk
+            nulls = np.zeros(n, bool)
+            nulls[[0, 17, n - 1]] = True
+            arr = tensors.with_null_rows(arr, nulls)
+            values = values.copy()
+            values[nulls] = np.nan
+        chunks.append(arr)
+        wanted.append(values)
+    column = pa.chunked_array(chunks, type=chunks[0].type)
+    assert column.nbytes >= tensors._JOIN_BYTES and column.num_chunks == len(rows)
+    got = tensors.to_numpy(column)
+    one = tensors.to_numpy(column.combine_chunks())
+    want = np.concatenate(wanted)
+    assert got.dtype == np.float32 and got.shape == want.shape == one.shape
+    np.testing.assert_array_equal(got, want)  # NaN where NaN
+    np.testing.assert_array_equal(got, one)
+    struct = pa.chunked_array([pa.StructArray.from_arrays([c, c], ["a", "b"]) for c in chunks])
+    got = tensors.to_numpy(struct)
+    assert list(got) == ["a", "b"]
+    np.testing.assert_array_equal(got["b"], want)
+    ints = tensors.tensor_type(np.int64, (64,), layout=layout)
+    with pytest.raises(ValueError, match="null row"):  # ints with nulls and no fill: refused, as before
+        tensors.to_numpy(pa.chunked_array([
+            tensors.to_arrow(np.zeros((40_000, 64), np.int64), ints),
+            tensors.with_null_rows(tensors.to_arrow(np.zeros((2, 64), np.int64), ints),
+                                   np.array([True, False]))]))
