@@ -35,6 +35,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "step_stats.py": (["step_stats"], None),
     "memory_convert.py": (["memory_convert_100000x16"], None),
     "episodes_record.py": (["episodes_record"], None),
+    "record_paths.py": (["record_paths"], None),
     "tfevents_io.py": (["tfevents_io"], None),
     "tfevents_crc.py": (["tfevents_crc"], None),
     "sql_returns.py": (["sql_returns"], None),
@@ -44,7 +45,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "torch_windows.py": (["torch_windows"], None),
     "gpu_memory_check.py": ([], "cuda"),
 }
-PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas")
+PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas", "minari", "gymnasium")
 OURS = ("rlarrow", "pyarrow", "numpy", "duckdb", "polars", "torch")
 
 
