@@ -402,3 +402,38 @@ def test_repair_sets_a_damaged_log_aside_and_starts_a_new_one_that_says_so(tmp_p
     assert rlarrow.Store.open(path, version=fresh.version).row_count("scalars") == 20
     fresh.append("scalars", scalars(20))
     assert deltalake.DeltaTable(os.fspath(path / "scalars")).to_pyarrow_table().num_rows == 25
+
+
+def test_an_appends_diff_placed_at_the_end_equals_a_walk_of_the_whole_listing(tmp_path):
+    """A diff of the files the log last wrote plus new ones at the end (an append) places only
+    the new ones; it gives what walking the whole listing gives, and any other listing (one
+    another writer's commit changed, a compaction's, files in another order) is walked."""
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)
+    for i in range(6):
+        store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i], "value": [0.5]})
+    store.compact("scalars")  # one file, then appends after it
+    for i in range(3):
+        store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [9 + i],
+                                 "value": [1.5]})
+    listed = store.manifest()["tables"]["scalars"]["files"]
+    log = DeltaLog(tmp_path / "s" / "scalars")
+    log.refresh()
+    store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [20], "value": [2.5]})
+    new = store.manifest()["tables"]["scalars"]["files"]
+    assert [f["name"] for f in new[:-1]] == [f["name"] for f in listed]
+    extra = [{"name": f"part-x{i}.parquet", "rows": 1, "bytes": 10} for i in range(2)]
+
+    def walk(listing):
+        log._synced = None
+        return log.diff(listing)
+
+    for listing in (listed + extra, listed[1:] + extra, extra[:1] + listed, listed[::-1]):
+        want = walk(listing)
+        log._synced = ([f["name"] for f in listed], max(f.order for f in log.files.values()))
+        assert log.diff(listing) == want
+    assert walk(listed) == ([], [])  # the log is current: the listing is remembered as synced
+    assert log._synced is not None and log._synced[0] == [f["name"] for f in listed]
+    adds, removes = log.diff(listed + extra)
+    assert removes == [] and [a.name for a in adds] == [e["name"] for e in extra]
+    assert adds[0].order > max(f.order for f in log.files.values()) and adds[1].order > adds[0].order
+    assert_delta_current(store)

@@ -202,6 +202,12 @@ class DeltaLog:
         self.directory = Path(directory)
         self.log_dir = self.directory / LOG_DIR
         self._state = _State()
+        # (names, order key after the last): a listing whose names are exactly the state's
+        # files, in the order a diff walks them; a diff of it plus new names at the end (an
+        # append's) places only those, where walking the whole listing took 6 ms at 10,000
+        # files, twice per commit. Dropped whenever the state changes another way.
+        self._synced: tuple[list[str], str | None] | None = None
+        self._planned: tuple[list[str], str | None, list[DeltaFile], list[DeltaFile]] | None = None
 
     # ------------------------------------------------------------------ reading
 
@@ -312,6 +318,7 @@ class DeltaLog:
         return actions
 
     def _apply(self, path: Path, actions: list[dict[str, Any]]) -> None:
+        self._synced = self._planned = None
         state = self._state
         for action in actions:
             if "metaData" in action:
@@ -352,10 +359,20 @@ class DeltaLog:
         compaction wrote goes where the first of the files it replaced was.
         """
         current = self._state.files
-        listed_names = {f["name"] for f in listed}
+        names = [f["name"] for f in listed]
+        synced = self._synced
+        if synced is not None and len(names) >= len(synced[0]) and names[:len(synced[0])] == synced[0] \
+                and not any(n in current for n in names[len(synced[0]):]):
+            adds = []
+            previous = synced[1]
+            for entry in listed[len(synced[0]):]:  # as the walk below places new names at the end
+                previous = order_between(previous, None)
+                adds.append(DeltaFile(entry["name"], int(entry["rows"]), int(entry["bytes"]), previous))
+            return self._plan(names, previous, adds, [])
+        listed_names = set(names)
         removes = [f for n, f in current.items() if n not in listed_names]
-        adds: list[DeltaFile] = []
-        previous: str | None = None
+        adds = []
+        previous = None
         pending: list[dict[str, Any]] = []
 
         def place(next_key: str | None) -> None:
@@ -375,6 +392,18 @@ class DeltaLog:
                 place(known.order if known.order > (previous or "") else None)
             previous = known.order if known.order > (previous or "") else previous
         place(None)
+        return self._plan(names, previous, adds, removes)
+
+    def _plan(self, names: list[str], last: str | None, adds: list[DeltaFile],
+              removes: list[DeltaFile]) -> tuple[list[DeltaFile], list[DeltaFile]]:
+        """Remember a diff's outcome, and return it.
+
+        The state is ``names`` now (nothing to do), or once :meth:`commit` has written these
+        very ``adds`` and ``removes``.
+        """
+        if not adds and not removes and len(names) == len(self._state.files):
+            self._synced = (names, last)
+        self._planned = (names, last, adds, removes)
         return adds, removes
 
     def commit(
@@ -440,9 +469,13 @@ class DeltaLog:
                                     "tags": {_ORDER_TAG: f.order}}})
         data = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
         self._write_new(version, data)
+        planned = self._planned
         self._apply(self._path(version), actions)
         state.version = version
         state.store_version = store_version
+        if planned is not None and planned[2] is adds and planned[3] is removes \
+                and len(planned[0]) == len(state.files):
+            self._synced = (planned[0], planned[1])
         return version
 
     def _write_new(self, version: int, data: bytes) -> None:
