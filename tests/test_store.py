@@ -501,3 +501,32 @@ def test_a_writer_scans_for_left_files_only_after_another_held_the_lock(tmp_path
     st.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [2], "value": [3.0]})
     assert left.name in listed(path)
     assert st.read("scalars").num_rows == 4
+
+
+def test_a_manifest_read_again_is_a_copy_nothing_done_to_an_earlier_read_reaches(tmp_path):
+    """A writer's re-read of the manifest it wrote copies a kept tree instead of parsing the
+    bytes: changing one read (as a commit does before its write, which may fail) must leave
+    the next read equal to the bytes on disk."""
+    import json
+
+    from rlarrow.core.store import manifest as m
+
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)
+    for i in range(3):
+        store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [i], "value": [0.5]})
+    data = (tmp_path / "s" / m.MANIFEST_NAME).read_bytes()
+    assert m._last_checked == data and m._last_tree is not None  # what the last commit wrote
+    want = m.parse(data, "manifest")
+    m._complete(want)
+    first = m.parse_manifest(data, "manifest")
+    assert first == want
+    entry = first["tables"]["scalars"]
+    entry["files"].append({"name": "part-x.parquet", "rows": 1, "bytes": 1})
+    entry["rows"] += 1
+    first["version"] = 99
+    first["delta_due"].append({"table": "scalars", "version": 99})
+    again = m.parse_manifest(data, "manifest")
+    assert again == want and again is not first
+    assert json.loads(json.dumps(again)) == again  # JSON's shape: lists, not tuples
+    store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [5], "value": [0.5]})
+    assert store.row_count("scalars") == 4 and len(store.files("scalars")) == 4

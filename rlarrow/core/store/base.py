@@ -118,7 +118,7 @@ class StoreBase:
         # made this dump most of a commit's cost at 1,500 files (5 ms of 30)
         data = json.dumps(manifest, separators=(",", ":"), sort_keys=False).encode("utf-8")
         _manifest.write_file(root, MANIFEST_NAME, data)
-        _manifest.written(data)
+        _manifest.written(data, manifest)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         """Replace the manifest; when it settles a change, log the change in each table's Delta log.
