@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -288,8 +289,14 @@ def next_names(key: str) -> list[str]:
         >>> next_names("observation.position"), next_names("reward")
         (['next_observation.position'], [])
     """
+    return list(_next_names(key))
+
+
+@lru_cache(maxsize=1024)
+def _next_names(key: str) -> tuple[str, ...]:
+    # (a loader asks for each column of each batch: 3 us a column in Python)
     head, rest = _split(key)
-    return [c.name + rest for c in COLUMNS if c.row == "next" and c.value == head]
+    return tuple(c.name + rest for c in COLUMNS if c.row == "next" and c.value == head)
 
 
 def flags(next_step: Mapping[str, Any]) -> dict[str, np.ndarray]:

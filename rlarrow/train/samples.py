@@ -101,6 +101,8 @@ def flat(prefix: str, value: Any, out: dict[str, np.ndarray]) -> None:
 
 def nest(flat_: dict[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`flat`: ``a.b`` keys as nested dicts."""
+    if not any("." in key for key in flat_):  # (no dict columns: the common batch)
+        return dict(flat_)
     out: dict[str, Any] = {}
     for key, value in flat_.items():
         node = out
@@ -277,7 +279,8 @@ class Windows:
         [[3, 4, 5]]
     """
 
-    __slots__ = ("base", "bounds", "deltas", "flags", "length", "rows", "starts", "transitions")
+    __slots__ = ("_window_bytes", "base", "bounds", "deltas", "flags", "length", "rows", "starts",
+                 "transitions")
 
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
                  transitions: bool = False, flags: dict[str, np.ndarray] | None = None, *,
@@ -300,17 +303,22 @@ class Windows:
                                              if k in _transitions.FLAG_ONLY})
             base = {k: v for k, v in base.items() if k not in _transitions.FLAG_ONLY}
         self.base = base
+        self._window_bytes: int | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
 
     def window_bytes(self) -> int:
-        """Bytes one sample takes once gathered (an upper bound)."""
-        row = {k: v[:1].nbytes for k, v in self.base.items()}
-        if self.deltas is not None:
-            return sum(n * max((len(d) for name, d in self.deltas.items() if _under(k, name)), default=1)
-                       for k, n in row.items()) + sum(len(d) for d in self.deltas.values()) + 16
-        return sum(row.values()) * max(self.length, 2) + 16
+        """Bytes one sample takes once gathered (an upper bound; worked out once)."""
+        if self._window_bytes is None:
+            row = {k: v[:1].nbytes for k, v in self.base.items()}
+            if self.deltas is not None:
+                self._window_bytes = sum(
+                    n * max((len(d) for name, d in self.deltas.items() if _under(k, name)), default=1)
+                    for k, n in row.items()) + sum(len(d) for d in self.deltas.values()) + 16
+            else:
+                self._window_bytes = sum(row.values()) * max(self.length, 2) + 16
+        return self._window_bytes
 
     def _delta(self, key: str) -> str | None:
         """The ``deltas`` entry a flat column falls under (itself, or a dict it is a leaf of)."""
@@ -327,11 +335,12 @@ class Windows:
         L = self.length
 
         def take(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            # (the method: np.take's dispatch wrapper cost 1.5 us a column, 10 us a batch)
             if out is None:
-                return np.take(v, idx, axis=0)
+                return v.take(idx, axis=0)
             # (mode="clip": the indices are in range; with the default mode NumPy gathers into
             # a temporary and copies it, fresh memory at every call)
-            return np.take(v, idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
+            return v.take(idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
 
         if self.deltas is not None:  # each column at its offsets, clamped to the episode, and pad masks
             assert self.bounds is not None
