@@ -11,6 +11,10 @@ Issue 21 asks for three figures, each measured here beside its peer in the same 
   ``SyncVectorEnv`` of 8 CartPoles with random actions (both autoreset modes), against
   Minari's ``DataCollector`` on one CartPole (it records single envs), its dataset written
   (goal <= 5 us per env step).
+- **scaling with episodes**: per-step overhead of recording Catch (about 10 steps an
+  episode) for 1,000, 10,000 and 100,000 episodes (issue 21's scaling table: nothing may
+  grow faster than linearly, so the per-step figure must stay flat); the peer is rlarrow at
+  1,000 episodes.
 - **episode_columns**: a 1M-step Catch recording made with default settings (flushes every
   10,000 steps, auto-compaction), read whole with ``Reader.episode_columns``, against
   pyarrow reading the same files' columns and converting them to NumPy (the floor of plain
@@ -199,6 +203,41 @@ def vector_rows(n: int, tmp: Path) -> list[dict]:
     return rows
 
 
+def scaling_rows(tmp: Path, counts: tuple[int, ...] = (1_000, 10_000, 100_000)) -> list[dict]:
+    from envlogger.testing import catch_env
+
+    import rlarrow
+
+    def episodes(env, count: int) -> int:  # noqa: ANN001
+        steps = 0
+        for _ in range(count):
+            ts = env.reset()
+            while not ts.last():
+                ts = env.step(steps % 3)
+                steps += 1
+        return steps
+
+    def record(count: int) -> float:
+        shutil.rmtree(tmp / "scale", ignore_errors=True)  # (not timed)
+        t = time.perf_counter()
+        with rlarrow.EnvLogger(catch_env.Catch(seed=1), tmp / "scale") as env:
+            episodes(env, count)
+        return time.perf_counter() - t
+
+    rows, first = [], None
+    for count in counts:
+        steps = episodes(catch_env.Catch(seed=1), count)
+        bare, ours = (min(c) for c in zip(*[(timed(lambda: episodes(catch_env.Catch(seed=1), count)),  # noqa: B023
+                                              record(count))
+                                             for _ in range(3 if count < 100_000 else 2)], strict=True))
+        o = (ours - bare) / steps * 1e6
+        first = o if first is None else first
+        rows.append({"path": f"record overhead per step, Catch, {count:,} episodes ({steps:,} steps)",
+                     "rlarrow": o, "peer": first, "unit": "us/step", "ratio": o / first,
+                     "note": f"peer: rlarrow at {counts[0]:,} episodes; flat is linear total cost"})
+    return rows
+
+
 def read_rows(n: int, tmp: Path) -> list[dict]:
     import pyarrow.parquet as pq
     from envlogger.testing import catch_env
@@ -252,7 +291,8 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="record-paths-"))
     try:
-        rows = dict_rows(args.steps, tmp) + vector_rows(args.steps, tmp) + read_rows(args.read_steps, tmp)
+        rows = (dict_rows(args.steps, tmp) + vector_rows(args.steps, tmp) + scaling_rows(tmp)
+                + read_rows(args.read_steps, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report("record_paths", rows)
