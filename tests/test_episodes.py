@@ -670,3 +670,6 @@ def test_packer_gives_what_a_leaf_by_leaf_copy_gives():
         np.testing.assert_array_equal(g, w)
     assert Packer.of(specs.Array((3,), np.float32)) is None  # a plain array has its own paths
     assert Packer.of({"s": specs.StringArray(())}) is None
+    assert Packer.of({"": specs.Array((2,), np.float32), "b": specs.Array((), bool)}) is None  # NumPy: f0
+    with pytest.raises(ValueError, match="struct's order"):
+        Packer([(("a", "x"), (), np.int8), (("b",), (), np.int8), (("a", "y"), (), np.int8)])

@@ -82,6 +82,9 @@ class Packer:
                 node = node.setdefault(str(key), {})
             node[str(path[-1])] = (dtype, shape)
         self.dtype = _struct(fields)
+        if _paths(self.dtype) != [tuple(str(k) for k in path) for path, _, _ in self.leaves]:
+            raise ArgumentError("a Packer's leaves must come in their struct's order, each dict's "
+                                "leaves together, with no key '' (Packer.of gives them so)")
 
     @classmethod
     def of(cls, spec: Any, where: str = "the environment") -> Packer | None:
@@ -106,8 +109,11 @@ class Packer:
 
         if not walk(spec, ()):
             return None
-        if len({tuple(str(k) for k in path) for path, _, _ in leaves}) != len(leaves):
-            return None  # keys equal as strings ({1: ..., "1": ...}): the slow path says what
+        if len({tuple(str(k) for k in path) for path, _, _ in leaves}) != len(leaves) or \
+                any(str(k) == "" for path, _, _ in leaves for k in path):
+            # keys equal as strings ({1: ..., "1": ...}), or "" (NumPy names that field f0):
+            # the leaf-by-leaf path takes them
+            return None
         return cls(leaves, where)
 
     def __call__(self, value: Any) -> bytes:
@@ -142,6 +148,15 @@ class Packer:
 def _struct(fields: dict[str, Any]) -> np.dtype[Any]:
     return np.dtype([(name, _struct(f)) if isinstance(f, dict) else (name, f[0], f[1])
                      for name, f in fields.items()])
+
+
+def _paths(dtype: np.dtype[Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The leaf paths of a structured dtype, in its byte order."""
+    out: list[tuple[str, ...]] = []
+    for name in dtype.names or ():
+        sub = dtype.fields[name][0]  # type: ignore[index]
+        out += _paths(sub, (*prefix, name)) if sub.names else [(*prefix, name)]
+    return out
 
 
 def unpack(rows: np.ndarray) -> Any:
