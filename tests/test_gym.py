@@ -261,6 +261,8 @@ def test_vector_step_after_a_final_flush_is_refused_until_a_reset(tmp_path):
     rec.reset()
     rec.step(np.ones(2, np.int64))
     rec.close()
+    with pytest.raises(UsageError, match="call reset"):  # nor after close()
+        rec.step(np.ones(2, np.int64))
     store = rlarrow.Store.open(tmp_path / "s")
     assert store.row_count("steps") == 2 * 2 + 2 * 2  # two episodes of 2 rows per sub-env
     assert store.read("episodes").column("partial_end").to_pylist() == [True] * 4

@@ -337,6 +337,7 @@ class _Recorder:
         if self._closed:
             return
         self._closed = True
+        self._open = False  # a step() after close() is refused, as after a final flush
         self._sink.close()
         self.env.close()
 
