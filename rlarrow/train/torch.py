@@ -420,9 +420,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         memory = block.numpy()
         used = 0
         overflow = False
-        # where each array place() made starts in the block, by id (the array is alive while
-        # it is here); asking an array for its address (.ctypes) cost 1 us a column
-        placed_at: dict[int, int] = {}
+        # each array place() made and where it starts in the block, by id (the array is kept
+        # here, so its id cannot be reused); asking for an address (.ctypes) cost 1 us a column
+        placed_at: dict[int, tuple[np.ndarray, int]] = {}
 
         def place(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
             nonlocal used, overflow
@@ -431,7 +431,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 overflow = True  # wrong, the parcel goes the copying way below)
                 return np.empty(shape, dtype)
             out: np.ndarray = memory[used:used + nbytes].view(dtype).reshape(shape)
-            placed_at[id(out)] = used
+            placed_at[id(out)] = (out, used)
             used += -(-nbytes // 64) * 64
             return out
 
@@ -444,12 +444,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 continue
             entry = {}
             for k, v in batch.items():
-                at = placed_at.get(id(v))
-                if at is None:  # made apart (a flag): copy it in
+                hit = placed_at.get(id(v))
+                if hit is None or hit[0] is not v:  # made apart (a flag): copy it in
                     placed = place(v.shape, v.dtype)
                     placed[...] = v
-                    at = placed_at[id(placed)]
-                entry[k] = (at, v.dtype.str, v.shape)
+                    hit = placed_at.get(id(placed), (placed, -1))  # (-1: overflow, not sent)
+                entry[k] = (hit[1], v.dtype.str, v.shape)
             layout.append(entry)
         if overflow:  # (the block was not sent: its slot stays free)
             return _pack([{k: np.array(v) for k, v in b.items()} for b in gathered], reader)
