@@ -23,6 +23,24 @@ def episodes_of(store, run_id):
     return out
 
 
+def sub_env_alone(store, make_env, seed, used, vec_eps, i):
+    """Sub-env ``i`` of a vector recording replayed alone (same seed, the actions it took,
+    resetting where it reset): its episodes and the vector run's, as (row, steps) pairs."""
+    from rlarrow.record.gym import RecordEpisodes
+
+    alone = RecordEpisodes(make_env(), store)
+    alone.reset(seed=seed)
+    for a in used[i]:
+        if isinstance(a, str):
+            alone.reset()
+        else:
+            alone.step(a)
+    alone.close()
+    mine = [(row, ep) for row, ep in vec_eps.values() if row["env_index"] == i]
+    theirs = list(episodes_of(rlarrow.Store.open(store.path), alone.run_id).values())
+    return mine, theirs
+
+
 def test_single_env_episodes(tmp_path):
     import gymnasium as gym
 
@@ -92,16 +110,7 @@ def test_vector_env_episodes_equal_each_sub_env_alone(tmp_path, mode):
     vec_eps = episodes_of(store, rec.run_id)
     # every sub-env alone, same seed, same actions, resetting where the vector env did
     for i, seed in enumerate(seeds):
-        alone = RecordEpisodes(gym.make("CartPole-v1"), store)
-        alone.reset(seed=seed)
-        for a in used[i]:
-            if a == "reset":
-                alone.reset()
-            else:
-                alone.step(a)
-        alone.close()
-        mine = [(row, ep) for row, ep in vec_eps.values() if row["env_index"] == i]
-        theirs = list(episodes_of(rlarrow.Store.open(tmp_path / "s"), alone.run_id).values())
+        mine, theirs = sub_env_alone(store, lambda: gym.make("CartPole-v1"), seed, used, vec_eps, i)
         assert len(mine) == len(theirs) > 1
         for (r1, e1), (r2, e2) in zip(mine, theirs, strict=True):
             assert (r1["num_steps"], r1["terminated"], r1["truncated"], r1["partial_end"]) == \
@@ -200,7 +209,7 @@ def test_vector_dict_observations_equal_each_sub_env_alone(tmp_path, mode):
     sub-env's episodes equal the same env recorded alone (NaN-free, dtype for dtype)."""
     import gymnasium as gym
 
-    from rlarrow.record.gym import RecordEpisodes, RecordVectorEpisodes
+    from rlarrow.record.gym import RecordVectorEpisodes
 
     n, seeds = 3, [4, 5, 6]
     vec = gym.vector.SyncVectorEnv([_arm_env] * n, autoreset_mode=getattr(gym.vector.AutoresetMode, mode))
@@ -226,16 +235,7 @@ def test_vector_dict_observations_equal_each_sub_env_alone(tmp_path, mode):
     store = rlarrow.Store.open(tmp_path / "s")
     vec_eps = episodes_of(store, rec.run_id)
     for i, seed in enumerate(seeds):
-        alone = RecordEpisodes(_arm_env(), store)
-        alone.reset(seed=seed)
-        for a in used[i]:
-            if isinstance(a, str):
-                alone.reset()
-            else:
-                alone.step(a)
-        alone.close()
-        mine = [(row, ep) for row, ep in vec_eps.values() if row["env_index"] == i]
-        theirs = list(episodes_of(rlarrow.Store.open(tmp_path / "s"), alone.run_id).values())
+        mine, theirs = sub_env_alone(store, _arm_env, seed, used, vec_eps, i)
         assert len(mine) == len(theirs) > 3
         for (r1, e1), (r2, e2) in zip(mine, theirs, strict=True):
             assert (r1["num_steps"], r1["return"], r1["partial_end"]) == (r2["num_steps"], r2["return"],
