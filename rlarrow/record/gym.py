@@ -205,13 +205,8 @@ class _Recorder:
     # ------------------------------------------------------------------ recording
 
     def _start(self, i: int, obs: Any, info: Any) -> None:
-        lane = self._lanes[i]
-        obs, info = _copy(obs, self._obs_space), self._info(info) if self._keep_infos else None
-        lane.obs.append(obs)  # what can fail first: a failed reset leaves the columns aligned
-        lane.begin(self._sink.new_episode(i))  # cuts an unfinished episode (partial_end)
-        if self._keep_infos:
-            lane.custom.append(info)
-        self._needs_reset[i] = False
+        # the copy is what can fail: before anything is appended, so the columns stay aligned
+        self._start_copied(i, _copy(obs, self._obs_space), self._info(info) if self._keep_infos else None)
 
     def _info(self, info: Any) -> Any:
         return {k: v for k, v in info.items() if not k.startswith("_")} if isinstance(info, Mapping) else info
@@ -286,21 +281,13 @@ class _Recorder:
         rewards = np.asarray(reward, np.float64).reshape(n).tolist()
         ends = (np.asarray(terminated, bool) | np.asarray(truncated, bool)).reshape(n)
         needs = self._needs_reset
-        if self._open and not self._keep_infos and not ends.any() and not any(needs):  # the common step
-            for lane, o, a, r in zip(lanes, obs_rows, act_rows, rewards, strict=True):
-                lane.obs.append(o)
-                lane.action.append(a)
-                lane.reward.append(r)
-                lane.discount.append(None)
-            self._sink.unflushed += n
-            return
         same_step = self._autoreset == "SAME_STEP"
         plain = self._open and not self._keep_infos
         for i, ended in enumerate(ends.tolist()):
             if needs[i]:  # NEXT_STEP: this step reset sub-env i, its action unused
                 self._start_copied(i, obs_rows[i], self._sub_info(info, i))
                 continue
-            if plain and not ended:  # as the common step
+            if plain and not ended:  # the common step
                 lane = lanes[i]
                 lane.obs.append(obs_rows[i])
                 lane.action.append(act_rows[i])
@@ -318,10 +305,10 @@ class _Recorder:
                     needs[i] = True
 
     def _start_copied(self, i: int, obs: Any, info: Any) -> None:
-        """:meth:`_start` for an observation already copied."""
+        """Start sub-env ``i``'s next episode at ``obs`` (a copy already)."""
         lane = self._lanes[i]
         lane.obs.append(obs)
-        lane.begin(self._sink.new_episode(i))
+        lane.begin(self._sink.new_episode(i))  # cuts an unfinished episode (partial_end)
         if self._keep_infos:
             lane.custom.append(info)
         self._needs_reset[i] = False
