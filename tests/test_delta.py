@@ -429,10 +429,12 @@ def test_an_appends_diff_placed_at_the_end_equals_a_walk_of_the_whole_listing(tm
 
     for listing in (listed + extra, listed[1:] + extra, extra[:1] + listed, listed[::-1]):
         want = walk(listing)
-        log._synced = ([f["name"] for f in listed], max(f.order for f in log.files.values()))
+        log._synced = (list(listed), max(f.order for f in log.files.values()))
         assert log.diff(listing) == want
     assert walk(listed) == ([], [])  # the log is current: the listing is remembered as synced
-    assert log._synced is not None and log._synced[0] == [f["name"] for f in listed]
+    assert log._synced is not None and log._synced[0] == listed
+    changed = [*listed[:-1], {**listed[-1], "rows": listed[-1]["rows"] + 1}]  # (a file's entry, not its name)
+    assert log.diff(changed) == walk(changed)
     adds, removes = log.diff(listed + extra)
     assert removes == [] and [a.name for a in adds] == [e["name"] for e in extra]
     assert adds[0].order > max(f.order for f in log.files.values()) and adds[1].order > adds[0].order

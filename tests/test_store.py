@@ -521,7 +521,9 @@ def test_a_manifest_read_again_is_a_copy_nothing_done_to_an_earlier_read_reaches
     first = m.parse_manifest(data, "manifest")
     assert first == want
     entry = first["tables"]["scalars"]
-    entry["files"][0]["rows"] = 999  # as a maintenance tool may, and then give up
+    # (file entries are shared between reads and never changed in place: a changed file is a
+    # new dict; a maintenance tool, which may change them in place, gets its own, below)
+    entry["files"][0] = {**entry["files"][0], "rows": 999}
     entry["files"].append({"name": "part-x.parquet", "rows": 1, "bytes": 1})
     entry["rows"] += 1
     first["version"] = 99
@@ -529,5 +531,8 @@ def test_a_manifest_read_again_is_a_copy_nothing_done_to_an_earlier_read_reaches
     again = m.parse_manifest(data, "manifest")
     assert again == want and again is not first
     assert json.loads(json.dumps(again)) == again  # JSON's shape: lists, not tuples
+    with store.maintenance() as tool:
+        tool.manifest["tables"]["scalars"]["files"][0]["rows"] = 999  # and then give up
+    assert m.parse_manifest(data, "manifest") == want
     store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x", "step": [5], "value": [0.5]})
     assert store.row_count("scalars") == 4 and len(store.files("scalars")) == 4

@@ -110,7 +110,10 @@ class CompactingStore(RepairStore):
             StoreError: the store was opened read-only.
         """
         with self._locked(), self._delta_operation("MIGRATE", True):
-            yield Maintenance(self, self._recover(self._read_manifest()))
+            manifest = self._recover(self._read_manifest())
+            # (file entries of its own: a tool may change them in place, and the process's
+            # cached trees share theirs; see manifest.copy_tree)
+            yield Maintenance(self, copy.deepcopy(manifest))
 
     def vacuum(self, *, retain_hours: float = RETAIN_HOURS) -> list[str]:
         """Delete the files compactions and edits replaced more than ``retain_hours`` ago.

@@ -415,7 +415,9 @@ class JournalStore(StoreBase):
         writer renamed adopted), the view is the next version, as the recovery that will write
         it counts it: a reader that records its version reads these rows again with it.
         """
-        manifest = copy.deepcopy(manifest)
+        # (a copy of every list and dict but the file entries, which no one changes in place:
+        # copy.deepcopy took 45-180 ms of an open at 10,000 files)
+        manifest = _manifest.copy_tree(manifest)
         listed = {t: [f["name"] for f in e["files"]] for t, e in manifest["tables"].items()}
         pending = manifest.get("pending")
         if pending and self._pending_complete(pending):
