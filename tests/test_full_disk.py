@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from conftest import assert_delta_current
 import rlarrow
 from rlarrow.core import migrations
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store import MANIFEST_NAME, encode_schema
+from rlarrow.core.store import MANIFEST_NAME, encode_schema, segments
 
 PAGE = 4096
 
@@ -154,7 +155,8 @@ def many_commits(path: Path, commits: int) -> None:
 
 @pytest.mark.slow
 @needs_mount
-def test_a_full_disk_never_costs_a_commit(small_fs):
+def test_a_full_disk_never_costs_a_commit(small_fs, monkeypatch):
+    monkeypatch.setattr(segments, "SEGMENT_FILES", 10_000)  # (one long list: segments have their test)
     path = small_fs / "store"
     many_commits(path, 560)  # a manifest of ~45 KB: its rewrite needs more room than the data
     assert (path / MANIFEST_NAME).stat().st_size > 10 * PAGE
@@ -178,6 +180,28 @@ def test_a_full_disk_never_costs_a_commit(small_fs):
         assert len(store.files("scalars")) == 1
         assert store.read("scalars").column("step").to_pylist()[:8] == list(range(8))
     assert not list(path.rglob(".tmp-*")) and not list(path.glob(f".{MANIFEST_NAME}*"))
+
+
+@pytest.mark.slow
+@needs_mount
+def test_a_full_disk_while_a_manifest_segment_is_written_never_costs_a_commit(small_fs, monkeypatch):
+    monkeypatch.setattr(segments, "SEGMENT_FILES", 128)  # (a segment of ~10 KB)
+    path = small_fs / "store"
+    many_commits(path, 255)  # the next append completes the second segment
+
+    def append() -> None:
+        with rlarrow.Store.open(path, auto_compact=None) as store:
+            store.append("scalars", scalar_rows(10_000))
+
+    failures = sweep(small_fs, path, append)
+    assert any(segments.SEGMENTS_DIR in f for f in failures), failures  # the segment's write failed
+    assert all("every earlier commit is intact" in f for f in failures)
+    code = ("import rlarrow, sys; s = rlarrow.Store.open(sys.argv[1], readonly=True); "
+            "print(s.row_count('scalars'), len(s.files('scalars')))")
+    out = subprocess.run([sys.executable, "-c", code, os.fspath(path)], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == [str(8 * 256), "256"]  # a new process reads every segment
+    assert len(list((path / segments.SEGMENTS_DIR).glob("*.json"))) >= 2
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import FormatVersionError
 from rlarrow.core.progress import iterate as _iterate
 from rlarrow.core.store import Store, encode_schema
+from rlarrow.core.store.manifest import SEGMENTED_FORMAT
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
@@ -90,7 +91,7 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
     with store.maintenance() as m:
         manifest: dict[str, Any] = m.manifest
         fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
-        if fmt[0] > _schema.FORMAT_VERSION[0]:
+        if fmt[0] > SEGMENTED_FORMAT[0]:  # (2.0: format 1 with manifest segments, read here)
             raise FormatVersionError(f"{path}: store format {fmt[0]} is newer than this rlarrow; "
                                      "upgrade with: pip install -U rlarrow")
         plans: dict[str, list[Migration]] = {}

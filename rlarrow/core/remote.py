@@ -53,7 +53,8 @@ from rlarrow.core.store import (
     table_of,
     union_layouts,
 )
-from rlarrow.core.store.manifest import is_plain_file_name
+from rlarrow.core.store.manifest import SEGMENTED_FORMAT, is_plain_file_name
+from rlarrow.core.store.segments import SEGMENTS_DIR, Segments
 
 __all__ = ["RemoteStore", "push", "resolve"]
 
@@ -95,14 +96,20 @@ class RemoteStore:
                  filesystem: pafs.FileSystem | None = None) -> None:
         self.filesystem, self.root = resolve(location, filesystem)
         self.path = os.fspath(location)
-        manifest_path = f"{self.root}/{MANIFEST_NAME}"
-        try:
-            with self.filesystem.open_input_stream(manifest_path) as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise StoreError(f"{self.path}: no rlarrow store here (no {MANIFEST_NAME}); copy one "
-                             "there with rlarrow.core.remote.push(store, uri)") from None
-        manifest = parse_manifest(data, self.path + "/" + MANIFEST_NAME)
+        segments = Segments(f"{self.path}|remote", self._read_segment,
+                            lambda name: f"{self.path}/{SEGMENTS_DIR}/{name}",
+                            lambda name: self._exists(f"{SEGMENTS_DIR}/{name}"))
+        data = self._manifest_bytes()
+        for attempt in range(3):
+            try:
+                manifest = parse_manifest(data, self.path + "/" + MANIFEST_NAME, segments)
+                break
+            except CorruptFileError:
+                # (a segment a vacuum deleted once a newer manifest stopped naming it: read that)
+                again = self._manifest_bytes()
+                if again == data or attempt == 2:
+                    raise
+                data = again
         check_manifest_versions(manifest, self.path)
         roll_forward(manifest, self._exists)  # a journaled step with all its files here: committed
         self._manifest = manifest
@@ -110,6 +117,20 @@ class RemoteStore:
     def __repr__(self) -> str:
         counts = ", ".join(f"{t}={e['rows']}" for t, e in self._manifest["tables"].items() if e["rows"])
         return f"RemoteStore({self.path!r}, {counts or 'empty'})"
+
+    def _manifest_bytes(self) -> bytes:
+        try:
+            with self.filesystem.open_input_stream(f"{self.root}/{MANIFEST_NAME}") as f:
+                data: bytes = f.read()
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: no rlarrow store here (no {MANIFEST_NAME}); copy one "
+                             "there with rlarrow.core.remote.push(store, uri)") from None
+        return data
+
+    def _read_segment(self, name: str) -> bytes:
+        with self.filesystem.open_input_stream(f"{self.root}/{SEGMENTS_DIR}/{name}") as f:
+            data: bytes = f.read()
+        return data
 
     def _exists(self, rel: str) -> bool:
         return bool(self.filesystem.get_file_info(f"{self.root}/{rel}").type != pafs.FileType.NotFound)
@@ -227,6 +248,9 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
     manifest = st.manifest()  # (re-read: the committed state)
     manifest["pending"] = None
     manifest["retired"], manifest["retired_at"], manifest["delta_due"] = [], {}, []
+    if _schema.parse_version(manifest["format_version"]) == SEGMENTED_FORMAT:
+        # (written below whole, with no segments: a store every rlarrow 1.x reads)
+        manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
     wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))
                                      for table, entry in manifest["tables"].items() for f in entry["files"]]
     fs.create_dir(root, recursive=True)

@@ -4,6 +4,7 @@ Layout (``docs/format.md`` is the full description)::
 
     STORE/
       _rlarrow_store.json     manifest: format version, tables, files, row counts
+      _rlarrow_segments/      a long file list's earlier entries, in immutable pieces
       .rlarrow.lock           lock taken while the manifest changes
       runs/part-*.parquet
       episodes/part-*.parquet

@@ -21,8 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.errors import CorruptFileError, RLArrowError, StoreError
 from rlarrow.core.progress import iterate as _iterate
+from rlarrow.core.store import manifest as _manifest
+from rlarrow.core.store import segments as _segments
 from rlarrow.core.store.files import (
     FILE_BYTES,
     ROW_GROUP_BYTES,
@@ -112,8 +114,17 @@ class CompactingStore(RepairStore):
         with self._locked(), self._delta_operation("MIGRATE", True):
             manifest = self._recover(self._read_manifest())
             # (file entries of its own: a tool may change them in place, and the process's
-            # cached trees share theirs; see manifest.copy_tree)
-            yield Maintenance(self, copy.deepcopy(manifest))
+            # cached trees and segments share theirs; see manifest.copy_tree)
+            try:
+                yield Maintenance(self, copy.deepcopy(manifest))
+            finally:
+                # What it wrote now shares its entries, which it may still change and not
+                # write: this process reads the manifest and segments from disk again.
+                _manifest.forget()
+                _segments.forget(os.fspath(self.path))
+                self.__dict__.pop("_delta_logs", None)
+                with contextlib.suppress(RLArrowError):
+                    self._manifest = self._read_manifest()
 
     def vacuum(self, *, retain_hours: float = RETAIN_HOURS) -> list[str]:
         """Delete the files compactions and edits replaced more than ``retain_hours`` ago.
@@ -123,6 +134,7 @@ class CompactingStore(RepairStore):
         replaced (7 days by default, as Delta Lake does). ``retain_hours=0`` deletes all of
         them now: versions before the last compaction or edit can no longer be read, and
         a plain glob of a table's ``*.parquet`` reads its current rows exactly again.
+        Manifest segments no manifest names any more (``segments.py``) are deleted too.
 
         Returns:
             The files deleted (``TABLE/NAME``).
@@ -148,6 +160,9 @@ class CompactingStore(RepairStore):
                 manifest, older_than_ms=int(time.time() * 1000 - retain_hours * 3_600_000) + 1)
             if manifest.get("retired", []) != before:
                 self._write_manifest(manifest)
+            # Manifest segments no longer listed (a compaction or edit changed a table's list):
+            # a reader that read an earlier manifest reads the current one again.
+            _segments.delete_segments(self.path, _segments.segment_names(self._manifest_bytes()))
         return deleted
 
     def _auto_compact(self, tables: list[str]) -> None:

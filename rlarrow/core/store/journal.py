@@ -41,6 +41,7 @@ from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive
 from rlarrow.core.store.layouts import table_of
 from rlarrow.core.store.lease import _sweep_views
 from rlarrow.core.store.manifest import MANIFEST_NAME, decode_schema, encode_schema, parse_manifest
+from rlarrow.core.store.segments import SEGMENTS_DIR, local_segments
 from rlarrow.core.type_names import schema_differences
 
 __all__ = ["RETAIN_HOURS", "JournalStore", "apply_pending", "pending_parts", "retire", "roll_forward"]
@@ -117,6 +118,19 @@ def retire(manifest: dict[str, Any], rels: list[str]) -> None:
     now = int(time.time() * 1000)
     for rel in rels:
         when.setdefault(rel, now)
+
+
+def _sweep_tmp(directory: Path, pattern: str) -> None:
+    """Delete ``write_file``'s temporary files (``.NAME.PID.HEX.tmp``) whose process died."""
+    for p in directory.glob(pattern):
+        parts = p.name.split(".")
+        with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
+            pid = int(parts[-3])
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    p.unlink()
 
 
 def _fingerprint(manifest: dict[str, Any]) -> str:
@@ -237,11 +251,21 @@ class JournalStore(StoreBase):
         the last manifest says without the scan).
         """
         raw = self._manifest_bytes()
+        segments = local_segments(self.path)
         for _ in range(_READ_ATTEMPTS * 4):
-            with self._no_commit_running() as quiet:
-                # While a writer holds the lock, an unlisted file may be a commit in flight
-                # (renamed, not yet listed, perhaps about to fail): only committed data is shown.
-                manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=quiet)
+            try:
+                with self._no_commit_running() as quiet:
+                    # While a writer holds the lock, an unlisted file may be a commit in flight
+                    # (renamed, not yet listed, perhaps about to fail): only committed data is shown.
+                    manifest = self._effective(parse_manifest(raw, self.path / MANIFEST_NAME, segments),
+                                               orphans=quiet)
+            except CorruptFileError:
+                # (a segment a vacuum deleted after a newer manifest stopped listing it: read that)
+                again = self._manifest_bytes()
+                if again == raw:
+                    raise
+                raw = again
+                continue
             again = self._manifest_bytes()
             # Unchanged: the scan and the manifest are of one moment (a compaction writes its
             # manifest before it deletes, so a file it deleted shows as a changed manifest;
@@ -250,7 +274,7 @@ class JournalStore(StoreBase):
                 return manifest
             raw = again
             time.sleep(0.001)
-        return self._effective(parse_manifest(raw, self.path / MANIFEST_NAME), orphans=False)
+        return self._effective(parse_manifest(raw, self.path / MANIFEST_NAME, segments), orphans=False)
 
     def _forget_failed_commit(self) -> None:
         """After a failed commit: the in-memory manifest as the disk has it again."""
@@ -373,19 +397,14 @@ class JournalStore(StoreBase):
         for directory in [self.path, *(self.path / n for n in [*_schema.TABLE_NAMES, *layouts])]:
             if not directory.is_dir():
                 continue
+            if directory == self.path and (self.path / SEGMENTS_DIR).is_dir() \
+                    and not (self.path / SEGMENTS_DIR).is_symlink():
+                _sweep_tmp(self.path / SEGMENTS_DIR, ".*.json.*.tmp")  # dead writers' half-written segments
+            _sweep_tmp(directory, f".{MANIFEST_NAME}.*.tmp")
             for p in directory.glob(_TMP_PREFIX + "*"):
                 if not _tmp_owner_alive(p.name):
                     with contextlib.suppress(OSError):  # (a directory of that name: left alone)
                         p.unlink()
-            for p in directory.glob(f".{MANIFEST_NAME}.*.tmp"):
-                parts = p.name.split(".")
-                with contextlib.suppress(ValueError, IndexError, FileNotFoundError, PermissionError):
-                    pid = int(parts[-3])
-                    if pid != os.getpid():
-                        try:
-                            os.kill(pid, 0)
-                        except ProcessLookupError:
-                            p.unlink()
 
     def _recover(self, manifest: dict[str, Any], *, sweep: bool = True) -> dict[str, Any]:
         """Under the lock: finish or undo interrupted operations and persist the result.

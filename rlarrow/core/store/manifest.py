@@ -27,7 +27,7 @@ import secrets
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -35,11 +35,29 @@ from rlarrow._version import __version__
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 
-__all__ = ["MANIFEST_NAME", "check_inside", "check_manifest_versions", "copy_tree", "decode_schema",
-           "empty_manifest", "encode_schema", "fsync_dir", "is_plain_file_name", "is_table_name", "now_iso",
-           "parse", "parse_manifest", "validate", "write_error", "write_file", "written"]
+__all__ = ["MANIFEST_NAME", "SEGMENTED_FORMAT", "Expands", "check_inside", "check_manifest_versions",
+           "copy_tree", "decode_schema", "empty_manifest", "encode_schema", "forget", "fsync_dir",
+           "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "validate",
+           "write_error", "write_file", "written"]
 
 MANIFEST_NAME = "_rlarrow_store.json"
+#: The store format of a manifest that lists a table's files in segments (segments.py):
+#: what it adds cannot be ignored (the manifest's own ``files`` are then only the last of a
+#: table's files), so an rlarrow of format 1 must refuse it. A store without segments is
+#: written as :data:`rlarrow.core.schema.FORMAT_VERSION`, readable by every rlarrow 1.x.
+SEGMENTED_FORMAT: tuple[int, int] = (2, 0)
+
+
+class Expands(Protocol):
+    """What reads a decoded manifest's table segments into its file lists (``segments.Segments``)."""
+
+    @property
+    def key(self) -> str:
+        """Names the store."""
+
+    def expand(self, manifest: Any, path: object) -> None:
+        """Replace each table's ``segments`` by their file entries, before its own ``files``."""
+
 
 # A table's first layout is its own directory (``steps``); further layouts of a table with
 # tensor columns are ``steps.2``, ``steps.3``, ... (docs/format.md, "Layouts").
@@ -218,17 +236,39 @@ def _check_pending_part(c: _Checker, p: dict[str, Any], where: str, tables: dict
         raise c.fail(f"{where}.new_entries", f"do not match {where}.new")
 
 
-def parse(data: bytes, path: object) -> dict[str, Any]:
+def parse(data: bytes, path: object, segments: Expands | None = None) -> dict[str, Any]:
     """A manifest's bytes decoded and checked (``path`` names it in errors).
 
+    A table's segments (``segments``: a reference to each) are read from ``segments`` and
+    their file entries put before the table's own ``files``, as one list.
+
     Raises:
-        CorruptFileError: not UTF-8 JSON, or fails :func:`validate`.
+        CorruptFileError: not UTF-8 JSON, fails :func:`validate`, or a segment it lists
+            is missing or damaged.
+        FormatVersionError: a store of a later major format (whose keys may mean other things).
     """
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _Checker(path).fail("the file", f"is not JSON text ({exc})") from exc
+    fmt = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if isinstance(fmt, str) and _VERSION.match(fmt):
+        got = _schema.parse_version(fmt)
+        if got[0] > SEGMENTED_FORMAT[0]:  # (said before checking keys it may define anew)
+            _schema.check_version(str(path), f"store format {fmt}", got, SEGMENTED_FORMAT, store=str(path))
+    _expand(manifest, path, segments)
     return validate(manifest, path)
+
+
+def _expand(manifest: Any, path: object, segments: Expands | None) -> None:
+    if segments is not None:
+        segments.expand(manifest, path)
+        return
+    tables = manifest.get("tables") if isinstance(manifest, dict) else None
+    for table, entry in (tables.items() if isinstance(tables, dict) else ()):
+        if isinstance(entry, dict) and entry.get("segments"):
+            raise _Checker(path).fail(f"tables.{table}.segments", "lists segments, but there is no store "
+                                      "to read them from")
 
 
 def check_inside(table_dir: Path, name: str) -> Path:
@@ -342,8 +382,8 @@ def decode_schema(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
 
 
-def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
-    """A store manifest's bytes, checked (``path`` names it in errors).
+def parse_manifest(data: bytes, path: Any, segments: Expands | None = None) -> dict[str, Any]:
+    """A store manifest's bytes, checked (``path`` names it in errors; ``segments``: see :func:`parse`).
 
     Every key, type and file name is checked (:func:`validate`): a file name that could
     lead outside its table directory is refused here, before anything reads, renames or
@@ -352,16 +392,18 @@ def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
     Raises:
         CorruptFileError: not a store manifest, or a damaged one.
     """
-    global _last_checked, _last_tree
-    again = data == _last_checked
+    global _last_checked, _last_tree, _last_key
+    # (of the same store too: a copy of a store with the same bytes may lack its segments)
+    again = data == _last_checked and (segments.key if segments is not None else None) == _last_key
     if again and _last_tree is not None:  # a writer re-reading what it wrote (or read) last
         copied: dict[str, Any] = copy_tree(_last_tree)
         return copied
     manifest: dict[str, Any]
     if again:  # the same bytes as the last manifest checked
         manifest = json.loads(data)
+        _expand(manifest, path, segments)
     else:
-        manifest = parse(data, path)
+        manifest = parse(data, path, segments)
     _complete(manifest)
     for name, entry in manifest["tables"].items():
         if entry.get("schema") is not None and not again:
@@ -371,6 +413,7 @@ def parse_manifest(data: bytes, path: Any) -> dict[str, Any]:
                 raise CorruptFileError(path, f"damaged store manifest: tables.{name}.schema cannot be "
                                        f"decoded ({exc}); restore the manifest from a backup") from exc
     _last_checked, _last_tree = data, copy_tree(manifest)
+    _last_key = segments.key if segments is not None else None
     return manifest
 
 
@@ -407,27 +450,38 @@ _last_checked: bytes | None = None
 # it instead of parsing the bytes again: json.loads took 4.5 ms of a 25 ms commit
 # at 10,000 files. Set with _last_checked, always the two together.
 _last_tree: dict[str, Any] | None = None
+# The store the two are of (``Expands.key``; None: read without one).
+_last_key: str | None = None
 
 
-def written(data: bytes, manifest: dict[str, Any] | None = None) -> None:
+def forget() -> None:
+    """Forget the manifest this process last checked or wrote: the next read parses the bytes."""
+    global _last_checked, _last_tree
+    _last_checked = _last_tree = None
+
+
+def written(data: bytes, manifest: dict[str, Any] | None = None, key: str | None = None) -> None:
     """Note the manifest bytes this process has just written, and what they encode.
 
     ``manifest`` is the object ``data`` was encoded from (its keys all strings, file
-    entries as rlarrow writes them); without it the next read parses ``data``.
+    entries as rlarrow writes them); without it the next read parses ``data``. ``key``
+    names the store (``Expands.key``).
     """
-    global _last_checked, _last_tree
+    global _last_checked, _last_tree, _last_key
     tree = None
     if manifest is not None:
         tree = copy_tree(manifest)
         _complete(tree)
-    _last_checked, _last_tree = data, tree
+    _last_checked, _last_tree, _last_key = data, tree, key
 
 
 def check_manifest_versions(manifest: dict[str, Any], where: str) -> None:
     """Check the format and table schema versions a manifest records."""
     fmt = _schema.parse_version(manifest.get("format_version", "0.0"))
+    # (2.0 is format 1 with segments: this rlarrow writes either, as the store needs)
     _schema.check_version(where, f"store format {_schema.format_version(fmt)}", fmt,
-                          _schema.FORMAT_VERSION, store=where)
+                          SEGMENTED_FORMAT if fmt[0] == SEGMENTED_FORMAT[0] else _schema.FORMAT_VERSION,
+                          store=where)
     for name, entry in manifest["tables"].items():
         try:
             current = _schema.table(name.partition(".")[0]).version  # (a layout: its table's version)
