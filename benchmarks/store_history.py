@@ -7,11 +7,13 @@ child process per variant, the variants alternating on the same machine:
 
 - the median commit over the first 100 commits, and around 1,000 and 10,000 files;
 - at 100, 1,000 and 10,000 files: ``Store.open`` (read-only) and ``Store.info()`` (which
-  reads every file's footer), and the start of a loader (``StreamingDataset(store,
+  reads every file's footer; beside it, pyarrow reading every footer alone, the floor of
+  that growth), and the start of a loader (``StreamingDataset(store,
   "scalars")`` made and its first batch drawn).
 
-The peer is rlarrow at ``BASELINE`` (this repository before the commit-cost work, taken with
-``git archive``), on the same commits; ``--commits`` lowers the count for a quick look.
+The peer is rlarrow at ``BASELINE`` (this repository before manifest segments, taken with
+``git archive``; ``--baseline`` names another commit), on the same commits; ``--commits``
+lowers the count for a quick look.
 
 Run: ``.venv/bin/python benchmarks/store_history.py [--commits 10000]``.
 """
@@ -29,13 +31,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import report  # noqa: E402
 
-#: rlarrow before the commit-cost work of issue 21 (the peer)
-BASELINE = "c3fa3b9"
+#: rlarrow before manifest segments (the peer; ``--baseline c3fa3b9``: before any of the
+#: commit-cost work of issue 21, whose commits take about 17 minutes to 10,000 files)
+BASELINE = "c9a5fac"
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 CHILD = r"""
-import json, sys, time, numpy as np
+import json, sys, time, numpy as np, pyarrow.parquet as pq
 import rlarrow
 from rlarrow.train.torch import StreamingDataset
 path, commits = sys.argv[1], int(sys.argv[2])
@@ -52,9 +55,13 @@ for i in range(commits):
         t_open = time.perf_counter() - t
         t = time.perf_counter(); opened.info(); t_info = time.perf_counter() - t
         t = time.perf_counter()
+        for f in opened.files("scalars"):
+            pq.read_metadata(f)
+        t_footers = time.perf_counter() - t
+        t = time.perf_counter()
         next(iter(StreamingDataset(path, "scalars", columns=["value"], batch_size=256)))
         t_loader = time.perf_counter() - t
-        points[i + 1] = {"open": t_open, "info": t_info, "loader": t_loader,
+        points[i + 1] = {"open": t_open, "info": t_info, "footers": t_footers, "loader": t_loader,
                          "commit": float(np.median(times[max(0, i + 1 - 100):i + 1]))}
 print(json.dumps(points))
 """
@@ -76,12 +83,13 @@ def run_variant(root: Path | None, commits: int) -> dict[str, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=10_000)
+    parser.add_argument("--baseline", default=BASELINE, help="the peer: a commit of this repository")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"
         base.mkdir()
-        archive = subprocess.run(["git", "-C", os.fspath(REPO), "archive", BASELINE, "rlarrow", "schemas"],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(["git", "-C", os.fspath(REPO), "archive", args.baseline, "rlarrow",
+                                  "schemas"], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", os.fspath(base)], input=archive, check=True)
         ours = run_variant(None, args.commits)
         theirs = run_variant(base, args.commits)
@@ -89,12 +97,15 @@ def main() -> None:
     first = min(ours, key=int)
     for n in sorted(ours, key=int):
         for what, label in (("commit", "median commit (last 100)"), ("open", "Store.open"),
-                            ("info", "Store.info()"), ("loader", "loader start + first batch")):
+                            ("info", "Store.info()"), ("footers", "pyarrow reading every footer"),
+                            ("loader", "loader start + first batch")):
+            if what not in theirs[n]:
+                continue  # (a peer from before the row was measured)
             o, t = ours[n][what], theirs[n][what]
             growth = f"{o / ours[first][what]:.1f}x (peer {t / theirs[first][what]:.1f}x)"
+            note = f"peer: rlarrow at {args.baseline}; growth since {int(first):,} files: {growth}"
             rows.append({"path": f"{label} at {int(n):,} files", "rlarrow": o * 1e3, "peer": t * 1e3,
-                         "unit": "ms", "ratio": o / t,
-                         "note": f"peer: rlarrow at {BASELINE}; growth since {int(first):,} files: {growth}"})
+                         "unit": "ms", "ratio": o / t, "note": note})
             print(rows[-1], flush=True)
     report("store_history", rows)
 
