@@ -198,6 +198,30 @@ def test_resume_mid_epoch_single_process_and_with_workers(store):
     assert Counter(head + rest) == Counter(full)
 
 
+def test_persistent_workers_follow_set_epoch_and_a_resume_point(store):
+    """torch sends a persistent worker nothing of the dataset again: the epoch must reach it."""
+    kw = {"columns": ["episode_id", "step"], "batch_size": 16, "buffer_rows": 128, "seed": 5}
+    fresh = [ids(DataLoader(StreamingDataset(store, **kw), num_workers=2, persistent_workers=False))]
+    ds = StreamingDataset(store, **kw)
+    ds.set_epoch(1)
+    fresh.append(ids(DataLoader(ds, num_workers=2, persistent_workers=False)))
+    assert fresh[0] != fresh[1]
+    ds = StreamingDataset(store, **kw)
+    loader = DataLoader(ds, num_workers=2, persistent_workers=True)
+    for epoch in (0, 1, 0):
+        ds.set_epoch(epoch)
+        assert ids(loader) == fresh[epoch]  # each epoch's own order, as fresh workers give it
+    workers = loader._iterator
+    ds.set_epoch(0)
+    it = iter(loader)
+    head = ids([next(it) for _ in range(7)])
+    state = ds.state_dict()
+    del it
+    ds.load_state_dict(state)
+    assert Counter(head + ids(loader)) == Counter(fresh[0])  # resumed: new workers skip what was seen
+    assert loader._iterator is not workers
+
+
 def test_drop_last_and_batch_sizes(store):
     ds = StreamingDataset(store, columns=["step"], batch_size=50, buffer_rows=200)
     sizes = [len(b["step"]) for b in ds]

@@ -368,6 +368,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         yield from drain(final=True)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        cell = self.__dict__.get("_epoch_cell")
+        if cell is not None and torch.utils.data.get_worker_info() is not None:
+            self.epoch = int(cell[0])  # (a persistent worker's copy: the epoch the loader was asked for)
         index, _ = _shard(self.rank, self.world_size)
         skip = self._resume.get(index, 0)
         self._resume.pop(index, None)
@@ -624,13 +627,21 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
     Batches are made by the dataset (``batch_size=None`` here). The loader counts what each
     worker delivered, so ``dataset.state_dict()`` resumes exactly, and moves batches to the
     dataset's ``device`` in the main process (pinned first when ``pin_memory``).
+
+    With ``persistent_workers=True``, ``dataset.set_epoch(e)`` reaches the workers (torch
+    sends a persistent worker nothing of the dataset again); a resume point set with
+    ``load_state_dict`` starts new ones.
     """
 
     def __init__(self, dataset: StreamingDataset, **kwargs: Any) -> None:
         kwargs.setdefault("batch_size", None)
         if kwargs["batch_size"] is not None:
             raise ArgumentError("StreamingDataset makes its own batches: leave batch_size to it")
+        if kwargs.get("num_workers", 0) > 0:
+            if "_epoch_cell" not in dataset.__dict__:  # (shared memory: a forked worker sees it change)
+                dataset.__dict__["_epoch_cell"] = torch.zeros(1, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         super().__init__(dataset, **kwargs)
+        self._resume_of_workers: dict[int, int] | None = None
         # workers' shared-memory blocks, by ring and slot: each crosses once and stays mapped
         # (persistent workers keep their rings from one epoch to the next)
         self._held: dict[tuple[str, int], Any] = {}
@@ -638,6 +649,12 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.dataset
         assert isinstance(ds, StreamingDataset)
+        cell = ds.__dict__.get("_epoch_cell")
+        if cell is not None:
+            cell[0] = ds.epoch
+        if self.persistent_workers and self._resume_of_workers != ds._resume:
+            self._iterator = None  # (workers that would not skip what a resume point says: new ones)
+        self._resume_of_workers = dict(ds._resume)
         ds._tag_worker = True
         try:
             for message in super().__iter__():
