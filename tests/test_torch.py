@@ -207,7 +207,8 @@ def test_persistent_workers_follow_set_epoch_and_a_resume_point(store):
     fresh.append(ids(DataLoader(ds, num_workers=2, persistent_workers=False)))
     assert fresh[0] != fresh[1]
     ds = StreamingDataset(store, **kw)
-    loader = DataLoader(ds, num_workers=2, persistent_workers=True)
+    loader = DataLoader(ds, num_workers=2)  # (persistent by default)
+    assert loader.persistent_workers
     for epoch in (0, 1, 0):
         ds.set_epoch(epoch)
         assert ids(loader) == fresh[epoch]  # each epoch's own order, as fresh workers give it
