@@ -5,6 +5,7 @@ Segments of 4 files here (the store's are 256), so that a few commits cross seve
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -330,3 +331,18 @@ def test_push_writes_a_whole_list_as_format_1(tmp_path):
     m = json.loads((tmp_path / "pushed" / MANIFEST_NAME).read_text())
     assert m["format_version"] == "1.3" and "segments" not in m["tables"]["scalars"]
     assert len(m["tables"]["scalars"]["files"]) == 10
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deltalake") is None,
+                    reason="needs deltalake (the test extras) to read the table through its Delta log")
+def test_a_lost_segment_says_the_delta_log_still_reads_the_table(tmp_path):
+    import deltalake
+
+    store = make(tmp_path)
+    for name in segment_files(store.path):
+        (store.path / segments.SEGMENTS_DIR / name).unlink()
+    fresh_process_caches()
+    with pytest.raises(CorruptFileError, match="Delta Lake readers read the table"):
+        rlarrow.Store.open(store.path, readonly=True)
+    table = deltalake.DeltaTable(store.path / "scalars").to_pyarrow_table()
+    assert sorted(table.column("step").to_pylist()) == list(range(10))  # what the message promises

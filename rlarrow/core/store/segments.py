@@ -121,6 +121,11 @@ _SEGMENT_CACHE = 4096  # (a million files)
 _positions: dict[tuple[str, str], list[tuple[str, list[dict[str, Any]], dict[str, Any]]]] = {}
 
 
+# (a segment lost: the table's Delta log still lists its files, so they are not lost with it)
+_DELTA_HINT = ("; meanwhile Delta Lake readers read the table through its Delta log, which lists the same "
+               "files (deltalake.DeltaTable('STORE/TABLE'), polars.scan_delta)")
+
+
 def _remember(name: str, entries: list[dict[str, Any]]) -> None:
     _segment_entries.pop(name, None)
     _segment_entries[name] = entries  # (last: the most recent)
@@ -151,15 +156,15 @@ def _load_segment(c: _Checker, segments: Segments, name: str, count: int, rows: 
             data = segments.read(name)
         except FileNotFoundError:
             raise CorruptFileError(at, f"is missing, yet the store's manifest lists it ({where}); the "
-                                   "store's file list cannot be read without it: restore it from a "
-                                   "backup of the store") from None
+                                   f"store's file list cannot be read without it: restore it from a "
+                                   f"backup of the store{_DELTA_HINT}") from None
         except OSError as exc:
             raise CorruptFileError(at, f"cannot be read ({exc.strerror or exc}), yet the store's "
                                    f"manifest lists it ({where}); a segment must be a plain file in the "
                                    "store") from exc
         if _digest(data) != name[-37:-5]:
             raise CorruptFileError(at, "is damaged: its bytes do not match the digest in its name; "
-                                   "restore it from a backup of the store")
+                                   f"restore it from a backup of the store{_DELTA_HINT}")
         try:
             loaded = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # pragma: no cover - digest checked
