@@ -342,7 +342,71 @@ def test_a_lost_segment_says_the_delta_log_still_reads_the_table(tmp_path):
     for name in segment_files(store.path):
         (store.path / segments.SEGMENTS_DIR / name).unlink()
     fresh_process_caches()
-    with pytest.raises(CorruptFileError, match="Delta Lake readers read the table"):
+    with pytest.raises(CorruptFileError, match="rlarrow repair STORE --apply.*Delta Lake readers read"):
         rlarrow.Store.open(store.path, readonly=True)
     table = deltalake.DeltaTable(store.path / "scalars").to_pyarrow_table()
     assert sorted(table.column("step").to_pylist()) == list(range(10))  # what the message promises
+
+
+@pytest.mark.parametrize("others", [0, 3])
+def test_rlarrow_repair_rebuilds_a_lost_segments_list_from_the_delta_log(tmp_path, others):
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    store = make(tmp_path)
+    for i in range(others):
+        store.add_run(source="t", run_id=f"r{i}")  # (other tables commit after: versions move on)
+    want = store.read("scalars")
+    lost = sorted(segment_files(store.path))[0]
+    (store.path / segments.SEGMENTS_DIR / lost).unlink()
+    fresh_process_caches()
+    before = (store.path / MANIFEST_NAME).read_bytes()
+    dry = CliRunner().invoke(cli, ["repair", os.fspath(store.path)])
+    assert dry.exit_code == 0, dry.output
+    assert "scalars: would rebuild its list of 10 files from its Delta log" in dry.output
+    assert (store.path / MANIFEST_NAME).read_bytes() == before  # a dry run changes nothing
+    done = CliRunner().invoke(cli, ["repair", os.fspath(store.path), "--apply"])
+    assert done.exit_code == 0, done.output
+    assert "scalars: rebuilt" in done.output and "nothing to repair" in done.output
+    fresh_process_caches()
+    again = rlarrow.Store.open(store.path)
+    assert again.read("scalars").equals(want) and again.row_count("runs") == others
+    append(again, 10)  # the next commit cuts segments again
+    assert len(segment_files(store.path)) >= 2
+    fresh_process_caches()
+    assert rlarrow.Store.open(store.path, readonly=True).row_count("scalars") == 11
+    assert_delta_current(again)
+
+
+def test_repair_refuses_a_delta_log_that_cannot_stand_in(tmp_path):
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    store = make(tmp_path)
+    for name in segment_files(store.path):
+        (store.path / segments.SEGMENTS_DIR / name).unlink()
+    logs = sorted((store.path / "scalars" / "_delta_log").glob("*.json"))
+    logs[-1].unlink()  # the log now ends a commit early
+    fresh_process_caches()
+    before = (store.path / MANIFEST_NAME).read_bytes()
+    done = CliRunner().invoke(cli, ["repair", os.fspath(store.path), "--apply"])
+    assert done.exit_code != 0 and "cannot stand in for the lost segment" in done.output
+    assert (store.path / MANIFEST_NAME).read_bytes() == before
+
+
+def test_repair_refuses_a_linked_segment_directory(tmp_path):
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    store = make(tmp_path)
+    directory = store.path / segments.SEGMENTS_DIR
+    shutil.move(os.fspath(directory), os.fspath(tmp_path / "elsewhere"))
+    directory.symlink_to(tmp_path / "elsewhere")
+    fresh_process_caches()
+    before = (store.path / MANIFEST_NAME).read_bytes()
+    done = CliRunner().invoke(cli, ["repair", os.fspath(store.path), "--apply"])
+    assert done.exit_code != 0 and "symbolic link" in done.output
+    assert (store.path / MANIFEST_NAME).read_bytes() == before

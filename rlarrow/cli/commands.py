@@ -211,10 +211,27 @@ def repair(store: str, apply: bool) -> None:
     move to STORE/_damaged/ (no table or engine reads them there). The report says how many
     rows each costs.
     """
-    from rlarrow.core.store import Store
+    from pathlib import Path
 
-    # without recovery: a damaged unlisted file would stop the open that is to repair it
-    s = Store(store, readonly=not apply, _recover=False)
+    from rlarrow.core.errors import CorruptFileError
+    from rlarrow.core.store import Store
+    from rlarrow.core.store.segments import restore_lists
+
+    try:
+        # without recovery: a damaged unlisted file would stop the open that is to repair it
+        s = Store(store, readonly=not apply, _recover=False)
+    except CorruptFileError as exc:
+        if getattr(exc, "segment", None) is None:
+            raise
+        # a lost manifest segment: the tables' Delta logs list the same files
+        lines = restore_lists(Path(store), apply=apply)
+        if not lines:
+            raise
+        for line in lines:
+            click.echo(line)
+        if not apply:
+            return
+        s = Store(store, readonly=False, _recover=False)
     with s:
         report = s.repair(apply=apply)
     click.echo(str(report))

@@ -39,7 +39,7 @@ from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, _Checker, fsync_dir, write_error, write_file
 
 __all__ = ["SEGMENTS_DIR", "SEGMENT_FILES", "Segments", "delete_segments", "encode_manifest", "forget",
-           "is_segment_name", "local_segments", "segment_names"]
+           "is_segment_name", "local_segments", "restore_lists", "segment_names"]
 
 #: the directory (in the store's root) of the manifest's segments: a table's file list
 #: beyond the last SEGMENT_FILES entries, in immutable pieces (docs/format.md, "The manifest")
@@ -122,8 +122,9 @@ _positions: dict[tuple[str, str], list[tuple[str, list[dict[str, Any]], dict[str
 
 
 # (a segment lost: the table's Delta log still lists its files, so they are not lost with it)
-_DELTA_HINT = ("; meanwhile Delta Lake readers read the table through its Delta log, which lists the same "
-               "files (deltalake.DeltaTable('STORE/TABLE'), polars.scan_delta)")
+_DELTA_HINT = ("; or rebuild the list from the table's Delta log, which lists the same files: "
+               "`rlarrow repair STORE --apply` (meanwhile Delta Lake readers read the table through it: "
+               "deltalake.DeltaTable('STORE/TABLE'), polars.scan_delta)")
 
 
 def _remember(name: str, entries: list[dict[str, Any]]) -> None:
@@ -146,6 +147,15 @@ def forget(key: str | None = None) -> None:
 
 
 def _load_segment(c: _Checker, segments: Segments, name: str, count: int, rows: int,
+                  where: str) -> list[dict[str, Any]]:
+    try:
+        return _read_segment(c, segments, name, count, rows, where)
+    except CorruptFileError as exc:
+        exc.segment = name  # type: ignore[attr-defined]  # (what `rlarrow repair` rebuilds from the Delta log)
+        raise
+
+
+def _read_segment(c: _Checker, segments: Segments, name: str, count: int, rows: int,
                   where: str) -> list[dict[str, Any]]:
     entries = _segment_entries.get(name)
     at = segments.where(name)
@@ -316,3 +326,84 @@ def encode_manifest(manifest: dict[str, Any], root: Path) -> tuple[bytes, Callab
     # made this dump most of a commit's cost at 1,500 files (5 ms of 30)
     data = json.dumps({**manifest, "tables": tables}, separators=(",", ":")).encode("utf-8")
     return data, functools.partial(_positions.update, settled)
+
+
+def restore_lists(root: Path, *, apply: bool = False) -> list[str]:
+    """Rebuild from their Delta logs the file lists of tables whose segments are lost or damaged.
+
+    A table's Delta log lists the files of each store version, so a lost segment loses no
+    file: the table's list at the manifest's version is its log's, when the log is of that
+    version and ends with the manifest's own files and rows. With ``apply`` the manifest is
+    written with those lists whole (under the store's lock; the next commit cuts segments
+    again). ``rlarrow repair`` runs this when the store cannot be opened for a segment.
+
+    Returns:
+        One line per table, what was (or, without ``apply``, would be) rebuilt.
+
+    Raises:
+        CorruptFileError: a table's list cannot be rebuilt (its log is behind the manifest,
+            or does not end with the manifest's own files): restore the store from a backup.
+    """
+    import fcntl
+
+    from rlarrow.core.store import manifest as _manifest
+    from rlarrow.core.store.delta import DeltaLog
+    from rlarrow.core.store.files import LOCK_NAME
+
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644) if apply else -1
+    try:
+        if apply:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
+        path = root / _manifest.MANIFEST_NAME
+        try:
+            manifest = json.loads(path.read_bytes().decode("utf-8"))
+            tables = list(manifest["tables"].items())
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptFileError(path, f"is not a manifest whose lists can be rebuilt ({exc})") from exc
+        if (root / SEGMENTS_DIR).is_symlink():
+            raise CorruptFileError(root / SEGMENTS_DIR, "is a symbolic link; rlarrow never follows a link "
+                                   "out of a store: move it aside (and its segments back into the store, "
+                                   "if they are whole), then repair again")
+        segments = local_segments(root)
+        lines = []
+        for table, entry in tables:
+            if not isinstance(entry, dict) or not isinstance(entry.get("files"), list):
+                raise CorruptFileError(path, f"tables.{table} is not a table entry whose list can be rebuilt")
+            refs = entry.get("segments") or []
+            try:
+                for i, ref in enumerate(refs):
+                    _segment_entries.pop(ref["name"], None)  # (read from disk, not this process's cache)
+                    _load_segment(_Checker(path), segments, ref["name"], ref["files"], ref["rows"],
+                                  f"tables.{table}.segments[{i}]")
+                continue  # every segment whole
+            except (CorruptFileError, KeyError, TypeError) as exc:
+                lost = exc
+            log = DeltaLog(root / table)
+            log.refresh()
+            files: list[dict[str, Any]] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes}
+                                           for f in log.ordered()]
+            own = [f["name"] for f in entry["files"]]
+            due = manifest.get("delta_due", [])  # (written, unless the log is still before its version)
+            behind = any(isinstance(d, dict) and d.get("table") == table
+                         and log.store_version < int(d.get("version", 0)) for d in due)
+            if behind or log.store_version > manifest.get("version", 0) \
+                    or [f["name"] for f in files[len(files) - len(own):]] != own \
+                    or sum(f["rows"] for f in files) != entry["rows"] \
+                    or not all(_manifest.is_plain_file_name(f["name"]) for f in files):
+                raise CorruptFileError(root / table / "_delta_log", "cannot stand in for the lost segment: "
+                                       "it is behind or ahead of the manifest, or does not end with its "
+                                       f"files; restore the store from a backup ({lost})")
+            del entry["segments"]
+            entry["files"] = files
+            lines.append(f"{table}: {'rebuilt' if apply else 'would rebuild'} its list of {len(files)} "
+                         f"files from its Delta log ({lost})")
+        if apply and lines:
+            data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
+            _manifest.parse(data, path, segments)  # (whole and valid, or nothing is written)
+            write_file(root, _manifest.MANIFEST_NAME, data)
+            _manifest.forget()
+            forget(os.fspath(root))
+        return lines
+    finally:
+        if fd >= 0:
+            os.close(fd)
