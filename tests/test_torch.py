@@ -223,6 +223,39 @@ def test_persistent_workers_follow_set_epoch_and_a_resume_point(store):
     assert loader._iterator is not workers
 
 
+def test_persistent_workers_after_an_epoch_stopped_early_a_resume_twice_and_a_copy(store):
+    import copy
+
+    kw = {"columns": ["episode_id", "step"], "batch_size": 16, "buffer_rows": 128, "seed": 5}
+    want = sorted(all_ids(store))
+    ds = StreamingDataset(store, **kw)
+    loader = DataLoader(ds, num_workers=2)
+    it = iter(loader)
+    next(it)  # an epoch stopped after a batch: torch discards what the workers sent ahead
+    ds.set_epoch(1)
+    assert sorted(ids(loader)) == want
+    for epoch in range(2, 5):  # and again, a few times
+        ds.set_epoch(epoch)
+        next(iter(loader))
+    ds.set_epoch(3)
+    assert sorted(ids(loader)) == want
+    ds.set_epoch(4)
+    it = iter(loader)
+    head = ids([next(it) for _ in range(5)])
+    state = ds.state_dict()
+    del it
+    for _ in range(2):  # the same resume point, loaded twice
+        ds.load_state_dict(state)
+        assert sorted(head + ids(loader)) == want
+    twin = copy.deepcopy(ds)  # (its epoch cell is its own, no longer shared)
+    twin_loader = DataLoader(twin, num_workers=2)
+    orders = []
+    for epoch in (0, 1):
+        twin.set_epoch(epoch)
+        orders.append(ids(twin_loader))
+    assert orders[0] != orders[1] and sorted(orders[0]) == want
+
+
 def test_drop_last_and_batch_sizes(store):
     ds = StreamingDataset(store, columns=["step"], batch_size=50, buffer_rows=200)
     sizes = [len(b["step"]) for b in ds]

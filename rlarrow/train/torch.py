@@ -371,6 +371,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         cell = self.__dict__.get("_epoch_cell")
         if cell is not None and torch.utils.data.get_worker_info() is not None:
             self.epoch = int(cell[0])  # (a persistent worker's copy: the epoch the loader was asked for)
+        if self._ring is not None:
+            # A persistent worker's new iteration: torch discarded the messages it had sent
+            # ahead and not delivered (their blocks are never released, and a discarded first
+            # message announced blocks): a ring the main process has not seen, with the
+            # released blocks of the old one.
+            self._ring = self._ring.renewed()
         index, _ = _shard(self.rank, self.world_size)
         skip = self._resume.get(index, 0)
         self._resume.pop(index, None)
@@ -490,6 +496,17 @@ class _Ring:
         self.id = os.urandom(8).hex()  # the main process maps each block once, by (id, slot)
         self.announced: set[int] = set()  # slots whose current block the main process has
 
+    def renewed(self) -> _Ring:
+        """A ring of a new id, keeping the blocks of this one the main process released."""
+        ring = _Ring()
+        for slot, block in enumerate(self.blocks):
+            if block is not None and int(self._released[slot]) == self.sent_count[slot]:
+                ring.blocks.append(block)
+            else:  # (still held, or sent in a message torch discarded: left to the main process)
+                ring.blocks.append(None)
+            ring.sent_count.append(0)
+        return ring
+
     def block(self, size: int) -> tuple[int, Any]:
         """A block of at least ``size`` bytes free to write, and its slot (-1: not in the ring)."""
         for _ in range(_RING_BLOCKS):
@@ -500,7 +517,7 @@ class _Ring:
                 self.sent_count.append(0)
                 return slot, self.blocks[slot]
             if int(self._released[slot]) == self.sent_count[slot]:
-                if self.blocks[slot].numel() < size:
+                if self.blocks[slot] is None or self.blocks[slot].numel() < size:
                     self.blocks[slot] = _shared(size)
                     self.announced.discard(slot)
                 return slot, self.blocks[slot]
@@ -581,6 +598,11 @@ def _unpack(message: dict[str, Any], held: dict[tuple[str, int], Any] | None = N
     if "_rlarrow_slot" in message:  # a ring block: the worker rewrites it once nothing here uses it
         held = {} if held is None else held
         ring, slot = message["_rlarrow_ring"], int(message["_rlarrow_slot"])
+        reader = ("reader", int(message["_rlarrow_reader"]))
+        if held.get(reader) != ring:  # (a worker's new ring: its old one is no longer named)
+            for key in [k for k in held if k[0] == held.get(reader)]:
+                del held[key]  # (batches still alive keep their blocks through their leases)
+            held[reader] = ring
         if "_rlarrow_released" in message:
             held[ring, -1] = message["_rlarrow_released"].numpy()
         if "_rlarrow_packed" in message:
@@ -637,7 +659,9 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
     an epoch in a fresh worker streamed at half the speed of the next ones (its memory is
     new, page by page). ``dataset.set_epoch(e)`` reaches them (torch sends a persistent
     worker nothing of the dataset again); a resume point set with ``load_state_dict``
-    starts new ones.
+    starts new ones. Other settings of the dataset changed after its first epoch
+    (``batch_size``, ``shuffle``, ``filter``, ...) do not reach running workers: make a new
+    loader for them.
     """
 
     def __init__(self, dataset: StreamingDataset, **kwargs: Any) -> None:
@@ -654,10 +678,11 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
             # epochs of 10M steps rows, 8 runs each: median 4.7M rows/s against 4.2M. Within
             # the ring (_RING_BLOCKS): 8 ahead overflowed it into fresh blocks, 3.3-4.2M.
             kwargs.setdefault("prefetch_factor", 4)
-            if "_epoch_cell" not in dataset.__dict__:  # (shared memory: a forked worker sees it change)
+            cell = dataset.__dict__.get("_epoch_cell")
+            if cell is None or not cell.is_shared():  # (shared memory: a forked worker sees it change;
+                # a copied or unpickled dataset's cell is its own)
                 dataset.__dict__["_epoch_cell"] = torch.zeros(1, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         super().__init__(dataset, **kwargs)
-        self._resume_of_workers: dict[int, int] | None = None
         # workers' shared-memory blocks, by ring and slot: each crosses once and stays mapped
         # (persistent workers keep their rings from one epoch to the next)
         self._held: dict[tuple[str, int], Any] = {}
@@ -668,9 +693,8 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         cell = ds.__dict__.get("_epoch_cell")
         if cell is not None:
             cell[0] = ds.epoch
-        if self.persistent_workers and self._resume_of_workers != ds._resume:
-            self._iterator = None  # (workers that would not skip what a resume point says: new ones)
-        self._resume_of_workers = dict(ds._resume)
+        if self.persistent_workers and ds._resume:
+            self._iterator = None  # (running workers would not skip what a resume point says: new ones)
         ds._tag_worker = True
         try:
             for message in super().__iter__():
