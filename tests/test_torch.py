@@ -367,11 +367,13 @@ def test_a_read_keeps_rows_not_windows(interleaved_store):
                 assert got.gather()["observation.position"].shape == (len(got), L, 3)
 
 
-@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("keep", ["all", "none", "some"])
 def test_workers_batches_are_never_overwritten(store, monkeypatch, keep):
     """Workers gather into shared blocks they reuse once the main process has let go of every
     batch made from one: batches kept (or dropped) must hold what the same stream gives
-    in one process. Tiny parcels make the blocks go round many times."""
+    in one process. Tiny parcels (a few batches each, split from one array a column) make
+    the blocks go round many times; "some" keeps one batch in five of them, uncopied, to
+    the end: its parcel's block must stay as it was while the others are reused."""
     import rlarrow.train.torch as rt
 
     monkeypatch.setattr(rt, "_PARCEL_BYTES", 2048)  # (workers fork: they see it)
@@ -381,10 +383,22 @@ def test_workers_batches_are_never_overwritten(store, monkeypatch, keep):
     loader = DataLoader(ds, num_workers=2, persistent_workers=True)
     for epoch in range(2):
         ds.set_epoch(epoch)
-        if keep:  # held until the end: blocks are never released, fresh ones are used
+        if keep == "all":  # held until the end: blocks are never released, fresh ones are used
             got = window_keys(list(loader), 3)
-        else:  # each batch read, then dropped
+        elif keep == "none":  # each batch read, then dropped
             got = window_keys(({k: v.clone() for k, v in b.items()} for b in loader), 3)
+        else:
+            held, copies = [], []
+            for i, b in enumerate(loader):
+                if i % 5 == 0:
+                    held.append(b)
+                    copies.append({k: v.clone() for k, v in b.items()})
+                else:
+                    copies.append({k: v.clone() for k, v in b.items()})
+            assert len(held) > 3
+            for b, c in zip(held, copies[::5], strict=True):
+                assert all(np.array_equal(b[k].numpy(), c[k].numpy(), equal_nan=True) for k in c)
+            got = window_keys(copies, 3)
         assert got == want
 
 
