@@ -291,6 +291,11 @@ def test_device_and_pin_memory_on_a_machine_without_cuda(store):
     plain = next(iter(StreamingDataset(store, **kw)))
     assert moved["observation"]["grid"].device.type == "cpu"
     assert torch.equal(moved["observation"]["grid"], plain["observation"]["grid"])
+    # the loader's own pin_memory: pinned by the loader, not torch's pin thread (which
+    # copied the workers' shared blocks whole, and warns without CUDA)
+    loader = DataLoader(StreamingDataset(store, **kw), num_workers=1, pin_memory=True)
+    assert loader._pin and not loader.pin_memory
+    assert torch.equal(next(iter(loader))["observation"]["grid"], plain["observation"]["grid"])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
@@ -302,6 +307,10 @@ def test_batches_land_on_the_gpu_pinned(store):
     cpu = next(iter(StreamingDataset(store, columns=["observation", "reward"], batch_size=32)))
     assert torch.equal(b["observation"]["grid"].cpu(), cpu["observation"]["grid"])  # same rows, same bits
     assert torch.equal(b["reward"].cpu().isnan(), cpu["reward"].isnan())
+    pinned = next(iter(DataLoader(StreamingDataset(store, columns=["observation", "reward"], batch_size=32),
+                                  num_workers=1, pin_memory=True)))
+    assert pinned["reward"].is_pinned()
+    assert torch.equal(pinned["observation"]["grid"], cpu["observation"]["grid"])
 
 
 # ------------------------------------------------------------------ windows kept as rows

@@ -677,7 +677,9 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
 
     Batches are made by the dataset (``batch_size=None`` here). The loader counts what each
     worker delivered, so ``dataset.state_dict()`` resumes exactly, and moves batches to the
-    dataset's ``device`` in the main process (pinned first when ``pin_memory``).
+    dataset's ``device`` in the main process (pinned first when the dataset's or the
+    loader's ``pin_memory`` is true and CUDA is there: the loader pins each batch itself,
+    not torch's pin thread, which would copy the workers' whole shared blocks).
 
     Workers are persistent by default (``persistent_workers=True`` when ``num_workers`` > 0,
     and ``prefetch_factor=4``):
@@ -696,6 +698,11 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         # The dataset's items are already tensors (or a worker's message about them): torch's
         # default_convert walked every message's layout, a fifth of a worker's time
         kwargs.setdefault("collate_fn", _as_is)
+        # pinned here, batch by batch after unpacking, as the dataset's pin_memory does: torch's
+        # pin thread copied each message's whole shared block, so the blocks were never
+        # released to their workers and each message after the ring's took a fresh one
+        self._pin = bool(kwargs.pop("pin_memory", False))
+        kwargs.pop("pin_memory_device", None)
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("persistent_workers", True)
             # 4 messages asked ahead of each worker, not torch's 2: a worker whose next message
@@ -726,7 +733,7 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
                 reader = int(message["_rlarrow_reader"])
                 for batch in _unpack(message, self._held):
                     ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
-                    yield _to_device(batch, ds.device, ds.pin_memory)
+                    yield _to_device(batch, ds.device, ds.pin_memory or self._pin)
         finally:
             ds._tag_worker = False
 
