@@ -673,3 +673,42 @@ def test_packer_gives_what_a_leaf_by_leaf_copy_gives():
     assert Packer.of({"": specs.Array((2,), np.float32), "b": specs.Array((), bool)}) is None  # NumPy: f0
     with pytest.raises(ValueError, match="struct's order"):
         Packer([(("a", "x"), (), np.int8), (("b",), (), np.int8), (("a", "y"), (), np.int8)])
+
+
+def test_a_flat_dict_packer_checks_every_leaf_as_the_slow_path_does():
+    """A flat dict spec gets the written-out packer (what a recorder calls each step): every
+    leaf of another dtype is cast by value (never its bytes reinterpreted), one of another
+    shape is refused even with as many bytes, and a missing key is named. It pickles and
+    copies (made again from its leaves), and an empty one packs nothing."""
+    import copy
+    import pickle
+
+    from dm_env import specs
+
+    from rlarrow.core.episodes import Packer, unpack
+
+    spec = {"pos": specs.Array((3,), np.float32), "n": specs.Array((), np.int16),
+            "img": specs.Array((2, 2), np.uint8)}
+    packer = Packer.of(spec, where="E.step")
+    assert packer.fast is not None
+    img = np.arange(4, dtype=np.uint8).reshape(2, 2)
+    good = {"pos": np.array([1.5, 2, 3], np.float32), "n": np.array(7, np.int16), "img": img}
+    cast = [dict(good, pos=np.array([1.5, 2, 3])), dict(good, pos=[1.5, 2.0, 3.0]),
+            dict(good, n=7), dict(good, n=np.int16(7)), dict(good, pos=np.array([1.5, 2, 3], np.float16))]
+    for value in [good, *cast]:
+        got = packer(value)
+        assert got == packer.slow(value)
+        row = unpack(np.frombuffer(got, packer.dtype))
+        assert row["n"].tolist() == [7] and row["img"].tolist() == [img.tolist()]
+        assert row["pos"].tolist() == [[1.5, 2, 3]]
+    as_int32 = dict(good, pos=np.array([1, 2, 3], np.int32))  # (as many bytes as float32)
+    assert unpack(np.frombuffer(packer(as_int32), packer.dtype))["pos"].tolist() == [[1.0, 2.0, 3.0]]
+    for other in (pickle.loads(pickle.dumps(packer)), copy.copy(packer)):  # a Packer travels
+        assert other.fast is not packer.fast and other(good) == packer(good) and other.where == "E.step"
+    assert Packer([])({}) == b""
+    same_bytes = r"observation\['img'\]\) returned an observation of shape \(4,\); its observation spec says"
+    for bad, message in [(dict(good, img=img.reshape(4)), same_bytes),
+                         (dict(good, pos=np.ones(2, np.float32)), r"observation\['pos'\]\).*shape \(2,\)"),
+                         ({"pos": good["pos"], "img": img}, "returned an observation without 'n'")]:
+        with pytest.raises(ValueError, match=message):
+            packer(bad)

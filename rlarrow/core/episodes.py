@@ -67,7 +67,7 @@ class Packer:
         (2, 2)
     """
 
-    __slots__ = ("dtype", "flat", "leaves", "where")
+    __slots__ = ("dtype", "fast", "flat", "leaves", "where")
 
     def __init__(self, leaves: list[tuple[tuple[Any, ...], tuple[int, ...], Any]],
                  where: str = "the environment") -> None:
@@ -75,6 +75,8 @@ class Packer:
         self.flat = [(path[0], shape, dtype) for path, shape, dtype in self.leaves] \
             if all(len(path) == 1 for path, _, _ in self.leaves) else None
         self.where = where
+        #: ``self(value)`` for a flat dict (what a recorder calls each step), or None
+        self.fast = _unrolled(self) if self.flat else None
         fields: dict[str, Any] = {}
         for path, shape, dtype in self.leaves:
             node = fields
@@ -116,16 +118,19 @@ class Packer:
             return None
         return cls(leaves, where)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (made again from its leaves: ``fast`` is a function of its own, which pickle cannot
+        # name, and a copy's must call the copy's ``slow``)
+        return type(self), (self.leaves, self.where)
+
     def __call__(self, value: Any) -> bytes:
         """One observation's leaves' bytes, joined (a copy: envs may reuse their buffers)."""
-        flat = self.flat
-        if flat is not None:
-            try:
-                return b"".join([v.tobytes() if type(v := value[key]) is np.ndarray and v.dtype is dtype
-                                 and v.shape == shape else self._leaf(v, (key,), shape, dtype)
-                                 for key, shape, dtype in flat])
-            except (KeyError, IndexError, TypeError):
-                pass  # the slow path names what is missing
+        if self.fast is not None:
+            return self.fast(value)  # type: ignore[no-any-return]
+        return self.slow(value)
+
+    def slow(self, value: Any) -> bytes:
+        """:meth:`__call__` leaf by leaf, each checked (and cast) apart, naming what is wrong."""
         parts = []
         for path, shape, dtype in self.leaves:
             v = value
@@ -143,6 +148,36 @@ class Packer:
     def _leaf(self, value: Any, path: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> bytes:
         name = "".join(f"[{k!r}]" for k in path)
         return checked_row(value, shape, dtype, f"{self.where} (observation{name})").tobytes()
+
+
+def _unrolled(packer: Packer) -> Any:
+    """``packer``'s call for a flat dict, written out leaf by leaf (a function made once).
+
+    Each leaf of the spec's dtype and shape is copied as bytes (``tobytes``); another is
+    checked and cast by :meth:`Packer.slow`'s rules; a missing key goes the slow way, which
+    names it. Written out, the three checks per leaf cost 0.5 us a step against 0.95 for
+    the same checks in a loop over the leaves (a comprehension, tuple unpacking, global
+    lookups), with 3 leaves. The keys, shapes and dtypes are the function's globals,
+    never part of its source.
+    """
+    assert packer.flat is not None
+    names: dict[str, Any] = {"nd": np.ndarray, "leaf": packer._leaf, "slow": packer.slow}
+    takes, parts = [], []
+    for i, (key, shape, dtype) in enumerate(packer.flat):
+        names[f"k{i}"], names[f"p{i}"], names[f"s{i}"], names[f"d{i}"] = key, (key,), shape, dtype
+        takes.append(f"        a{i} = value[k{i}]")
+        parts.append(f"a{i}.tobytes() if type(a{i}) is nd and a{i}.dtype is d{i} and a{i}.shape == s{i} "
+                     f"else leaf(a{i}, p{i}, s{i}, d{i})")
+    source = "\n".join([
+        "def pack(value):",
+        "    try:",
+        *takes,
+        "    except (KeyError, IndexError, TypeError):",
+        "        return slow(value)  # (names what is missing)",
+        f"    return b''.join(({', '.join(parts)},))",
+    ])
+    exec(compile(source, f"<rlarrow Packer of {len(packer.flat)} leaves>", "exec"), names)  # noqa: S102
+    return names["pack"]
 
 
 def _struct(fields: dict[str, Any]) -> np.dtype[Any]:

@@ -143,6 +143,9 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             if self._pack is not None:
                 lane.packed = ((), self._pack.dtype)
         self._arena = lane.arena
+        # (the packer's own function when it has one: a call less per step)
+        self._pack_fn: Any = None if self._pack is None else (
+            self._pack.fast if self._pack.fast is not None else self._pack)
         self._episode: Episode | None = None
         self._check_at = self._next_check()  # step() asks the flush policy when ``unflushed`` reaches it
         self._closed = False
@@ -190,7 +193,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
                 ep.meta = meta
         lane = self._lane
         obs = timestep.observation
-        packed, arena, pack = self._packed, self._arena, self._pack
+        packed, arena, pack = self._packed, self._arena, self._pack_fn
         if pack is not None:
             lane.obs.append(pack(obs))
         elif packed is not None:
