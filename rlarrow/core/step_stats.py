@@ -151,8 +151,11 @@ def _scratch(buffers: dict[str, _F64] | None, key: str, rows: int, width: int) -
 
 
 def _leaf_values(table: pa.Table, leaf: _Leaf, buffers: dict[str, _F64] | None = None
-                 ) -> tuple[_F64, npt.NDArray[np.bool_]]:
-    """A leaf's values as float64 ``(rows, elements)`` and which rows hold one (not null)."""
+                 ) -> tuple[_F64, npt.NDArray[np.bool_], npt.NDArray[Any]]:
+    """A leaf's values as float64 ``(rows, elements)``, which rows hold one, and the stored values.
+
+    The stored values are the same rows in their own dtype, 0 where null.
+    """
     name, path, shape = leaf
     column: Any = table.column(name.split(".", 1)[0])
     column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
@@ -169,9 +172,9 @@ def _leaf_values(table: pa.Table, leaf: _Leaf, buffers: dict[str, _F64] | None =
     out = _scratch(buffers, "x", *values.shape) if values.dtype != np.float64 else None
     with np.errstate(invalid="ignore", over="ignore"):  # (any bytes are some float)
         if out is None:
-            return values.astype(np.float64, copy=False), valid
+            return values.astype(np.float64, copy=False), valid, values
         np.copyto(out, values, casting="unsafe")
-        return out, valid
+        return out, valid, values
 
 
 def _segment_moments(x: _F64, valid_rows: npt.NDArray[np.bool_], starts: npt.NDArray[np.intp],
@@ -297,15 +300,15 @@ class StepStatsBuilder:
         run_bounds = np.flatnonzero(np.diff(run_index) != 0) + 1
         run_starts = np.concatenate([[0], run_bounds, [table.num_rows]])
         for leaf in self.leaves:
-            x, valid = _leaf_values(table, leaf, self._buffers)
+            x, valid, raw = _leaf_values(table, leaf, self._buffers)
             moments[leaf[0]] = _segment_moments(x, valid, starts, self._buffers)
             if self.mode == "sketches" and x.shape[1] <= SKETCH_MAX_ELEMENTS:
                 names = [run_names[run_index[s]] for s in run_starts[:-1]]
-                self._sketch(leaf[0], x, valid, run_starts, names)
+                self._sketch(leaf[0], raw, valid, run_starts, names)
         self._parts.append((seg_runs, episode[starts], rows, moments))
 
-    def _sketch(self, name: str, x: _F64, valid: npt.NDArray[np.bool_], bounds: npt.NDArray[np.int64],
-                runs: list[str]) -> None:
+    def _sketch(self, name: str, x: npt.NDArray[Any], valid: npt.NDArray[np.bool_],
+                bounds: npt.NDArray[np.int64], runs: list[str]) -> None:
         ds = _stats._datasketches("quantile statistics of steps (set store.step_stats = 'moments' "
                                   "to keep moments only)")
         for run, lo, hi in zip(runs, bounds[:-1], bounds[1:], strict=True):
@@ -313,14 +316,9 @@ class StepStatsBuilder:
             if sketches is None:
                 sketches = [ds.kll_doubles_sketch(self.k) for _ in range(x.shape[1])]
                 self._sketches[(run, name)] = sketches
-            part = np.ascontiguousarray(x[lo:hi][valid[lo:hi]].T)  # an element's values contiguous
-            nan: npt.NDArray[np.bool_] = np.asarray(np.isnan(part).any(axis=1))
-            for j, sketch in enumerate(sketches):
-                values = part[j]
-                if nan[j]:
-                    values = values[~np.isnan(values)]
-                if values.size:
-                    sketch.update(values)
+            rows = x[lo:hi]
+            kept = valid[lo:hi]
+            _stats._feed_sketches(sketches, rows if kept.all() else rows[kept])
 
     def reset(self) -> None:
         """Forget what was added (the rows were not committed)."""
@@ -341,6 +339,9 @@ class StepStatsBuilder:
         run_of = np.array(seg_runs, dtype=object)
         runs = sorted(set(seg_runs))
         columns: dict[str, list[Any]] = {name: [] for name in _schema.table("stats").column_names}
+        # the per-element columns as (rows, elements) blocks, one list column each at the end
+        # (a Python list per row was a tenth of a recorder's commit)
+        blocks: dict[str, list[npt.NDArray[Any]]] = {k: [] for k in _PER_ELEMENT}
         for name, _, shape in self.leaves:
             count, nan, mean, m2, lo, hi = merged[name]
             size = math.prod(shape)
@@ -371,10 +372,11 @@ class StepStatsBuilder:
             columns["segments"] += [None] * segments + [r[2] for r in block_rows]
             columns["count"] += count.tolist() + [r[3] for r in block_rows]
             columns["column"] += [name] * (segments + len(block_rows))
-            columns["shape"] += [list(shape)] * (segments + len(block_rows))
+            columns["shape"].append(np.tile(np.asarray(shape, np.int64), (segments + len(block_rows), 1)))
             for key, seg, i in (("nan_count", nan, 4), ("mean", mean, 5), ("m2", m2, 6), ("min", lo, 7),
                                 ("max", hi, 8)):
-                columns[key] += [*seg.reshape(segments, size), *(r[i] for r in block_rows)]
+                blocks[key] += [seg.reshape(segments, size),
+                                np.reshape([r[i] for r in block_rows], (len(block_rows), size))]
             columns["sketches"] += [None] * segments + [r[9] for r in block_rows]
         total = len(columns["run_id"])
         columns["layout"] = [self.layout] * total
@@ -383,13 +385,10 @@ class StepStatsBuilder:
         schema = _schema.table("stats").arrow_schema()
         arrays = []
         for field in schema:
-            values = columns[field.name]
-            if pa.types.is_list(field.type) and pa.types.is_floating(field.type.value_type):
-                arrays.append(_float_lists(values))
-            elif pa.types.is_list(field.type) and pa.types.is_integer(field.type.value_type):
-                arrays.append(pa.array([np.asarray(v, np.int64) for v in values], field.type))
+            if field.name in blocks or field.name == "shape":
+                arrays.append(_fixed_lists(blocks.get(field.name) or columns[field.name], field.type))
             else:
-                arrays.append(pa.array(values, field.type))
+                arrays.append(pa.array(columns[field.name], field.type))
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -428,12 +427,16 @@ def _one_row_per_episode(runs: list[str], episodes: npt.NDArray[np.int64], rows:
             np.add.reduceat(rows[order], starts), out)
 
 
-def _float_lists(values: list[Any]) -> pa.Array:
-    """Rows of float64 arrays as a list<double> column, built from one flat buffer."""
-    lengths = np.array([len(v) for v in values], dtype=np.int64)
+_PER_ELEMENT = ("nan_count", "mean", "m2", "min", "max")
+
+
+def _fixed_lists(blocks: list[npt.NDArray[Any]], type_: pa.ListType) -> pa.Array:
+    """Blocks of ``(rows, elements)`` values as one list column (a row of each block a list)."""
+    lengths = np.concatenate([np.full(len(b), b.shape[1], np.int64) for b in blocks])
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    flat = np.concatenate([np.asarray(v, np.float64) for v in values]) if values else np.empty(0)
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, pa.float64()))
+    flat = np.concatenate([b.reshape(-1) for b in blocks]).astype(type_.value_type.to_pandas_dtype())
+    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, type_.value_type))
+    return lists.cast(type_)
 
 
 # --- combining what is stored --------------------------------------------------------------
@@ -500,7 +503,7 @@ def _from_data(store: _Store, runs: set[str] | None, episodes: pa.Table | None, 
             if table.num_rows == 0:
                 continue
             for leaf in leaves:
-                x, valid = _leaf_values(table, leaf)
+                x, valid, _ = _leaf_values(table, leaf)
                 part = _stats.ColumnStats(leaf[2], sketches=quantiles and x.shape[1] <= SKETCH_MAX_ELEMENTS)
                 part.update(x[valid].reshape(-1, *leaf[2]))
                 if leaf[0] in out:
