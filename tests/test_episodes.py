@@ -712,3 +712,17 @@ def test_a_flat_dict_packer_checks_every_leaf_as_the_slow_path_does():
                          ({"pos": good["pos"], "img": img}, "returned an observation without 'n'")]:
         with pytest.raises(ValueError, match=message):
             packer(bad)
+
+
+def test_reward_and_discount_columns_keep_none_apart_from_nan():
+    """A recorder's rewards and discounts: None is null, NaN stays a NaN value (all None, as a
+    gymnasium recorder's discounts are, included)."""
+    from rlarrow.core.step_columns import scalars
+
+    mixed = scalars([1.0, None, float("nan"), np.float32(2), None])
+    assert mixed.to_pylist()[:2] == [1.0, None] and np.isnan(mixed.to_pylist()[2])
+    assert mixed.to_pylist()[3:] == [2.0, None] and mixed.null_count == 2
+    assert scalars([None, None]).null_count == 2
+    assert scalars([None, 1.0]).to_pylist() == [None, 1.0]
+    nan_only = scalars([float("nan"), 1.0])
+    assert isinstance(nan_only, np.ndarray) and np.isnan(nan_only[0])

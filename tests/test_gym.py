@@ -266,3 +266,41 @@ def test_vector_step_after_a_final_flush_is_refused_until_a_reset(tmp_path):
     store = rlarrow.Store.open(tmp_path / "s")
     assert store.row_count("steps") == 2 * 2 + 2 * 2  # two episodes of 2 rows per sub-env
     assert store.read("episodes").column("partial_end").to_pylist() == [True] * 4
+
+
+@pytest.mark.parametrize("mode", ["NEXT_STEP", "SAME_STEP"])
+def test_vector_observations_are_what_each_sub_env_returned(tmp_path, mode):
+    """Plain observations are kept as bytes per row (one join at commit): every sub-env's rows,
+    in time order across episodes and commits, are bit for bit what the env returned (a
+    SAME_STEP episode's last one from ``final_obs``); a batch of another shape is refused."""
+    import gymnasium as gym
+
+    from rlarrow.record.gym import RecordVectorEpisodes
+
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3,
+                                   autoreset_mode=getattr(gym.vector.AutoresetMode, mode))
+    rec = RecordVectorEpisodes(vec, tmp_path / "s", flush_every_steps=50)
+    assert rec._lanes[0].packed == ((4,), np.dtype(np.float32))
+    obs, _ = rec.reset(seed=[1, 2, 3])
+    log = [[o.copy()] for o in obs]
+    for a in np.random.default_rng(0).integers(0, 2, (150, 3)):
+        obs, _, term, trunc, info = rec.step(a)
+        for i in range(3):
+            if mode == "SAME_STEP" and (term[i] or trunc[i]):
+                log[i].append(info["final_obs"][i].copy())
+            log[i].append(obs[i].copy())
+    rec.close()
+    steps = rlarrow.Store.open(tmp_path / "s").read("steps").sort_by([("episode_id", "ascending"),
+                                                                      ("step", "ascending")])
+    env_index = steps.column("env_index").to_numpy()
+    stored = rlarrow.core.tensors.to_numpy(steps.column("observation"))
+    for i in range(3):
+        assert np.array_equal(stored[env_index == i], np.array(log[i]))
+
+    bad = RecordVectorEpisodes(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3),
+                               tmp_path / "b")
+    bad.reset(seed=0)
+    with pytest.raises(ValueError, match=r"shape \(3, 2\); its observation space says \(3, 4\)"):
+        bad._vector_step(np.zeros(3, np.int64), np.zeros((3, 2), np.float32), np.zeros(3), np.zeros(3, bool),
+                         np.zeros(3, bool), {})
+    bad.close()

@@ -346,14 +346,15 @@ class Lane:
 class _Rows:
     """The rows one commit takes from its lanes, column by column."""
 
-    __slots__ = ("action", "discount", "episodes", "has_metadata", "metadata", "observation", "pads",
-                 "reward", "rows")
+    __slots__ = ("action", "discount", "episodes", "has_metadata", "metadata", "observation", "packed",
+                 "pads", "reward", "rows")
 
     def __init__(self) -> None:
         self.rows = 0
         #: per episode: (episode_id, env_index, first step, rows, ended, terminal)
         self.episodes: list[tuple[int, int, int, int, bool, bool]] = []
-        self.observation: Any = []  # a list, or one array (from a lane with an arena or packed rows)
+        self.observation: Any = []  # a list (of bytes when ``packed``), or one array (from an arena)
+        self.packed: tuple[tuple[int, ...], Any] | None = None  # (shape, dtype) of packed rows
         self.action: list[Any] = []
         self.reward: list[Any] = []
         self.discount: list[Any] = []
@@ -469,9 +470,9 @@ class Sink:
             out.metadata += [None] * k
         if lane.arena is not None:
             out.observation = lane.arena.buf[:k]  # a view; the arena restarts after the commit
-        elif lane.packed is not None:
-            shape, dtype = lane.packed
-            out.observation = np.frombuffer(b"".join(lane.obs[:k]), dtype).reshape(k, *shape)
+        elif lane.packed is not None:  # (read as one array at commit: see Sink._observations)
+            out.packed = lane.packed
+            out.observation += lane.obs[:k]
             del lane.obs[:k]
         else:
             out.observation += lane.obs[:k]
@@ -541,7 +542,7 @@ class Sink:
                     "episode_id": np.repeat(ids.astype(np.int64), lengths),
                     "step": step,
                     "env_index": np.repeat(envs.astype(np.int32), lengths),
-                    "observation": self._observations(rows.observation),
+                    "observation": self._observations(rows.observation, rows.packed),
                     "action": _actions(rows.action, self.action_dtype, pads, self.types.get("action")),
                     "reward": _scalars(rows.reward),
                     "discount": _scalars(rows.discount),
@@ -558,8 +559,11 @@ class Sink:
             data["episodes"] = ep_rows
         self.store.append_together(data)  # one commit: one manifest write for both tables
 
-    def _observations(self, obs: Any) -> Any:
+    def _observations(self, obs: Any, packed: tuple[tuple[int, ...], Any] | None = None) -> Any:
         """A commit's observations as a column: an arena's or packed rows, or stacked values."""
+        if packed is not None:  # every lane's rows as bytes: one join, read as one array
+            shape, dtype = packed
+            obs = np.frombuffer(b"".join(obs), dtype).reshape(len(obs), *shape)
         if isinstance(obs, np.ndarray) and obs.dtype.names is None:
             return obs
         nested = unpack(obs) if isinstance(obs, np.ndarray) else _stack(obs)  # packed by a Packer, or not

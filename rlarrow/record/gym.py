@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ import pyarrow as pa
 
 from rlarrow._version import __version__
 from rlarrow.core.deps import require
-from rlarrow.core.episodes import Sink
+from rlarrow.core.episodes import PACKED_BYTES, Sink, checked_row
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, UsageError
 from rlarrow.core.specs import REWARD_SPEC, from_space
 from rlarrow.core.step_columns import declare_steps
@@ -113,6 +114,40 @@ def _splitter(space: Any) -> Any:
 
     def split(batch: Any) -> list[Any]:
         return list(np.array(batch, dtype=dtype))
+
+    return split
+
+
+def _packed_layout(space: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    """(shape, dtype) of a plain numeric space small enough to keep its rows as bytes, else None."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) or space.shape is None or space.dtype is None:
+        return None
+    shape, dtype = tuple(space.shape), np.dtype(space.dtype)
+    if dtype.kind not in "biuf" or math.prod(shape) * dtype.itemsize > PACKED_BYTES:
+        return None
+    return shape, dtype
+
+
+def _byte_splitter(layout: tuple[tuple[int, ...], np.dtype[Any]], n: int, where: str) -> Any:
+    """A function giving a vector env's batch as each sub-env's row of bytes (see :class:`Lane`).
+
+    One cast of the batch, one ``tobytes`` and a slice per sub-env; a commit joins a lane's
+    rows and reads them as one array. Splitting the batch into row views and stacking them
+    at commit took 0.35 us per env step for CartPole's 4 floats (stacking 10,000 small
+    views is 180 ns a row), bytes 0.1.
+    """
+    shape, dtype = layout
+    full = (n, *shape)
+    width = math.prod(shape) * dtype.itemsize
+    cuts = [slice(i * width, (i + 1) * width) for i in range(n)]
+
+    def split(batch: Any) -> list[bytes]:
+        arr = np.asarray(batch, dtype=dtype)
+        if arr.shape != full:  # (bytes of another shape would shift every row after them)
+            raise ArgumentError(f"{where} returned observations of shape {arr.shape}; its observation "
+                                f"space says {full} ({n} sub-envs). Fix the environment or its space")
+        raw = arr.tobytes()
+        return [raw[c] for c in cuts]
 
     return split
 
@@ -195,6 +230,18 @@ class _Recorder:
                           types=types)
         self._lanes = self._sink.lanes
         self._split_obs, self._split_act = _splitter(self._obs_space), _splitter(self._act_space)
+        self._where = f"{type(env).__name__}.step"
+        # plain observations of a few hundred bytes at most are kept as bytes (one join at commit)
+        self._obs_packed = _packed_layout(self._obs_space)
+        if self._obs_packed is not None:
+            for lane in self._lanes:
+                lane.packed = self._obs_packed
+            self._split_obs = _byte_splitter(self._obs_packed, self._n, self._where)
+        if self._sink.action_dtype is not None and tuple(self._act_space.shape or ()) == ():
+            # scalar actions (Discrete): Python numbers, which the commit casts back to the
+            # space's dtype (np.asarray of a list of NumPy scalars is twice as slow)
+            act_dtype = self._sink.action_dtype
+            self._split_act = lambda batch: np.asarray(batch, dtype=act_dtype).tolist()
         self._keep_infos = keep_infos
         self._flush_on_episode_end = flush_on_episode_end
         self._needs_reset = [False] * self._n
@@ -206,7 +253,13 @@ class _Recorder:
 
     def _start(self, i: int, obs: Any, info: Any) -> None:
         # the copy is what can fail: before anything is appended, so the columns stay aligned
-        self._start_copied(i, _copy(obs, self._obs_space), self._info(info) if self._keep_infos else None)
+        self._start_copied(i, self._obs_row(obs), self._info(info) if self._keep_infos else None)
+
+    def _obs_row(self, obs: Any) -> Any:
+        """A copy of one (sub-)env's observation as its lane keeps it (bytes when packed)."""
+        if self._obs_packed is None:
+            return _copy(obs, self._obs_space)
+        return checked_row(obs, *self._obs_packed, self._where).tobytes()
 
     def _info(self, info: Any) -> Any:
         return {k: v for k, v in info.items() if not k.startswith("_")} if isinstance(info, Mapping) else info
@@ -225,7 +278,7 @@ class _Recorder:
 
     def _transition(self, i: int, action: Any, obs: Any, reward: Any, terminated: bool, truncated: bool,
                     info: Any) -> None:
-        self._add_row(i, _copy(action, self._act_space), _copy(obs, self._obs_space), float(reward),
+        self._add_row(i, _copy(action, self._act_space), self._obs_row(obs), float(reward),
                       terminated, truncated, info)
 
     def _add_row(self, i: int, action: Any, obs: Any, reward: float, terminated: bool, truncated: bool,
@@ -279,11 +332,12 @@ class _Recorder:
         lanes, n = self._lanes, self._n
         obs_rows, act_rows = self._split_obs(obs), self._split_act(action)
         rewards = np.asarray(reward, np.float64).reshape(n).tolist()
-        ends = (np.asarray(terminated, bool) | np.asarray(truncated, bool)).reshape(n)
+        ends = np.logical_or(terminated, truncated).reshape(n).tolist()
         needs = self._needs_reset
         same_step = self._autoreset == "SAME_STEP"
         plain = self._open and not self._keep_infos
-        for i, ended in enumerate(ends.tolist()):
+        common = 0
+        for i, ended in enumerate(ends):
             if needs[i]:  # NEXT_STEP: this step reset sub-env i, its action unused
                 self._start_copied(i, obs_rows[i], self._sub_info(info, i))
                 continue
@@ -293,9 +347,9 @@ class _Recorder:
                 lane.action.append(act_rows[i])
                 lane.reward.append(rewards[i])
                 lane.discount.append(None)
-                self._sink.unflushed += 1
+                common += 1
                 continue
-            row = _copy(_index(info["final_obs"], i), self._obs_space) if ended and same_step else obs_rows[i]
+            row = self._obs_row(_index(info["final_obs"], i)) if ended and same_step else obs_rows[i]
             self._add_row(i, act_rows[i], row, rewards[i], bool(terminated[i]), bool(truncated[i]),
                           self._sub_info(info, i))
             if ended:
@@ -303,6 +357,7 @@ class _Recorder:
                     self._start_copied(i, obs_rows[i], None)
                 else:
                     needs[i] = True
+        self._sink.unflushed += common
 
     def _start_copied(self, i: int, obs: Any, info: Any) -> None:
         """Start sub-env ``i``'s next episode at ``obs`` (a copy already)."""
