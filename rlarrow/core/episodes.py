@@ -290,8 +290,9 @@ class Lane:
     them. ``custom`` (step metadata) is either empty or has every row. With an
     :class:`Arena`, observations are its rows and ``obs`` stays empty; with ``packed``
     (``(shape, dtype)``), ``obs`` holds each observation's bytes (C order), joined into one
-    array at commit (``shape`` is ``()`` and ``dtype`` structured for a :class:`Packer`'s).
-    A lane with either is its sink's only one.
+    array at commit (``shape`` is ``()`` and ``dtype`` structured for a :class:`Packer`'s;
+    a vector recorder's lanes all packed alike, their bytes joined one lane after another).
+    A lane with an arena is its sink's only one.
     """
 
     __slots__ = ("action", "arena", "custom", "discount", "env_index", "episodes", "obs", "packed", "reward")
