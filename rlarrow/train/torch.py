@@ -414,13 +414,18 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             yield self._pack(plans, index)
             return
         sizes = [len(which) for _, which in plans]
-        gathered = plans[0][0].gather(_joined(plans))
-        if self._normalize is not None:  # (elementwise: the same on the parcel as on each batch)
-            gathered = self._normalize(gathered)
         first = last - len(plans)
-        for i, batch in enumerate(_split(gathered, sizes, _tensor)):
+        for i, batch in enumerate(_split(self._gathered(plans), sizes, _tensor)):
             self._delivered[index] = first + i + 1
             yield _to_device(batch, self.device, self.pin_memory)
+
+    def _gathered(self, plans: list[tuple[Windows, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The columns of batches ``plans`` (of one buffer), one batch after the other, normalised.
+
+        (Normalising is elementwise: the same on the parcel as on each batch.)
+        """
+        gathered = plans[0][0].gather(_joined(plans))
+        return self._normalize(gathered) if self._normalize is not None else gathered
 
     def _pack(self, plans: list[tuple[Windows, np.ndarray]], reader: int) -> dict[str, Any]:
         """A worker's batches for the main process: gathered at once into one shared-memory block.
@@ -431,15 +436,10 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         buf = plans[0][0]
         sizes = [len(which) for _, which in plans]
         if torch.utils.data.get_worker_info() is None:  # num_workers=0: this is the main process
-            gathered = buf.gather(_joined(plans))
-            if self._normalize is not None:
-                gathered = self._normalize(gathered)
-            return {"_rlarrow_batches": _split(gathered, sizes, _tensor), "_rlarrow_reader": reader}
+            return {"_rlarrow_batches": _split(self._gathered(plans), sizes, _tensor),
+                    "_rlarrow_reader": reader}
         if self._normalize is not None or any(v.dtype == object for v in buf.base.values()):
-            gathered = buf.gather(_joined(plans))
-            if self._normalize is not None:
-                gathered = self._normalize(gathered)
-            return _pack(gathered, sizes, reader)
+            return _pack(self._gathered(plans), sizes, reader)
         windows = sum(sizes)
         arrays = len(buf.base) * 2 + 2 + len(buf.deltas or {})
         size = windows * buf.window_bytes() + arrays * 64 + 64
