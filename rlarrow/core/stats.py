@@ -152,10 +152,10 @@ def _as_float_rows(values: object, shape: tuple[int, ...] | None) -> _F64:
 def _feed_sketches(sketches: Sequence[_Sketch], values: npt.NDArray[Any]) -> None:
     """Update sketch ``j`` with column ``j`` of ``values`` (rows, elements), NaN left out.
 
-    Each column is sorted first (NumPy's SIMD sort, in the values' own dtype: float32 sorts
-    in half the time of float64, and converting afterwards keeps the order). A KLL update
-    sorts its level-0 buffer at every compaction; given sorted input that costs almost
-    nothing. 22 elements of 10,000 float32 values: 8.3 ms unsorted, 4.0 ms with the sort.
+    Each column is sorted first (in the values' own dtype: float32 sorts in about half the
+    time of float64, and converting afterwards keeps the order). A KLL update sorts its
+    level-0 buffer at every compaction; given sorted input that costs almost nothing. 22
+    elements of 10,000 float32 values into fresh sketches: 8.5 ms unsorted, 5.3 ms sorted.
     KLL's rank-error bound holds for input in any order, sorted included.
     """
     if not len(sketches) or values.shape[0] == 0:
