@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import duckdb
@@ -130,3 +131,60 @@ def _colliding_keys(value) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_colliding_keys(v) for v in value)
     return False
+
+
+def _rows(columns: dict[str, np.ndarray]) -> list[dict]:
+    """Row i as the nested dict encode_rows encodes: {path parts...: array[i]}."""
+    out = []
+    for i in range(len(next(iter(columns.values())))):
+        row: dict = {}
+        for path, values in columns.items():
+            *parents, last = path.split("/")
+            node = row
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = values[i]
+        out.append(row)
+    return out
+
+
+def _same(a, b) -> bool:
+    """Equal values of equal types, NaN equal to NaN and -0.0 told from 0.0."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if type(a) is not type(b):
+        return False
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f") \
+        and (a.dtype.kind != "f" or np.array_equal(np.signbit(a), np.signbit(b)))
+
+
+@pytest.mark.parametrize("kind", ["finite", "nonfinite", "negative zero", "strings", "empty", "zero size"])
+def test_encode_rows_decodes_to_what_encode_column_encodes(kind):
+    rng = np.random.default_rng(0)
+    columns = {"infos/qpos": rng.standard_normal((7, 3)).astype(np.float32),
+               "infos/qvel": rng.standard_normal((7, 2, 2)) * 10.0 ** rng.integers(-30, 30, (7, 2, 2)),
+               "infos/inner/ok": rng.random(7) < 0.5,
+               "dones": rng.integers(0, 2, 7).astype(np.int64),
+               "t": np.arange(7, dtype=np.uint64) + np.uint64(2**63),
+               "half": rng.standard_normal(7).astype(np.float16),
+               "whole": np.array([1.0, 0.0, 2.0, 1e16, 1e-5, 5e-324, 123456.0])}
+    if kind == "nonfinite":
+        columns["infos/qvel"][2, 1, 0] = np.nan
+        columns["infos/qpos"][4, 0] = -np.inf
+        columns["half"][3] = np.inf
+    if kind == "negative zero":
+        columns["infos/qpos"][1, 1] = -0.0
+    if kind == "strings":
+        columns["name"] = np.array([f"demo_{i}" for i in range(7)])
+    if kind == "empty":
+        columns = {k: v[:0] for k, v in columns.items()}
+    if kind == "zero size":
+        columns["none"] = np.zeros((7, 0), np.float32)
+    texts, types = metadata.encode_rows(columns)
+    want_texts, want_types = metadata.encode_column(_rows(columns))
+    assert types.to_pylist() == want_types
+    for text, tag, want in zip(texts.to_pylist(), types.to_pylist(), want_texts, strict=True):
+        got, expected = metadata.decode(text, tag), metadata.decode(want, tag)
+        assert _same(got, expected), (text, want)
+        assert isinstance(json.loads(text)["infos"]["qpos"], list)  # plain JSON, queryable by key

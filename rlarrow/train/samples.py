@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlarrow.core import metadata as _metadata
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 
@@ -103,14 +104,7 @@ def nest(flat_: dict[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`flat`: ``a.b`` keys as nested dicts."""
     if not any("." in key for key in flat_):  # (no dict columns: the common batch)
         return dict(flat_)
-    out: dict[str, Any] = {}
-    for key, value in flat_.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
+    return _metadata.nest(flat_, sep=".")
 
 
 def is_text(type_: pa.DataType) -> bool:
