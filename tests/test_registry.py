@@ -50,7 +50,8 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
                                       "value": [0.5]},
                                      tmp / "logs")
     out["tfevents"] += sorted((FIXTURES / "tfevents").rglob("*tfevents*"))
-    out["minari"] = [FIXTURES / "minari" / "cartpole" / backend for backend in ("arrow-v0", "parquet-v0")]
+    out["minari"] = [FIXTURES / "minari" / "cartpole" / b for b in ("arrow-v0", "parquet-v0", "hdf5-v0")]
+    out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
     out["envlogger"] = [FIXTURES / "envlogger" / "catch"]
     if importlib.util.find_spec("envlogger") is not None:
         from rlarrow.io.envlogger import export_envlogger, import_envlogger

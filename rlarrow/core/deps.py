@@ -19,6 +19,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "gymnasium": ("gym", "recording gymnasium environments"),
     "ray": ("ray", "Ray Data over a store"),
     "datasketches": ("stats", "quantile sketches"),
+    "h5py": ("hdf5", "reading HDF5 files"),
 }
 
 

@@ -145,7 +145,7 @@ class _Unit:
     @property
     def pooled(self) -> bool:
         """Files of one format from any inputs, each imported on its own into the run (memory exports)."""
-        return self.fmt is not None and self.fmt.kind == "file" and not self.fmt.whole
+        return self.fmt is not None and self.fmt.kind == "file" and not self.fmt.whole and not self.fmt.single
 
     @property
     def label(self) -> str:
@@ -246,11 +246,14 @@ def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
                 others = [registry.get(n) for n in by_format
                           if fallback is None or registry.get(n).group != fallback.group]
                 for ff in others:
-                    pool(ff, by_format[ff.name])
+                    if ff.single:  # each file a dataset of its own
+                        units += [_Unit(ff, f, files=[f]) for f in by_format[ff.name]]
+                    else:
+                        pool(ff, by_format[ff.name])
                 if not others or len(others) < len(by_format):
                     rest.append(item)  # the fallback's own search of the folder
         elif p.is_file() and (fmt := registry.detect(p)) is not None and fmt.kind == "file":
-            if fmt.whole:
+            if fmt.whole or fmt.single:
                 units.append(_Unit(fmt, p, files=[p]))
             elif fallback is not None and fmt.group == fallback.group:
                 rest.append(item)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from rlarrow.core.errors import (
     MissingDependencyError,
     UnsupportedInputError,
 )
+from rlarrow.core.hdf5_files import guarded, leaves, open_hdf5, plain
+from rlarrow.core.metadata import nest
 from rlarrow.core.step_columns import declare_steps, same_fields
 from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
@@ -188,25 +191,30 @@ def import_minari(
         )
     meta = _json(data / "metadata.json")
     fmt = meta.get("data_format")
-    if fmt not in ("arrow", "parquet"):
+    if fmt not in ("arrow", "parquet", "hdf5"):
         raise UnsupportedInputError(
-            data,
-            f"Minari data format {fmt!r}; rlarrow reads 'arrow' and 'parquet' "
-            "(HDF5 datasets: convert them with minari first)",
-        )
+            data, f"Minari data format {fmt!r}; rlarrow reads Minari's 'arrow', 'parquet' and 'hdf5' "
+            "backends")
     run_meta = {k: _space(v) for k, v in meta.items()}
     env_specs = {
         "observation_space": run_meta.get("observation_space"),
         "action_space": run_meta.get("action_space"),
     }
-    episode_dirs = sorted(
-        (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
-    )
-    _check_dataset(data / "metadata.json", meta, len(episode_dirs), None)
     spaces = (run_meta.get("observation_space"), run_meta.get("action_space"))
     jpeg = bool(meta.get("jpeg_encoding", True))
-    with opened(store, create=True) as st:
-        first = _read_episode(episode_dirs[0], fmt, spaces, jpeg) if episode_dirs else None
+    with ExitStack() as stack:
+        if fmt == "hdf5":
+            h5 = data / _HDF5_FILE
+            if not h5.is_file():
+                raise CorruptFileError(h5, "missing: the dataset's metadata.json says its data is HDF5, "
+                                       "and this file holds it; restore the dataset or download it again")
+            source: _PartEpisodes | _Hdf5Episodes = _Hdf5Episodes(stack.enter_context(open_hdf5(h5)), h5)
+        else:
+            source = _PartEpisodes(data, fmt)
+        _check_dataset(data / "metadata.json", meta, len(source), None)
+        st = stack.enter_context(opened(store, create=True))
+        stack.enter_context(st.transaction())  # all of the dataset or nothing of it
+        first = source.read(0, spaces, jpeg) if len(source) else None
         types: dict[str, Any] = {}
         if first is not None:  # fixed before the run is added: a mismatch leaves nothing behind
             types = declare_steps(st, {name: first[0][name].type for name in ("observation", "action")})
@@ -227,19 +235,19 @@ def import_minari(
         }
         with (
             st.writer("steps") as writer,
-            bar(len(episode_dirs), "import minari", "episode", progress) as pbar,
+            bar(len(source), "import minari", "episode", progress) as pbar,
         ):
-            for k, ep_dir in enumerate(episode_dirs):
+            for k in range(len(source)):
                 try:
-                    columns, row = first if k == 0 and first is not None else \
-                        _read_episode(ep_dir, fmt, spaces, jpeg)
+                    columns, row = first if k == 0 and first is not None else source.read(k, spaces, jpeg)
                     for key, type_ in types.items():
                         columns[key] = _in_order(columns[key], type_)
                     steps = _schema.build("steps", {"run_id": run, **columns}, num_rows=row["num_steps"],
                                           established=st.schema("steps"))
                 except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
-                    raise CorruptFileError(ep_dir, f"the episode's data is damaged ({type(exc).__name__}: "
-                                           f"{exc}); restore the dataset or download it again") from exc
+                    raise CorruptFileError(source.where(k), f"the episode's data is damaged "
+                                           f"({type(exc).__name__}: {exc}); restore the dataset or download "
+                                           "it again") from exc
                 writer.write(steps)
                 for key, value in row.items():
                     ep_rows[key].append(value)
@@ -262,6 +270,179 @@ def import_minari(
                 },
             )
         return report
+
+
+_HDF5_FILE = "main_data.hdf5"
+
+
+class _PartEpisodes:
+    """The episodes of an arrow or parquet dataset: one folder of part files each."""
+
+    def __init__(self, data: Path, fmt: str) -> None:
+        self.data, self.fmt = data, fmt
+        self.dirs = sorted((p for p in data.iterdir() if p.is_dir() and p.name.isdigit()),
+                           key=lambda p: int(p.name))
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    def where(self, k: int) -> Path:
+        return self.dirs[k]
+
+    def read(self, k: int, spaces: tuple[Any, Any], jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _read_episode(self.dirs[k], self.fmt, spaces, jpeg)
+
+
+class _Hdf5Episodes:
+    """The episodes of an HDF5 dataset: groups ``episode_<id>`` of ``main_data.hdf5``, read one at a time.
+
+    Minari keeps each space's shape (a ``Box`` is an ``(N, *shape)`` dataset), Dict and
+    Tuple spaces as groups (Tuple members ``_index_<i>``), JPEG-encoded images as rows of
+    encoded bytes, infos as a group of per-step datasets, and the episode's metadata
+    (``id``, ``seed``, ``total_steps``, ``options/...``) as the group's attributes.
+    """
+
+    def __init__(self, handle: Any, path: Path) -> None:
+        self.handle, self.path, self.data = handle, path, path.parent
+        with guarded(path, "the list of episodes"):
+            found = [(int(m.group(1)), n) for n in handle if (m := re.fullmatch(r"episode_(\d+)", n))]
+        self.names = [n for _, n in sorted(found)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def where(self, k: int) -> str:
+        return f"{self.path} ({self.names[k]})"
+
+    def read(self, k: int, spaces: tuple[Any, Any], jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        where = self.where(k)
+        with guarded(self.path, f"episode group {self.names[k]!r}"):
+            group = self.handle[self.names[k]]
+            missing = [c for c in ("observations", "actions", "rewards", "terminations", "truncations")
+                       if c not in group]
+            if missing:
+                raise CorruptFileError(where, f"an episode without Minari's dataset(s) {missing}")
+            reward = np.asarray(group["rewards"][()])
+            term, trunc = np.asarray(group["terminations"][()]), np.asarray(group["truncations"][()])
+            n = len(reward)
+            if reward.ndim != 1 or term.shape != (n,) or trunc.shape != (n,):
+                raise CorruptFileError(where, f"rewards {reward.shape}, terminations {term.shape} and "
+                                       f"truncations {trunc.shape} are not one value per step each")
+            obs = _h5_column(group["observations"], spaces[0], jpeg, where, "observations", n + 1)
+            action = _h5_column(group["actions"], spaces[1], jpeg, where, "actions", n)
+            infos = _h5_infos(group["infos"], where, n + 1) if "infos" in group else None
+            ep_meta = nest({key: plain(v) for key, v in group.attrs.items()})  # options/a: unflattened
+        if isinstance(ep_meta.get("seed"), float) and float(ep_meta["seed"]).is_integer():
+            ep_meta["seed"] = int(ep_meta["seed"])  # as minari's reader gives it
+        try:
+            rlds = alignment.minari_to_rlds(action=[0] * n, reward=[0] * n, termination=term.tolist(),
+                                            truncation=trunc.tolist(), num_observations=n + 1)
+        except ValueError as exc:
+            raise InvalidInputError(where, f"{exc}") from exc
+        reward_arr = pa.array(reward.astype(np.float64))
+        _check_episode(Path(where), ep_meta, n, reward_arr)
+        return _assembled(int(self.names[k].split("_")[1]), n, obs, _append_null(action),
+                          pa.concat_arrays([reward_arr, pa.nulls(1, pa.float64())]), rlds, infos, ep_meta,
+                          float(np.sum(reward, dtype=np.float64)))
+
+
+def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: Any, rlds: dict[str, Any],
+               infos: list[Any] | None, ep_meta: Any, total: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An episode's ``steps`` columns and ``episodes`` row, from its N + 1 rows in RLDS alignment."""
+    columns = {
+        "episode_id": episode_id,
+        "step": np.arange(n + 1),
+        "env_index": 0,
+        "observation": observation,
+        "action": action,
+        "reward": reward,
+        "discount": pa.nulls(n + 1, pa.float64()),
+        "is_first": rlds["is_first"],
+        "is_last": rlds["is_last"],
+        "is_terminal": rlds["is_terminal"],
+        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
+    }
+    row = {
+        "episode_id": episode_id,
+        "num_steps": n + 1,
+        "return": total,
+        "terminated": bool(rlds["is_terminal"][-1]),
+        "truncated": bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]),
+        "metadata": ep_meta,
+    }
+    return columns, row
+
+
+def _append_null(arr: pa.Array) -> pa.Array:
+    """A column with a null row after its rows (RLDS: no action on the last step)."""
+    if not len(arr):
+        return pa.nulls(1, arr.type)
+    out = pa.concat_arrays([arr, arr.slice(0, 1)])
+    last = np.zeros(len(out), bool)
+    last[-1] = True
+    return with_null_rows(out, last)
+
+
+def _h5_infos(group: Any, where: str, rows: int) -> list[Any]:
+    """An infos group (datasets, nested groups) as one plain dict per step."""
+    found = leaves(group)
+    columns = []
+    for path, ds in found:
+        values = plain(np.asarray(ds[()]))
+        if not isinstance(values, list) or len(values) != rows:
+            count = len(values) if isinstance(values, list) else 1
+            raise CorruptFileError(where, f"infos/{path} holds {count} values for {rows} steps")
+        columns.append(values)
+    paths = [p for p, _ in found]
+    return [nest({p: values[i] for p, values in zip(paths, columns, strict=True)}) for i in range(rows)]
+
+
+def _is_image(space: dict[str, Any]) -> bool:
+    """Minari's test for a space it stores as JPEG: a uint8 Box of 2 or 3 dims, at least 32x32, 0..255."""
+    shape: list[Any] = list(space.get("shape") or [])
+    low, high = np.asarray(space.get("low", 0)), np.asarray(space.get("high", 0))
+    return (space.get("type") == "Box" and len(shape) in (2, 3) and shape[0] >= 32 and shape[1] >= 32
+            and space.get("dtype") == "uint8" and bool(np.all(low == 0)) and bool(np.all(high == 255)))
+
+
+def _h5_column(node: Any, space: Any, jpeg: bool, where: str, name: str, rows: int) -> pa.Array:
+    """A dataset (or group, for Dict and Tuple spaces) of an HDF5 episode as a column of ``rows`` rows."""
+    kind = space.get("type") if isinstance(space, dict) else None
+    if kind in ("Dict", "Tuple"):
+        if not hasattr(node, "keys"):
+            raise CorruptFileError(where, f"{name} is a dataset; the dataset's {kind} space needs a group")
+        subspaces: Any = space.get("subspaces") or ({} if kind == "Dict" else [])
+        items = list(subspaces.items()) if kind == "Dict" else \
+            [(str(i), s) for i, s in enumerate(subspaces)]
+        keys = [k if kind == "Dict" else f"_index_{k}" for k, _ in items]
+        if sorted(node) != sorted(keys):
+            raise CorruptFileError(where, f"{name} holds {sorted(node)}; the dataset's {kind} space has "
+                                   f"{keys}: the dataset is damaged or was written by another tool")
+        children = [_h5_column(node[key], sub, jpeg, where, f"{name}.{k}", rows)
+                    for key, (k, sub) in zip(keys, items, strict=True)]
+        return pa.StructArray.from_arrays(children, names=[k for k, _ in items])
+    if hasattr(node, "keys"):
+        raise CorruptFileError(where, f"{name} is a group; its space ({kind}) needs a dataset")
+    if len(node) != rows:
+        raise CorruptFileError(where, f"{name} has {len(node)} rows; the episode needs {rows}")
+    if kind == "Text":
+        return pa.array([plain(v) for v in node[()].tolist()], pa.string())
+    if jpeg and isinstance(space, dict) and _is_image(space):
+        shape = tuple(int(d) for d in space["shape"])
+        encoded = pa.array([np.asarray(row, np.uint8).tobytes() for row in node[()]], pa.binary())
+        values = _decode_jpeg(encoded, shape, np.dtype(np.uint8), Path(where), name)
+    else:
+        values = np.asarray(node[()])
+        if values.dtype.kind not in "biuf":
+            raise CorruptFileError(where, f"{name} holds {values.dtype} values, not numbers")
+        if isinstance(space, dict) and kind in _FLAT_SPACES + ("Discrete",):
+            want = tuple(int(d) for d in space.get("shape") or ()) if kind != "Discrete" else ()
+            if kind in ("MultiBinary", "MultiDiscrete") and not want:
+                want = values.shape[1:]
+            if values.shape[1:] != want:
+                raise CorruptFileError(where, f"{name} has rows of shape {values.shape[1:]}; the dataset's "
+                                       f"{kind} space has shape {want}: the dataset is damaged")
+    return to_arrow(values, tensor_type(values.dtype, values.shape[1:], layout="auto"))
 
 
 def _read_episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
@@ -304,28 +485,11 @@ def _episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
     ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
     _check_episode(ep_meta_path, ep_meta, n, reward)
     infos = _infos(parts[0], table)
-    columns = {
-        "episode_id": episode_id,
-        "step": np.arange(n + 1),
-        "env_index": 0,
-        "observation": _shaped(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
-        "action": _with_last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
-        "reward": _with_last_null(reward.cast(pa.float64()), n),
-        "discount": pa.nulls(n + 1, pa.float64()),
-        "is_first": rlds["is_first"],
-        "is_last": rlds["is_last"],
-        "is_terminal": rlds["is_terminal"],
-        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
-    }
-    row = {
-        "episode_id": episode_id,
-        "num_steps": n + 1,
-        "return": float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)),
-        "terminated": bool(rlds["is_terminal"][-1]),
-        "truncated": bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]),
-        "metadata": ep_meta,
-    }
-    return columns, row
+    return _assembled(
+        episode_id, n, _shaped(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
+        _with_last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
+        _with_last_null(reward.cast(pa.float64()), n), rlds, infos, ep_meta,
+        float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)))
 
 
 _FLAT_SPACES = ("Box", "MultiDiscrete", "MultiBinary")

@@ -12,6 +12,8 @@ holds them, in the order detection tries them:
   so that its error says what is wrong with it (:attr:`Format.expand`);
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
 * ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`), import only;
+* ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
+  a run of its own (:attr:`Format.single`);
 * ``tfevents``: TensorBoard event files (:mod:`rlarrow.io.tfevents`); a log directory is
   imported whole (:attr:`Format.whole`).
 
@@ -160,6 +162,8 @@ class Format:
             memory exports); default: the format's name.
         whole: a ``"file"`` format whose folder given (a TensorBoard log directory) is
             imported whole, as one unit, rather than file by file.
+        single: a ``"file"`` format whose every file is a dataset of its own (an HDF5 file):
+            one run each, never pooled with the other files given.
         sniff: by content, whether a file given by name that no format's :attr:`detect`
             takes is of this format (a memory export without its suffix).
         expand: set on the format that takes the inputs no other format claims (files of
@@ -185,6 +189,7 @@ class Format:
     markers: tuple[str, ...] = ()
     group: str = ""
     whole: bool = False
+    single: bool = False
     sniff: Callable[[Path], bool] | None = None
     expand: Callable[[Sequence[str | os.PathLike[str]]], list[Path]] | None = None
     noun: str = ""
@@ -230,6 +235,18 @@ def _is_minari(path: Path) -> bool:
     from rlarrow.io.minari import is_minari_dir
 
     return path.is_dir() and is_minari_dir(path)
+
+
+def _is_hdf5(path: Path) -> bool:
+    from rlarrow.core.hdf5_files import HDF5_SUFFIXES
+
+    return path.suffix.lower() in HDF5_SUFFIXES and path.is_file()
+
+
+def _sniff_hdf5(path: Path) -> bool:
+    from rlarrow.core.hdf5_files import is_hdf5_file
+
+    return is_hdf5_file(path)
 
 
 def _is_event_file(path: Path) -> bool:
@@ -329,6 +346,14 @@ def _import_minari(sources: Sequence[Path], store: Store, options: ImportOptions
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
+def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.hdf5 import import_hdf5
+
+    (path,) = sources
+    report = import_hdf5(path, store, run_id=options.run_id, name=options.name, progress=options.progress)
+    return Imported(report.run_id, lines=[str(report)], summary=str(report))
+
+
 # --------------------------------------------------------------------------- the formats
 
 _MEMORY_OPTIONS = ("--num-envs", "--memory-size", "--float64", "--run-id", "--name", "--layout", "--episodes",
@@ -369,11 +394,18 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         export_help="envlogger (a run's episodes as an envlogger directory)",
     ),
     Format(
-        name="minari", summary="a Minari dataset (arrow or parquet backend) of gymnasium episodes",
+        name="minari", summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
         detect=_is_minari, kind="directory", import_=_import_minari, suffixes=(".arrow", ".parquet"),
         markers=("data/metadata.json",), noun="Minari datasets",
         convert_options=("--run-id", "--name", "--again"),
-        convert_help=("MINARI_DIR", "a Minari dataset (arrow or parquet): one run of episodes"),
+        convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
+    ),
+    Format(
+        name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",
+        detect=_is_hdf5, kind="file", import_=_import_hdf5, suffixes=(".hdf5", ".h5", ".he5", ".hdf"),
+        single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
+        convert_options=("--run-id", "--name", "--again"),
+        convert_help=("FILE.hdf5", "a D4RL or robomimic HDF5 file: one run of episodes each"),
     ),
     Format(
         name="tfevents", summary="TensorBoard event files of logged scalars",

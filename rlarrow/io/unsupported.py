@@ -1,10 +1,10 @@
 """Recognise RL data formats rlarrow does not import yet, to say so in one line.
 
-``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset, an HDF5 file
-(robomimic, D4RL, Minari's HDF5 backend) or a zarr store would otherwise find "no memory
-exports" in it. :func:`describe_unsupported` names what the input looks like and what
-rlarrow does read. Only names and small JSON files are looked at: nothing is imported or
-decoded, and no user code runs.
+``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset or a zarr store would
+otherwise find "no memory exports" in it (HDF5 files are imported: :mod:`rlarrow.io.hdf5`).
+:func:`describe_unsupported` names what the input looks like and what rlarrow does read.
+Only names and small JSON files are looked at: nothing is imported or decoded, and no user
+code runs.
 
 Example:
     >>> import tempfile, pathlib
@@ -27,23 +27,12 @@ __all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
 
 #: what ``rlarrow convert`` reads, as the message lists it
 SUPPORTED_INPUTS = ("skrl/rofunc memory exports (.pt, .npz, .csv), envlogger (riegeli) directories, "
-                    "Minari datasets (arrow and parquet backends), TensorBoard event files")
-
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_HDF5_SUFFIXES = (".hdf5", ".h5", ".he5", ".hdf")
-
+                    "Minari datasets (arrow, parquet and HDF5 backends), D4RL and robomimic HDF5 files, "
+                    "TensorBoard event files")
 
 def _message(path: Path, what: str, short: str, hint: str = "") -> str:
     return f"{path} looks like {what}; rlarrow does not import {short} yet{hint}; supported inputs are: " \
         f"{SUPPORTED_INPUTS}"
-
-
-def _is_hdf5(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(8) == _HDF5_SIGNATURE
-    except OSError:
-        return False
 
 
 def _is_rlds(path: Path) -> bool:
@@ -73,8 +62,7 @@ def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
 
     Recognised: RLDS/TFDS directories (``dataset_info.json`` + ``features.json`` +
     ``*.tfrecord*`` shards, or a TFDS version folder one level down), LeRobot datasets
-    (``meta/info.json`` + ``data/``), HDF5 files (robomimic, D4RL, Minari's HDF5 backend;
-    by their signature) and zarr stores (``.zgroup``, ``.zarray`` or ``zarr.json``).
+    (``meta/info.json`` + ``data/``) and zarr stores (``.zgroup``, ``.zarray`` or ``zarr.json``).
 
     Args:
         path: a file or directory given to ``rlarrow convert``.
@@ -88,11 +76,6 @@ def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
         True
     """
     p = Path(path)
-    if p.is_file():
-        if p.suffix.lower() in _HDF5_SUFFIXES or _is_hdf5(p):
-            return _message(p, "an HDF5 file", "HDF5", " (robomimic, D4RL and Minari's HDF5 backend write "
-                            "HDF5; a Minari HDF5 dataset can be converted to arrow with minari first)")
-        return None
     if not p.is_dir():
         return None
     if _is_rlds(p) or any(sub.is_dir() and _is_rlds(sub) for sub in p.iterdir()):

@@ -71,6 +71,15 @@ def test_episode_split_over_parts_comes_back_whole(tmp_path):
 
 def test_other_data_formats_are_refused_with_the_way_out(tmp_path):
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "metadata.json").write_text(json.dumps({"data_format": "hdf5", "total_episodes": 1}))
-    with pytest.raises(rlarrow.UnsupportedInputError, match="hdf5.*arrow.*parquet"):
+    (tmp_path / "data" / "metadata.json").write_text(json.dumps({"data_format": "zarr", "total_episodes": 1}))
+    with pytest.raises(rlarrow.UnsupportedInputError, match="zarr.*arrow.*parquet.*hdf5"):
         import_minari(tmp_path, tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_hdf5_dataset_without_its_file_is_refused(tmp_path):
+    src = tmp_path / "ds"
+    shutil.copytree(MINARI / "hdf5-v0", src)
+    (src / "data" / "main_data.hdf5").unlink()
+    with pytest.raises(rlarrow.CorruptFileError, match="main_data.hdf5.*missing"):
+        import_minari(src, tmp_path / "s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import warnings
 from collections import OrderedDict
 
@@ -97,14 +98,14 @@ def _columns(values):
     return list(values)
 
 
-def make_dataset(root, name, env, backend, episodes=3, collector=False):
+def make_dataset(root, name, env, backend, episodes=3, collector=False, record_infos=False):
     """Write a dataset with Minari's own writer; return its directory."""
     import minari
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Minari warns about the metadata a test leaves out
         if collector:  # minari.DataCollector (needs jax: minari[create])
-            env = minari.DataCollector(env, data_format=backend)
+            env = minari.DataCollector(env, data_format=backend, record_infos=record_infos)
             for ep in range(episodes):
                 env.reset(seed=ep)
                 env.action_space.seed(ep)
@@ -195,7 +196,12 @@ def minari_root(tmp_path, monkeypatch):
     return tmp_path / "minari"
 
 
-@pytest.mark.parametrize("backend", ["arrow", "parquet"])
+HAVE_H5PY = importlib.util.find_spec("h5py") is not None
+BACKENDS = ["arrow", "parquet", pytest.param("hdf5", marks=pytest.mark.skipif(
+    not HAVE_H5PY, reason="Minari's HDF5 backend needs h5py: pip install 'rlarrow[hdf5]'"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["frames", "grid", "robot", "cartpole"])
 def test_minari_import_keeps_the_spaces_shapes(tmp_path, minari_root, name, backend):
     check_against_minari(tmp_path, name, backend, _envs()[name])
@@ -210,9 +216,10 @@ def test_minari_import_keeps_the_spaces_shapes(tmp_path, minari_root, name, back
 
 @pytest.mark.skipif(not HAVE_JAX, reason="minari.DataCollector needs jax (pip install 'minari[create]'); the "
                                          "same datasets are written with minari.create_dataset_from_buffers")
+@pytest.mark.parametrize("backend", ["arrow", BACKENDS[2]])
 @pytest.mark.parametrize("name", ["frames", "robot", "cartpole"])
-def test_minari_data_collector_datasets_import_as_minari_loads_them(tmp_path, minari_root, name):
-    check_against_minari(tmp_path, name, "arrow", _envs()[name], collector=True)
+def test_minari_data_collector_datasets_import_as_minari_loads_them(tmp_path, minari_root, name, backend):
+    check_against_minari(tmp_path, name, backend, _envs()[name], collector=True)
 
 
 def test_minari_and_gym_recordings_of_one_env_share_a_store(tmp_path, minari_root):
@@ -237,3 +244,51 @@ def test_minari_and_gym_recordings_of_one_env_share_a_store(tmp_path, minari_roo
         spec = reader.observation_spec()
         assert spec["grid"].shape == (4, 5) and spec["pair"][0].num_values == 3
         assert reader.action_spec().shape == (2,) and int(reader.action_spec().maximum[1]) == 4
+
+
+@pytest.mark.skipif(not HAVE_JAX or not HAVE_H5PY, reason="needs minari.DataCollector (pip install "
+                    "'minari[create]') and h5py (pip install 'rlarrow[hdf5]')")
+def test_minari_hdf5_and_arrow_backends_import_the_same_rows(tmp_path, monkeypatch):
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    class Infos(gym.Env):
+        """Infos of several kinds (a float, an int, a vector, a nested dict) on every step and reset."""
+
+        observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+        def _info(self):
+            return {"t": self.t, "energy": float(self.t) * 0.25, "q": np.full(4, self.t, np.float32),
+                    "inner": {"ok": self.t % 2 == 0}}
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.observation_space.seed(seed)  # the same observations for both backends
+            self.t = 0
+            return self.observation_space.sample(), self._info()
+
+        def step(self, action):
+            self.t += 1
+            return self.observation_space.sample(), float(action[0]), self.t == 5, False, self._info()
+
+    stores = {}
+    for backend in ("arrow", "hdf5"):
+        root = tmp_path / backend
+        monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+        src = make_dataset(root, "infos", Infos(), backend, collector=True, record_infos=True)
+        import_minari(src, tmp_path / f"{backend}.rlarrow", run_id="r", progress=False)
+        stores[backend] = rlarrow.Store.open(tmp_path / f"{backend}.rlarrow")
+    for table in ("steps", "episodes"):
+        a, h = (stores[b].read(table).drop_columns(["metadata_types"]) for b in ("arrow", "hdf5"))
+        assert a.num_rows == h.num_rows > 0
+        for column in a.column_names:
+            if column == "metadata":
+                got = [json.loads(t) if t else t for t in h.column(column).to_pylist()]
+                want = [json.loads(t) if t else t for t in a.column(column).to_pylist()]
+                assert got == want, (table, got[:2], want[:2])
+            else:
+                assert h.column(column).equals(a.column(column)), (table, column)
+    steps = stores["hdf5"].read("steps")
+    meta = json.loads(steps.column("metadata")[1].as_py())
+    assert meta == {"infos": {"t": 1, "energy": 0.25, "q": [1.0] * 4, "inner": {"ok": False}}}

@@ -29,19 +29,16 @@ def test_rlds_directories_and_their_parent_are_named(tmp_path):
     assert describe_unsupported(rlds) is None
 
 
-def test_lerobot_hdf5_and_zarr_are_named(tmp_path):
+def test_lerobot_and_zarr_are_named(tmp_path):
     lerobot = tmp_path / "pusht"
     (lerobot / "meta").mkdir(parents=True)
     (lerobot / "data" / "chunk-000").mkdir(parents=True)
     (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10}))
     assert "looks like a LeRobot dataset" in describe_unsupported(lerobot)
 
-    hdf5 = tmp_path / "demo"  # robomimic's low_dim.hdf5, renamed: found by its signature
+    hdf5 = tmp_path / "demo"  # HDF5 files are imported now (rlarrow.io.hdf5): not named here
     hdf5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
-    assert "looks like an HDF5 file; rlarrow does not import HDF5 yet" in describe_unsupported(hdf5)
-    d4rl = tmp_path / "hopper-medium-v2.hdf5"
-    d4rl.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
-    assert "HDF5" in describe_unsupported(d4rl)
+    assert describe_unsupported(hdf5) is None
 
     zarr = tmp_path / "replay.zarr"
     zarr.mkdir()
@@ -51,6 +48,8 @@ def test_lerobot_hdf5_and_zarr_are_named(tmp_path):
 
 @pytest.mark.parametrize("path", [
     FIXTURES / "minari" / "cartpole" / "arrow-v0",
+    FIXTURES / "minari" / "cartpole" / "hdf5-v0",
+    FIXTURES / "hdf5" / "d4rl_writer.hdf5",
     FIXTURES / "envlogger" / "catch",
     FIXTURES / "skrl" / "wrapped" / "memories",
     FIXTURES / "tfevents" / "torch",

@@ -1,0 +1,721 @@
+"""Offline-RL and robot-learning HDF5 files: D4RL's layout and robomimic's, into a store, in chunks.
+
+Two layouts are read (:func:`hdf5_layout` tells them apart; Minari's HDF5 backend is a
+Minari dataset directory, read by :mod:`rlarrow.io.minari`):
+
+* **D4RL** (``observations``, ``actions``, ``rewards``, ``terminals``, optional ``timeouts``,
+  ``next_observations``, ``infos/*``, ``metadata/*`` at the root, one row per transition).
+  Episodes end after each row whose ``terminals`` or ``timeouts`` is set (the files D4RL's own
+  ``DatasetWriter`` makes have no ``timeouts``: there, only terminals end episodes). Each
+  episode of N transitions becomes N + 1 RLDS steps: the last holds the final observation
+  (``next_observations`` of the last row, or null where the file has none: never invented),
+  with null action and reward, ``is_terminal`` from ``terminals``. Rows after the last end
+  are an episode marked ``partial_end``.
+* **robomimic** (``data/demo_<i>/{obs/*, next_obs/*, actions, rewards, dones, states}``, the
+  layout robomimic, LIBERO, MimicGen, Isaac Lab and robosuite share). Each demo is an
+  episode whose ``episode_id`` is its number; ``obs/*`` become a struct observation in the
+  file's order, and the final step's observation is ``next_obs`` of the last row (null
+  without ``next_obs``). ``is_terminal`` is the last ``dones`` value.
+
+Everything else a row holds (``infos/*``, ``states``, ``dones``, ``action_dict/*``, ...) is
+the step's ``metadata`` under its path (``{"infos": {"qpos": array}}``), each value in its
+dtype. Attributes and small datasets of the file (``metadata/*``, ``env_args`` parsed from
+its JSON, ``mask/*``, root attributes) are the run's metadata, with the dtype and shape of
+every column read (``columns``) so that an export can write them back as they were; a
+dataset too large for metadata (D4RL's ``metadata/policy/*`` weights) is named under
+``left_out``, not copied. A demo's attributes (``num_samples``, ``model_file``, ``ep_meta``)
+are its episode's metadata.
+
+Files are read a chunk of rows at a time (:data:`rlarrow.core.hdf5_files.CHUNK_BYTES` across a
+chunk's datasets), so a file larger than memory imports in bounded memory
+(``benchmarks/hdf5_import.py``).
+
+Example:
+    >>> from rlarrow.io.hdf5 import import_hdf5  # doctest: +SKIP
+    >>> import_hdf5("hopper-medium-v2.hdf5", "runs.rlarrow")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core import metadata as _metadata
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
+from rlarrow.core.hdf5_files import CHUNK_BYTES, chunk_rows, guarded, is_hdf5_file, leaves, open_hdf5, plain
+from rlarrow.core.step_columns import declare_steps
+from rlarrow.core.store import StoreLike, opened
+from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.io import EpisodesReport
+
+__all__ = ["D4RL_KEYS", "SMALL_ELEMENTS", "hdf5_layout", "import_d4rl", "import_hdf5", "import_robomimic"]
+
+#: the datasets a D4RL file must have at its root
+D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
+#: a dataset of at most this many elements that is not per row is kept in the run's metadata
+SMALL_ELEMENTS = 4096
+
+_DEMO = re.compile(r"demo_(\d+)")
+
+
+def hdf5_layout(path: str | os.PathLike[str]) -> str | None:
+    """``"d4rl"``, ``"robomimic"`` or None: which layout the HDF5 file ``path`` has (h5py needed).
+
+    Raises:
+        MissingDependencyError: h5py is not installed.
+        UnsupportedInputError: not an HDF5 file.
+        CorruptFileError: an HDF5 file that cannot be opened.
+    """
+    with open_hdf5(path) as f, guarded(path, "the file's top-level groups"):
+        return _layout(f)
+
+
+def _layout(f: Any) -> str | None:
+    if all(k in f and not hasattr(f[k], "keys") for k in D4RL_KEYS):
+        return "d4rl"
+    data = f.get("data")
+    if data is not None and hasattr(data, "keys") and any(_DEMO.fullmatch(k) for k in data):
+        return "robomimic"
+    return None
+
+
+def import_hdf5(
+    path: str | os.PathLike[str],
+    store: StoreLike,
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    progress: bool | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> EpisodesReport:
+    """Import a D4RL or robomimic HDF5 file into ``store`` as one run (see the module docs).
+
+    Args:
+        path: the ``.hdf5`` file.
+        store: the store (created if missing).
+        run_id: the new run's id (None: generated).
+        name: the run's name (default: the file's name).
+        progress: a progress bar (None: when stderr is a terminal).
+        chunk_bytes: how much to read at a time, over all of a chunk's datasets.
+
+    Raises:
+        UnsupportedInputError: not HDF5, or neither layout (the message lists what the file holds).
+        CorruptFileError: damaged data, or datasets that disagree (row counts, shapes).
+        MissingDependencyError: h5py is not installed (``pip install 'rlarrow[hdf5]'``).
+
+    Example:
+        >>> import_hdf5("robomimic/lift/ph/low_dim_v15.hdf5", "runs.rlarrow")  # doctest: +SKIP
+    """
+    with open_hdf5(path) as f:
+        with guarded(path, "the file's top-level groups"):
+            layout = _layout(f)
+            top = sorted(f)
+        if layout is None:
+            raise UnsupportedInputError(
+                path,
+                f"an HDF5 file of neither D4RL's layout (datasets {list(D4RL_KEYS)} "
+                "at its root) nor robomimic's (data/demo_<i> groups); it holds "
+                f"{top[:12]}: rlarrow imports those two and Minari datasets",
+            )
+        reader = _d4rl if layout == "d4rl" else _robomimic
+        with opened(store, create=True) as st, st.transaction():  # all of the file or nothing of it
+            return reader(f, Path(path), st, run_id, name, progress, chunk_bytes)
+
+
+def import_d4rl(path: str | os.PathLike[str], store: StoreLike, **options: Any) -> EpisodesReport:
+    """:func:`import_hdf5` of a file that must have D4RL's layout."""
+    _must_be(path, "d4rl")
+    return import_hdf5(path, store, **options)
+
+
+def import_robomimic(path: str | os.PathLike[str], store: StoreLike, **options: Any) -> EpisodesReport:
+    """:func:`import_hdf5` of a file that must have robomimic's layout."""
+    _must_be(path, "robomimic")
+    return import_hdf5(path, store, **options)
+
+
+def _must_be(path: str | os.PathLike[str], layout: str) -> None:
+    if not is_hdf5_file(path):
+        raise UnsupportedInputError(path, "not an HDF5 file (no HDF5 signature at its start)")
+    found = hdf5_layout(path)
+    if found != layout:
+        raise UnsupportedInputError(
+            path, f"not a {layout} file (its layout is {found or 'neither D4RL nor robomimic'})"
+        )
+
+
+# --------------------------------------------------------------------------- shared
+
+
+def _described(ds: Any) -> dict[str, Any]:
+    return {"dtype": np.dtype(ds.dtype).str, "shape": [int(d) for d in ds.shape[1:]]}
+
+
+def _small(path: Path, items: list[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Datasets that are not per row: small ones as values (nested by path), large ones named."""
+    kept: dict[str, Any] = {}
+    left: dict[str, str] = {}
+    for key, ds in items:
+        with guarded(path, f"dataset {key!r}"):
+            size = int(np.prod(ds.shape, dtype=np.int64)) if ds.shape is not None else 0
+            if size > SMALL_ELEMENTS:
+                left[key] = f"{ds.dtype} {tuple(ds.shape)}"
+                continue
+            value = plain(ds[()])
+        node = kept
+        *parents, last = key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return kept, left
+
+
+def _attrs(path: Path, node: Any, what: str) -> dict[str, Any]:
+    """A node's attributes as plain values; JSON text (robomimic's ``env_args``, ``ep_meta``) parsed."""
+    out: dict[str, Any] = {}
+    with guarded(path, f"the attributes of {what}"):
+        for key, value in node.attrs.items():
+            value = plain(value)
+            if isinstance(value, str) and value[:1] in "{[":
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    pass
+            out[key] = value
+    return out
+
+
+def _add_run(st: Any, source: str, path: Path, run_id: str | None, name: str | None,
+             run_meta: dict[str, Any], env_specs: dict[str, Any]) -> str:
+    """The file's ``runs`` row: one run, RLDS alignment, one env."""
+    run: str = st.add_run(source=source, run_id=run_id, name=name or path.stem, source_path=os.fspath(path),
+                          alignment="rlds", num_envs=1, metadata=run_meta, env_specs=env_specs)
+    return run
+
+
+def _spec(name: str, info: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "Array", "name": name, "shape": info["shape"], "dtype": np.dtype(info["dtype"]).name}
+
+
+def _read(path: Path, ds: Any, key: str, start: int, stop: int) -> np.ndarray:
+    with guarded(path, f"rows {start}..{stop} of {key!r}"):
+        return np.asarray(ds[start:stop])
+
+
+def _take(path: Path, ds: Any, key: str, rows: np.ndarray) -> np.ndarray:
+    """The rows ``rows`` (increasing) of a dataset."""
+    with guarded(path, f"rows of {key!r}"):
+        return np.asarray(ds[rows.tolist()])
+
+
+def _flags(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+    """``terminals``/``timeouts``/``dones``: one value per row (``(N,)`` or ``(N, 1)``), as bools."""
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.shape != (rows,):
+        raise CorruptFileError(
+            path, f"{key} has shape {values.shape}; one value per row ({rows},) was expected"
+        )
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        raise CorruptFileError(path, f"{key} holds NaN where a flag (0 or 1) was expected")
+    return np.asarray(values != 0, bool)
+
+
+def _scalars(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.shape != (rows,) or values.dtype.kind not in "biuf":
+        raise CorruptFileError(
+            path,
+            f"{key} has shape {values.shape} and dtype {values.dtype}; one number per "
+            f"row ({rows},) was expected",
+        )
+    return values.astype(np.float64)
+
+
+class _Steps:
+    """Turns chunks of transitions, and where episodes end in them, into RLDS ``steps`` and ``episodes`` rows.
+
+    A chunk gives, per row, the observation, action, reward and metadata of a transition;
+    ``ends`` are the rows after which an episode ends, with its final observation (or None:
+    null) and whether it is terminal. Each end adds one step after its row: the final
+    observation, null action and reward. An episode may span chunks; its return is summed
+    over all its rewards at its end (the same sum whatever the chunk size).
+    """
+
+    def __init__(
+        self,
+        st: Any,
+        run: str,
+        writer: Any,
+        types: dict[str, Any],
+        report: EpisodesReport,
+        episode_meta: Callable[[int, int, bool], Any],
+    ) -> None:
+        self.st, self.run, self.writer, self.types, self.report = st, run, writer, types, report
+        self.episode_meta = episode_meta
+        self.episode = 0
+        self.step = 0  # steps of the current episode so far
+        self.first_row = 0  # source row where the current episode started
+        self.rewards: list[np.ndarray] = []
+        self.rows: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "episode_id",
+                "num_steps",
+                "return",
+                "terminated",
+                "truncated",
+                "partial_end",
+                "metadata",
+            )
+        }
+
+    def add(
+        self,
+        obs: Any,
+        action: np.ndarray,
+        reward: np.ndarray | None,
+        meta: tuple[pa.Array, pa.Array] | None,
+        source_row: int,
+        ends: np.ndarray,
+        terminal: np.ndarray,
+        final: list[Any | None],
+        episode_ids: list[int] | None = None,
+    ) -> None:
+        n = len(action)
+        ends = np.asarray(ends, np.int64)
+        before = np.searchsorted(ends, np.arange(n), side="left")  # ends strictly before each row
+        src = np.arange(n) + before
+        fin = ends + np.arange(len(ends)) + 1
+        total = n + len(ends)
+        is_final = np.zeros(total, bool)
+        is_final[fin] = True
+        # the episode of each output row, and its step within the episode
+        episode_of = np.empty(total, np.int64)
+        episode_of[src] = before
+        episode_of[fin] = np.arange(len(ends))
+        starts = np.concatenate([[0], ends + 1])  # first row of each episode in the chunk
+        step = np.empty(total, np.int64)
+        step[src] = np.arange(n) - starts[before] + np.where(before == 0, self.step, 0)
+        step[fin] = step[src[ends]] + 1 if len(ends) else step[fin]
+        ids = np.asarray(
+            [self.episode + k for k in range(len(ends) + 1)] if episode_ids is None else episode_ids
+        )
+        columns: dict[str, Any] = {
+            "run_id": self.run,
+            "episode_id": ids[episode_of],
+            "step": step,
+            "env_index": 0,
+            "observation": self._spread(obs, src, fin, final, total, "observation"),
+            "action": self._spread(action, src, fin, [None] * len(ends), total, "action"),
+            "reward": pa.array(self._floats(reward, src, total), mask=is_final)
+            if reward is not None
+            else pa.nulls(total, pa.float64()),
+            "is_first": step == 0,
+            "is_last": is_final,
+            "is_terminal": self._terminal(terminal, fin, total),
+        }
+        if meta is not None:  # each row's, and null on the final steps
+            where = np.zeros(total, np.int64)
+            where[src] = np.arange(n)
+            rows_of = pa.array(where, mask=is_final)
+            columns["metadata"], columns["metadata_types"] = meta[0].take(rows_of), meta[1].take(rows_of)
+        table = _schema.build("steps", columns, num_rows=total, established=self.st.schema("steps"))
+        self.writer.write(table)
+        self.report.steps += total
+        # episodes that ended here
+        kept = reward if reward is not None else np.full(n, np.nan)
+        for k, end in enumerate(ends.tolist()):
+            self.rewards.append(kept[starts[k] : end + 1])
+            self._close(
+                int(ids[k]),
+                int(step[fin[k]]) + 1,
+                bool(terminal[k]),
+                source_row + end + 1,
+                final[k] is not None,
+                partial=False,
+                known=reward is not None,
+            )
+        self.rewards.append(kept[starts[-1] :])
+        self.step = int(step[src[-1]]) + 1 if n and (not len(ends) or ends[-1] < n - 1) else 0
+        if episode_ids is None:
+            self.episode += len(ends)
+
+    def finish(self, source_rows: int) -> None:
+        """The rows after the last end: an episode the data stops in (``partial_end``)."""
+        if self.step:
+            self._close(self.episode, self.step, False, source_rows, False, partial=True)
+            self.episode += 1
+        self.step = 0
+        self.rewards = []
+        if self.rows["episode_id"]:
+            self.st.append(
+                "episodes", {"run_id": self.run, "env_index": 0, "partial_start": False, **self.rows}
+            )
+
+    def _close(
+        self,
+        episode: int,
+        num_steps: int,
+        terminal: bool,
+        stop: int,
+        final_known: bool,
+        partial: bool,
+        known: bool = True,
+    ) -> None:
+        rewards = np.concatenate(self.rewards) if self.rewards else np.empty(0)
+        self.rewards = []
+        for key, value in (
+            ("episode_id", episode),
+            ("num_steps", num_steps),
+            ("return", float(np.sum(rewards, dtype=np.float64)) if known else None),
+            ("terminated", terminal),
+            ("truncated", not terminal and not partial),
+            ("partial_end", partial),
+            ("metadata", self.episode_meta(self.first_row, stop, final_known)),
+        ):
+            self.rows[key].append(value)
+        self.first_row = stop
+        self.report.episodes += 1
+
+    def _floats(self, values: np.ndarray, src: np.ndarray, total: int) -> np.ndarray:
+        out = np.zeros(total, np.float64)
+        out[src] = values
+        return out
+
+    def _terminal(self, terminal: np.ndarray, fin: np.ndarray, total: int) -> np.ndarray:
+        out = np.zeros(total, bool)
+        out[fin] = terminal
+        return out
+
+    def _spread(
+        self, values: Any, src: np.ndarray, fin: np.ndarray, final: list[Any | None], total: int, column: str
+    ) -> pa.Array | None:
+        """Rows at ``src``, the final observations (or nulls) at ``fin``, in the column's declared type."""
+        if values is None:
+            return None
+        type_ = self.types.get(column)
+        if isinstance(values, dict):
+            children = []
+            for key, child in values.items():
+                sub = [None if f is None else f[key] for f in final]
+                children.append(self._dense(child, src, fin, sub, total))
+            arrays = [
+                to_arrow(c, type_.field(k).type if type_ is not None else None)
+                for k, c in zip(values, children, strict=True)
+            ]
+            mask = np.zeros(total, bool)
+            mask[fin[[f is None for f in final]]] = True
+            return pa.StructArray.from_arrays(
+                arrays, names=list(values), mask=pa.array(mask) if mask.any() else None
+            )
+        dense = self._dense(values, src, fin, final, total)
+        out = to_arrow(dense, type_)
+        mask = np.zeros(total, bool)
+        mask[fin[[f is None for f in final]]] = True
+        return with_null_rows(out, mask) if mask.any() else out
+
+    @staticmethod
+    def _dense(
+        values: np.ndarray, src: np.ndarray, fin: np.ndarray, final: list[Any | None], total: int
+    ) -> np.ndarray:
+        out = np.zeros((total, *values.shape[1:]), values.dtype)
+        out[src] = values
+        for j, f in zip(fin.tolist(), final, strict=True):
+            if f is not None:
+                out[j] = f
+        return out
+
+
+def _per_step(
+    path: Path, items: list[tuple[str, Any]], start: int, stop: int
+) -> tuple[pa.Array, pa.Array] | None:
+    if not items:
+        return None
+    return _metadata.encode_rows({key: _read(path, ds, key, start, stop) for key, ds in items})
+
+
+# --------------------------------------------------------------------------- D4RL
+
+
+def _d4rl(
+    f: Any, path: Path, st: Any, run_id: str | None, name: str | None, progress: bool | None, chunk_bytes: int
+) -> EpisodesReport:
+    from rlarrow.core.progress import bar
+
+    with guarded(path, "the file's datasets"):
+        found = leaves(f)
+        obs, act, rew, term = (f[k] for k in D4RL_KEYS)
+        timeouts = f["timeouts"] if "timeouts" in f else None
+        next_obs = f["next_observations"] if "next_observations" in f else None
+        n = int(obs.shape[0]) if obs.shape else 0
+        main = {"observations": obs, "actions": act, "rewards": rew, "terminals": term}
+        if timeouts is not None:
+            main["timeouts"] = timeouts
+        if next_obs is not None:
+            main["next_observations"] = next_obs
+        for key, ds in main.items():
+            if not ds.shape or ds.shape[0] != n:
+                raise CorruptFileError(
+                    path, f"{key} has {ds.shape[0] if ds.shape else 0} rows; observations has {n}"
+                )
+        if next_obs is not None and next_obs.shape[1:] != obs.shape[1:]:
+            raise CorruptFileError(
+                path, f"next_observations rows have shape {next_obs.shape[1:]}, observations {obs.shape[1:]}"
+            )
+        per_step = [
+            (k, ds)
+            for k, ds in found
+            if k not in main and not k.startswith("metadata/") and ds.shape and ds.shape[0] == n
+        ]
+        other = [(k, ds) for k, ds in found if k not in main and (k, ds) not in per_step]
+        for key, ds in [("observations", obs), ("actions", act), *per_step]:
+            if np.dtype(ds.dtype).kind not in "biuf":
+                raise CorruptFileError(path, f"{key} holds {ds.dtype} values, not numbers")
+    kept, left = _small(path, other)
+    columns = {k: _described(ds) for k, ds in main.items()}
+    run_meta = {
+        "layout": "d4rl",
+        "attrs": _attrs(path, f, "the file"),
+        "metadata": kept.get("metadata", {}),
+        **{k: v for k, v in kept.items() if k != "metadata"},
+        "columns": columns,
+        "per_step": {k: _described(ds) for k, ds in per_step},
+    }
+    if left:
+        run_meta["left_out"] = left
+    obs_type = tensor_type(np.dtype(obs.dtype), obs.shape[1:], layout="auto")
+    act_type = tensor_type(np.dtype(act.dtype), act.shape[1:], layout="auto")
+    types = declare_steps(st, {"observation": obs_type, "action": act_type})
+    env_specs = {
+        "observation_spec": _spec("observation", columns["observations"]),
+        "action_spec": _spec("action", columns["actions"]),
+        "reward_spec": _spec("reward", {**columns["rewards"], "shape": []}),
+    }
+    run = _add_run(st, "d4rl", path, run_id, name, run_meta, env_specs)
+    report = EpisodesReport(run_id=run)
+    final_from = "next_observations" if next_obs is not None else "unknown"
+
+    def episode_meta(start: int, stop: int, final_known: bool) -> dict[str, Any]:
+        return {"source_rows": [start, stop], "final_observation": final_from if final_known else "unknown"}
+
+    rows = chunk_rows([ds for ds in main.values()] + [ds for _, ds in per_step], chunk_bytes)
+    with st.writer("steps") as writer, bar(n, "import d4rl", "row", progress) as pbar:
+        steps = _Steps(st, run, writer, types, report, episode_meta)
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            o = _read(path, obs, "observations", start, stop)
+            a = _read(path, act, "actions", start, stop)
+            r = _scalars(_read(path, rew, "rewards", start, stop), stop - start, path, "rewards")
+            t = _flags(_read(path, term, "terminals", start, stop), stop - start, path, "terminals")
+            done = t.copy()
+            if timeouts is not None:
+                done |= _flags(_read(path, timeouts, "timeouts", start, stop), stop - start, path, "timeouts")
+            ends = np.flatnonzero(done)
+            finals: list[Any] = [None] * len(ends)
+            if next_obs is not None and len(ends):
+                finals = list(_take(path, next_obs, "next_observations", ends + start))
+            steps.add(o, a, r, _per_step(path, per_step, start, stop), start, ends, t[ends], finals)
+            pbar.update(stop - start)
+        steps.finish(n)
+    return report
+
+
+# --------------------------------------------------------------------------- robomimic
+
+
+def _demos(path: Path, data: Any) -> list[tuple[int, str]]:
+    with guarded(path, "the demos of data/"):
+        found = [(int(m.group(1)), k) for k in data if (m := _DEMO.fullmatch(k))]
+    ids = [i for i, _ in found]
+    if not found:
+        raise CorruptFileError(path, "data/ holds no demo_<i> groups")
+    if len(set(ids)) != len(ids):
+        raise CorruptFileError(path, "two demos of data/ have the same number (demo_1 and demo_01?)")
+    return sorted(found)
+
+
+def _robomimic(
+    f: Any, path: Path, st: Any, run_id: str | None, name: str | None, progress: bool | None, chunk_bytes: int
+) -> EpisodesReport:
+    from rlarrow.core.progress import bar
+
+    with guarded(path, "data/"):
+        data = f["data"]
+        demos = _demos(path, data)
+        first_name = demos[0][1]
+        first = _Demo(path, data, first_name)
+        mask = {k: plain(ds[()]) for k, ds in leaves(f["mask"])} if "mask" in f else None
+        others = [(k, ds) for k, ds in leaves(f) if not k.startswith(("data/", "mask/"))]
+    kept, left = _small(path, others)
+    columns: dict[str, Any] = {"actions": _described(first.actions)}
+    if first.rewards is not None:
+        columns["rewards"] = _described(first.rewards)
+    if first.obs is not None:
+        columns["obs"] = {k: _described(ds) for k, ds in first.obs.items()}
+    run_meta: dict[str, Any] = {
+        "layout": "robomimic",
+        "attrs": _attrs(path, f, "the file"),
+        "data_attrs": _attrs(path, data, "data/"),
+        **kept,
+        "columns": columns,
+        "per_step": {k: _described(ds) for k, ds in first.per_step},
+    }
+    if mask is not None:
+        run_meta["mask"] = mask
+    if left:
+        run_meta["left_out"] = left
+    declared: dict[str, Any] = {
+        "action": tensor_type(np.dtype(first.actions.dtype), first.actions.shape[1:], layout="auto")
+    }
+    env_specs: dict[str, Any] = {"action_spec": _spec("action", columns["actions"])}
+    if first.obs is not None:
+        declared["observation"] = pa.struct(
+            [(k, tensor_type(np.dtype(ds.dtype), ds.shape[1:], layout="auto")) for k, ds in first.obs.items()]
+        )
+        env_specs["observation_spec"] = {k: _spec(k, v) for k, v in columns["obs"].items()}
+    types = declare_steps(st, declared)
+    run = _add_run(st, "robomimic", path, run_id, name, run_meta, env_specs)
+    report = EpisodesReport(run_id=run)
+    current: dict[str, Any] = {}
+    with st.writer("steps") as writer, bar(len(demos), "import robomimic", "demo", progress) as pbar:
+        steps = _Steps(st, run, writer, types, report, lambda start, stop, known: dict(current))
+        for number, demo_name in demos:
+            demo = first if demo_name == first_name else _Demo(path, data, demo_name)
+            demo.same_kind(first)
+            current.clear()
+            current.update(demo.metadata())
+            demo.unroll(steps, number, chunk_bytes)
+            pbar.update(1)
+        steps.finish(0)
+    return report
+
+
+class _Demo:
+    """One ``data/demo_<i>`` group: its datasets checked for agreeing row counts, read in chunks."""
+
+    def __init__(self, path: Path, data: Any, name: str) -> None:
+        self.path, self.name, self.where = path, name, f"data/{name}"
+        with guarded(path, self.where):
+            self.group = group = data[name]
+            if "actions" not in group or hasattr(group["actions"], "keys"):
+                raise CorruptFileError(path, f"{self.where} has no actions dataset")
+            self.actions = group["actions"]
+            self.rows = rows = int(self.actions.shape[0]) if self.actions.shape else 0
+            if rows == 0:
+                raise CorruptFileError(path, f"{self.where} has no rows")
+            self.obs = self._group("obs")
+            self.next_obs = self._group("next_obs")
+            self.rewards = group["rewards"] if "rewards" in group else None
+            self.dones = group["dones"] if "dones" in group else None
+            rest = [
+                (k, ds)
+                for k, ds in leaves(group)
+                if not k.startswith(("obs/", "next_obs/")) and k not in ("actions", "rewards")
+            ]
+            self.per_step = [(k, ds) for k, ds in rest if ds.shape and ds.shape[0] == rows]
+            self.small = [(k, ds) for k, ds in rest if (k, ds) not in self.per_step]
+            checked = [
+                *((self.obs or {}).items()),
+                *((self.next_obs or {}).items()),
+                *([("rewards", self.rewards)] if self.rewards is not None else []),
+            ]
+            for key, ds in checked:
+                if not ds.shape or ds.shape[0] != rows:
+                    raise CorruptFileError(
+                        path,
+                        f"{self.where}/{key} has {ds.shape[0] if ds.shape else 0} rows; actions has {rows}",
+                    )
+            for key, ds in [*((self.obs or {}).items()), *self.per_step]:
+                if np.dtype(ds.dtype).kind not in "biuf":
+                    raise CorruptFileError(path, f"{self.where}/{key} holds {ds.dtype} values, not numbers")
+
+    def _group(self, name: str) -> dict[str, Any] | None:
+        if name not in self.group:
+            return None
+        node = self.group[name]
+        if not hasattr(node, "keys"):
+            raise CorruptFileError(
+                self.path, f"{self.where}/{name} is a dataset; robomimic keeps observations in a group"
+            )
+        return {k: ds for k, ds in leaves(node)}
+
+    def same_kind(self, first: _Demo) -> None:
+        mine = None if self.obs is None else list(self.obs)
+        theirs = None if first.obs is None else list(first.obs)
+        if mine != theirs:
+            raise CorruptFileError(
+                self.path,
+                f"{self.where} has observations {mine}; {first.where} has {theirs}: "
+                "rlarrow imports a file whose demos observe the same things",
+            )
+
+    def metadata(self) -> dict[str, Any]:
+        kept, left = _small(self.path, self.small)
+        out = {"demo": self.name, **_attrs(self.path, self.group, self.where), **kept}
+        if left:
+            out["left_out"] = left
+        return out
+
+    def unroll(self, steps: _Steps, number: int, chunk_bytes: int) -> None:
+        path, where, rows = self.path, self.where, self.rows
+        final: Any = None
+        if self.next_obs is not None and self.obs is not None and list(self.next_obs) == list(self.obs):
+            final = {
+                k: _read(path, ds, f"{where}/next_obs/{k}", rows - 1, rows)[0]
+                for k, ds in self.next_obs.items()
+            }
+        last_done = False
+        if self.dones is not None:
+            last_done = bool(
+                _flags(_read(path, self.dones, f"{where}/dones", rows - 1, rows), 1, path, f"{where}/dones")[
+                    0
+                ]
+            )
+        chunk = chunk_rows(
+            [
+                self.actions,
+                *(self.obs or {}).values(),
+                *([self.rewards] if self.rewards is not None else []),
+                *(ds for _, ds in self.per_step),
+            ],
+            chunk_bytes,
+        )
+        for start in range(0, rows, chunk):
+            stop = min(rows, start + chunk)
+            obs = (
+                {k: _read(path, ds, f"{where}/obs/{k}", start, stop) for k, ds in self.obs.items()}
+                if self.obs is not None
+                else None
+            )
+            reward = (
+                _scalars(
+                    _read(path, self.rewards, f"{where}/rewards", start, stop),
+                    stop - start,
+                    path,
+                    f"{where}/rewards",
+                )
+                if self.rewards is not None
+                else None
+            )
+            ends = np.array([stop - start - 1]) if stop == rows else np.empty(0, np.int64)
+            steps.add(
+                obs,
+                _read(path, self.actions, f"{where}/actions", start, stop),
+                reward,
+                _per_step(path, self.per_step, start, stop),
+                start,
+                ends,
+                np.array([last_done])[: len(ends)],
+                [final] * len(ends),
+                episode_ids=[number],
+            )

@@ -1,0 +1,275 @@
+"""D4RL and robomimic HDF5 files, written by the peers' own writers, import as RLDS episodes.
+
+The fixtures (``tests/fixtures/hdf5``, made by ``make_hdf5_fixtures.py``) come from d4rl 1.1's
+``DatasetWriter``, D4RL's MuJoCo-v2 ``convert_buffer.py`` and robomimic 0.3.0's
+``convert_d4rl.py``. Each import is compared with the file read whole by h5py, as d4rl's
+``get_dataset`` and robomimic's ``SequenceDataset`` read it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from conftest import FIXTURES
+
+import rlarrow
+from rlarrow.core import metadata
+from rlarrow.core.tensors import to_numpy
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("h5py") is None, reason="HDF5 import needs h5py: pip install 'rlarrow[hdf5]'"
+)
+
+HDF5 = FIXTURES / "hdf5"
+D4RL = [HDF5 / "d4rl_writer.hdf5", HDF5 / "d4rl_mujoco.hdf5"]
+ROBOMIMIC = HDF5 / "robomimic_d4rl.hdf5"
+
+
+def whole(path):
+    """Every dataset of the file, read whole (what d4rl's get_dataset returns)."""
+    import h5py
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, node: out.__setitem__(k, node[()]) if isinstance(node, h5py.Dataset) else None)
+    return out
+
+
+def episodes_of(store):
+    steps = store.read("steps")
+    eps = store.read("episodes").sort_by("episode_id").to_pylist()
+    for ep in eps:
+        rows = steps.filter(pc.equal(steps["episode_id"], ep["episode_id"])).sort_by("step")
+        yield ep, rows
+
+
+@pytest.mark.parametrize("path", D4RL, ids=lambda p: p.stem)
+def test_d4rl_file_imports_every_transition_as_the_file_holds_it(tmp_path, path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    report = import_hdf5(path, tmp_path / "s", progress=False)
+    src = whole(path)
+    n = len(src["observations"])
+    ends = np.flatnonzero(src["terminals"].reshape(-1) | src.get("timeouts", np.zeros(n, bool)).reshape(-1))
+    assert report.episodes == len(ends) + (ends[-1] < n - 1)
+    assert report.steps == n + len(ends)  # one final step per ended episode
+    store = rlarrow.Store.open(tmp_path / "s")
+    run = store.runs().to_pylist()[0]
+    assert (run["source"], run["alignment"], run["num_envs"]) == ("d4rl", "rlds", 1)
+    meta = metadata.decode(run["metadata"], run["metadata_types"])
+    assert meta["columns"]["observations"] == {"dtype": "<f4", "shape": [4]}
+    seen = 0
+    for ep, rows in episodes_of(store):
+        first, stop = ep["metadata"] and json.loads(ep["metadata"])["source_rows"]
+        k = stop - first  # transitions
+        assert first == seen
+        seen = stop
+        obs = to_numpy(rows["observation"].combine_chunks(), fill_value=np.nan)
+        assert obs.dtype == np.float32 and np.array_equal(obs[:k], src["observations"][first:stop])
+        act = to_numpy(rows["action"].combine_chunks(), fill_value=np.nan)
+        assert np.array_equal(act[:k], src["actions"][first:stop])
+        assert rows["reward"].to_pylist()[:k] == src["rewards"].reshape(-1)[first:stop].astype(float).tolist()
+        assert ep["return"] == float(np.sum(src["rewards"].reshape(-1)[first:stop], dtype=np.float64))
+        for i in range(k):  # each row's infos, in their dtypes
+            step_meta = metadata.decode(rows["metadata"][i].as_py(), rows["metadata_types"][i].as_py())
+            for key in [k for k in src if k.startswith("infos/")]:
+                value = step_meta["infos"][key.split("/")[1]]
+                assert np.asarray(value).dtype == src[key].dtype and np.array_equal(
+                    value, src[key][first + i]
+                )
+        if ep["partial_end"]:
+            assert rows.num_rows == k and not any(rows["is_last"].to_pylist())
+            continue
+        assert rows.num_rows == k + 1 and rows["is_last"].to_pylist() == [False] * k + [True]
+        assert rows["action"][k].as_py() is None and rows["reward"][k].as_py() is None
+        assert ep["terminated"] == bool(src["terminals"][stop - 1]) == rows["is_terminal"][k].as_py()
+        if "next_observations" in src:
+            assert np.array_equal(obs[k], src["next_observations"][stop - 1])
+        else:
+            assert rows["observation"][k].as_py() is None  # never invented
+    assert seen == n
+    if "metadata/algorithm" in src:
+        assert meta["metadata"] == {"algorithm": "SAC", "iteration": 7}
+
+
+def test_robomimic_file_imports_each_demo_as_an_episode(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    report = import_hdf5(ROBOMIMIC, tmp_path / "s", progress=False)
+    src = whole(ROBOMIMIC)
+    demos = sorted({k.split("/")[1] for k in src}, key=lambda d: int(d.split("_")[1]))
+    assert report.episodes == len(demos)
+    store = rlarrow.Store.open(tmp_path / "s")
+    run = store.runs().to_pylist()[0]
+    meta = metadata.decode(run["metadata"], run["metadata_types"])
+    assert meta["data_attrs"]["env_args"] == {
+        "env_name": "cartpole-timelimit-v2",
+        "type": 2,
+        "env_kwargs": {},
+    }
+    assert meta["per_step"] == {"dones": {"dtype": "<i8", "shape": []}}
+    with rlarrow.Reader(store) as reader:
+        assert reader.observation_spec()["flat"].shape == (4,)
+    for (ep, rows), demo in zip(episodes_of(store), demos, strict=True):
+        g = f"data/{demo}"
+        n = len(src[f"{g}/actions"])
+        assert ep["episode_id"] == int(demo.split("_")[1]) and ep["num_steps"] == n + 1
+        assert json.loads(ep["metadata"]) == {"demo": demo, "num_samples": n}
+        flat = to_numpy(rows["observation"].combine_chunks().field("flat"), fill_value=np.nan)
+        assert np.array_equal(flat[:n], src[f"{g}/obs/flat"]) and np.array_equal(
+            flat[n], src[f"{g}/next_obs/flat"][-1]
+        )
+        assert np.array_equal(
+            to_numpy(rows["action"].combine_chunks(), fill_value=0)[:n], src[f"{g}/actions"]
+        )
+        dones = [
+            metadata.decode(t, ty)["dones"]
+            for t, ty in zip(
+                rows["metadata"].to_pylist()[:n], rows["metadata_types"].to_pylist()[:n], strict=True
+            )
+        ]
+        assert dones == src[f"{g}/dones"].tolist() and isinstance(dones[0], np.int64)
+        assert rows["is_terminal"].to_pylist()[-1] == bool(src[f"{g}/dones"][-1]) == ep["terminated"]
+
+
+@pytest.mark.parametrize("path", [*D4RL, ROBOMIMIC], ids=lambda p: p.stem)
+def test_chunks_of_any_size_import_the_same_rows(tmp_path, path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    tables = []
+    for chunk in (1, 700, 1 << 25):  # one row a chunk, a few rows, the whole file
+        import_hdf5(path, tmp_path / f"s{chunk}", run_id="r", progress=False, chunk_bytes=chunk)
+        store = rlarrow.Store.open(tmp_path / f"s{chunk}")
+        tables.append(
+            (
+                store.read("steps").sort_by([("episode_id", "ascending"), ("step", "ascending")]),
+                store.read("episodes").sort_by("episode_id"),
+            )
+        )
+    for steps, eps in tables[1:]:
+        assert steps.equals(tables[0][0]) and eps.equals(tables[0][1])
+
+
+def test_convert_takes_each_hdf5_file_as_a_run_of_its_own(tmp_path):
+    folder = tmp_path / "datasets"
+    shutil.copytree(HDF5, folder, ignore=shutil.ignore_patterns("*.py", "*.json"))
+    out = subprocess.run(
+        [sys.executable, "-m", "rlarrow", "convert", str(folder), "-o", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    store = rlarrow.Store.open(tmp_path / "s")
+    runs = store.runs().to_pylist()
+    assert sorted(r["source"] for r in runs) == ["d4rl", "d4rl", "robomimic"]
+    sources = store.read("sources").to_pylist()
+    assert sorted(s["format"] for s in sources) == ["hdf5"] * 3
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlarrow",
+            "convert",
+            str(folder / "d4rl_writer.hdf5"),
+            "-o",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and "imported before" in again.stdout + again.stderr
+    assert len(rlarrow.Store.open(tmp_path / "s").runs()) == 3
+
+
+def test_an_hdf5_file_of_another_layout_is_refused_naming_what_it_holds(tmp_path):
+    import h5py
+
+    from rlarrow.io.hdf5 import import_hdf5
+
+    path = tmp_path / "other.hdf5"
+    with h5py.File(path, "w") as f:
+        f["images"] = np.zeros((3, 2))
+    with pytest.raises(rlarrow.UnsupportedInputError, match=r"other.hdf5.*neither D4RL.*\['images'\]"):
+        import_hdf5(path, tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("damage", ["rows", "shape", "truncated", "not hdf5"])
+def test_damaged_files_are_refused_and_leave_the_store_as_it_was(tmp_path, damage):
+    import h5py
+
+    from rlarrow.io.hdf5 import import_hdf5
+
+    store = rlarrow.Store.create(tmp_path / "s")
+    run = store.add_run(source="user", run_id="before")
+    store.append(
+        "scalars",
+        {"run_id": run, "scope": "train", "tag": "x", "step": np.arange(3), "value": np.arange(3.0)},
+    )
+    path = tmp_path / "bad.hdf5"
+    shutil.copyfile(D4RL[1], path)
+    if damage == "rows":
+        with h5py.File(path, "a") as f:
+            data = f["timeouts"][()]
+            del f["timeouts"]
+            f["timeouts"] = data[:-3]
+        match = "timeouts has 97 rows; observations has 100"
+    elif damage == "shape":
+        with h5py.File(path, "a") as f:
+            data = f["terminals"][()]
+            del f["terminals"]
+            f["terminals"] = np.stack([data, data], axis=1)
+        match = r"terminals has shape \(.*, 2\)"
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        match = "bad.hdf5"
+    else:
+        path.write_bytes(b"HDF but not\0" * 10)
+        match = "not an HDF5 file"
+    with pytest.raises((rlarrow.CorruptFileError, rlarrow.UnsupportedInputError), match=match):
+        import_hdf5(path, store, progress=False, chunk_bytes=500)
+    assert [r["run_id"] for r in store.runs().to_pylist()] == ["before"]
+    assert store.row_count("steps") == store.row_count("episodes") == 0
+    assert store.read("scalars")["value"].to_pylist() == [0.0, 1.0, 2.0]
+
+
+def test_without_h5py_the_error_names_the_extra(tmp_path):
+    code = (
+        "import sys; sys.modules['h5py'] = None\n"
+        "import rlarrow\n"
+        "from rlarrow.io.hdf5 import import_hdf5\n"
+        "try:\n"
+        f"    import_hdf5({str(D4RL[0])!r}, {str(tmp_path / 's')!r})\n"
+        "except rlarrow.MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "pip install 'rlarrow[hdf5]'" in out.stdout, out.stderr
+
+
+def test_minari_hdf5_fixture_imports_as_minari_reads_it(tmp_path):
+    minari = pytest.importorskip("minari", reason="needs minari (test-only peer)")
+    from rlarrow.io.minari import import_minari
+
+    src = FIXTURES / "minari" / "cartpole" / "hdf5-v0"
+    report = import_minari(src, tmp_path / "s", progress=False)
+    from minari.dataset.minari_dataset import MinariDataset
+
+    theirs = list(MinariDataset(src / "data").iterate_episodes())
+    assert report.episodes == len(theirs) == 10
+    store = rlarrow.Store.open(tmp_path / "s")
+    for (ep, rows), episode in zip(episodes_of(store), theirs, strict=True):
+        n = len(episode.rewards)
+        assert rows.num_rows == n + 1 and ep["episode_id"] == episode.id
+        obs = to_numpy(rows["observation"].combine_chunks(), fill_value=np.nan)
+        assert obs.dtype == episode.observations.dtype and np.array_equal(obs, episode.observations)
+        assert rows["action"].to_pylist() == [*episode.actions.tolist(), None]
+        assert json.loads(ep["metadata"])["seed"] == ep["episode_id"]
+    del minari
