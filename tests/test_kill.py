@@ -98,3 +98,81 @@ def test_sigkill_leaves_every_commit(tmp_path):
 @pytest.mark.slow
 def test_sigkill_many_times(tmp_path):
     kill_loop(tmp_path, kills=60, seed=2)
+
+
+IMPORT_CHILD = r"""
+import sys
+from pathlib import Path
+import rlarrow
+from rlarrow.io.hdf5 import import_hdf5
+from rlarrow.io.minari import import_minari
+fixtures = Path(sys.argv[2])
+sources = [fixtures / "hdf5" / "d4rl_mujoco.hdf5", fixtures / "hdf5" / "robomimic_d4rl.hdf5",
+           fixtures / "minari" / "cartpole" / "hdf5-v0"]
+store = rlarrow.Store.open(sys.argv[1])
+print("ready", flush=True)
+seq = int(sys.argv[3])
+while True:
+    src = sources[seq % 3]
+    if src.is_dir():
+        import_minari(src, store, run_id=f"k{seq}", progress=False)
+    else:  # small chunks: many writer flushes inside one import
+        import_hdf5(src, store, run_id=f"k{seq}", progress=False, chunk_bytes=600)
+    print(seq, flush=True)
+    seq += 1
+"""
+
+
+def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("h5py") is None:
+        pytest.skip("HDF5 imports need h5py: pip install 'rlarrow[hdf5]'")
+    from conftest import FIXTURES
+
+    from rlarrow.io.hdf5 import import_hdf5
+    from rlarrow.io.minari import import_minari
+
+    # what each source imports, whole
+    sizes = []
+    hdf5 = FIXTURES / "hdf5"
+    for k, src in enumerate([hdf5 / "d4rl_mujoco.hdf5", hdf5 / "robomimic_d4rl.hdf5",
+                             FIXTURES / "minari" / "cartpole" / "hdf5-v0"]):
+        ref = tmp_path / f"ref{k}"
+        report = (import_minari if src.is_dir() else import_hdf5)(src, ref, progress=False)
+        sizes.append((report.steps, report.episodes))
+    rng = random.Random(seed)
+    path = tmp_path / "store"
+    rlarrow.Store.create(path)
+    committed: set[int] = set()
+    seq = 0
+    for _ in range(kills):
+        child = subprocess.Popen([sys.executable, "-c", IMPORT_CHILD, str(path), str(FIXTURES), str(seq)],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        if rng.random() < 0.5:  # let an import finish first, then kill inside the next
+            committed.add(int(child.stdout.readline()))
+        time.sleep(rng.uniform(0.0, 0.6))
+        os.kill(child.pid, signal.SIGKILL)
+        out, _ = child.communicate()
+        committed.update(int(x) for x in out.split() if x.isdigit())
+        for readonly in (True, False):  # a reader before recovery, then a writer's recovery
+            with rlarrow.Store.open(path, readonly=readonly) as st:
+                runs = st.read("runs", columns=["run_id"]).column("run_id").to_pylist()
+                assert {f"k{s}" for s in committed} <= set(runs), "an import that finished was lost"
+                steps = Counter(st.read("steps", columns=["run_id"]).column("run_id").to_pylist())
+                episodes = Counter(st.read("episodes", columns=["run_id"]).column("run_id").to_pylist())
+                for run in runs:  # every run whole: all its steps and episodes, or no run at all
+                    assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 3], run
+                assert set(steps) | set(episodes) <= set(runs), "rows of a run that is not there"
+        seq = max([int(r[1:]) for r in runs], default=-1) + 1
+    assert committed, "no import finished between kills: the loop tested nothing"
+
+
+def test_sigkill_during_imports_leaves_whole_runs(tmp_path):
+    _import_kill_loop(tmp_path, kills=8, seed=3)
+
+
+@pytest.mark.slow
+def test_sigkill_during_imports_many_times(tmp_path):
+    _import_kill_loop(tmp_path, kills=40, seed=4)

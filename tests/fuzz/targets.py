@@ -154,6 +154,7 @@ def seeds(directory: Path) -> dict[str, list[Path]]:
     out["store"] = _store_dir(directory)
     out["minari"] = [p for p in (FIXTURES / "minari" / "cartpole").glob("*-v0") if p.is_dir()]
     out["envlogger"] = [p for p in (FIXTURES / "envlogger").glob("*") if p.is_dir()]
+    out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
     for variant, kind in SEED_KIND.items():
         out[variant] = out[kind]
     return {k: [p for p in v if p.exists()] for k, v in out.items()}
@@ -170,6 +171,8 @@ NO_CHECKSUM = {
     "csv": "plain text: no checksum at all",
     "minari": "Arrow IPC and Parquet without page checksums, JSON metadata: values are not checksummed "
               "(step counts and reward sums are checked against metadata.json)",
+    "hdf5": "HDF5 checksums its metadata (superblock v2+, object headers) but not raw data unless a file "
+            "asks for the fletcher32 filter, which D4RL's and robomimic's writers do not",
 }
 
 #: Columns that differ between two imports of the same data (where and when).
@@ -249,6 +252,10 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
                 from rlarrow.io.minari import import_minari
 
                 import_minari(path, st, run_id="fuzz", progress=False)
+            elif kind == "hdf5":
+                from rlarrow.io.hdf5 import import_hdf5
+
+                import_hdf5(path, st, run_id="fuzz", progress=False, chunk_bytes=2048)
             else:
                 from rlarrow.io.envlogger import import_envlogger
 
@@ -276,6 +283,7 @@ TARGETS: dict[str, Callable[[Path, Path], Result]] = {
     "pt": _convert("memory"), "npz": _convert("memory"), "csv": _convert("memory"),
     "tfevents": _convert("tfevents"), "tfevents-skip": _convert("tfevents", skip=True),
     "minari": _convert("minari"),
+    "hdf5": _convert("hdf5"),
     "envlogger": _convert("envlogger"), "envlogger-skip": _convert("envlogger", skip=True),
     "store": _store_target,
 }
