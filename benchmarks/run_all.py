@@ -38,6 +38,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "record_paths.py": (["record_paths"], None),
     "tfevents_io.py": (["tfevents_io"], None),
     "tfevents_crc.py": (["tfevents_crc"], None),
+    "hdf5_import.py": (["hdf5_import"], None),
     "sql_returns.py": (["sql_returns"], None),
     "sql_macros.py": (["sql_macros"], None),
     "export_memory.py": (["export_memory_20M"], None),
@@ -45,7 +46,8 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "torch_windows.py": (["torch_windows"], None),
     "gpu_memory_check.py": ([], "cuda"),
 }
-PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas", "minari", "gymnasium")
+PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas", "minari", "gymnasium",
+         "h5py")
 OURS = ("rlarrow", "pyarrow", "numpy", "duckdb", "polars", "torch")
 
 
