@@ -18,6 +18,8 @@ $(BIN)/python:
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -e '.[$(EXTRAS)]'
+	# test-only peer: robomimic's reader, without the packages only its training needs
+	$(PIP_INSTALL) --no-deps robomimic==0.3.0
 	@touch $@
 
 install: $(STAMP)

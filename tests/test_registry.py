@@ -63,7 +63,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
 
 
 def test_every_format_detects_its_own_files_and_rejects_the_others(samples):
-    assert set(samples) == set(registry.FORMATS)
+    assert set(samples) == {f.name for f in registry.importers()}
     for name, paths in samples.items():
         if name == "pt" and not paths:
             continue  # (no torch to write one)
@@ -94,9 +94,11 @@ def test_the_cli_export_choices_are_the_registry_exporters():
     export = cli.commands["export"]
     choices = next(p for p in export.params if p.name == "fmt").type.choices
     assert list(choices) == [f.name for f in registry.exporters()]
-    assert {"pt", "npz", "csv", "parquet", "envlogger", "tfevents"} == set(choices)
+    assert {"pt", "npz", "csv", "parquet", "envlogger", "minari", "robomimic", "tfevents"} == set(choices)
     assert all(f.export is not None for f in registry.exporters())
-    assert {f.name for f in registry.importers()} == set(registry.FORMATS)
+    # robomimic is export only: robomimic files are imported by hdf5, with D4RL's
+    assert {f.name for f in registry.importers()} == set(registry.FORMATS) - {"robomimic"}
+    assert not registry.get("robomimic").detect(FIXTURES / "hdf5" / "robomimic_d4rl.hdf5")
     assert registry.fallback() is registry.get("pt")
 
 

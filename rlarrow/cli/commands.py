@@ -526,24 +526,35 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
 
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
-@click.option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
-              help="Directory to write into (files go to DIR/memories/, as skrl writes them).")
+@click.option("-o", "--output", "directory", required=True, type=click.Path(),
+              help="Directory to write into (files go to DIR/memories/, as skrl writes them); "
+                   "robomimic: the .hdf5 file.")
 @click.option("--format", "fmt", type=click.Choice([f.name for f in registry.exporters()]),
               default="pt", show_default=True, help=_export_format_help())
 @click.option("--run-id", help="Only this run's snapshots.")
 @click.option("--overwrite", is_flag=True,
               help="Replace what the target holds (DIR/memories/, the envlogger DIR, a run's event files); "
                    "without it a target that holds anything is refused.")
+@click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
+              help="minari: Minari's backend to write (default hdf5, Minari's own default).")
 @_friendly_errors
-def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool) -> None:
-    """Write STORE back out: memory snapshots, an envlogger run, or scalars as event files.
+def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool,
+           data_format: str | None) -> None:
+    """Write STORE back out: memory snapshots, a run's episodes, or scalars as event files.
 
     Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
-    envlogger directory, the scalars as TensorBoard event files (DIR/<run_id>/).
+    envlogger directory, a Minari dataset or a robomimic .hdf5 file, the scalars as
+    TensorBoard event files (DIR/<run_id>/).
     """
     target = registry.get(fmt)
     assert target.export is not None  # (the --format choices are the exporters)
-    paths = target.export(store, directory, run_id=run_id, overwrite=overwrite)
+    options: dict[str, Any] = {}
+    if data_format is not None:
+        if "--data-format" not in target.export_options:
+            raise click.UsageError(f"--data-format applies to --format minari, not {fmt}")
+        options["data_format"] = data_format
+    export_fn: Any = target.export  # (an exporter's own options beyond the protocol's)
+    paths = export_fn(store, directory, run_id=run_id, overwrite=overwrite, **options)
     if not paths:
         click.echo(target.export_empty or f"nothing to export as {fmt} in the store")
     for p in paths:

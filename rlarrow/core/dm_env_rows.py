@@ -254,6 +254,21 @@ class DmEnvRows:
         """How many steps episode ``k`` (the k-th in episode_id order, from 0) has."""
         return int(self._lengths[k])
 
+    @property
+    def episode_ids(self) -> np.ndarray:
+        """The ``episode_id`` of the k-th episode, for every k (int64, increasing)."""
+        return np.asarray(self._episode_ids)
+
+    @property
+    def env_specs(self) -> dict[str, Any]:
+        """The run's ``env_specs``, with dm_env specs derived from its gymnasium spaces where it has none."""
+        return dict(self._env_specs) if isinstance(self._env_specs, dict) else {}
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The run's ``runs`` row (``metadata`` and ``env_specs`` as stored: JSON text)."""
+        return dict(self._run)
+
     # ------------------------------------------------------------------ metadata and specs
 
     def metadata(self) -> dict[str, Any]:

@@ -56,7 +56,15 @@ from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
 
-__all__ = ["D4RL_KEYS", "SMALL_ELEMENTS", "hdf5_layout", "import_d4rl", "import_hdf5", "import_robomimic"]
+__all__ = [
+    "D4RL_KEYS",
+    "SMALL_ELEMENTS",
+    "export_robomimic",
+    "hdf5_layout",
+    "import_d4rl",
+    "import_hdf5",
+    "import_robomimic",
+]
 
 #: the datasets a D4RL file must have at its root
 D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -661,7 +669,9 @@ class _Demo:
 
     def metadata(self) -> dict[str, Any]:
         kept, left = _small(self.path, self.small)
-        out = {"demo": self.name, **_attrs(self.path, self.group, self.where), **kept}
+        out = {"demo": self.name, **_attrs(self.path, self.group, self.where)}
+        if kept:
+            out["datasets"] = kept
         if left:
             out["left_out"] = left
         return out
@@ -719,3 +729,167 @@ class _Demo:
                 [final] * len(ends),
                 episode_ids=[number],
             )
+
+
+# --------------------------------------------------------------------------- robomimic export
+
+
+def export_robomimic(
+    store: StoreLike,
+    path: str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a run as a robomimic HDF5 file (``data/demo_<episode_id>/...``), one demo per episode.
+
+    Each demo holds ``obs/<key>`` (a struct observation's fields; a plain one as ``obs/flat``,
+    the key robomimic's D4RL conversion uses), ``next_obs/<key>`` where the episode's final
+    observation is stored, ``actions``, ``rewards``, ``dones`` and every per-step metadata
+    dataset (``states``, ...) in the dtypes the run recorded (``columns`` and ``per_step`` of
+    an HDF5 import; else as stored), ``num_samples``, and the demo's attributes; ``data``
+    holds ``total`` and ``env_args`` (the run's, else ``{"env_name": <run name>, "type": 2,
+    "env_kwargs": {}}``: a gym env), ``mask/*`` the run's filter keys. A robomimic file
+    imported and exported comes back with the same datasets, values, dtypes and attributes.
+    ``dones`` not recorded per step are 1 on the last step of an episode that ended terminal.
+    The file is written under a temporary name and renamed when complete.
+
+    Raises:
+        InvalidInputError: ``path`` exists and not ``overwrite``, or is a directory.
+        MissingDependencyError: h5py is not installed.
+
+    Example:
+        >>> export_robomimic("runs.rlarrow", "demos.hdf5")  # doctest: +SKIP
+    """
+    import uuid
+
+    from rlarrow.core.deps import require
+    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.errors import InvalidInputError
+
+    h5py = require("h5py", feature="writing robomimic HDF5 files")
+    target = Path(path)
+    if target.is_dir():
+        raise InvalidInputError(target, "a directory: give the robomimic .hdf5 file to write")
+    if target.exists() and not overwrite:
+        raise InvalidInputError(target, "exists: pass overwrite=True (--overwrite) to replace it")
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with DmEnvRows(store, run_id=run_id) as reader, h5py.File(tmp, "w") as f:
+            _write_robomimic(reader, f)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _write_robomimic(reader: Any, f: Any) -> None:
+    run = reader.run
+    meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
+    meta = meta if isinstance(meta, dict) else {}
+    mine = run.get("source") == "robomimic"
+    columns = meta.get("columns", {}) if mine else {}
+    if run.get("source") == "d4rl":  # D4RL's dtypes; robomimic's shapes (rewards (N,), not (N, 1))
+        columns = {k: {"dtype": v["dtype"]} for k, v in (meta.get("columns") or {}).items()}
+    per_step = meta.get("per_step", {}) if mine else {}
+    for key, value in (meta.get("attrs") or {}).items() if mine else ():
+        f.attrs[key] = _attr(value)
+    data = f.create_group("data")
+    ep_meta = reader.episode_metadata()
+    total = 0
+    for k in range(reader.num_episodes):
+        table = reader.episode_table(k)
+        rows = table.num_rows
+        actions = table.column("action").combine_chunks()
+        ended = rows and (table.column("is_last")[rows - 1].as_py() or not actions[rows - 1].is_valid)
+        n = rows - 1 if ended else rows  # transitions: rows with an action
+        g = data.create_group(f"demo_{int(reader.episode_ids[k])}")
+        obs = _numpy(table.column("observation").combine_chunks())
+        final_known = n < rows and table.column("observation")[n].is_valid
+        obs_fields = obs if isinstance(obs, dict) else {"flat": obs}
+        for key, values in obs_fields.items():
+            g.create_dataset(f"obs/{key}", data=values[:n])
+            if final_known:
+                g.create_dataset(f"next_obs/{key}", data=values[1:n + 1])
+        g.create_dataset("actions", data=_as(_numpy(actions.slice(0, n)), columns.get("actions")))
+        rewards = table.column("reward").combine_chunks().slice(0, n)
+        if rewards.null_count < n or not n:
+            values = rewards.to_numpy(zero_copy_only=False)
+            g.create_dataset("rewards", data=_as(values, columns.get("rewards")))
+        step_meta = _metadata.decode_column(table.column("metadata").to_pylist()[:n],
+                                            table.column("metadata_types").to_pylist()[:n])
+        leaves = _step_leaves(step_meta)
+        if "dones" not in leaves:
+            dones = np.zeros(n, np.int64)
+            if n and n < rows:
+                dones[-1] = int(bool(table.column("is_terminal")[n].as_py()))
+            leaves["dones"] = dones
+        for key, values in leaves.items():
+            g.create_dataset(key, data=_as(values, per_step.get(key)))
+        g.attrs["num_samples"] = n
+        demo = ep_meta[k] if isinstance(ep_meta[k], dict) else {}
+        for key, value in demo.items():
+            if key in ("demo", "datasets", "left_out", "num_samples") or not mine:
+                continue
+            g.attrs[key] = _attr(value)
+        for key, value in _flat_items(demo.get("datasets") or {} if mine else {}):
+            g.create_dataset(key, data=np.asarray(value))
+        total += n
+    data.attrs["total"] = total
+    data_attrs = dict(meta.get("data_attrs") or {}) if mine else {}
+    data_attrs.setdefault("env_args", {"env_name": str(run.get("name") or run.get("run_id")), "type": 2,
+                                       "env_kwargs": {}})
+    for key, value in data_attrs.items():
+        if key != "total":
+            data.attrs[key] = _attr(value)
+    for key, names in _flat_items(meta.get("mask") or {} if mine else {}):
+        f.create_dataset(f"mask/{key}", data=np.array([str(x).encode() for x in names], dtype="S"))
+
+
+def _numpy(arr: pa.Array) -> Any:
+    from rlarrow.core.tensors import to_numpy
+
+    return to_numpy(arr, fill_value=0)
+
+
+def _as(values: Any, described: Any) -> Any:
+    """``values`` in the dtype and row shape an import recorded (``{"dtype", "shape"}``), when it did."""
+    if not isinstance(described, dict) or "dtype" not in described:
+        return values
+    out = np.asarray(values).astype(np.dtype(described["dtype"]), copy=False)
+    return out.reshape(len(out), *described.get("shape", out.shape[1:]))
+
+
+def _attr(value: Any) -> Any:
+    """A metadata value as an HDF5 attribute: dicts (and lists of them) as JSON text, robomimic-style."""
+    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value)):
+        return json.dumps(value)
+    return value
+
+
+def _flat_items(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out += _flat_items(value, f"{prefix}{key}/")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _step_leaves(steps: list[Any]) -> dict[str, np.ndarray]:
+    """Per-step metadata dicts as one stacked array per leaf path, where every step has that leaf."""
+    if not steps or not all(isinstance(s, dict) for s in steps):
+        return {}
+    paths = [p for p, _ in _flat_items(steps[0])]
+    out = {}
+    for path in paths:
+        values = []
+        for s in steps:
+            node: Any = s
+            for part in path.split("/"):
+                node = node.get(part) if isinstance(node, dict) else None
+            values.append(node)
+        if all(v is not None for v in values):
+            out[path] = np.asarray(values)
+    return out

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import alignment
+from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import (
     CorruptFileError,
@@ -47,7 +48,7 @@ from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
 
-__all__ = ["import_minari", "is_minari_dir"]
+__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir"]
 
 
 def _data_dir(path: str | os.PathLike[str]) -> Path | None:
@@ -330,7 +331,10 @@ class _Hdf5Episodes:
                                        f"truncations {trunc.shape} are not one value per step each")
             obs = _h5_column(group["observations"], spaces[0], jpeg, where, "observations", n + 1)
             action = _h5_column(group["actions"], spaces[1], jpeg, where, "actions", n)
-            infos = _h5_infos(group["infos"], where, n + 1) if "infos" in group else None
+            # (an empty infos group, which Minari's collector writes without record_infos: none, as
+            # the arrow backend has none)
+            has_infos = "infos" in group and len(group["infos"])
+            infos = _h5_infos(group["infos"], where, n + 1) if has_infos else None
             ep_meta = nest({key: plain(v) for key, v in group.attrs.items()})  # options/a: unflattened
         if isinstance(ep_meta.get("seed"), float) and float(ep_meta["seed"]).is_integer():
             ep_meta["seed"] = int(ep_meta["seed"])  # as minari's reader gives it
@@ -597,3 +601,213 @@ def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:
         last[n] = True
         return with_null_rows(arr.slice(0, n + 1), last)
     return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])
+
+
+# --------------------------------------------------------------------------- export
+
+#: what a Minari dataset's metadata.json says of its making, kept by an import and written back by an export
+DATASET_KEYS = ("dataset_id", "env_spec", "eval_env_spec", "author", "author_email", "algorithm_name",
+                "code_permalink", "description", "requirements", "ref_min_score", "ref_max_score",
+                "num_episodes_average_score")
+#: the backends :func:`export_minari` writes
+DATA_FORMATS = ("hdf5", "arrow", "parquet")
+
+
+def export_minari(
+    store: StoreLike,
+    directory: str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    overwrite: bool = False,
+    data_format: str = "hdf5",
+    dataset_id: str | None = None,
+) -> Path:
+    """Write a run as a Minari dataset, with Minari's own writer (``pip install minari``).
+
+    ``directory`` becomes the dataset (``directory/data/...``: what ``MinariDataset(directory
+    / "data")`` opens, or ``minari.load_dataset`` once it sits in Minari's datasets folder as
+    ``<dataset_id>``). Each complete episode (its final observation stored) is written as
+    Minari stores one: N + 1 observations, N actions, rewards, terminations and truncations;
+    steps' ``{"infos": ...}`` metadata as the episode's infos where every step has them;
+    an episode's ``seed`` and ``options`` (a Minari import's) as its own. The spaces are the
+    run's (Minari's or gymnasium's, as recorded), else made from its specs (``Box`` from an
+    array spec, ``Discrete`` from a discrete one, ``Dict``/``Tuple`` from nested specs).
+    Images are stored raw (``jpeg_encoding=False``): JPEG would change their values.
+
+    Not written, and said in one warning: episodes without a final observation (recording
+    stopped mid-episode, or a D4RL file without ``next_observations``), which Minari cannot
+    hold; discounts (Minari has none).
+
+    Args:
+        store: a store, or its path.
+        directory: the dataset directory to write (created; it must be empty or new).
+        run_id: which run; may be left out when the store holds one run with steps.
+        overwrite: replace what ``directory`` holds.
+        data_format: Minari's backend: ``"hdf5"`` (Minari's default), ``"arrow"`` or ``"parquet"``.
+        dataset_id: the dataset's id (default: the one it was imported with, else
+            ``rlarrow/<run name>-v0``).
+
+    Raises:
+        InvalidInputError: ``directory`` holds something and not ``overwrite``; no episode to write.
+        MissingDependencyError: Minari is not installed.
+
+    Example:
+        >>> export_minari("runs.rlarrow", "cartpole-v0", data_format="arrow")  # doctest: +SKIP
+    """
+    import warnings
+
+    from rlarrow.core.deps import require
+    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.errors import ArgumentError, RLArrowWarning
+    from rlarrow.io._target import check_target, fresh_directory
+
+    if data_format not in DATA_FORMATS:
+        raise ArgumentError(f"Minari data format {data_format!r}; Minari writes {', '.join(DATA_FORMATS)}")
+    check_target(directory, overwrite=overwrite, what="a Minari export")
+    minari = require("minari", feature="writing Minari datasets")
+    from minari.dataset.minari_storage import MinariStorage
+
+    with DmEnvRows(store, run_id=run_id) as reader:
+        run = reader.run
+        run_meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
+        run_meta = run_meta if isinstance(run_meta, dict) else {}
+        specs = reader.env_specs
+        spaces = tuple(_gym_space(specs.get(f"{k}_space") or specs.get(f"{k}_spec"), k)
+                       for k in ("observation", "action"))
+        kept = {k: run_meta[k] for k in DATASET_KEYS if k in run_meta and run.get("source") == "minari"}
+        for key in ("env_spec", "eval_env_spec"):  # an import decoded Minari's JSON text
+            if key in kept and not isinstance(kept[key], str):
+                kept[key] = json.dumps(kept[key])
+        for key in ("author", "author_email"):  # Minari writes sets as lists, and takes sets
+            if isinstance(kept.get(key), (list, str)):
+                kept[key] = set(kept[key]) if isinstance(kept[key], list) else {kept[key]}
+        kept["dataset_id"] = dataset_id or kept.get("dataset_id") or \
+            f"rlarrow/{re.sub(r'[^A-Za-z0-9_]+', '_', str(run.get('name') or run['run_id']))}-v0"
+        ep_meta = reader.episode_metadata()
+        written, left = 0, []
+        with fresh_directory(directory, overwrite=overwrite, what="a Minari export") as tmp:
+            storage = MinariStorage.new(tmp / "data", observation_space=spaces[0], action_space=spaces[1],
+                                        data_format=data_format, jpeg_encoding=False)
+            storage.update_metadata({**kept, "minari_version": minari.__version__})
+            for k in range(reader.num_episodes):
+                buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces)
+                if buffer is None:
+                    left.append(int(reader.episode_ids[k]))
+                    continue
+                storage.update_episodes([buffer])
+                more = {key: value for key, value in (ep_meta[k] or {}).items()
+                        if key not in ("id", "total_steps", "seed", "options")} \
+                    if isinstance(ep_meta[k], dict) and run.get("source") == "minari" else {}
+                if more:  # what Minari's collector adds (rewards_sum, ...): back as it was
+                    storage.update_episode_metadata([more], [int(reader.episode_ids[k])])
+                written += 1
+            if not written:
+                raise InvalidInputError(directory, f"none of the run's {reader.num_episodes} episodes has "
+                                        "its final observation, which every Minari episode needs; nothing "
+                                        "written")
+    if left:
+        warnings.warn(f"{directory}: {len(left)} episode(s) without a final observation were not written "
+                      f"(Minari cannot hold them): episode ids {left[:10]}{'...' if len(left) > 10 else ''}",
+                      RLArrowWarning, stacklevel=2)
+    return Path(directory)
+
+
+def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tuple[Any, Any]) -> Any:
+    """Episode ``k`` as Minari's ``EpisodeBuffer``, or None when it has no final observation."""
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    from rlarrow.core.tensors import to_numpy
+
+    table = reader.episode_table(k)
+    rows = table.num_rows
+    last = table.column("is_last")[rows - 1].as_py() if rows else False
+    obs_col = table.column("observation").combine_chunks()
+    if not rows or not last or obs_col.null_count or rows < 1:
+        return None
+    n = rows - 1
+    obs = _for_space(to_numpy(obs_col, fill_value=0), spaces[0])
+    act = _for_space(_rows_of(to_numpy(table.column("action").combine_chunks().slice(0, n), fill_value=0), n),
+                     spaces[1])
+    terminal = bool(table.column("is_terminal")[n].as_py())
+    infos = None
+    texts = table.column("metadata").to_pylist()
+    if all(t is not None for t in texts):
+        steps = _metadata.decode_column(texts, table.column("metadata_types").to_pylist())
+        if all(isinstance(s, dict) and isinstance(s.get("infos"), dict) for s in steps):
+            infos = _stacked([s["infos"] for s in steps if isinstance(s, dict)])
+    extra = {k: meta[k] for k in ("seed", "options") if isinstance(meta, dict) and meta.get(k) is not None}
+    return EpisodeBuffer(id=episode_id, observations=obs, actions=act,
+                         rewards=table.column("reward").to_numpy(zero_copy_only=False)[:n].astype(np.float64),
+                         terminations=[False] * (n - 1) + [terminal] if n else [],
+                         truncations=[False] * (n - 1) + [not terminal] if n else [],
+                         infos=infos or {}, **extra)
+
+
+def _rows_of(values: Any, n: int) -> Any:
+    return {k: _rows_of(v, n) for k, v in values.items()} if isinstance(values, dict) else values[:n]
+
+
+def _stacked(infos: list[Any]) -> dict[str, Any]:
+    """Per-step info dicts as one dict of stacked arrays (what Minari keeps), nested dicts too."""
+    out: dict[str, Any] = {}
+    for key in infos[0]:
+        values = [i.get(key) if isinstance(i, dict) else None for i in infos]
+        out[key] = _stacked(values) if isinstance(values[0], dict) else np.asarray(values)
+    return out
+
+
+def _for_space(values: Any, space: Any) -> Any:
+    """NumPy columns in the structure a space wants: dicts for Dict, tuples for Tuple (fields "0", "1")."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return {k: _for_space(values[k], sub) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_for_space(values[str(i)], sub) for i, sub in enumerate(space.spaces))
+    return values
+
+
+def _gym_space(desc: Any, what: str) -> Any:
+    """A gymnasium space from what a run records: Minari's JSON, the gym recorder's description, or a spec."""
+    from gymnasium import spaces
+
+    if isinstance(desc, list):
+        return spaces.Tuple([_gym_space(d, what) for d in desc])
+    if not isinstance(desc, dict):
+        raise InvalidInputError(None, f"the run records no {what} space or spec: a Minari dataset needs one")
+    kind = desc.get("type", desc.get("kind"))
+    if kind is None:  # the gym recorder's Dict space, or a dict of specs
+        return spaces.Dict({str(k): _gym_space(v, what) for k, v in desc.items()})
+    if "type" in desc:  # Minari's own JSON
+        from minari.serialization import deserialize_space
+
+        return deserialize_space(json.dumps(desc))
+    if kind in ("Dict",):
+        return spaces.Dict({str(k): _gym_space(v, what) for k, v in (desc.get("subspaces") or {}).items()})
+    if kind in ("Tuple",):
+        return spaces.Tuple([_gym_space(v, what) for v in desc.get("subspaces") or []])
+    shape = tuple(int(d) for d in desc.get("shape") or ())
+    dtype = np.dtype(desc.get("dtype") or "float32")
+    if kind == "Discrete":
+        return spaces.Discrete(int(desc["n"]), start=int(desc.get("start") or 0))
+    if kind == "DiscreteArray":
+        return spaces.Discrete(int(desc["num_values"]))
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(desc["nvec"], dtype=dtype)
+    if kind == "MultiBinary":
+        return spaces.MultiBinary(desc.get("n") or list(shape))
+    if kind in ("Box", "BoundedArray", "Array", "Spec"):
+        low = desc.get("low", desc.get("minimum"))
+        high = desc.get("high", desc.get("maximum"))
+        if dtype.kind == "f":
+            lo, hi = -np.inf, np.inf
+        elif dtype.kind == "b":
+            lo, hi = 0, 1
+        else:
+            info = np.iinfo(dtype.name)
+            lo, hi = info.min, info.max
+        low = np.broadcast_to(np.asarray(lo if low is None else low, dtype), shape)
+        high = np.broadcast_to(np.asarray(hi if high is None else high, dtype), shape)
+        return spaces.Box(low, high, shape, dtype)
+    raise InvalidInputError(None, f"the run's {what} is a {kind}, which rlarrow cannot give Minari as a "
+                            "space")

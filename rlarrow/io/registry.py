@@ -11,9 +11,11 @@ holds them, in the order detection tries them:
   :attr:`Format.group` is ``"memory"``). They also take any input no other format claims,
   so that its error says what is wrong with it (:attr:`Format.expand`);
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
-* ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`), import only;
+* ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`); exported with Minari's own writer;
 * ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
   a run of its own (:attr:`Format.single`);
+* ``robomimic``: a run written as a robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), export only
+  (robomimic files are imported by ``hdf5``);
 * ``tfevents``: TensorBoard event files (:mod:`rlarrow.io.tfevents`); a log directory is
   imported whole (:attr:`Format.whole`).
 
@@ -34,7 +36,7 @@ Example:
     >>> registry.detect(d).name
     'envlogger'
     >>> [f.name for f in registry.exporters()]
-    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'tfevents']
+    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'minari', 'robomimic', 'tfevents']
 """
 
 from __future__ import annotations
@@ -346,6 +348,28 @@ def _import_minari(sources: Sequence[Path], store: Store, options: ImportOptions
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
+def _export_minari(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                   overwrite: bool = False, data_format: str | None = None) -> list[Path]:
+    from rlarrow.io.minari import export_minari
+
+    fmt = data_format or "hdf5"
+    return [export_minari(store, directory, run_id=run_id, overwrite=overwrite, data_format=fmt)]
+
+
+def _export_robomimic(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                      overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.hdf5 import export_robomimic
+
+    target = Path(directory)
+    if target.suffix.lower() not in (".hdf5", ".h5"):
+        target = target / "demo.hdf5"
+    return [export_robomimic(store, target, run_id=run_id, overwrite=overwrite)]
+
+
+def _never(path: Path) -> bool:
+    return False
+
+
 def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
     from rlarrow.io.hdf5 import import_hdf5
 
@@ -395,9 +419,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     ),
     Format(
         name="minari", summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
-        detect=_is_minari, kind="directory", import_=_import_minari, suffixes=(".arrow", ".parquet"),
-        markers=("data/metadata.json",), noun="Minari datasets",
-        convert_options=("--run-id", "--name", "--again"),
+        detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
+        suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
+        convert_options=("--run-id", "--name", "--again"), export_options=(*_EXPORT_OPTIONS, "--data-format"),
+        export_help="minari (a run's episodes as a Minari dataset; --data-format hdf5|arrow|parquet)",
         convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
     ),
     Format(
@@ -406,6 +431,12 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
         convert_options=("--run-id", "--name", "--again"),
         convert_help=("FILE.hdf5", "a D4RL or robomimic HDF5 file: one run of episodes each"),
+    ),
+    Format(
+        name="robomimic", summary="a run's episodes as a robomimic HDF5 file (data/demo_<i>), export only",
+        detect=_never, kind="file", export=_export_robomimic, suffixes=(".hdf5",),
+        export_options=_EXPORT_OPTIONS,
+        export_help="robomimic (a run's episodes as a robomimic .hdf5 file: -o FILE.hdf5, or DIR/demo.hdf5)",
     ),
     Format(
         name="tfevents", summary="TensorBoard event files of logged scalars",
@@ -480,8 +511,8 @@ def exporters() -> list[Format]:
     """The formats ``rlarrow export --format`` writes, in :data:`FORMATS` order.
 
     Example:
-        >>> "minari" in [f.name for f in exporters()]
-        False
+        >>> "robomimic" in [f.name for f in exporters()]
+        True
     """
     return [f for f in FORMATS.values() if f.export is not None]
 
