@@ -50,7 +50,7 @@ __all__ = [
     "plain",
 ]
 
-#: the first 8 bytes of an HDF5 file (at offset 0; HDF5 also allows 512, 1024, ... after a user block)
+#: the first 8 bytes of an HDF5 file (at offset 0, or 512, 1024, ... after a user block)
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: the suffixes HDF5 files are given
 HDF5_SUFFIXES = (".hdf5", ".h5", ".he5", ".hdf")
@@ -72,13 +72,23 @@ _H5_ERRORS = (
 
 
 def is_hdf5_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a file that starts with HDF5's signature (a cheap look at 8 bytes)."""
+    """Whether ``path`` is a file with HDF5's signature: at its start, or after a user block.
+
+    HDF5 allows a user block of 512, 1024, 2048, ... bytes before the signature; up to 1 MiB
+    is looked at (a few 8-byte reads).
+    """
     try:
         with open(path, "rb") as fh:
-            head = fh.read(8)
+            for offset in (0, *(512 << k for k in range(12))):
+                fh.seek(offset)
+                head = fh.read(8)
+                if len(head) < 8:
+                    return False
+                if head == HDF5_SIGNATURE:
+                    return True
     except OSError:
         return False
-    return head == HDF5_SIGNATURE
+    return False
 
 
 @contextmanager
@@ -122,7 +132,7 @@ def open_hdf5(path: str | os.PathLike[str]) -> Iterator[Any]:
     h5py = require("h5py", feature="reading HDF5 files (Minari's HDF5 backend, D4RL, robomimic)")
     p = Path(path)
     if not is_hdf5_file(p):
-        raise UnsupportedInputError(p, "not an HDF5 file (no HDF5 signature at its start)")
+        raise UnsupportedInputError(p, "not an HDF5 file (no HDF5 signature)")
     try:
         handle = h5py.File(p, "r")
     except _H5_ERRORS as exc:

@@ -335,8 +335,8 @@ def encode_rows(columns: Mapping[str, np.ndarray]) -> tuple[pa.Array, pa.Array]:
 
 def _arrow_writes_exactly(a: np.ndarray) -> bool:
     """Whether Arrow's number-to-text cast keeps every value of ``a`` exactly (and JSON can hold it)."""
-    if a.dtype.kind not in "biuf" or a.dtype.byteorder == ">" or 0 in a.shape[1:]:
-        return False
+    if a.dtype.kind not in "biuf" or a.dtype.byteorder == ">" or 0 in a.shape[1:] or a.dtype.itemsize > 8:
+        return False  # (long double: Arrow has no such type)
     if a.dtype.kind == "f":  # NaN/inf are tagged text, -0.0 would read back as 0
         return bool(np.isfinite(a).all() and not (np.signbit(a) & (a == 0)).any())
     return True

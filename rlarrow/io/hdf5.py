@@ -152,7 +152,7 @@ def import_robomimic(path: str | os.PathLike[str], store: StoreLike, **options: 
 
 def _must_be(path: str | os.PathLike[str], layout: str) -> None:
     if not is_hdf5_file(path):
-        raise UnsupportedInputError(path, "not an HDF5 file (no HDF5 signature at its start)")
+        raise UnsupportedInputError(path, "not an HDF5 file (no HDF5 signature)")
     found = hdf5_layout(path)
     if found != layout:
         raise UnsupportedInputError(
@@ -209,6 +209,17 @@ def _add_run(st: Any, source: str, path: Path, run_id: str | None, name: str | N
     return run
 
 
+def _check_tensors(path: Path, items: list[tuple[str, Any]]) -> None:
+    """Observations and actions must be numbers (or bools), at least one per row."""
+    for key, ds in items:
+        if np.dtype(ds.dtype).kind not in "biuf":
+            raise CorruptFileError(path, f"{key} holds {ds.dtype} values; observations and actions must be "
+                                   "numbers")
+        if ds.shape is not None and 0 in tuple(ds.shape[1:]):
+            raise CorruptFileError(path, f"{key} has rows of shape {tuple(ds.shape[1:])}, which hold no "
+                                   "values: there is nothing to import")
+
+
 def _spec(name: str, info: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "Array", "name": name, "shape": info["shape"], "dtype": np.dtype(info["dtype"]).name}
 
@@ -232,6 +243,8 @@ def _flags(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
         raise CorruptFileError(
             path, f"{key} has shape {values.shape}; one value per row ({rows},) was expected"
         )
+    if values.dtype.kind not in "biuf":
+        raise CorruptFileError(path, f"{key} holds {values.dtype} values; flags (bool or 0/1) were expected")
     if values.dtype.kind == "f" and np.isnan(values).any():
         raise CorruptFileError(path, f"{key} holds NaN where a flag (0 or 1) was expected")
     return np.asarray(values != 0, bool)
@@ -332,6 +345,8 @@ class _Steps:
             "is_last": is_final,
             "is_terminal": self._terminal(terminal, fin, total),
         }
+        if obs is None:  # (a demo without observations, as robosuite's own recorder writes: null)
+            del columns["observation"]
         if meta is not None:  # each row's, and null on the final steps
             where = np.zeros(total, np.int64)
             where[src] = np.arange(n)
@@ -486,16 +501,17 @@ def _d4rl(
             if k not in main and not k.startswith("metadata/") and ds.shape and ds.shape[0] == n
         ]
         other = [(k, ds) for k, ds in found if k not in main and (k, ds) not in per_step]
-        for key, ds in [("observations", obs), ("actions", act), *per_step]:
-            if np.dtype(ds.dtype).kind not in "biuf":
-                raise CorruptFileError(path, f"{key} holds {ds.dtype} values, not numbers")
+        _check_tensors(path, [("observations", obs), ("actions", act)])
+        if next_obs is not None and np.dtype(next_obs.dtype) != np.dtype(obs.dtype):
+            raise CorruptFileError(path, f"next_observations holds {next_obs.dtype} values, observations "
+                                   f"{obs.dtype}: the final observations would not be what the file holds")
     kept, left = _small(path, other)
     columns = {k: _described(ds) for k, ds in main.items()}
     run_meta = {
         "layout": "d4rl",
         "attrs": _attrs(path, f, "the file"),
         "metadata": kept.get("metadata", {}),
-        **{k: v for k, v in kept.items() if k != "metadata"},
+        "datasets": {k: v for k, v in kept.items() if k != "metadata"},
         "columns": columns,
         "per_step": {k: _described(ds) for k, ds in per_step},
     }
@@ -541,6 +557,15 @@ def _d4rl(
 # --------------------------------------------------------------------------- robomimic
 
 
+def _rows_of(path: Path, data: Any, name: str) -> int:
+    """How many rows demo ``name``'s actions have (its metadata only; None-shaped or missing: 0)."""
+    with guarded(path, f"data/{name}/actions"):
+        node = data[name]
+        actions = node.get("actions") if hasattr(node, "keys") else None
+        shape = getattr(actions, "shape", None)
+        return int(shape[0]) if shape else 0
+
+
 def _demos(path: Path, data: Any) -> list[tuple[int, str]]:
     with guarded(path, "the demos of data/"):
         found = [(int(m.group(1)), k) for k in data if (m := _DEMO.fullmatch(k))]
@@ -560,6 +585,11 @@ def _robomimic(
     with guarded(path, "data/"):
         data = f["data"]
         demos = _demos(path, data)
+        empty = [d for _, d in demos if _rows_of(path, data, d) == 0]  # a demo of no steps: no episode
+        demos = [(i, d) for i, d in demos if d not in empty]
+        if not demos:
+            raise CorruptFileError(path, f"every demo of data/ is empty ({', '.join(empty[:5])}): no steps "
+                                   "to import")
         first_name = demos[0][1]
         first = _Demo(path, data, first_name)
         mask = {k: plain(ds[()]) for k, ds in leaves(f["mask"])} if "mask" in f else None
@@ -574,7 +604,7 @@ def _robomimic(
         "layout": "robomimic",
         "attrs": _attrs(path, f, "the file"),
         "data_attrs": _attrs(path, data, "data/"),
-        **kept,
+        "datasets": kept,
         "columns": columns,
         "per_step": {k: _described(ds) for k, ds in first.per_step},
     }
@@ -582,10 +612,14 @@ def _robomimic(
         run_meta["mask"] = mask
     if left:
         run_meta["left_out"] = left
+    if empty:
+        run_meta["empty_demos"] = empty
     declared: dict[str, Any] = {
         "action": tensor_type(np.dtype(first.actions.dtype), first.actions.shape[1:], layout="auto")
     }
     env_specs: dict[str, Any] = {"action_spec": _spec("action", columns["actions"])}
+    if "rewards" in columns:
+        env_specs["reward_spec"] = _spec("reward", {**columns["rewards"], "shape": []})
     if first.obs is not None:
         declared["observation"] = pa.struct(
             [(k, tensor_type(np.dtype(ds.dtype), ds.shape[1:], layout="auto")) for k, ds in first.obs.items()]
@@ -623,6 +657,14 @@ class _Demo:
                 raise CorruptFileError(path, f"{self.where} has no rows")
             self.obs = self._group("obs")
             self.next_obs = self._group("next_obs")
+            if self.obs is not None and self.next_obs is not None:
+                for key, ds in self.next_obs.items():
+                    want = self.obs.get(key)
+                    if want is not None and (ds.shape[1:] != want.shape[1:] or ds.dtype != want.dtype):
+                        raise CorruptFileError(path, f"{self.where}/next_obs/{key} holds {ds.dtype} rows of "
+                                               f"shape {ds.shape[1:]}; obs/{key} {want.dtype} of shape "
+                                               f"{want.shape[1:]}: the final observation would not be "
+                                               "the file's")
             self.rewards = group["rewards"] if "rewards" in group else None
             self.dones = group["dones"] if "dones" in group else None
             rest = [
@@ -643,9 +685,8 @@ class _Demo:
                         path,
                         f"{self.where}/{key} has {ds.shape[0] if ds.shape else 0} rows; actions has {rows}",
                     )
-            for key, ds in [*((self.obs or {}).items()), *self.per_step]:
-                if np.dtype(ds.dtype).kind not in "biuf":
-                    raise CorruptFileError(path, f"{self.where}/{key} holds {ds.dtype} values, not numbers")
+            _check_tensors(path, [(f"{self.where}/actions", self.actions),
+                                  *((f"{self.where}/obs/{k}", ds) for k, ds in (self.obs or {}).items())])
 
     def _group(self, name: str) -> dict[str, Any] | None:
         if name not in self.group:
@@ -655,16 +696,23 @@ class _Demo:
             raise CorruptFileError(
                 self.path, f"{self.where}/{name} is a dataset; robomimic keeps observations in a group"
             )
-        return {k: ds for k, ds in leaves(node)}
+        return {k: ds for k, ds in leaves(node)} or None  # (an empty group: no observations)
 
     def same_kind(self, first: _Demo) -> None:
-        mine = None if self.obs is None else list(self.obs)
-        theirs = None if first.obs is None else list(first.obs)
+        """Refuse a demo whose observations or actions differ from the first demo's (keys, dtypes, shapes)."""
+
+        def kind(demo: _Demo) -> dict[str, tuple[str, tuple[int, ...]]]:
+            items = [("actions", demo.actions), *((f"obs/{k}", ds) for k, ds in (demo.obs or {}).items())]
+            return {k: (str(ds.dtype), tuple(ds.shape[1:])) for k, ds in items}
+
+        mine, theirs = kind(self), kind(first)
         if mine != theirs:
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise CorruptFileError(
                 self.path,
-                f"{self.where} has observations {mine}; {first.where} has {theirs}: "
-                "rlarrow imports a file whose demos observe the same things",
+                f"{self.where} and {first.where} differ in {diff} (dtype, row shape): "
+                f"{[mine.get(k) for k in diff]} against {[theirs.get(k) for k in diff]}; rlarrow imports a "
+                "file whose demos observe and act alike (split the file, or convert the demos to one dtype)",
             )
 
     def metadata(self) -> dict[str, Any]:
@@ -842,6 +890,8 @@ def _write_robomimic(reader: Any, f: Any) -> None:
     for key, value in data_attrs.items():
         if key != "total":
             data.attrs[key] = _attr(value)
+    for key, value in _flat_items(meta.get("datasets") or {} if mine else {}):  # the file's small datasets
+        f.create_dataset(key, data=np.asarray(value))
     for key, names in _flat_items(meta.get("mask") or {} if mine else {}):
         f.create_dataset(f"mask/{key}", data=np.array([str(x).encode() for x in names], dtype="S"))
 

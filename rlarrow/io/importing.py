@@ -259,6 +259,8 @@ def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
                 rest.append(item)
             else:
                 pool(fmt, [p])
+        elif p.is_file() and _named_unsupported(p):  # (an HDF5 file of another layout, ...)
+            raise _unsupported([item], FileNotFoundError("no format takes it"))
         else:
             rest.append(item)
     for group, files in pooled.items():
@@ -272,6 +274,13 @@ def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
             raise _unsupported(rest, exc) from None
         units.append(_Unit(fallback, None, files=files))
     return units
+
+
+def _named_unsupported(path: Path) -> bool:
+    """Whether a file no format takes is one :mod:`rlarrow.io.unsupported` names (not "no memory export")."""
+    from rlarrow.io.unsupported import describe_unsupported
+
+    return describe_unsupported(path) is not None
 
 
 def _unsupported(inputs: Sequence[str | os.PathLike[str]], exc: FileNotFoundError) -> Exception:

@@ -239,16 +239,41 @@ def _is_minari(path: Path) -> bool:
     return path.is_dir() and is_minari_dir(path)
 
 
+def _hdf5_dataset(path: Path) -> bool:
+    """An HDF5 file (by signature) of D4RL's or robomimic's layout; not a damaged one (h5py needed)."""
+    from rlarrow.core.errors import RLArrowError
+    from rlarrow.core.hdf5_files import is_hdf5_file
+    from rlarrow.io.hdf5 import hdf5_layout
+
+    if not is_hdf5_file(path):
+        return False
+    try:
+        return hdf5_layout(path) is not None
+    except RLArrowError:  # damaged: given by name, the unsupported-input message says so
+        return False
+
+
 def _is_hdf5(path: Path) -> bool:
+    """An HDF5 file of D4RL's or robomimic's layout (other HDF5 files, a Keras checkpoint, are no dataset).
+
+    Without h5py the layout cannot be looked at: an ``.hdf5`` file is taken, and its import
+    says to install h5py.
+    """
+    from rlarrow.core.deps import has_module
     from rlarrow.core.hdf5_files import HDF5_SUFFIXES
 
-    return path.suffix.lower() in HDF5_SUFFIXES and path.is_file()
+    if path.suffix.lower() not in HDF5_SUFFIXES or not path.is_file():
+        return False
+    if not has_module("h5py"):
+        return path.suffix.lower() == ".hdf5"
+    return _hdf5_dataset(path)
 
 
 def _sniff_hdf5(path: Path) -> bool:
-    from rlarrow.core.hdf5_files import is_hdf5_file
+    """A file given by name without an HDF5 suffix: by its signature and layout."""
+    from rlarrow.core.deps import has_module
 
-    return is_hdf5_file(path)
+    return has_module("h5py") and _hdf5_dataset(path)
 
 
 def _is_event_file(path: Path) -> bool:

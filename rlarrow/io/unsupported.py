@@ -1,7 +1,8 @@
 """Recognise RL data formats rlarrow does not import yet, to say so in one line.
 
-``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset or a zarr store would
-otherwise find "no memory exports" in it (HDF5 files are imported: :mod:`rlarrow.io.hdf5`).
+``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset, a zarr store or an HDF5
+file of another layout than D4RL's and robomimic's (which :mod:`rlarrow.io.hdf5` imports)
+would otherwise find "no memory exports" in it.
 :func:`describe_unsupported` names what the input looks like and what rlarrow does read.
 Only names and small JSON files are looked at: nothing is imported or decoded, and no user
 code runs.
@@ -22,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from rlarrow.core.hdf5_files import is_hdf5_file
 
 __all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
 
@@ -76,6 +79,13 @@ def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
         True
     """
     p = Path(path)
+    if p.is_file():
+        if is_hdf5_file(p):
+            return _message(p, "an HDF5 file that h5py cannot open, or of another layout than D4RL's or "
+                            "robomimic's", "it",
+                            " (D4RL: observations, actions, rewards, terminals at the root; robomimic: "
+                            "data/demo_<i> groups; Minari's HDF5 datasets: give their directory)")
+        return None
     if not p.is_dir():
         return None
     if _is_rlds(p) or any(sub.is_dir() and _is_rlds(sub) for sub in p.iterdir()):

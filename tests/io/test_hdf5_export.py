@@ -23,9 +23,13 @@ from rlarrow.core.tensors import to_numpy
 
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("h5py", "minari", "robomimic", "gymnasium")}
 pytestmark = pytest.mark.skipif(not HAVE["h5py"], reason="HDF5 needs h5py: pip install 'rlarrow[hdf5]'")
-NEEDS_MINARI = pytest.mark.skipif(not HAVE["minari"], reason="needs minari (test-only peer): pip install minari")
-NEEDS_ROBOMIMIC = pytest.mark.skipif(not HAVE["robomimic"], reason="needs robomimic's reader (test-only peer): "
-                                     "pip install --no-deps robomimic==0.3.0 termcolor")
+NEEDS_MINARI = pytest.mark.skipif(
+    not HAVE["minari"], reason="needs minari (test-only peer): pip install minari"
+)
+NEEDS_ROBOMIMIC = pytest.mark.skipif(
+    not HAVE["robomimic"],
+    reason="needs robomimic's reader (test-only peer): pip install --no-deps robomimic==0.3.0 termcolor",
+)
 
 HDF5 = FIXTURES / "hdf5"
 ROBOMIMIC = HDF5 / "robomimic_d4rl.hdf5"
@@ -38,9 +42,13 @@ def walk(path):
 
     items = {}
     with h5py.File(path, "r") as f:
+
         def visit(name, node):
-            attrs = {k: json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v for k, v in node.attrs.items()}
+            attrs = {
+                k: json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v for k, v in node.attrs.items()
+            }
             items[name] = (node[()] if isinstance(node, h5py.Dataset) else None, attrs)
+
         f.visititems(visit)
         items["/"] = (None, dict(f.attrs))
     return items
@@ -75,24 +83,38 @@ def test_robomimics_reader_trains_on_the_export(tmp_path, source):
     if source == "minari":
         import_minari(MINARI, tmp_path / "s", progress=False)
     else:
-        import_hdf5(ROBOMIMIC if source == "robomimic" else HDF5 / "d4rl_mujoco.hdf5", tmp_path / "s",
-                    progress=False)
+        import_hdf5(
+            ROBOMIMIC if source == "robomimic" else HDF5 / "d4rl_mujoco.hdf5", tmp_path / "s", progress=False
+        )
     out = export_robomimic(tmp_path / "s", tmp_path / "demo.hdf5")
     obs_utils.initialize_obs_utils_with_obs_specs({"obs": {"low_dim": ["flat"], "rgb": []}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dataset = SequenceDataset(
-            hdf5_path=str(out), obs_keys=("flat",), dataset_keys=("actions", "rewards", "dones"),
-            load_next_obs=source != "d4rl", frame_stack=1, seq_length=4, pad_frame_stack=True,
-            pad_seq_length=True, get_pad_mask=False, goal_mode=None, hdf5_cache_mode="all",
-            hdf5_use_swmr=True, hdf5_normalize_obs=False, filter_by_attribute=None)
+            hdf5_path=str(out),
+            obs_keys=("flat",),
+            dataset_keys=("actions", "rewards", "dones"),
+            load_next_obs=source != "d4rl",
+            frame_stack=1,
+            seq_length=4,
+            pad_frame_stack=True,
+            pad_seq_length=True,
+            get_pad_mask=False,
+            goal_mode=None,
+            hdf5_cache_mode="all",
+            hdf5_use_swmr=True,
+            hdf5_normalize_obs=False,
+            filter_by_attribute=None,
+        )
     store = rlarrow.Store.open(tmp_path / "s")
     steps = store.read("steps")
     transitions = sum(1 for a in steps["action"].to_pylist() if a is not None)
     assert len(dataset) == transitions
     sample = dataset[0]
-    obs = to_numpy(steps.sort_by([("episode_id", "ascending"), ("step", "ascending")])["observation"]
-                   .combine_chunks(), fill_value=np.nan)
+    obs = to_numpy(
+        steps.sort_by([("episode_id", "ascending"), ("step", "ascending")])["observation"].combine_chunks(),
+        fill_value=np.nan,
+    )
     flat = obs["flat"] if isinstance(obs, dict) else obs
     assert np.array_equal(sample["obs"]["flat"], flat[:4])
 
@@ -115,7 +137,9 @@ def test_a_minari_dataset_comes_back_in_any_backend(tmp_path, data_format):
         for field in ("observations", "actions", "rewards", "terminations", "truncations"):
             x, y = np.asarray(getattr(a, field)), np.asarray(getattr(b, field))
             assert x.shape == y.shape and np.array_equal(x, y), field
-    assert list(theirs.storage.get_episode_metadata(range(10))) == list(ours.storage.get_episode_metadata(range(10)))
+    assert list(theirs.storage.get_episode_metadata(range(10))) == list(
+        ours.storage.get_episode_metadata(range(10))
+    )
     import_minari(out, tmp_path / "again", run_id="r", progress=False)
     for table in ("steps", "episodes"):
         a = rlarrow.Store.open(tmp_path / "s").read(table).drop_columns(["metadata_types"])
@@ -123,8 +147,9 @@ def test_a_minari_dataset_comes_back_in_any_backend(tmp_path, data_format):
         assert a.num_rows == b.num_rows
         for column in a.column_names:
             if column == "metadata":
-                assert [json.loads(t) if t else t for t in a[column].to_pylist()] == \
-                    [json.loads(t) if t else t for t in b[column].to_pylist()], table
+                assert [json.loads(t) if t else t for t in a[column].to_pylist()] == [
+                    json.loads(t) if t else t for t in b[column].to_pylist()
+                ], table
             else:
                 assert a[column].equals(b[column]), (table, column)
 
@@ -184,15 +209,22 @@ def test_the_cli_exports_robomimic_and_minari_and_refuses_misplaced_options(tmp_
 
     import_hdf5(ROBOMIMIC, tmp_path / "s", progress=False)
     run = [sys.executable, "-m", "rlarrow", "export", str(tmp_path / "s")]
-    out = subprocess.run([*run, "-o", str(tmp_path / "r.hdf5"), "--format", "robomimic"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [*run, "-o", str(tmp_path / "r.hdf5"), "--format", "robomimic"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "r.hdf5").is_file()
-    bad = subprocess.run([*run, "-o", str(tmp_path / "x"), "--format", "robomimic", "--data-format", "arrow"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [*run, "-o", str(tmp_path / "x"), "--format", "robomimic", "--data-format", "arrow"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "--data-format applies to --format minari" in bad.stderr
     if HAVE["minari"]:
-        out = subprocess.run([*run, "-o", str(tmp_path / "m"), "--format", "minari", "--data-format", "parquet"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [*run, "-o", str(tmp_path / "m"), "--format", "minari", "--data-format", "parquet"],
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads((tmp_path / "m" / "data" / "metadata.json").read_text())["data_format"] == "parquet"

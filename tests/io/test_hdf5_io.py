@@ -273,3 +273,151 @@ def test_minari_hdf5_fixture_imports_as_minari_reads_it(tmp_path):
         assert rows["action"].to_pylist() == [*episode.actions.tolist(), None]
         assert json.loads(ep["metadata"])["seed"] == ep["episode_id"]
     del minari
+
+
+# ---------------------------------------------------------------- odd but legal files, and damage
+
+
+def write(path, datasets, attrs=None, userblock=0):
+    """An HDF5 file of ``{path: array}`` (and ``{path: {attr: value}}`` attributes)."""
+    import h5py
+
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        for key, value in datasets.items():
+            f[key] = value
+        for key, values in (attrs or {}).items():
+            f.require_group(key).attrs.update(values)
+    return path
+
+
+def d4rl(n=6, **extra):
+    rng = np.random.default_rng(0)
+    out = {"observations": rng.standard_normal((n, 3)).astype(np.float32),
+           "actions": rng.standard_normal((n, 2)).astype(np.float32),
+           "rewards": np.arange(n, dtype=np.float32), "terminals": np.arange(n) % 3 == 2}
+    out.update(extra)
+    return out
+
+
+def test_a_robosuite_demo_without_observations_imports_with_its_states(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    states = np.random.default_rng(0).standard_normal((20, 32))
+    path = write(tmp_path / "demo.hdf5",
+                 {"data/demo_1/states": states, "data/demo_1/actions": np.ones((20, 7))},
+                 attrs={"data/demo_1": {"model_file": "<mujoco/>"}, "data": {"env": "Lift"}})
+    report = import_hdf5(path, tmp_path / "s", progress=False)
+    assert (report.episodes, report.steps) == (1, 21)
+    steps = rlarrow.Store.open(tmp_path / "s").read("steps")
+    assert steps["observation"].null_count == 21 if "observation" in steps.column_names else True
+    first = metadata.decode(steps["metadata"][0].as_py(), steps["metadata_types"][0].as_py())
+    assert np.array_equal(first["states"], states[0]) and first["states"].dtype == np.float64
+    ep = rlarrow.Store.open(tmp_path / "s").read("episodes").to_pylist()[0]
+    assert json.loads(ep["metadata"])["model_file"] == "<mujoco/>"
+
+
+@pytest.mark.parametrize("case", ["narrow", "wide", "dtype"])
+def test_next_obs_that_does_not_fit_obs_is_refused(tmp_path, case):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    nxt = {"narrow": np.ones((3, 1), np.float32), "wide": np.ones((3, 4), np.float32),
+           "dtype": np.ones((3, 3), np.float64)}[case]
+    path = write(tmp_path / "r.hdf5", {"data/demo_0/actions": np.zeros((3, 2)),
+                                       "data/demo_0/obs/pos": np.zeros((3, 3), np.float32),
+                                       "data/demo_0/next_obs/pos": nxt})
+    with pytest.raises(rlarrow.CorruptFileError, match="next_obs/pos"):
+        import_hdf5(path, tmp_path / "s", progress=False)
+    data = d4rl(next_observations=np.zeros((6, 3), np.float64))
+    with pytest.raises(rlarrow.CorruptFileError, match="next_observations holds float64"):
+        import_hdf5(write(tmp_path / "d.hdf5", data), tmp_path / "s2", progress=False)
+
+
+def test_flags_that_are_not_numbers_are_refused(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    path = write(tmp_path / "d.hdf5", d4rl(terminals=np.array([b"0", b"0", b"1", b"0", b"0", b"1"])))
+    with pytest.raises(rlarrow.CorruptFileError, match="terminals holds"):
+        import_hdf5(path, tmp_path / "s", progress=False)
+
+
+def test_datasets_named_like_the_runs_own_keys_do_not_replace_them(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    path = write(tmp_path / "d.hdf5", d4rl(layout=np.arange(3), columns=np.arange(2)))
+    import_hdf5(path, tmp_path / "s", progress=False)
+    run = rlarrow.Store.open(tmp_path / "s").runs().to_pylist()[0]
+    meta = metadata.decode(run["metadata"], run["metadata_types"])
+    assert meta["layout"] == "d4rl" and "observations" in meta["columns"]
+    assert meta["datasets"] == {"layout": [0, 1, 2], "columns": [0, 1]}
+
+
+def test_demos_that_differ_in_dtype_or_shape_are_refused_naming_both(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    path = write(tmp_path / "r.hdf5", {"data/demo_0/actions": np.zeros((3, 2)),
+                                       "data/demo_0/obs/a": np.zeros((3, 3), np.float32),
+                                       "data/demo_1/actions": np.zeros((3, 2)),
+                                       "data/demo_1/obs/a": np.zeros((3, 3), np.float64)})
+    with pytest.raises(rlarrow.CorruptFileError, match=r"data/demo_1 and data/demo_0 differ in \['obs/a'\]"):
+        import_hdf5(path, tmp_path / "s", progress=False)
+
+
+def test_a_file_after_a_user_block_and_odd_demos_import(tmp_path):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    report = import_hdf5(write(tmp_path / "u.hdf5", d4rl(), userblock=512), tmp_path / "s", progress=False)
+    assert report.episodes == 2
+    path = write(tmp_path / "r.hdf5", {"data/demo_0/actions": np.zeros((3, 2)),
+                                       "data/demo_0/rewards": np.ones(3),
+                                       "data/demo_0/lang": np.array([b"pick", b"pick", b"place"]),
+                                       "data/demo_1/actions": np.zeros((0, 2))})
+    with write_group(path, "data/demo_0/obs"):
+        pass
+    report = import_hdf5(path, tmp_path / "r", progress=False)
+    assert report.episodes == 1  # the empty demo_1 is no episode, and said in the run's metadata
+    store = rlarrow.Store.open(tmp_path / "r")
+    run = store.runs().to_pylist()[0]
+    meta = metadata.decode(run["metadata"], run["metadata_types"])
+    assert meta["empty_demos"] == ["demo_1"]
+    assert json.loads(run["env_specs"])["reward_spec"]["dtype"] == "float64"
+    lang = [metadata.decode(t, ty) for t, ty in zip(store.read("steps")["metadata"].to_pylist()[:3],
+                                                   store.read("steps")["metadata_types"].to_pylist()[:3],
+                                                   strict=True)]
+    assert [bytes(x["lang"]) for x in lang] == [b"pick", b"pick", b"place"]
+    zero = write(tmp_path / "z.hdf5", d4rl(observations=np.zeros((6, 0), np.float32)))
+    with pytest.raises(rlarrow.CorruptFileError, match="hold no values"):
+        import_hdf5(zero, tmp_path / "z", progress=False)
+
+
+class write_group:
+    """An empty group added to an HDF5 file (robomimic's obs/ of a demo that observed nothing)."""
+
+    def __init__(self, path, name):
+        import h5py
+
+        self.f = h5py.File(path, "a")
+        self.f.require_group(name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_folder_with_other_hdf5_files_converts_what_it_can(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copyfile(FIXTURES / "skrl" / "wrapped" / "memories" / next(
+        p.name for p in (FIXTURES / "skrl" / "wrapped" / "memories").glob("*.npz")), folder / "m.npz")
+    write(folder / "policy.h5", {"model_weights/dense/kernel": np.zeros((4, 4))})
+    shutil.copyfile(D4RL[0], folder / "d4rl.hdf5")
+    out = subprocess.run([sys.executable, "-m", "rlarrow", "convert", str(folder), "-o", str(tmp_path / "s")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    runs = rlarrow.Store.open(tmp_path / "s").runs().to_pylist()
+    assert sorted(r["source"] for r in runs) == ["d4rl", "memory-export"]
+    named = subprocess.run([sys.executable, "-m", "rlarrow", "convert", str(folder / "policy.h5"), "-o",
+                            str(tmp_path / "t")], capture_output=True, text=True)
+    said = "policy.h5: looks like an HDF5 file that h5py cannot open, or of another layout"
+    assert named.returncode != 0 and said in named.stderr

@@ -36,9 +36,9 @@ def test_lerobot_and_zarr_are_named(tmp_path):
     (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10}))
     assert "looks like a LeRobot dataset" in describe_unsupported(lerobot)
 
-    hdf5 = tmp_path / "demo"  # HDF5 files are imported now (rlarrow.io.hdf5): not named here
+    hdf5 = tmp_path / "policy.h5"  # no format took it (a Keras checkpoint, a damaged file): named
     hdf5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
-    assert describe_unsupported(hdf5) is None
+    assert "looks like an HDF5 file that h5py cannot open, or of another layout" in describe_unsupported(hdf5)
 
     zarr = tmp_path / "replay.zarr"
     zarr.mkdir()
@@ -49,7 +49,6 @@ def test_lerobot_and_zarr_are_named(tmp_path):
 @pytest.mark.parametrize("path", [
     FIXTURES / "minari" / "cartpole" / "arrow-v0",
     FIXTURES / "minari" / "cartpole" / "hdf5-v0",
-    FIXTURES / "hdf5" / "d4rl_writer.hdf5",
     FIXTURES / "envlogger" / "catch",
     FIXTURES / "skrl" / "wrapped" / "memories",
     FIXTURES / "tfevents" / "torch",
