@@ -20,7 +20,9 @@ __all__ = ["MOVED", "install", "message"]
 
 #: old module -> new module
 MOVED: dict[str, str] = {
-    "rlarrow.io._crc32c": "rlarrow.io.tfevents._crc32c",
+    "rlarrow.io._crc32c": "rlarrow.core.crc32c",
+    "rlarrow.io.tfevents._crc32c": "rlarrow.core.crc32c",
+    "rlarrow.io.tfevents.framing": "rlarrow.core.tfrecord",
     "rlarrow.io.pt": "rlarrow.io.memory.pt",
     "rlarrow.io.npz": "rlarrow.io.memory.npz",
     "rlarrow.io.csv": "rlarrow.io.memory.csv",

@@ -16,7 +16,7 @@ README = (REPO / "README.md").read_text()
 MODULES = ["rlarrow", "rlarrow.core.errors", "rlarrow.core.tensors", "rlarrow.core.metadata",
            "rlarrow.core.schema", "rlarrow.core.type_names", "rlarrow.core.store", "rlarrow.core.migrations",
            "rlarrow.core.remote",
-           "rlarrow.io.tfevents", "rlarrow.io.tfevents._crc32c", "rlarrow.io.tfevents.framing",
+           "rlarrow.io.tfevents", "rlarrow.core.crc32c", "rlarrow.core.tfrecord",
            "rlarrow.io.tfevents.proto", "rlarrow.io.tfevents.decode", "rlarrow.io.tfevents.events",
            "rlarrow.io.tfevents.transfer", "rlarrow.io.postprocessing",
            "rlarrow.record.logger", "rlarrow.query.connection", "rlarrow.query.plot"]

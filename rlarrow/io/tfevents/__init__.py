@@ -36,9 +36,9 @@ order, which is time order.
 
 The package, a module per concern (each imports only those above it in this list):
 
-- :mod:`._crc32c`: CRC-32C, the checksum of the framing, for many records at once.
-- :mod:`.framing`: TFRecord framing: finding and checking records in a file read a chunk at
-  a time, truncated and corrupt records; framing payloads to write.
+- (:mod:`rlarrow.core.tfrecord`, shared with the RLDS reader: TFRecord framing, finding and
+  checking records in a file read a chunk at a time, truncated and corrupt records, framing
+  payloads to write; and :mod:`rlarrow.core.crc32c`, its checksum, for many records at once.)
 - :mod:`.proto`: the protobuf wire format of ``Event``, ``Summary`` and ``TensorProto``:
   decoding one record (the generic path), encoding what the writer writes.
 - :mod:`.decode`: a chunk of records to a ``scalars`` record batch (vectorised for the
@@ -66,6 +66,7 @@ Example:
 
 from __future__ import annotations
 
+from rlarrow.core.tfrecord import CHUNK_BYTES
 from rlarrow.io.tfevents.decode import SCOPES, scope_of
 from rlarrow.io.tfevents.events import (
     EventFileWriter,
@@ -77,7 +78,6 @@ from rlarrow.io.tfevents.events import (
     read_tfevents,
     write_tfevents,
 )
-from rlarrow.io.tfevents.framing import CHUNK_BYTES
 from rlarrow.io.tfevents.proto import EXACT_PLUGIN
 from rlarrow.io.tfevents.transfer import export_tfevents, import_tfevents
 

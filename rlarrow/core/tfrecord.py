@@ -1,11 +1,13 @@
-"""TFRecord framing of event files: finding the records in the bytes, checking them, writing them.
+"""TFRecord framing: finding the records in the bytes, checking them, writing them.
 
-An event file is a sequence of records, each framed as::
+A TFRecord file (a TensorBoard event file, a TFDS/RLDS shard) is a sequence of records, each
+framed as::
 
     uint64 length | uint32 masked CRC-32C of the length | payload | uint32 masked CRC-32C of the payload
 
-(all little-endian; :mod:`rlarrow.io.tfevents._crc32c` computes the checksums). This module
-knows nothing of what a payload holds (an ``Event`` message: :mod:`.proto`). It owns:
+(all little-endian; :mod:`rlarrow.core.crc32c` computes the checksums). This module
+knows nothing of what a payload holds (an ``Event`` message: :mod:`rlarrow.io.tfevents.proto`;
+a ``tf.train.Example``: :mod:`rlarrow.io.rlds`). It owns:
 
 - :func:`read_records`: a file read a chunk at a time (memory stays bounded), each chunk
   handed on with the offsets and lengths of its whole records, every record's two CRCs
@@ -42,8 +44,8 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 
+from rlarrow.core.crc32c import crc32c, crc32c_many, mask, unaligned
 from rlarrow.core.errors import CorruptFileError, TruncatedInputWarning
-from rlarrow.io.tfevents._crc32c import crc32c, crc32c_many, mask, unaligned
 
 __all__ = ["CHUNK_BYTES", "FRAMING_BYTES", "HEADER_BYTES", "Chunk", "ReadCounts", "ReadLog", "frame_records",
            "read_records"]
