@@ -106,15 +106,18 @@ from pathlib import Path
 import rlarrow
 from rlarrow.io.hdf5 import import_hdf5
 from rlarrow.io.minari import import_minari
+from rlarrow.io.rlds import import_rlds
 fixtures = Path(sys.argv[2])
 sources = [fixtures / "hdf5" / "d4rl_mujoco.hdf5", fixtures / "hdf5" / "robomimic_d4rl.hdf5",
-           fixtures / "minari" / "cartpole" / "hdf5-v0"]
+           fixtures / "minari" / "cartpole" / "hdf5-v0", fixtures / "rlds" / "robot"]
 store = rlarrow.Store.open(sys.argv[1])
 print("ready", flush=True)
 seq = int(sys.argv[3])
 while True:
-    src = sources[seq % 3]
-    if src.is_dir():
+    src = sources[seq % 4]
+    if src.name == "robot":
+        import_rlds(src, store, run_id=f"k{seq}", progress=False)
+    elif src.is_dir():
         import_minari(src, store, run_id=f"k{seq}", progress=False)
     else:  # small chunks: many writer flushes inside one import
         import_hdf5(src, store, run_id=f"k{seq}", progress=False, chunk_bytes=600)
@@ -132,14 +135,16 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
 
     from rlarrow.io.hdf5 import import_hdf5
     from rlarrow.io.minari import import_minari
+    from rlarrow.io.rlds import import_rlds
 
     # what each source imports, whole
     sizes = []
     hdf5 = FIXTURES / "hdf5"
     for k, src in enumerate([hdf5 / "d4rl_mujoco.hdf5", hdf5 / "robomimic_d4rl.hdf5",
-                             FIXTURES / "minari" / "cartpole" / "hdf5-v0"]):
+                             FIXTURES / "minari" / "cartpole" / "hdf5-v0", FIXTURES / "rlds" / "robot"]):
         ref = tmp_path / f"ref{k}"
-        report = (import_minari if src.is_dir() else import_hdf5)(src, ref, progress=False)
+        importer = import_rlds if src.name == "robot" else import_minari if src.is_dir() else import_hdf5
+        report = importer(src, ref, progress=False)
         sizes.append((report.steps, report.episodes))
     rng = random.Random(seed)
     path = tmp_path / "store"
@@ -163,7 +168,7 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
                 steps = Counter(st.read("steps", columns=["run_id"]).column("run_id").to_pylist())
                 episodes = Counter(st.read("episodes", columns=["run_id"]).column("run_id").to_pylist())
                 for run in runs:  # every run whole: all its steps and episodes, or no run at all
-                    assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 3], run
+                    assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 4], run
                 assert set(steps) | set(episodes) <= set(runs), "rows of a run that is not there"
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
     assert committed, "no import finished between kills: the loop tested nothing"

@@ -20,6 +20,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "ray": ("ray", "Ray Data over a store"),
     "datasketches": ("stats", "quantile sketches"),
     "h5py": ("hdf5", "reading HDF5 files"),
+    "google.protobuf": ("rlds", "reading RLDS/TFDS records"),
 }
 
 

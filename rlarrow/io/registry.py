@@ -12,6 +12,7 @@ holds them, in the order detection tries them:
   so that its error says what is wrong with it (:attr:`Format.expand`);
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
 * ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`); exported with Minari's own writer;
+* ``rlds``: an RLDS dataset in a TFDS directory (:mod:`rlarrow.io.rlds`), read without TensorFlow;
 * ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
   a run of its own (:attr:`Format.single`);
 * ``robomimic``: a run written as a robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), export only
@@ -395,6 +396,21 @@ def _never(path: Path) -> bool:
     return False
 
 
+def _is_rlds(path: Path) -> bool:
+    from rlarrow.io.rlds import is_rlds_dir
+
+    return path.is_dir() and is_rlds_dir(path)
+
+
+def _import_rlds(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.rlds import import_rlds
+
+    (directory,) = sources
+    report = import_rlds(directory, store, run_id=options.run_id, name=options.name,
+                         progress=options.progress)
+    return Imported(report.run_id, lines=[str(report)], summary=str(report))
+
+
 def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
     from rlarrow.io.hdf5 import import_hdf5
 
@@ -449,6 +465,14 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         convert_options=("--run-id", "--name", "--again"), export_options=(*_EXPORT_OPTIONS, "--data-format"),
         export_help="minari (a run's episodes as a Minari dataset; --data-format hdf5|arrow|parquet)",
         convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
+    ),
+    Format(
+        name="rlds", summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
+        detect=_is_rlds, kind="directory", import_=_import_rlds,
+        markers=("dataset_info.json", "features.json"),
+        noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again"),
+        convert_help=("TFDS_DIR", "an RLDS dataset (dataset_info.json, features.json, *.tfrecord-*):\n"
+                                  "one run of episodes, every split"),
     ),
     Format(
         name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",

@@ -1,6 +1,6 @@
 """Recognise RL data formats rlarrow does not import yet, to say so in one line.
 
-``rlarrow convert`` given an RLDS/TFDS directory, a LeRobot dataset, a zarr store or an HDF5
+``rlarrow convert`` given a TFDS directory of ArrayRecord shards, a LeRobot dataset, a zarr store or an HDF5
 file of another layout than D4RL's and robomimic's (which :mod:`rlarrow.io.hdf5` imports)
 would otherwise find "no memory exports" in it.
 :func:`describe_unsupported` names what the input looks like and what rlarrow does read.
@@ -10,9 +10,9 @@ code runs.
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> for name in ("dataset_info.json", "features.json", "demo-train.tfrecord-00000-of-00001"):
+    >>> for name in ("dataset_info.json", "features.json", "demo-train.array_record-00000-of-00001"):
     ...     _ = (d / name).write_text("{}")
-    >>> describe_unsupported(d).split(";")[0].endswith("looks like an RLDS dataset")
+    >>> describe_unsupported(d).split(";")[0].endswith("looks like an RLDS dataset of ArrayRecord shards")
     True
     >>> describe_unsupported(d / "features.json") is None
     True
@@ -31,7 +31,7 @@ __all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
 #: what ``rlarrow convert`` reads, as the message lists it
 SUPPORTED_INPUTS = ("skrl/rofunc memory exports (.pt, .npz, .csv), envlogger (riegeli) directories, "
                     "Minari datasets (arrow, parquet and HDF5 backends), D4RL and robomimic HDF5 files, "
-                    "TensorBoard event files")
+                    "RLDS/TFDS datasets (tfrecord shards), TensorBoard event files")
 
 def _message(path: Path, what: str, short: str, hint: str = "") -> str:
     return f"{path} looks like {what}; rlarrow does not import {short} yet{hint}; supported inputs are: " \
@@ -39,10 +39,12 @@ def _message(path: Path, what: str, short: str, hint: str = "") -> str:
 
 
 def _is_rlds(path: Path) -> bool:
+    """A TFDS dataset of ArrayRecord shards (tfrecord ones are imported: :mod:`rlarrow.io.rlds`)."""
     if not ((path / "dataset_info.json").is_file() and (path / "features.json").is_file()):
         return False
-    return any(".tfrecord" in p.name or p.name.endswith(".array_record") or ".array_record-" in p.name
-               for p in path.iterdir())
+    names = [p.name for p in path.iterdir()]
+    return not any(".tfrecord" in n for n in names) and \
+        any(n.endswith(".array_record") or ".array_record-" in n for n in names)
 
 
 def _is_lerobot(path: Path) -> bool:
@@ -89,7 +91,8 @@ def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
     if not p.is_dir():
         return None
     if _is_rlds(p) or any(sub.is_dir() and _is_rlds(sub) for sub in p.iterdir()):
-        return _message(p, "an RLDS dataset", "RLDS", " (TFDS tfrecord shards)")
+        return _message(p, "an RLDS dataset of ArrayRecord shards", "ArrayRecord shards",
+                        " (convert them to tfrecord with `tfds convert_format`, then convert that)")
     if _is_lerobot(p):
         return _message(p, "a LeRobot dataset", "LeRobot datasets")
     if _is_zarr(p) or p.suffix == ".zarr":

@@ -155,6 +155,7 @@ def seeds(directory: Path) -> dict[str, list[Path]]:
     out["minari"] = [p for p in (FIXTURES / "minari" / "cartpole").glob("*-v0") if p.is_dir()]
     out["envlogger"] = [p for p in (FIXTURES / "envlogger").glob("*") if p.is_dir()]
     out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
+    out["rlds"] = [FIXTURES / "rlds" / "catch", FIXTURES / "rlds" / "robot"]
     for variant, kind in SEED_KIND.items():
         out[variant] = out[kind]
     return {k: [p for p in v if p.exists()] for k, v in out.items()}
@@ -171,6 +172,8 @@ NO_CHECKSUM = {
     "csv": "plain text: no checksum at all",
     "minari": "Arrow IPC and Parquet without page checksums, JSON metadata: values are not checksummed "
               "(step counts and reward sums are checked against metadata.json)",
+    "rlds": "every record is CRC-32C checked, but dataset_info.json and features.json are plain JSON: a "
+            "changed dtype or shape there reads the same bytes as other values",
     "hdf5": "HDF5 checksums its metadata (superblock v2+, object headers) but not raw data unless a file "
             "asks for the fletcher32 filter, which D4RL's and robomimic's writers do not",
 }
@@ -256,6 +259,13 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
                 from rlarrow.io.hdf5 import import_hdf5
 
                 import_hdf5(path, st, run_id="fuzz", progress=False, chunk_bytes=2048)
+            elif kind == "rlds":
+                from rlarrow.io.rlds import import_rlds
+
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    import_rlds(path, st, run_id="fuzz", progress=False)
+                partial = any(issubclass(w.category, TruncatedInputWarning) for w in caught)
             else:
                 from rlarrow.io.envlogger import import_envlogger
 
@@ -284,6 +294,7 @@ TARGETS: dict[str, Callable[[Path, Path], Result]] = {
     "tfevents": _convert("tfevents"), "tfevents-skip": _convert("tfevents", skip=True),
     "minari": _convert("minari"),
     "hdf5": _convert("hdf5"),
+    "rlds": _convert("rlds"),
     "envlogger": _convert("envlogger"), "envlogger-skip": _convert("envlogger", skip=True),
     "store": _store_target,
 }

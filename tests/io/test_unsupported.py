@@ -14,18 +14,22 @@ def _rlds(path):
     path.mkdir(parents=True)
     (path / "dataset_info.json").write_text(json.dumps({"name": "bridge", "version": "1.0.0"}))
     (path / "features.json").write_text(json.dumps({"featuresDict": {"steps": {}}}))
-    (path / "bridge-train.tfrecord-00000-of-00004").write_bytes(b"\0" * 16)
+    (path / "bridge-train.array_record-00000-of-00004").write_bytes(b"\0" * 16)
     return path
 
 
-def test_rlds_directories_and_their_parent_are_named(tmp_path):
+def test_rlds_directories_of_array_record_shards_and_their_parent_are_named(tmp_path):
+    # tfrecord shards are imported (rlarrow.io.rlds); ArrayRecord ones are named here
     rlds = _rlds(tmp_path / "bridge" / "1.0.0")
     for path in (rlds, rlds.parent):
         message = describe_unsupported(path)
         assert message is not None and "\n" not in message
-        assert message.startswith(f"{path} looks like an RLDS dataset; rlarrow does not import RLDS yet")
+        assert message.startswith(f"{path} looks like an RLDS dataset of ArrayRecord shards; rlarrow does "
+                                  "not import ArrayRecord shards yet (convert them to tfrecord")
         assert message.endswith(f"supported inputs are: {SUPPORTED_INPUTS}")
-    (rlds / "bridge-train.tfrecord-00000-of-00004").unlink()  # TFDS metadata alone: not a dataset
+    (rlds / "bridge-train.array_record-00000-of-00004").unlink()  # TFDS metadata alone: not a dataset
+    assert describe_unsupported(rlds) is None
+    (rlds / "bridge-train.tfrecord-00000-of-00004").write_bytes(b"")  # what rlarrow.io.rlds imports
     assert describe_unsupported(rlds) is None
 
 
@@ -49,6 +53,7 @@ def test_lerobot_and_zarr_are_named(tmp_path):
 @pytest.mark.parametrize("path", [
     FIXTURES / "minari" / "cartpole" / "arrow-v0",
     FIXTURES / "minari" / "cartpole" / "hdf5-v0",
+    FIXTURES / "rlds" / "robot",
     FIXTURES / "envlogger" / "catch",
     FIXTURES / "skrl" / "wrapped" / "memories",
     FIXTURES / "tfevents" / "torch",

@@ -1,0 +1,742 @@
+"""RLDS datasets in TFDS directories into a store, without TensorFlow.
+
+A TFDS dataset directory (what ``tfds`` builders, envlogger's TFDS backend and the Open
+X-Embodiment releases write) holds ``dataset_info.json`` (splits, shard lengths), ``features.json``
+(the feature tree) and TFRecord shards ``<name>-<split>.tfrecord-<shard>``. Each record is a
+serialized ``tf.train.Example`` holding one RLDS episode: its ``steps`` (a ``Dataset`` feature,
+every step's values concatenated under ``steps/<field>``) and its episode-level fields.
+
+This module reads them with rlarrow's own TFRecord framing (both CRC-32Cs checked,
+:mod:`rlarrow.core.tfrecord`) and protobuf (``tf.train.Example``'s message types built at run
+time: no TensorFlow, no compiled ``.proto``), one shard and one episode at a time, so memory
+stays bounded by the largest episode. Values come back as ``tfds`` gives them:
+
+- ``Tensor`` features in their dtype and shape (TFDS stores floats as float32 and integers and
+  bools as int64 on disk: a float64 feature holds float32 values);
+- ``Image`` features decoded to uint8 ``(H, W, C)`` arrays: PNG with Pillow, JPEG with
+  simplejpeg set as TensorFlow decodes (integer-fast DCT), which gives ``tfds``'s pixels exactly
+  (without simplejpeg, Pillow's decoder: a few units off in some pixels); ``Text`` as ``str``;
+  ``ClassLabel`` as int64.
+
+Steps are already in RLDS alignment (``runs.alignment = 'rlds'``): ``observation``, ``action``
+(tensors or dicts of them), ``reward``, ``discount`` (scalars), ``is_first``, ``is_last``,
+``is_terminal``. On a step with ``is_last`` the action, reward and discount are undefined in
+RLDS; they are stored null, and kept in the step's ``metadata`` as ``rlds_last`` where they
+are not all zero. Observation fields that are not tensors (a ``language_instruction``) and
+every other step field are the step's ``metadata``; episode-level fields are the episode's
+``metadata``, with its ``split``. One run per dataset (all splits, in ``dataset_info.json``'s
+order); its ``metadata`` holds ``dataset_info`` and ``features`` as the files had them.
+
+Example:
+    >>> from rlarrow.io.rlds import import_rlds  # doctest: +SKIP
+    >>> import_rlds("~/tensorflow_datasets/bridge/0.1.0", "runs.rlarrow")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core import schema as _schema
+from rlarrow.core.errors import CorruptFileError, MissingDependencyError, UnsupportedInputError
+from rlarrow.core.step_columns import declare_steps
+from rlarrow.core.store import StoreLike, opened
+from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.io import EpisodesReport
+
+__all__ = [
+    "RLDS_STEP_FIELDS",
+    "Episode",
+    "Feature",
+    "dataset_dir",
+    "import_rlds",
+    "is_rlds_dir",
+    "parse_features",
+    "read_episodes",
+]
+
+#: the step fields RLDS defines; the rest of a step is its metadata
+RLDS_STEP_FIELDS = ("observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal")
+
+_SHARD = re.compile(r"\.tfrecord-(\d+)(?:-of-(\d+))?$")
+
+
+# --------------------------------------------------------------------------- finding a dataset
+
+
+def dataset_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The TFDS dataset directory ``path`` is, or holds one version folder of (the newest); else None."""
+    p = Path(path)
+    if _is_dataset(p):
+        return p
+    if not p.is_dir():
+        return None
+    versions = [d for d in p.iterdir() if d.is_dir() and _is_dataset(d)]
+    if not versions:
+        return None
+    return max(versions, key=lambda d: tuple(int(x) if x.isdigit() else 0 for x in d.name.split(".")))
+
+
+def _is_dataset(p: Path) -> bool:
+    if not ((p / "dataset_info.json").is_file() and (p / "features.json").is_file()):
+        return False
+    return any(".tfrecord" in f.name for f in p.iterdir())
+
+
+def is_rlds_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a TFDS dataset directory of TFRecord shards (or a folder of its versions)."""
+    return dataset_dir(path) is not None
+
+
+# --------------------------------------------------------------------------- features.json
+
+
+@dataclass
+class Feature:
+    """One node of a TFDS feature tree (``features.json``).
+
+    Attributes:
+        kind: ``"dict"``, ``"sequence"`` (``Dataset``/``Sequence``), ``"tensor"``, ``"image"``,
+            ``"text"``.
+        dtype: a tensor's, image's or class label's dtype.
+        shape: its shape (-1 for a dimension of any size).
+        encoding: a tensor's (``"none"``, ``"bytes"``, ``"zlib"``) or an image's (``"png"``, ``"jpeg"``).
+        children: a dict's fields, in the file's order.
+        item: a sequence's feature.
+    """
+
+    kind: str
+    dtype: np.dtype[Any] | None = None
+    shape: tuple[int, ...] = ()
+    encoding: str = "none"
+    children: dict[str, Feature] = field(default_factory=dict)
+    item: Feature | None = None
+
+
+def parse_features(spec: Any, where: str = "features") -> Feature:
+    """A feature tree from ``features.json``'s JSON (what ``tfds.features.FeatureConnector.to_json`` wrote).
+
+    Raises:
+        UnsupportedInputError: a feature this reader does not decode (video, audio, bounding
+            boxes, ragged tensors inside steps), named by its path.
+
+    Example:
+        >>> f = parse_features({"featuresDict": {"features": {"x": {"tensor": {
+        ...     "shape": {"dimensions": ["2"]}, "dtype": "float32", "encoding": "none"}}}}})
+        >>> f.children["x"].kind, f.children["x"].shape
+        ('tensor', (2,))
+    """
+    if not isinstance(spec, dict):
+        raise UnsupportedInputError(None, f"{where}: not a TFDS feature description")
+    if "featuresDict" in spec:
+        features = (spec["featuresDict"] or {}).get("features") or {}
+        return Feature("dict", children={k: parse_features(v, f"{where}/{k}") for k, v in features.items()})
+    if "sequence" in spec:
+        seq = spec["sequence"] or {}
+        length = int(seq.get("length", -1) or -1)
+        if length not in (-1, 0):
+            raise UnsupportedInputError(
+                None,
+                f"{where}: a sequence of fixed length {length}; rlarrow reads "
+                "RLDS step sequences (any length)",
+            )
+        return Feature("sequence", item=parse_features(seq.get("feature"), where))
+    if "tensor" in spec or "image" in spec or "classLabel" in spec:
+        body = spec.get("tensor") or spec.get("image") or {}
+        dims = tuple(int(d) for d in ((body.get("shape") or {}).get("dimensions") or []))
+        if "classLabel" in spec:
+            return Feature("tensor", np.dtype(np.int64), ())
+        dtype = str(body.get("dtype") or "uint8")
+        if dtype == "string":
+            return Feature("text", shape=dims)
+        if "image" in spec:
+            return Feature("image", np.dtype(dtype), dims, str(body.get("encodingFormat") or "png"))
+        return Feature("tensor", np.dtype(dtype), dims, str(body.get("encoding") or "none"))
+    if "text" in spec:
+        return Feature("text")
+    name = str(spec.get("pythonClassName", "?")).rsplit(".", 1)[-1]
+    raise UnsupportedInputError(
+        None,
+        f"{where}: a {name} feature, which rlarrow does not decode yet (it reads "
+        "tensors, scalars, images, text, class labels, dicts and step datasets)",
+    )
+
+
+# --------------------------------------------------------------------------- tf.train.Example
+
+
+_EXAMPLE: Any = None
+
+
+def _example_class() -> Any:
+    """``tf.train.Example``'s message type, built from its field numbers (wire-compatible), once."""
+    global _EXAMPLE
+    if _EXAMPLE is not None:
+        return _EXAMPLE
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "reading RLDS/TFDS records needs protobuf, which is not installed; "
+            "install it with: pip install 'rlarrow[rlds]'",
+            name="google.protobuf",
+        ) from exc
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="rlarrow/tf_example.proto", package="rlarrow.tfexample", syntax="proto3"
+    )
+
+    def message(name: str, fields: list[tuple[str, int, int, int, str]]) -> Any:
+        msg = fdp.message_type.add(name=name)
+        for fname, number, ftype, label, type_name in fields:
+            fd = msg.field.add(name=fname, number=number, type=ftype, label=label)
+            if type_name:
+                fd.type_name = type_name
+        return msg
+
+    rep, opt = f.LABEL_REPEATED, f.LABEL_OPTIONAL
+    message("BytesList", [("value", 1, f.TYPE_BYTES, rep, "")])
+    message("FloatList", [("value", 1, f.TYPE_FLOAT, rep, "")])
+    message("Int64List", [("value", 1, f.TYPE_INT64, rep, "")])
+    feature = message(
+        "Feature",
+        [
+            ("bytes_list", 1, f.TYPE_MESSAGE, opt, ".rlarrow.tfexample.BytesList"),
+            ("float_list", 2, f.TYPE_MESSAGE, opt, ".rlarrow.tfexample.FloatList"),
+            ("int64_list", 3, f.TYPE_MESSAGE, opt, ".rlarrow.tfexample.Int64List"),
+        ],
+    )
+    feature.oneof_decl.add(name="kind")
+    for fd in feature.field:
+        fd.oneof_index = 0
+    features = message(
+        "Features", [("feature", 1, f.TYPE_MESSAGE, rep, ".rlarrow.tfexample.Features.FeatureEntry")]
+    )
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.field.add(name="key", number=1, type=f.TYPE_STRING, label=opt)
+    entry.field.add(
+        name="value", number=2, type=f.TYPE_MESSAGE, label=opt, type_name=".rlarrow.tfexample.Feature"
+    )
+    entry.options.map_entry = True
+    message("Example", [("features", 1, f.TYPE_MESSAGE, opt, ".rlarrow.tfexample.Features")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    _EXAMPLE = message_factory.GetMessageClass(pool.FindMessageTypeByName("rlarrow.tfexample.Example"))
+    return _EXAMPLE
+
+
+def _values(feature: Any) -> Any:
+    """A ``Feature``'s values: a NumPy array (floats, ints) or a list of bytes."""
+    kind = feature.WhichOneof("kind")
+    if kind == "float_list":
+        return np.asarray(feature.float_list.value, np.float32)
+    if kind == "int64_list":
+        return np.asarray(feature.int64_list.value, np.int64)
+    if kind == "bytes_list":
+        return list(feature.bytes_list.value)
+    return np.empty(0, np.float32)  # an empty feature: no values
+
+
+# --------------------------------------------------------------------------- decoding an episode
+
+
+def _decode(
+    feature: Feature, key: str, values: dict[str, Any], rows: int | None, path: Path, where: str
+) -> Any:
+    """The values of ``feature`` (under ``key``) from an Example's flat values, as NumPy.
+
+    ``rows``: inside ``steps``, the number of steps (every value has that many rows); None
+    outside (one value).
+    """
+    if feature.kind == "dict":
+        return {
+            k: _decode(c, f"{key}/{k}" if key else k, values, rows, path, where)
+            for k, c in feature.children.items()
+        }
+    if feature.kind == "sequence":
+        raise UnsupportedInputError(path, f"{where}: {key} is a nested sequence, which rlarrow does not read")
+    got = values.get(key)
+    n = 1 if rows is None else rows
+    if got is None:
+        raise CorruptFileError(path, f"{where}: the record has no {key!r}, which features.json declares")
+    if feature.kind == "text":
+        if not isinstance(got, list) or len(got) != n:
+            raise CorruptFileError(path, f"{where}: {key} holds {len(got)} values for {n} steps")
+        try:
+            texts = [b.decode("utf-8") for b in got]
+        except UnicodeDecodeError as exc:
+            raise CorruptFileError(path, f"{where}: {key} is not UTF-8 text ({exc})") from exc
+        return texts if rows is not None else texts[0]
+    if feature.kind == "image":
+        if not isinstance(got, list) or len(got) != n:
+            raise CorruptFileError(
+                path, f"{where}: {key} holds {len(got) if isinstance(got, list) else 0} images for {n} steps"
+            )
+        images = _images(got, feature, path, f"{where}: {key}")
+        return images if rows is not None else images[0]
+    dtype = feature.dtype if feature.dtype is not None else np.dtype(np.float32)
+    shape = feature.shape
+    if -1 in shape:
+        raise UnsupportedInputError(
+            path, f"{where}: {key} has a dimension of any size {shape}; rlarrow reads tensors of fixed shape"
+        )
+    if feature.encoding in ("bytes", "zlib"):
+        if not isinstance(got, list) or len(got) != n:
+            raise CorruptFileError(
+                path,
+                f"{where}: {key} holds {len(got) if isinstance(got, list) else 0} "
+                f"encoded tensors for {n} steps",
+            )
+        try:
+            raw = [zlib.decompress(b) if feature.encoding == "zlib" else b for b in got]
+        except zlib.error as exc:
+            raise CorruptFileError(path, f"{where}: {key} is not zlib data ({exc})") from exc
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if any(len(b) != size for b in raw):
+            raise CorruptFileError(
+                path, f"{where}: {key} holds a tensor of another size than {shape} {dtype}"
+            )
+        out = np.frombuffer(b"".join(raw), dtype.newbyteorder("<")).astype(dtype).reshape(n, *shape)
+        return out if rows is not None else out[0]
+    if isinstance(got, list):
+        if dtype.kind in "SUO":
+            return got if rows is not None else got[0]
+        raise CorruptFileError(path, f"{where}: {key} holds bytes; features.json says {dtype} numbers")
+    size = int(np.prod(shape, dtype=np.int64))
+    if got.size != n * size:
+        raise CorruptFileError(
+            path, f"{where}: {key} holds {got.size} values; {n} step(s) of shape {shape} need {n * size}"
+        )
+    if dtype.kind == "b":
+        out = (got != 0).reshape(n, *shape)
+    else:
+        out = got.astype(dtype).reshape(n, *shape)  # TFDS: floats stored as float32, ints as int64
+    return out if rows is not None else out[0]
+
+
+def _jpeg_decoder(channels: int) -> Any:
+    """A JPEG decoder that gives ``tfds``'s pixels, or None when simplejpeg is not installed.
+
+    simplejpeg (libjpeg-turbo) set as TensorFlow's ``decode_jpeg`` decodes: integer-fast DCT,
+    fancy upsampling.
+    """
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    colorspace = "GRAY" if channels == 1 else "RGB"
+
+    def decode(blob: bytes) -> np.ndarray:
+        return np.asarray(
+            simplejpeg.decode_jpeg(blob, colorspace=colorspace, fastdct=True, fastupsample=False)
+        )
+
+    return decode
+
+
+def _images(data: list[bytes], feature: Feature, path: Path, where: str) -> np.ndarray:
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{path}: {where} holds encoded images; decoding them needs Pillow, which "
+            "is not installed: pip install pillow",
+            name="PIL",
+        ) from exc
+    shape = feature.shape
+    jpeg = _jpeg_decoder(shape[-1] if len(shape) == 3 else 3)
+    out: np.ndarray | None = None
+    for i, blob in enumerate(data):
+        try:
+            if jpeg is not None and blob[:2] == b"\xff\xd8":
+                image = jpeg(blob)
+            else:
+                image = np.asarray(Image.open(io.BytesIO(blob)))
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise CorruptFileError(path, f"{where}: image {i} cannot be decoded ({exc})") from exc
+        if image.ndim == 2 and len(shape) == 3:
+            image = image[:, :, None]
+        if len(shape) == 3 and -1 not in shape and image.shape != shape:
+            raise CorruptFileError(path, f"{where}: image {i} is {image.shape}; features.json says {shape}")
+        if out is None:
+            out = np.empty((len(data), *image.shape), np.dtype(feature.dtype or np.uint8))
+        elif image.shape != out.shape[1:]:
+            raise CorruptFileError(path, f"{where}: image {i} is {image.shape}, image 0 {out.shape[1:]}")
+        out[i] = image
+    if out is None:
+        out = np.empty((0, *(d if d > 0 else 0 for d in shape)), np.uint8)
+    return out
+
+
+@dataclass
+class Episode:
+    """One decoded RLDS episode: its steps' fields (NumPy, dicts of them) and its own fields."""
+
+    steps: dict[str, Any]
+    fields: dict[str, Any]
+    num_steps: int
+    split: str
+    shard: str
+    index: int  #: its place in its split, as tfds reads it
+    number: int = 0  #: its place in the dataset (splits in dataset_info.json's order): its episode_id
+
+
+def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None = None) -> Iterator[Episode]:
+    """The episodes of a TFDS RLDS dataset, decoded, one at a time, shard by shard (see the module docs).
+
+    Raises:
+        UnsupportedInputError: not a TFDS dataset of TFRecord shards, or a feature not decoded.
+        CorruptFileError: a record that fails its checksum or does not match ``features.json``,
+            or shards that hold other episode counts than ``dataset_info.json`` says.
+    """
+    from rlarrow.core.tfrecord import HEADER_BYTES, ReadCounts, read_records
+
+    data = dataset_dir(directory)
+    if data is None:
+        raise UnsupportedInputError(
+            directory, "not a TFDS dataset (dataset_info.json, features.json and *.tfrecord-* shards)"
+        )
+    info, features = _json(data / "dataset_info.json"), _json(data / "features.json")
+    root = parse_features(features)
+    if root.kind != "dict" or "steps" not in root.children or root.children["steps"].kind != "sequence":
+        raise UnsupportedInputError(
+            data / "features.json", "not an RLDS dataset: no 'steps' sequence feature"
+        )
+    steps_feature = root.children["steps"].item
+    assert steps_feature is not None
+    others = {k: v for k, v in root.children.items() if k != "steps"}
+    example = _example_class()
+    name = str(info.get("name") or data.name)
+    first_of_split = 0  # the dataset's episodes before this split (by dataset_info.json's counts)
+    for split in info.get("splits") or []:
+        split_name = str(split.get("name"))
+        lengths = [int(x) for x in split.get("shardLengths") or []]
+        before, first_of_split = first_of_split, first_of_split + sum(lengths)
+        if splits is not None and split_name not in splits:
+            continue
+        shards = _shards(data, name, split_name)
+        if lengths and len(lengths) != len(shards):
+            raise CorruptFileError(
+                data / "dataset_info.json",
+                f"split {split_name!r} has {len(lengths)} shards; "
+                f"the directory holds {len(shards)} of it: shards are missing or extra",
+            )
+        for s, shard in enumerate(shards):
+            # numbered by the counts dataset_info.json declares, so that a damaged shard
+            # (announced) does not renumber the episodes after it
+            index = sum(lengths[:s]) if lengths else 0
+            log = ReadCounts()
+            count = 0
+            with open(shard, "rb") as fh:
+                for chunk in read_records(fh, shard, log=log):
+                    for off, length in zip(chunk.offsets.tolist(), chunk.lengths.tolist(), strict=True):
+                        payload = chunk.data[off + HEADER_BYTES : off + HEADER_BYTES + length]
+                        ep = _episode(example, payload, steps_feature, others, shard, split_name,
+                                      index + count)
+                        ep.number = before + index + count
+                        yield ep
+                        count += 1
+            if lengths and count != lengths[s] and not log.truncated:
+                raise CorruptFileError(
+                    shard,
+                    f"holds {count} episodes; dataset_info.json says {lengths[s]}: the "
+                    "dataset is damaged or incomplete",
+                )
+
+
+def _episode(
+    example: Any,
+    payload: bytes,
+    steps_feature: Feature,
+    others: dict[str, Feature],
+    shard: Path,
+    split: str,
+    index: int,
+) -> Episode:
+    where = f"episode {index} of its split"
+    try:
+        message = example.FromString(payload)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, and what upb raises on garbage
+        raise CorruptFileError(
+            shard, f"{where} is not a tf.train.Example ({type(exc).__name__}: {exc})"
+        ) from exc
+    values = {k: _values(v) for k, v in message.features.feature.items()}
+    first = values.get("steps/is_first")
+    if first is None:
+        raise CorruptFileError(shard, f"{where} has no steps/is_first: not an RLDS episode")
+    rows = len(first)
+    steps = _decode(steps_feature, "steps", values, rows, shard, where)
+    fields = {k: _decode(f, k, values, None, shard, where) for k, f in others.items()}
+    return Episode(steps, fields, rows, split, shard.name, index)
+
+
+def _shards(data: Path, name: str, split: str) -> list[Path]:
+    found = []
+    for p in data.iterdir():
+        m = _SHARD.search(p.name)
+        if m and p.name.startswith(f"{name}-{split}."):
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(path, f"not readable JSON ({exc})") from exc
+
+
+# --------------------------------------------------------------------------- into a store
+
+
+def _split_step(steps: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """(observation tensors, action, the rest as per-step metadata columns) of decoded steps."""
+    extra: dict[str, Any] = {}
+    obs = steps.get("observation")
+    if isinstance(obs, dict):
+        tensors = {k: v for k, v in obs.items() if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
+        for k, v in obs.items():
+            if k not in tensors:
+                extra[f"observation/{k}"] = v
+        obs = tensors or None
+    elif obs is not None and not (isinstance(obs, np.ndarray) and obs.dtype.kind in "biuf"):
+        extra["observation"], obs = obs, None
+    action = steps.get("action")
+    for k, v in steps.items():
+        if k not in RLDS_STEP_FIELDS:
+            extra[k] = v
+    return obs, action, extra
+
+
+def _rows_metadata(extra: dict[str, Any], rows: int, last_values: dict[str, Any] | None) -> list[Any] | None:
+    if not extra and not last_values:
+        return None
+    out: list[Any] = []
+    for i in range(rows):
+        step: dict[str, Any] = {}
+        for path, values in extra.items():
+            value = values[i]
+            *parents, leaf = path.split("/")
+            node = step
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        out.append(step or None)
+    if last_values:
+        out[-1] = {**(out[-1] or {}), "rlds_last": last_values}
+    return out
+
+
+def _type_of(values: Any) -> pa.DataType:
+    if isinstance(values, dict):
+        return pa.struct([(k, _type_of(v)) for k, v in values.items()])
+    return tensor_type(values.dtype, values.shape[1:], layout="auto")
+
+
+def _nonzero(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_nonzero(v) for v in value.values())
+    return bool(np.any(np.asarray(value) != 0))
+
+
+def _last_row(value: Any) -> Any:
+    return {k: _last_row(v) for k, v in value.items()} if isinstance(value, dict) else value[-1]
+
+
+def _nulled_last(arr: pa.Array, last: bool) -> pa.Array:
+    if not last:
+        return arr
+    mask = np.zeros(len(arr), bool)
+    mask[-1] = True
+    if pa.types.is_struct(arr.type):
+        return pa.StructArray.from_arrays(
+            [arr.field(i) for i in range(arr.type.num_fields)], fields=list(arr.type), mask=pa.array(mask)
+        )
+    return with_null_rows(arr, mask)
+
+
+def import_rlds(
+    directory: str | os.PathLike[str],
+    store: StoreLike,
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    splits: list[str] | None = None,
+    progress: bool | None = None,
+) -> EpisodesReport:
+    """Import an RLDS dataset in a TFDS directory into ``store`` as one run (see the module docs).
+
+    Args:
+        directory: the dataset's version folder (``dataset_info.json`` beside the shards), or the
+            folder of its versions (the newest is read).
+        store: the store (created if missing).
+        run_id: the new run's id (None: generated).
+        name: the run's name (default: the dataset's).
+        splits: the splits to read (default: every one).
+        progress: a progress bar (None: when stderr is a terminal).
+
+    Raises:
+        UnsupportedInputError: not a TFDS RLDS dataset, or a feature rlarrow does not decode.
+        CorruptFileError: damaged shards, or records that do not match ``features.json``.
+        MissingDependencyError: protobuf (``pip install 'rlarrow[rlds]'``) or, for images,
+            Pillow is missing.
+
+    Example:
+        >>> import_rlds("tensorflow_datasets/rlds_catch/1.0.0", "runs.rlarrow")  # doctest: +SKIP
+    """
+    from rlarrow.core.progress import bar
+
+    data = dataset_dir(directory)
+    if data is None:
+        raise UnsupportedInputError(
+            directory, "not a TFDS dataset (dataset_info.json, features.json and *.tfrecord-* shards)"
+        )
+    info, features = _json(data / "dataset_info.json"), _json(data / "features.json")
+    if str(info.get("fileFormat", "tfrecord")) != "tfrecord":
+        raise UnsupportedInputError(
+            data,
+            f"a TFDS dataset of {info.get('fileFormat')} shards; rlarrow reads "
+            "tfrecord shards (tfds can convert: `tfds convert_format`)",
+        )
+    total = sum(
+        int(x)
+        for s in info.get("splits") or []
+        if splits is None or s.get("name") in splits
+        for x in s.get("shardLengths") or []
+    )
+    episodes = read_episodes(data, splits=splits)
+    first = next(episodes, None)
+    with opened(store, create=True) as st, st.transaction():  # all of the dataset or nothing of it
+        types: dict[str, Any] = {}
+        if first is not None:
+            obs, action, _ = _split_step(first.steps)
+            declared = {
+                k: _type_of(v) for k, v in (("observation", obs), ("action", action)) if v is not None
+            }
+            types = declare_steps(st, declared)
+        run = st.add_run(
+            source="rlds",
+            run_id=run_id,
+            name=name or info.get("name") or data.name,
+            source_path=os.fspath(directory),
+            source_version=f"tfds dataset {info.get('version')}",
+            alignment="rlds",
+            num_envs=1,
+            metadata={"dataset_info": info, "features": features},
+            env_specs=_specs(parse_features(features)),
+        )
+        report = EpisodesReport(run_id=run)
+        rows: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "episode_id",
+                "num_steps",
+                "return",
+                "terminated",
+                "truncated",
+                "partial_end",
+                "metadata",
+            )
+        }
+        with st.writer("steps") as writer, bar(total or None, "import rlds", "episode", progress) as pbar:
+            while first is not None:
+                _write_episode(st, writer, run, first.number, first, types, rows)
+                report.episodes += 1
+                report.steps += first.num_steps
+                pbar.update(1)
+                first = next(episodes, None)
+        if rows["episode_id"]:
+            st.append("episodes", {"run_id": run, "env_index": 0, "partial_start": False, **rows})
+        return report
+
+
+def _write_episode(
+    st: Any,
+    writer: Any,
+    run: str,
+    episode_id: int,
+    ep: Episode,
+    types: dict[str, Any],
+    rows: dict[str, list[Any]],
+) -> None:
+    n = ep.num_steps
+    obs, action, extra = _split_step(ep.steps)
+    is_last = np.asarray(ep.steps.get("is_last", np.zeros(n, bool)), bool)
+    is_terminal = np.asarray(ep.steps.get("is_terminal", np.zeros(n, bool)), bool)
+    ended = bool(n and is_last[-1])
+    last_values: dict[str, Any] = {}
+    if ended:  # RLDS: undefined on the last step; kept in its metadata where not all zero
+        for key, value in (
+            ("action", action),
+            ("reward", ep.steps.get("reward")),
+            ("discount", ep.steps.get("discount")),
+        ):
+            if value is not None and _nonzero(_last_row(value)):
+                last_values[key] = _last_row(value)
+    reward = ep.steps.get("reward")
+    discount = ep.steps.get("discount")
+    columns: dict[str, Any] = {
+        "run_id": run,
+        "episode_id": episode_id,
+        "step": np.arange(n),
+        "env_index": 0,
+        "is_first": np.asarray(ep.steps.get("is_first", np.arange(n) == 0), bool),
+        "is_last": is_last,
+        "is_terminal": is_terminal,
+        "metadata": _rows_metadata(extra, n, last_values or None),
+    }
+    for key, value in (("observation", obs), ("action", action)):
+        if value is not None:  # in the store's types (a struct's fields in its order)
+            arr = to_arrow(value, types.get(key) or _type_of(value))
+            columns[key] = _nulled_last(arr, ended) if key == "action" else arr
+    for key, value in (("reward", reward), ("discount", discount)):
+        if value is not None and np.ndim(value) == 1:
+            floats = np.asarray(value, np.float64)
+            mask = np.zeros(n, bool)
+            mask[-1:] = ended
+            columns[key] = pa.array(floats, mask=mask)
+    table = _schema.build("steps", columns, num_rows=n, established=st.schema("steps"))
+    writer.write(table)
+    rewards = np.asarray(reward, np.float64) if reward is not None and np.ndim(reward) == 1 else None
+    rows["episode_id"].append(episode_id)
+    rows["num_steps"].append(n)
+    rows["return"].append(float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None)
+    rows["terminated"].append(bool(n and is_terminal[-1]))
+    rows["truncated"].append(bool(ended and not is_terminal[-1]))
+    rows["partial_end"].append(not ended)
+    rows["metadata"].append({"split": ep.split, "shard": ep.shard, "index": ep.index, **ep.fields})
+
+
+def _specs(root: Feature) -> dict[str, Any]:
+    """``runs.env_specs`` from the steps' features: Array specs of observation, action, reward, discount."""
+    steps = root.children.get("steps")
+    item = steps.item if steps is not None else None
+    if item is None:
+        return {}
+
+    def spec(f: Feature, name: str) -> Any:
+        if f.kind == "dict":
+            return {k: spec(c, k) for k, c in f.children.items() if c.kind in ("tensor", "image", "dict")}
+        return {
+            "kind": "Array",
+            "name": name,
+            "shape": list(f.shape),
+            "dtype": np.dtype(f.dtype or np.uint8).name,
+        }
+
+    out = {}
+    for key in ("observation", "action", "reward", "discount"):
+        f = item.children.get(key)
+        if f is not None and f.kind in ("tensor", "image", "dict"):
+            out[f"{key}_spec"] = spec(f, key)
+    return out
