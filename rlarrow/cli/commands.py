@@ -543,8 +543,8 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     """Write STORE back out: memory snapshots, a run's episodes, or scalars as event files.
 
     Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
-    envlogger directory, a Minari dataset or a robomimic .hdf5 file, the scalars as
-    TensorBoard event files (DIR/<run_id>/).
+    envlogger directory, a Minari dataset, an RLDS (TFDS) directory or a robomimic .hdf5
+    file, the scalars as TensorBoard event files (DIR/<run_id>/).
     """
     target = registry.get(fmt)
     assert target.export is not None  # (the --format choices are the exporters)

@@ -37,7 +37,7 @@ Example:
     >>> registry.detect(d).name
     'envlogger'
     >>> [f.name for f in registry.exporters()]
-    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'minari', 'robomimic', 'tfevents']
+    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'minari', 'rlds', 'robomimic', 'tfevents']
 """
 
 from __future__ import annotations
@@ -411,6 +411,13 @@ def _import_rlds(sources: Sequence[Path], store: Store, options: ImportOptions) 
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
+def _export_rlds(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                 overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.rlds import export_rlds
+
+    return [export_rlds(store, directory, run_id=run_id, overwrite=overwrite)]
+
+
 def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
     from rlarrow.io.hdf5 import import_hdf5
 
@@ -468,8 +475,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     ),
     Format(
         name="rlds", summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
-        detect=_is_rlds, kind="directory", import_=_import_rlds,
-        markers=("dataset_info.json", "features.json"),
+        detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
+        markers=("dataset_info.json", "features.json"), export_options=_EXPORT_OPTIONS,
+        export_help="rlds (a run's episodes as an RLDS dataset that tfds.builder_from_directory reads)",
         noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again"),
         convert_help=("TFDS_DIR", "an RLDS dataset (dataset_info.json, features.json, *.tfrecord-*):\n"
                                   "one run of episodes, every split"),

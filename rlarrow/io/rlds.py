@@ -59,6 +59,7 @@ __all__ = [
     "Episode",
     "Feature",
     "dataset_dir",
+    "export_rlds",
     "import_rlds",
     "is_rlds_dir",
     "parse_features",
@@ -441,8 +442,9 @@ def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None
                 for chunk in read_records(fh, shard, log=log):
                     for off, length in zip(chunk.offsets.tolist(), chunk.lengths.tolist(), strict=True):
                         payload = chunk.data[off + HEADER_BYTES : off + HEADER_BYTES + length]
-                        ep = _episode(example, payload, steps_feature, others, shard, split_name,
-                                      index + count)
+                        ep = _episode(
+                            example, payload, steps_feature, others, shard, split_name, index + count
+                        )
                         ep.number = before + index + count
                         yield ep
                         count += 1
@@ -740,3 +742,266 @@ def _specs(root: Feature) -> dict[str, Any]:
         if f is not None and f.kind in ("tensor", "image", "dict"):
             out[f"{key}_spec"] = spec(f, key)
     return out
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_rlds(
+    store: StoreLike,
+    directory: str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    overwrite: bool = False,
+    episodes_per_shard: int = 1000,
+) -> Path:
+    """Write a run as an RLDS dataset in a TFDS directory that ``tfds.builder_from_directory`` reads.
+
+    ``directory`` gets ``dataset_info.json``, ``features.json`` and the TFRecord shards
+    ``<name>-<split>.tfrecord-<i>-of-<n>``, one ``tf.train.Example`` per episode, as ``tfds``
+    writes them (no TensorFlow needed). A run imported from RLDS keeps its features, splits,
+    episode and step fields, and the ``is_last`` values it kept aside (``rlds_last``); its JPEG
+    images are written as PNG, losslessly (JPEG again would change pixels). Other runs get a
+    ``train`` split and features made from their steps: tensors, float64 reward and discount
+    (float64 values stored as raw bytes, exactly, where TFDS's float lists would round them to
+    float32), the three flags.
+
+    Raises:
+        InvalidInputError: ``directory`` holds something and not ``overwrite``.
+        MissingDependencyError: protobuf is missing (``pip install 'rlarrow[rlds]'``).
+
+    Example:
+        >>> export_rlds("runs.rlarrow", "rlds/my_dataset/1.0.0")  # doctest: +SKIP
+    """
+    from rlarrow.core import metadata as _metadata
+    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.tfrecord import frame_records
+    from rlarrow.io._target import check_target, fresh_directory
+
+    check_target(directory, overwrite=overwrite, what="an RLDS export")
+    example = _example_class()
+    with DmEnvRows(store, run_id=run_id) as reader:
+        run = reader.run
+        meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
+        meta = meta if isinstance(meta, dict) else {}
+        mine = run.get("source") == "rlds" and isinstance(meta.get("features"), dict)
+        ep_meta = reader.episode_metadata()
+        first = reader.episode_table(0) if reader.num_episodes else None
+        features = _png_images(meta["features"]) if mine else _features_of(first)
+        root = parse_features(features)
+        info = dict(meta.get("dataset_info") or {}) if mine else {}
+        name = (
+            re.sub(r"[^a-z0-9_]+", "_", str(info.get("name") or run.get("name") or "rlarrow").lower())
+            or "rlds"
+        )
+        by_split: dict[str, list[int]] = {}
+        for k in range(reader.num_episodes):
+            split = ep_meta[k].get("split") if mine and isinstance(ep_meta[k], dict) else None
+            by_split.setdefault(str(split or "train"), []).append(k)
+        with fresh_directory(directory, overwrite=overwrite, what="an RLDS export") as tmp:
+            splits = []
+            for split, ks in by_split.items():
+                shards = [ks[i : i + episodes_per_shard] for i in range(0, len(ks), episodes_per_shard)] or [
+                    []
+                ]
+                sizes = []
+                for s, part in enumerate(shards):
+                    payloads = [
+                        _serialize(example, root, reader.episode_table(k), ep_meta[k], mine) for k in part
+                    ]
+                    data = frame_records(payloads)
+                    (tmp / f"{name}-{split}.tfrecord-{s:05d}-of-{len(shards):05d}").write_bytes(data)
+                    sizes.append(len(data))
+                splits.append(
+                    {
+                        "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}",
+                        "name": split,
+                        "numBytes": str(sum(sizes)),
+                        "shardLengths": [str(len(p)) for p in shards],
+                    }
+                )
+            kept = {k: v for k, v in info.items() if k not in ("splits", "fileFormat", "name")}
+            out_info = {
+                **kept,
+                "fileFormat": "tfrecord",
+                "name": name,
+                "splits": splits,
+                "version": str(info.get("version") or "1.0.0"),
+            }
+            (tmp / "dataset_info.json").write_text(json.dumps(out_info, indent=1))
+            (tmp / "features.json").write_text(json.dumps(features, indent=1))
+    return Path(directory)
+
+
+_TENSOR_CLASS = "tensorflow_datasets.core.features.tensor_feature.Tensor"
+
+
+def _tensor_json(dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, Any]:
+    encoding = "bytes" if dtype == np.float64 else "none"  # float_list would round them to float32
+    return {
+        "pythonClassName": _TENSOR_CLASS,
+        "tensor": {
+            "shape": {"dimensions": [str(d) for d in shape]} if shape else {},
+            "dtype": dtype.name,
+            "encoding": encoding,
+        },
+    }
+
+
+def _features_of(table: pa.Table | None) -> dict[str, Any]:
+    """features.json for a run that was not imported from RLDS: from its first episode's columns."""
+    from rlarrow.core.tensors import to_numpy
+
+    steps: dict[str, Any] = {}
+    if table is not None:
+        for key in ("observation", "action"):
+            values = to_numpy(table.column(key).combine_chunks(), fill_value=0)
+            if isinstance(values, dict):
+                steps[key] = {
+                    "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+                    "featuresDict": {
+                        "features": {k: _tensor_json(v.dtype, v.shape[1:]) for k, v in values.items()}
+                    },
+                }
+            else:
+                steps[key] = _tensor_json(values.dtype, values.shape[1:])
+    for key in ("reward", "discount"):
+        steps[key] = _tensor_json(np.dtype(np.float64), ())
+    for key in ("is_first", "is_last", "is_terminal"):
+        steps[key] = _tensor_json(np.dtype(bool), ())
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "featuresDict": {
+            "features": {
+                "steps": {
+                    "pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
+                    "sequence": {
+                        "feature": {
+                            "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+                            "featuresDict": {"features": steps},
+                        },
+                        "length": "-1",
+                    },
+                }
+            }
+        },
+    }
+
+
+def _png_images(spec: Any) -> Any:
+    """features.json with every JPEG image feature made PNG (the pixels, written losslessly)."""
+    if isinstance(spec, dict):
+        out = {k: _png_images(v) for k, v in spec.items()}
+        if "image" in out and isinstance(out["image"], dict) and out["image"].get("encodingFormat") == "jpeg":
+            out["image"] = {**out["image"], "encodingFormat": "png"}
+        return out
+    if isinstance(spec, list):
+        return [_png_images(v) for v in spec]
+    return spec
+
+
+def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine: bool) -> bytes:
+    """One episode's steps (and fields) as a serialized ``tf.train.Example``."""
+    from rlarrow.core import metadata as _metadata
+    from rlarrow.core.tensors import to_numpy
+
+    n = table.num_rows
+    steps_feature = root.children["steps"].item
+    assert steps_feature is not None
+    metas = _metadata.decode_column(
+        table.column("metadata").to_pylist(), table.column("metadata_types").to_pylist()
+    )
+    last = (metas[-1] or {}).get("rlds_last", {}) if n and isinstance(metas[-1], dict) else {}
+    values: dict[str, Any] = {}
+    for key, feature in steps_feature.children.items():
+        if key in ("observation", "action"):
+            column = (
+                to_numpy(table.column(key).combine_chunks(), fill_value=0)
+                if key in table.column_names
+                else None
+            )
+            if key == "action" and column is not None and n and "action" in last:
+                column = _with_last(column, last["action"])
+            values[key] = _merge(
+                column, [m.get(key) if isinstance(m, dict) else None for m in metas], feature, n
+            )
+        elif key in ("reward", "discount"):
+            floats = np.nan_to_num(
+                np.asarray(table.column(key).to_numpy(zero_copy_only=False), np.float64), nan=0.0
+            )
+            if n and key in last:
+                floats[-1] = last[key]
+            values[key] = floats
+        elif key in ("is_first", "is_last", "is_terminal"):
+            values[key] = np.asarray(table.column(key).to_numpy(zero_copy_only=False), bool)
+        else:
+            values[key] = [m.get(key) if isinstance(m, dict) else None for m in metas]
+    message = example()
+    _fill(message, steps_feature, "steps", values, n)
+    fields = (
+        {k: v for k, v in (ep_meta or {}).items() if k not in ("split", "shard", "index")} if mine else {}
+    )
+    for key, feature in root.children.items():
+        if key != "steps":
+            _fill(message, feature, key, fields.get(key), None)
+    return bytes(message.SerializeToString())
+
+
+def _with_last(column: Any, value: Any) -> Any:
+    if isinstance(column, dict):
+        return {k: _with_last(v, value[k]) for k, v in column.items()}
+    column = np.array(column)
+    column[-1] = value
+    return column
+
+
+def _merge(column: Any, from_meta: list[Any], feature: Feature, n: int) -> Any:
+    """A step field's values: the tensor column, with the fields kept in step metadata (text) put back."""
+    if feature.kind != "dict":
+        return column if column is not None else from_meta
+    out = dict(column) if isinstance(column, dict) else {}
+    for key in feature.children:
+        if key not in out:
+            out[key] = [m.get(key) if isinstance(m, dict) else None for m in from_meta]
+    return out
+
+
+def _fill(message: Any, feature: Feature, key: str, value: Any, rows: int | None) -> None:
+    """Put ``value`` (for ``rows`` steps, or one value) into the Example under ``key``, as TFDS encodes it."""
+    if feature.kind == "dict":
+        for k, child in feature.children.items():
+            _fill(
+                message, child, f"{key}/{k}", (value or {}).get(k) if isinstance(value, dict) else None, rows
+            )
+        return
+    entry = message.features.feature[key]
+    n = 1 if rows is None else rows
+    items = value if rows is not None else [value]
+    if feature.kind == "text":
+        entry.bytes_list.value.extend([(v if isinstance(v, str) else "").encode("utf-8") for v in items])
+        return
+    if feature.kind == "image":
+        from PIL import Image
+
+        for image in np.asarray(items).reshape(n, *np.shape(items)[1:]):
+            buffer = io.BytesIO()
+            Image.fromarray(image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image).save(
+                buffer, "PNG"
+            )
+            entry.bytes_list.value.append(buffer.getvalue())
+        return
+    dtype = feature.dtype if feature.dtype is not None else np.dtype(np.float32)
+    array = np.asarray(
+        value if value is not None else np.zeros((n, *feature.shape) if rows else feature.shape), dtype
+    )
+    if feature.encoding in ("bytes", "zlib"):
+        rows_of = array.reshape(n, -1) if rows is not None else array.reshape(1, -1)
+        for row in rows_of:
+            raw = row.astype(dtype.newbyteorder("<")).tobytes()
+            entry.bytes_list.value.append(zlib.compress(raw) if feature.encoding == "zlib" else raw)
+    elif dtype.kind == "f":
+        entry.float_list.value.extend(array.reshape(-1).astype(np.float32).tolist())
+    elif dtype.kind in "biu":
+        entry.int64_list.value.extend(array.reshape(-1).astype(np.int64).tolist())
+    else:
+        entry.bytes_list.value.extend([bytes(v) for v in array.reshape(-1)])
