@@ -237,3 +237,18 @@ def test_large_chunked_columns_join_in_threads_as_one_chunk_would(layout):
             tensors.to_arrow(np.zeros((40_000, 64), np.int64), ints),
             tensors.with_null_rows(tensors.to_arrow(np.zeros((2, 64), np.int64), ints),
                                    np.array([True, False]))]))
+
+
+def test_null_rows_of_a_struct_reach_binary_and_nested_children():
+    # a dict observation whose last row is null (LeRobot's final step), with a binary-layout camera
+    # and a nested struct: pyarrow's if_else has no kernel for the extension type
+    from rlarrow.core.tensors import tensor_type, to_arrow, to_numpy, with_null_rows
+
+    camera = np.arange(3 * 8 * 8 * 3, dtype=np.uint8).reshape(3, 8, 8, 3)
+    value = {"state": np.arange(6, dtype=np.float32).reshape(3, 2), "images": {"top": camera}}
+    type_ = pa.struct([("state", tensor_type(np.float32, (2,))),
+                       ("images", pa.struct([("top", tensor_type(np.uint8, (8, 8, 3), layout="binary"))]))])
+    arr = with_null_rows(to_arrow(value, type_), np.array([False, False, True]))
+    out = to_numpy(arr, fill_value=0)
+    assert np.array_equal(out["images"]["top"][:2], camera[:2]) and not out["images"]["top"][2].any()
+    assert np.array_equal(out["state"][:2], value["state"][:2]) and not out["state"][2].any()

@@ -350,6 +350,9 @@ def with_null_rows(arr: pa.Array, mask: np.ndarray) -> pa.Array:
         return pa.ExtensionArray.from_storage(arr.type, masked)
     if pa.types.is_fixed_size_list(arr.type):
         return pa.FixedSizeListArray.from_arrays(arr.values, type=arr.type, mask=pa_mask)
+    if pa.types.is_struct(arr.type):
+        return pa.StructArray.from_arrays([arr.field(i) for i in range(arr.type.num_fields)],
+                                          fields=list(arr.type), mask=pa_mask)
     return pc.if_else(pa_mask, pa.nulls(len(arr), arr.type), arr)
 
 
@@ -378,11 +381,14 @@ def to_numpy(
     type_ = column.type
     if pa.types.is_struct(type_):
         out: dict[str, Any] = {}
-        parent_valid = None if column.null_count == 0 else column.is_valid()
+        parent_null = None if column.null_count == 0 else np.asarray(
+            column.is_null().to_numpy(zero_copy_only=False))
         for i, field in enumerate(type_):
             child = column.field(i)
-            if parent_valid is not None:
-                child = pc.if_else(parent_valid, child, pa.nulls(len(child), child.type))
+            if parent_null is not None:  # a null row is null in every field (binary tensors, structs too)
+                child_null = np.asarray(child.is_null().to_numpy(zero_copy_only=False)) if child.null_count \
+                    else np.zeros(len(child), bool)
+                child = with_null_rows(child, parent_null | child_null)
             out[field.name] = to_numpy(child, fill_value=fill_value)
         return out
     shape = tensor_shape(type_)
