@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
+from rlarrow.core.episodes import EpisodeRows
 from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
 from rlarrow.core.hdf5_files import CHUNK_BYTES, chunk_rows, guarded, is_hdf5_file, leaves, open_hdf5, plain
 from rlarrow.core.step_columns import declare_steps
@@ -287,18 +288,7 @@ class _Steps:
         self.step = 0  # steps of the current episode so far
         self.first_row = 0  # source row where the current episode started
         self.rewards: list[np.ndarray] = []
-        self.rows: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "episode_id",
-                "num_steps",
-                "return",
-                "terminated",
-                "truncated",
-                "partial_end",
-                "metadata",
-            )
-        }
+        self.rows = EpisodeRows()
 
     def add(
         self,
@@ -380,10 +370,7 @@ class _Steps:
             self.episode += 1
         self.step = 0
         self.rewards = []
-        if self.rows["episode_id"]:
-            self.st.append(
-                "episodes", {"run_id": self.run, "env_index": 0, "partial_start": False, **self.rows}
-            )
+        self.rows.append_to(self.st, self.run)
 
     def _close(
         self,
@@ -397,16 +384,10 @@ class _Steps:
     ) -> None:
         rewards = np.concatenate(self.rewards) if self.rewards else np.empty(0)
         self.rewards = []
-        for key, value in (
-            ("episode_id", episode),
-            ("num_steps", num_steps),
-            ("return", float(np.sum(rewards, dtype=np.float64)) if known else None),
-            ("terminated", terminal),
-            ("truncated", not terminal and not partial),
-            ("partial_end", partial),
-            ("metadata", self.episode_meta(self.first_row, stop, final_known)),
-        ):
-            self.rows[key].append(value)
+        self.rows.add(episode, num_steps=num_steps,
+                      total=float(np.sum(rewards, dtype=np.float64)) if known else None,
+                      terminated=terminal, truncated=not terminal and not partial, partial_end=partial,
+                      metadata=self.episode_meta(self.first_row, stop, final_known))
         self.first_row = stop
         self.report.episodes += 1
 

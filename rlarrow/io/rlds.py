@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.episodes import EpisodeRows
 from rlarrow.core.errors import CorruptFileError, MissingDependencyError, UnsupportedInputError
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import StoreLike, opened
@@ -638,18 +639,7 @@ def import_rlds(
             env_specs=_specs(parse_features(features)),
         )
         report = EpisodesReport(run_id=run)
-        rows: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "episode_id",
-                "num_steps",
-                "return",
-                "terminated",
-                "truncated",
-                "partial_end",
-                "metadata",
-            )
-        }
+        rows = EpisodeRows()
         with st.writer("steps") as writer, bar(total or None, "import rlds", "episode", progress) as pbar:
             while first is not None:
                 _write_episode(st, writer, run, first.number, first, types, rows)
@@ -657,8 +647,7 @@ def import_rlds(
                 report.steps += first.num_steps
                 pbar.update(1)
                 first = next(episodes, None)
-        if rows["episode_id"]:
-            st.append("episodes", {"run_id": run, "env_index": 0, "partial_start": False, **rows})
+        rows.append_to(st, run)
         return report
 
 
@@ -669,7 +658,7 @@ def _write_episode(
     episode_id: int,
     ep: Episode,
     types: dict[str, Any],
-    rows: dict[str, list[Any]],
+    rows: EpisodeRows,
 ) -> None:
     n = ep.num_steps
     obs, action, extra = _split_step(ep.steps)
@@ -710,13 +699,11 @@ def _write_episode(
     table = _schema.build("steps", columns, num_rows=n, established=st.schema("steps"))
     writer.write(table)
     rewards = np.asarray(reward, np.float64) if reward is not None and np.ndim(reward) == 1 else None
-    rows["episode_id"].append(episode_id)
-    rows["num_steps"].append(n)
-    rows["return"].append(float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None)
-    rows["terminated"].append(bool(n and is_terminal[-1]))
-    rows["truncated"].append(bool(ended and not is_terminal[-1]))
-    rows["partial_end"].append(not ended)
-    rows["metadata"].append({"split": ep.split, "shard": ep.shard, "index": ep.index, **ep.fields})
+    rows.add(episode_id, num_steps=n,
+             total=float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None,
+             terminated=bool(n and is_terminal[-1]), truncated=bool(ended and not is_terminal[-1]),
+             partial_end=not ended,
+             metadata={"split": ep.split, "shard": ep.shard, "index": ep.index, **ep.fields})
 
 
 def _specs(root: Feature) -> dict[str, Any]:
