@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,torch,tensorboard,dm-env,envlogger,gym,plot,ray,stats,hdf5,rlds
+EXTRAS ?= dev,torch,tensorboard,dm-env,envlogger,gym,plot,ray,stats,hdf5,rlds,video
 STAMP := $(VENV)/.rlarrow-installed
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 PYTEST_ARGS ?=

@@ -107,16 +107,20 @@ import rlarrow
 from rlarrow.io.hdf5 import import_hdf5
 from rlarrow.io.minari import import_minari
 from rlarrow.io.rlds import import_rlds
+from rlarrow.io.lerobot import import_lerobot
 fixtures = Path(sys.argv[2])
 sources = [fixtures / "hdf5" / "d4rl_mujoco.hdf5", fixtures / "hdf5" / "robomimic_d4rl.hdf5",
-           fixtures / "minari" / "cartpole" / "hdf5-v0", fixtures / "rlds" / "robot"]
+           fixtures / "minari" / "cartpole" / "hdf5-v0", fixtures / "rlds" / "robot",
+           fixtures / "lerobot" / "pusht_v30"]
 store = rlarrow.Store.open(sys.argv[1])
 print("ready", flush=True)
 seq = int(sys.argv[3])
 while True:
-    src = sources[seq % 4]
+    src = sources[seq % 5]
     if src.name == "robot":
         import_rlds(src, store, run_id=f"k{seq}", progress=False)
+    elif src.name == "pusht_v30":
+        import_lerobot(src, store, run_id=f"k{seq}", progress=False)
     elif src.is_dir():
         import_minari(src, store, run_id=f"k{seq}", progress=False)
     else:  # small chunks: many writer flushes inside one import
@@ -129,11 +133,13 @@ while True:
 def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
     import importlib.util
 
-    if importlib.util.find_spec("h5py") is None:
-        pytest.skip("HDF5 imports need h5py: pip install 'rlarrow[hdf5]'")
+    missing = [m for m in ("h5py", "google.protobuf", "av") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"the importers need {missing}: pip install 'rlarrow[hdf5,rlds,video]'")
     from conftest import FIXTURES
 
     from rlarrow.io.hdf5 import import_hdf5
+    from rlarrow.io.lerobot import import_lerobot
     from rlarrow.io.minari import import_minari
     from rlarrow.io.rlds import import_rlds
 
@@ -141,9 +147,11 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
     sizes = []
     hdf5 = FIXTURES / "hdf5"
     for k, src in enumerate([hdf5 / "d4rl_mujoco.hdf5", hdf5 / "robomimic_d4rl.hdf5",
-                             FIXTURES / "minari" / "cartpole" / "hdf5-v0", FIXTURES / "rlds" / "robot"]):
+                             FIXTURES / "minari" / "cartpole" / "hdf5-v0", FIXTURES / "rlds" / "robot",
+                             FIXTURES / "lerobot" / "pusht_v30"]):
         ref = tmp_path / f"ref{k}"
-        importer = import_rlds if src.name == "robot" else import_minari if src.is_dir() else import_hdf5
+        importer = {"robot": import_rlds, "pusht_v30": import_lerobot}.get(
+            src.name, import_minari if src.is_dir() else import_hdf5)
         report = importer(src, ref, progress=False)
         sizes.append((report.steps, report.episodes))
     rng = random.Random(seed)
@@ -168,7 +176,7 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
                 steps = Counter(st.read("steps", columns=["run_id"]).column("run_id").to_pylist())
                 episodes = Counter(st.read("episodes", columns=["run_id"]).column("run_id").to_pylist())
                 for run in runs:  # every run whole: all its steps and episodes, or no run at all
-                    assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 4], run
+                    assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 5], run
                 assert set(steps) | set(episodes) <= set(runs), "rows of a run that is not there"
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
     assert committed, "no import finished between kills: the loop tested nothing"

@@ -53,6 +53,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     out["minari"] = [FIXTURES / "minari" / "cartpole" / b for b in ("arrow-v0", "parquet-v0", "hdf5-v0")]
     out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
     out["rlds"] = [FIXTURES / "rlds" / "catch", FIXTURES / "rlds" / "robot"]
+    out["lerobot"] = [FIXTURES / "lerobot" / "pusht_v30"]
     out["envlogger"] = [FIXTURES / "envlogger" / "catch"]
     if importlib.util.find_spec("envlogger") is not None:
         from rlarrow.io.envlogger import export_envlogger, import_envlogger

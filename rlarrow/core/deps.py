@@ -21,6 +21,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "datasketches": ("stats", "quantile sketches"),
     "h5py": ("hdf5", "reading HDF5 files"),
     "google.protobuf": ("rlds", "reading RLDS/TFDS records"),
+    "av": ("video", "decoding video (LeRobot cameras)"),
 }
 
 

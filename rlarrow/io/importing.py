@@ -222,6 +222,8 @@ def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
         if p.is_dir():
             if (fmt := _dataset(p)) is not None:
                 units.append(_Unit(fmt, p))
+            elif _named_unsupported(p):  # (a LeRobot v2.x dataset, ...: its files are no memory exports)
+                raise _unsupported([item], FileNotFoundError("no format takes it"))
             elif is_experiment_dir(p):
                 units.append(_experiment(p))
             elif found := find_units(p):

@@ -13,6 +13,7 @@ holds them, in the order detection tries them:
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
 * ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`); exported with Minari's own writer;
 * ``rlds``: an RLDS dataset in a TFDS directory (:mod:`rlarrow.io.rlds`), read without TensorFlow;
+* ``lerobot``: a LeRobot v3.0 dataset (:mod:`rlarrow.io.lerobot`), import only;
 * ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
   a run of its own (:attr:`Format.single`);
 * ``robomimic``: a run written as a robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), export only
@@ -418,6 +419,21 @@ def _export_rlds(store: StoreLike, directory: str | os.PathLike[str], *, run_id:
     return [export_rlds(store, directory, run_id=run_id, overwrite=overwrite)]
 
 
+def _is_lerobot(path: Path) -> bool:
+    from rlarrow.io.lerobot import is_lerobot_dir
+
+    return path.is_dir() and is_lerobot_dir(path)
+
+
+def _import_lerobot(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+    from rlarrow.io.lerobot import import_lerobot
+
+    (directory,) = sources
+    report = import_lerobot(directory, store, run_id=options.run_id, name=options.name,
+                            progress=options.progress)
+    return Imported(report.run_id, lines=[str(report)], summary=str(report))
+
+
 def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
     from rlarrow.io.hdf5 import import_hdf5
 
@@ -481,6 +497,13 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again"),
         convert_help=("TFDS_DIR", "an RLDS dataset (dataset_info.json, features.json, *.tfrecord-*):\n"
                                   "one run of episodes, every split"),
+    ),
+    Format(
+        name="lerobot", summary="a LeRobot v3.0 dataset (Parquet frames, mp4 cameras, meta/)",
+        detect=_is_lerobot, kind="directory", import_=_import_lerobot, markers=("meta/info.json",),
+        noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again"),
+        convert_help=("LEROBOT_DIR", "a LeRobot v3.0 dataset (meta/info.json, data/, videos/):\n"
+                                     "one run of episodes, cameras decoded"),
     ),
     Format(
         name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",

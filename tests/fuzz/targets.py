@@ -156,6 +156,7 @@ def seeds(directory: Path) -> dict[str, list[Path]]:
     out["envlogger"] = [p for p in (FIXTURES / "envlogger").glob("*") if p.is_dir()]
     out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
     out["rlds"] = [FIXTURES / "rlds" / "catch", FIXTURES / "rlds" / "robot"]
+    out["lerobot"] = [FIXTURES / "lerobot" / "pusht_v30"]
     for variant, kind in SEED_KIND.items():
         out[variant] = out[kind]
     return {k: [p for p in v if p.exists()] for k, v in out.items()}
@@ -172,6 +173,9 @@ NO_CHECKSUM = {
     "csv": "plain text: no checksum at all",
     "minari": "Arrow IPC and Parquet without page checksums, JSON metadata: values are not checksummed "
               "(step counts and reward sums are checked against metadata.json)",
+    "lerobot": "Parquet written without page checksums, mp4 video (lossy, no checksum) and JSON: values "
+               "are not checksummed (frame counts and index ranges are checked against the episodes' "
+               "metadata)",
     "rlds": "every record is CRC-32C checked, but dataset_info.json and features.json are plain JSON: a "
             "changed dtype or shape there reads the same bytes as other values",
     "hdf5": "HDF5 checksums its metadata (superblock v2+, object headers) but not raw data unless a file "
@@ -259,6 +263,10 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
                 from rlarrow.io.hdf5 import import_hdf5
 
                 import_hdf5(path, st, run_id="fuzz", progress=False, chunk_bytes=2048)
+            elif kind == "lerobot":
+                from rlarrow.io.lerobot import import_lerobot
+
+                import_lerobot(path, st, run_id="fuzz", progress=False)
             elif kind == "rlds":
                 from rlarrow.io.rlds import import_rlds
 
@@ -295,6 +303,7 @@ TARGETS: dict[str, Callable[[Path, Path], Result]] = {
     "minari": _convert("minari"),
     "hdf5": _convert("hdf5"),
     "rlds": _convert("rlds"),
+    "lerobot": _convert("lerobot"),
     "envlogger": _convert("envlogger"), "envlogger-skip": _convert("envlogger", skip=True),
     "store": _store_target,
 }

@@ -38,7 +38,7 @@ def test_lerobot_and_zarr_are_named(tmp_path):
     (lerobot / "meta").mkdir(parents=True)
     (lerobot / "data" / "chunk-000").mkdir(parents=True)
     (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10}))
-    assert "looks like a LeRobot dataset" in describe_unsupported(lerobot)
+    assert "looks like a LeRobot v2.x dataset" in describe_unsupported(lerobot)  # (v3.0 is imported)
 
     hdf5 = tmp_path / "policy.h5"  # no format took it (a Keras checkpoint, a damaged file): named
     hdf5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
@@ -54,6 +54,7 @@ def test_lerobot_and_zarr_are_named(tmp_path):
     FIXTURES / "minari" / "cartpole" / "arrow-v0",
     FIXTURES / "minari" / "cartpole" / "hdf5-v0",
     FIXTURES / "rlds" / "robot",
+    FIXTURES / "lerobot" / "pusht_v30",
     FIXTURES / "envlogger" / "catch",
     FIXTURES / "skrl" / "wrapped" / "memories",
     FIXTURES / "tfevents" / "torch",

@@ -1,0 +1,134 @@
+"""A LeRobot v3.0 dataset written by LeRobot's own writer imports without LeRobot.
+
+The fixture (``tests/fixtures/lerobot``, made by ``make_lerobot_fixtures.py`` with lerobot
+0.4.4) carries ``pusht_v30.written.npz``: every value given to ``add_frame``. Numbers and PNG
+images come back exactly; the AV1 camera is lossy, so each decoded frame is checked to be the
+frame written at its place (every frame is a flat color that names its episode and frame).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from conftest import FIXTURES
+
+import rlarrow
+from rlarrow.core import metadata
+from rlarrow.core.tensors import to_numpy
+
+HAVE_AV = importlib.util.find_spec("av") is not None
+pytestmark = pytest.mark.skipif(
+    not HAVE_AV, reason="LeRobot's cameras need PyAV: pip install 'rlarrow[video]'"
+)
+SRC = FIXTURES / "lerobot" / "pusht_v30"
+LENGTHS = (6, 8, 5)
+
+
+def color(e, t):  # (as make_lerobot_fixtures.py paints each frame)
+    return np.array([40 + 60 * e, 20 + 25 * t, 200 - 25 * t], float)
+
+
+def test_frames_actions_images_and_video_come_back_as_written(tmp_path):
+    from rlarrow.io.lerobot import import_lerobot, is_lerobot_dir
+
+    assert is_lerobot_dir(SRC)
+    report = import_lerobot(SRC, tmp_path / "s", progress=False)
+    assert (report.episodes, report.steps) == (3, sum(LENGTHS) + 3)
+    written = np.load(FIXTURES / "lerobot" / "pusht_v30.written.npz")
+    store = rlarrow.Store.open(tmp_path / "s")
+    steps = store.read("steps")
+    run = store.runs().to_pylist()[0]
+    meta = metadata.decode(run["metadata"], run["metadata_types"])
+    assert (run["source"], meta["info"]["codebase_version"], meta["tasks"]) == (
+        "lerobot",
+        "v3.0",
+        {0: "push the T onto the target", 1: "hold still"},
+    )
+    assert set(meta["stats"]) >= {"observation.state", "action", "observation.images.top"}
+    for ep in store.read("episodes").sort_by("episode_id").to_pylist():
+        e = ep["episode_id"]
+        n = LENGTHS[e]
+        rows = steps.filter(pc.equal(steps["episode_id"], e)).sort_by("step")
+        assert rows.num_rows == ep["num_steps"] == n + 1  # N frames, and the final step LeRobot does not keep
+        assert rows["is_last"].to_pylist() == [False] * n + [True]
+        assert rows["observation"][n].as_py() is None and rows["action"][n].as_py() is None
+        obs = to_numpy(rows["observation"].combine_chunks().slice(0, n), fill_value=0)
+        assert obs["state"].dtype == np.float32 and np.array_equal(
+            obs["state"], written[f"{e}/observation.state"]
+        )
+        assert np.array_equal(obs["image"], written[f"{e}/observation.image"])  # PNG: exact
+        action = to_numpy(rows["action"].combine_chunks().slice(0, n))
+        assert np.array_equal(action, written[f"{e}/action"])
+        top = obs["images"]["top"]
+        assert top.shape == (n, 24, 32, 3) and top.dtype == np.uint8
+        for t in range(n):  # the right frame in the right place: nearest of all the episode's colors
+            mean = top[t].reshape(-1, 3).mean(0)
+            assert int(np.argmin([np.abs(mean - color(e, u)).sum() for u in range(n)])) == t, (e, t)
+            assert np.abs(mean - color(e, t)).max() < 6  # AV1 is lossy; not that lossy
+        step_meta = [
+            metadata.decode(a, b)
+            for a, b in zip(
+                rows["metadata"].to_pylist()[:n], rows["metadata_types"].to_pylist()[:n], strict=True
+            )
+        ]
+        assert [m["frame_index"] for m in step_meta] == list(range(n))
+        assert np.allclose([m["timestamp"] for m in step_meta], np.arange(n) / 10)
+        ep_meta = json.loads(ep["metadata"])
+        assert ep_meta["tasks"] == [["push the T onto the target", "hold still"][e % 2]]
+        assert ep_meta["length"] == n and "observation.state" in ep_meta["stats"]
+
+
+def test_convert_takes_the_dataset_and_names_v2(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "rlarrow", "convert", str(SRC), "-o", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    store = rlarrow.Store.open(tmp_path / "s")
+    assert store.read("sources")["format"].to_pylist() == ["lerobot"]
+    old = tmp_path / "old"
+    shutil.copytree(SRC, old)
+    info = json.loads((old / "meta" / "info.json").read_text())
+    (old / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
+    out = subprocess.run(
+        [sys.executable, "-m", "rlarrow", "convert", str(old), "-o", str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        out.returncode != 0
+        and "LeRobot v2.x dataset" in out.stderr
+        and "convert_dataset_v21_to_v30" in out.stderr
+    )
+
+
+@pytest.mark.parametrize("damage", ["frames", "video"])
+def test_a_damaged_dataset_is_refused_and_the_store_left_as_it_was(tmp_path, damage):
+    import pyarrow.parquet as pq
+
+    from rlarrow.io.lerobot import import_lerobot
+
+    src = tmp_path / "ds"
+    shutil.copytree(SRC, src)
+    if damage == "frames":  # a frame of episode 1 lost
+        path = src / "data" / "chunk-000" / "file-000.parquet"
+        table = pq.read_table(path)
+        pq.write_table(table.filter(pc.not_equal(table["index"], 9)), path)
+        match = "episode 1 has 7 frames here"
+    else:  # the video cut short: the last episode's frames are missing
+        path = src / "videos" / "observation.images.top" / "chunk-000" / "file-000.mp4"
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        match = "file-000.mp4"
+    store = rlarrow.Store.create(tmp_path / "s")
+    store.add_run(source="user", run_id="before")
+    with pytest.raises(rlarrow.CorruptFileError, match=match):
+        import_lerobot(src, store, progress=False)
+    assert [r["run_id"] for r in store.runs().to_pylist()] == ["before"] and store.row_count("steps") == 0
