@@ -252,3 +252,18 @@ def test_null_rows_of_a_struct_reach_binary_and_nested_children():
     out = to_numpy(arr, fill_value=0)
     assert np.array_equal(out["images"]["top"][:2], camera[:2]) and not out["images"]["top"][2].any()
     assert np.array_equal(out["state"][:2], value["state"][:2]) and not out["state"][2].any()
+
+
+def test_null_rows_of_a_sliced_struct_keep_the_slice():
+    # a row group's slice of a struct column (what the loaders read): the fields' buffers start
+    # before the slice, which the null handling must not forget
+    from rlarrow.core.tensors import tensor_type, to_arrow, to_numpy
+
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.float32)), 2)
+    camera = to_arrow(np.arange(24, dtype=np.uint8).reshape(6, 2, 2),
+                      tensor_type(np.uint8, (2, 2), layout="binary"))
+    arr = pa.StructArray.from_arrays([flat, pa.array(np.arange(6)), camera], names=["a", "b", "img"],
+                                     mask=pa.array([False] * 5 + [True]))
+    out = to_numpy(pa.table({"obs": arr}).slice(2, 4).column("obs"), fill_value=0)
+    assert out["a"].tolist() == [[4, 5], [6, 7], [8, 9], [0, 0]] and out["b"].tolist() == [2, 3, 4, 0]
+    assert out["img"].reshape(4, -1).tolist() == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19], [0] * 4]

@@ -341,6 +341,8 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
 
 def with_null_rows(arr: pa.Array, mask: np.ndarray) -> pa.Array:
     """The same array with the rows where ``mask`` is true set to null."""
+    if arr.offset:  # (a slice: the layouts below build on the buffers, which start before it)
+        arr = pa.concat_arrays([arr])
     pa_mask = pa.array(mask, pa.bool_())
     if isinstance(arr.type, TensorType):
         storage = arr.storage

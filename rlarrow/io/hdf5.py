@@ -835,7 +835,9 @@ def _write_robomimic(reader: Any, f: Any) -> None:
         g = data.create_group(f"demo_{int(reader.episode_ids[k])}")
         obs = _numpy(table.column("observation").combine_chunks())
         final_known = n < rows and table.column("observation")[n].is_valid
-        obs_fields = obs if isinstance(obs, dict) else {"flat": obs}
+        # robomimic's obs keys are flat: a nested field (LeRobot's images.top) is joined at dots
+        obs_fields = dict(_flat_items(obs)) if isinstance(obs, dict) else {"flat": obs}
+        obs_fields = {k.replace("/", "."): v for k, v in obs_fields.items()}
         for key, values in obs_fields.items():
             g.create_dataset(f"obs/{key}", data=values[:n])
             if final_known:
@@ -922,5 +924,8 @@ def _step_leaves(steps: list[Any]) -> dict[str, np.ndarray]:
                 node = node.get(part) if isinstance(node, dict) else None
             values.append(node)
         if all(v is not None for v in values):
-            out[path] = np.asarray(values)
+            array = np.asarray(values)
+            if array.dtype.kind in "UO":  # text (a language instruction): UTF-8 bytes, as h5py stores it
+                array = np.asarray([str(v).encode("utf-8") for v in values], dtype=bytes)
+            out[path] = array
     return out

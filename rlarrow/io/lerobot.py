@@ -185,11 +185,15 @@ def import_lerobot(
                     _schema.build("steps", steps, num_rows=len(steps["step"]), established=st.schema("steps"))
                 )
                 rewards = columns["reward"]
-                ep_rows.add(int(ep["episode_index"]), num_steps=len(steps["step"]),
-                            total=float(np.sum(rewards, dtype=np.float64)) if rewards is not None else None,
-                            terminated=bool(columns["done"]), truncated=not columns["done"],
-                            partial_end=False,
-                            metadata=_episode_meta(ep))
+                ep_rows.add(
+                    int(ep["episode_index"]),
+                    num_steps=len(steps["step"]),
+                    total=float(np.sum(rewards, dtype=np.float64)) if rewards is not None else None,
+                    terminated=bool(columns["done"]),
+                    truncated=not columns["done"],
+                    partial_end=False,
+                    metadata=_episode_meta(ep),
+                )
                 report.episodes += 1
                 report.steps += len(steps["step"])
                 pbar.update(1)
@@ -302,7 +306,8 @@ def _columns(
                 root, f"episode {ep['episode_index']}: the frames have no {key!r}, which info.json declares"
             )
         elif dtype == "image":
-            values = _images(table.column(key), root, key)
+            shape = tuple(spec.get("shape") or ())
+            values = _images(table.column(key), root, key, int(shape[-1]) if len(shape) == 3 else 3)
         elif dtype == "string":
             extra[key] = np.asarray(table.column(key).to_pylist(), dtype=object)
             continue
@@ -351,7 +356,7 @@ def _numbers(
     return out
 
 
-def _images(column: pa.ChunkedArray, root: Path, key: str) -> np.ndarray:
+def _images(column: pa.ChunkedArray, root: Path, key: str, channels: int = 3) -> np.ndarray:
     try:
         from PIL import Image
     except ImportError as exc:
@@ -364,7 +369,12 @@ def _images(column: pa.ChunkedArray, root: Path, key: str) -> np.ndarray:
         if not isinstance(data, bytes):
             raise CorruptFileError(root, f"{key}: frame {i} holds no image bytes")
         try:
-            out.append(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+            image = Image.open(io.BytesIO(data))
+            out.append(
+                np.asarray(image.convert("L"))[:, :, None]
+                if channels == 1
+                else np.asarray(image.convert("RGB"))
+            )
         except (OSError, ValueError, SyntaxError) as exc:
             raise CorruptFileError(root, f"{key}: frame {i} is not a readable image ({exc})") from exc
     return np.stack(out) if out else np.empty((0, 0, 0, 3), np.uint8)
@@ -384,6 +394,8 @@ def _video(
     if not isinstance(chunk, int) or not isinstance(file, int) or start is None or stop is None:
         raise CorruptFileError(root, f"episode {ep['episode_index']} does not say where its {key} video is")
     path = root / _formatted(root, template, video_key=key, chunk_index=chunk, file_index=file)
+    if ((info.get("features") or {}).get(key) or {}).get("info", {}).get("video.is_depth_map"):
+        raise UnsupportedInputError(path, f"{key} is a depth-map video, which rlarrow does not decode yet")
     fps = Fraction(str(info.get("fps") or 1)).limit_denominator(1000)
     out = np.empty((n, *shape), np.uint8) if len(shape) == 3 else None
     got = 0
@@ -392,6 +404,10 @@ def _video(
             if not container.streams.video:
                 raise CorruptFileError(path, "holds no video stream: the dataset is damaged")
             stream = container.streams.video[0]
+            if float(start) > 0 and stream.time_base:  # to the key frame before the segment: not from 0
+                container.seek(
+                    int(float(start) / stream.time_base), stream=stream, backward=True, any_frame=False
+                )
             half = 0.5 / float(fps)  # a frame belongs to the segment by its presentation time
             for frame in container.decode(stream):
                 if frame.pts is None or frame.time_base is None:
@@ -401,7 +417,9 @@ def _video(
                     continue
                 if t >= float(stop) - half or got >= n:
                     break
-                image = frame.to_ndarray(format="rgb24")
+                image = frame.to_ndarray(format="gray" if shape[-1:] == (1,) else "rgb24")
+                if image.ndim == 2:
+                    image = image[:, :, None]
                 if out is None or image.shape != out.shape[1:]:
                     raise CorruptFileError(path, f"frame of shape {image.shape}; info.json says {shape}")
                 out[got] = image

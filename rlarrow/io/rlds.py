@@ -346,6 +346,26 @@ def _jpeg_decoder(channels: int) -> Any:
     return decode
 
 
+def _pillow(image: Any, blob: bytes, shape: tuple[int, ...], path: Path, where: str) -> np.ndarray:
+    """A Pillow image in the channels the feature declares (palette, alpha, grey converted as tfds does)."""
+    channels = shape[-1] if len(shape) == 3 else None
+    if blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) > 25 and blob[24] == 16 and blob[25] in (2, 4, 6):
+        raise UnsupportedInputError(
+            path,
+            f"{where} is a 16-bit color PNG, which rlarrow does not decode exactly "
+            "yet (Pillow would cut it to 8 bits)",
+        )
+    if image.mode in ("I;16", "I;16B", "I"):  # 16-bit grey: the values as they are
+        return np.asarray(image).astype(np.uint16)
+    if channels == 3 and image.mode != "RGB":
+        image = image.convert("RGB")
+    elif channels == 4 and image.mode != "RGBA":
+        image = image.convert("RGBA")
+    elif channels == 1 and image.mode not in ("L", "1"):
+        image = image.convert("L")
+    return np.asarray(image)
+
+
 def _images(data: list[bytes], feature: Feature, path: Path, where: str) -> np.ndarray:
     try:
         from PIL import Image
@@ -363,7 +383,7 @@ def _images(data: list[bytes], feature: Feature, path: Path, where: str) -> np.n
             if jpeg is not None and blob[:2] == b"\xff\xd8":
                 image = jpeg(blob)
             else:
-                image = np.asarray(Image.open(io.BytesIO(blob)))
+                image = _pillow(Image.open(io.BytesIO(blob)), blob, shape, path, f"{where}: image {i}")
         except (OSError, ValueError, SyntaxError) as exc:
             raise CorruptFileError(path, f"{where}: image {i} cannot be decoded ({exc})") from exc
         if image.ndim == 2 and len(shape) == 3:
@@ -423,7 +443,8 @@ def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None
     for split in info.get("splits") or []:
         split_name = str(split.get("name"))
         lengths = [int(x) for x in split.get("shardLengths") or []]
-        before, first_of_split = first_of_split, first_of_split + sum(lengths)
+        before = first_of_split
+        first_of_split += sum(lengths)
         if splits is not None and split_name not in splits:
             continue
         shards = _shards(data, name, split_name)
@@ -433,10 +454,11 @@ def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None
                 f"split {split_name!r} has {len(lengths)} shards; "
                 f"the directory holds {len(shards)} of it: shards are missing or extra",
             )
+        read = 0  # episodes read in this split so far
         for s, shard in enumerate(shards):
             # numbered by the counts dataset_info.json declares, so that a damaged shard
-            # (announced) does not renumber the episodes after it
-            index = sum(lengths[:s]) if lengths else 0
+            # (announced) does not renumber the episodes after it; without counts, by what is read
+            index = sum(lengths[:s]) if lengths else read
             log = ReadCounts()
             count = 0
             with open(shard, "rb") as fh:
@@ -449,12 +471,15 @@ def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None
                         ep.number = before + index + count
                         yield ep
                         count += 1
+                        read += 1
             if lengths and count != lengths[s] and not log.truncated:
                 raise CorruptFileError(
                     shard,
                     f"holds {count} episodes; dataset_info.json says {lengths[s]}: the "
                     "dataset is damaged or incomplete",
                 )
+        if not lengths:  # (no counts: the next split's ids follow what was read)
+            first_of_split += read
 
 
 def _episode(
@@ -502,21 +527,26 @@ def _json(path: Path) -> Any:
 # --------------------------------------------------------------------------- into a store
 
 
+def _tensors(value: Any, path: str, extra: dict[str, Any]) -> Any:
+    """The numeric tensors of a (nested) step field; its other leaves (text) go to ``extra`` by path."""
+    if isinstance(value, dict):
+        kept = {k: t for k, v in value.items() if (t := _tensors(v, f"{path}/{k}", extra)) is not None}
+        return kept or None
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value
+    extra[path] = value
+    return None
+
+
 def _split_step(steps: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """(observation tensors, action, the rest as per-step metadata columns) of decoded steps."""
+    """(observation tensors, action tensors, the rest as per-step metadata columns) of decoded steps."""
     extra: dict[str, Any] = {}
-    obs = steps.get("observation")
-    if isinstance(obs, dict):
-        tensors = {k: v for k, v in obs.items() if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
-        for k, v in obs.items():
-            if k not in tensors:
-                extra[f"observation/{k}"] = v
-        obs = tensors or None
-    elif obs is not None and not (isinstance(obs, np.ndarray) and obs.dtype.kind in "biuf"):
-        extra["observation"], obs = obs, None
-    action = steps.get("action")
+    obs = _tensors(steps.get("observation"), "observation", extra) if "observation" in steps else None
+    action = _tensors(steps.get("action"), "action", extra) if "action" in steps else None
     for k, v in steps.items():
-        if k not in RLDS_STEP_FIELDS:
+        if k in ("reward", "discount") and isinstance(v, np.ndarray) and v.ndim > 1:
+            extra[k] = v  # (vector rewards are not a column of format 1: kept per step, in their dtype)
+        elif k not in RLDS_STEP_FIELDS:
             extra[k] = v
     return obs, action, extra
 
@@ -699,11 +729,15 @@ def _write_episode(
     table = _schema.build("steps", columns, num_rows=n, established=st.schema("steps"))
     writer.write(table)
     rewards = np.asarray(reward, np.float64) if reward is not None and np.ndim(reward) == 1 else None
-    rows.add(episode_id, num_steps=n,
-             total=float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None,
-             terminated=bool(n and is_terminal[-1]), truncated=bool(ended and not is_terminal[-1]),
-             partial_end=not ended,
-             metadata={"split": ep.split, "shard": ep.shard, "index": ep.index, **ep.fields})
+    rows.add(
+        episode_id,
+        num_steps=n,
+        total=float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None,
+        terminated=bool(n and is_terminal[-1]),
+        truncated=bool(ended and not is_terminal[-1]),
+        partial_end=not ended,
+        metadata={**ep.fields, "rlds": {"split": ep.split, "shard": ep.shard, "index": ep.index}},
+    )
 
 
 def _specs(root: Feature) -> dict[str, Any]:
@@ -783,7 +817,9 @@ def export_rlds(
         )
         by_split: dict[str, list[int]] = {}
         for k in range(reader.num_episodes):
-            split = ep_meta[k].get("split") if mine and isinstance(ep_meta[k], dict) else None
+            split = (
+                (ep_meta[k].get("rlds") or {}).get("split") if mine and isinstance(ep_meta[k], dict) else None
+            )
             by_split.setdefault(str(split or "train"), []).append(k)
         with fresh_directory(directory, overwrite=overwrite, what="an RLDS export") as tmp:
             splits = []
@@ -793,12 +829,15 @@ def export_rlds(
                 ]
                 sizes = []
                 for s, part in enumerate(shards):
-                    payloads = [
-                        _serialize(example, root, reader.episode_table(k), ep_meta[k], mine) for k in part
-                    ]
-                    data = frame_records(payloads)
-                    (tmp / f"{name}-{split}.tfrecord-{s:05d}-of-{len(shards):05d}").write_bytes(data)
-                    sizes.append(len(data))
+                    size = 0
+                    with open(tmp / f"{name}-{split}.tfrecord-{s:05d}-of-{len(shards):05d}", "wb") as fh:
+                        for k in part:  # one episode in memory at a time
+                            framed = frame_records(
+                                [_serialize(example, root, reader.episode_table(k), ep_meta[k], mine)]
+                            )
+                            fh.write(framed)
+                            size += len(framed)
+                    sizes.append(size)
                 splits.append(
                     {
                         "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}",
@@ -835,6 +874,16 @@ def _tensor_json(dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, Any]
     }
 
 
+def _feature_json(values: Any) -> dict[str, Any]:
+    """A (nested) dict of tensors, or a tensor, as TFDS features (a FeaturesDict of Tensors)."""
+    if isinstance(values, dict):
+        return {
+            "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+            "featuresDict": {"features": {k: _feature_json(v) for k, v in values.items()}},
+        }
+    return _tensor_json(values.dtype, values.shape[1:])
+
+
 def _features_of(table: pa.Table | None) -> dict[str, Any]:
     """features.json for a run that was not imported from RLDS: from its first episode's columns."""
     from rlarrow.core.tensors import to_numpy
@@ -842,16 +891,8 @@ def _features_of(table: pa.Table | None) -> dict[str, Any]:
     steps: dict[str, Any] = {}
     if table is not None:
         for key in ("observation", "action"):
-            values = to_numpy(table.column(key).combine_chunks(), fill_value=0)
-            if isinstance(values, dict):
-                steps[key] = {
-                    "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
-                    "featuresDict": {
-                        "features": {k: _tensor_json(v.dtype, v.shape[1:]) for k, v in values.items()}
-                    },
-                }
-            else:
-                steps[key] = _tensor_json(values.dtype, values.shape[1:])
+            if key in table.column_names:
+                steps[key] = _feature_json(to_numpy(table.column(key).combine_chunks(), fill_value=0))
     for key in ("reward", "discount"):
         steps[key] = _tensor_json(np.dtype(np.float64), ())
     for key in ("is_first", "is_last", "is_terminal"):
@@ -913,9 +954,13 @@ def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine:
                 column, [m.get(key) if isinstance(m, dict) else None for m in metas], feature, n
             )
         elif key in ("reward", "discount"):
-            floats = np.nan_to_num(
-                np.asarray(table.column(key).to_numpy(zero_copy_only=False), np.float64), nan=0.0
-            )
+            stored = table.column(key).combine_chunks()
+            floats = np.nan_to_num(np.asarray(stored.to_numpy(zero_copy_only=False), np.float64), nan=0.0)
+            if key == "discount" and not mine and stored.null_count == n:
+                # a run that recorded no discount (gym, Minari, ...): dm_env's, 1 but into a terminal state
+                floats = np.ones(n)
+                if n >= 2 and bool(table.column("is_terminal")[n - 1].as_py()):
+                    floats[n - 2] = 0.0
             if n and key in last:
                 floats[-1] = last[key]
             values[key] = floats
@@ -925,9 +970,7 @@ def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine:
             values[key] = [m.get(key) if isinstance(m, dict) else None for m in metas]
     message = example()
     _fill(message, steps_feature, "steps", values, n)
-    fields = (
-        {k: v for k, v in (ep_meta or {}).items() if k not in ("split", "shard", "index")} if mine else {}
-    )
+    fields = {k: v for k, v in (ep_meta or {}).items() if k != "rlds"} if mine else {}
     for key, feature in root.children.items():
         if key != "steps":
             _fill(message, feature, key, fields.get(key), None)

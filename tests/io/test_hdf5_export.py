@@ -228,3 +228,26 @@ def test_the_cli_exports_robomimic_and_minari_and_refuses_misplaced_options(tmp_
         )
         assert out.returncode == 0, out.stderr
         assert json.loads((tmp_path / "m" / "data" / "metadata.json").read_text())["data_format"] == "parquet"
+
+
+def test_robomimic_export_of_nested_and_text_observations(tmp_path):
+    import h5py
+
+    from rlarrow.io.hdf5 import export_robomimic
+    from rlarrow.io.rlds import import_rlds
+
+    import_rlds(FIXTURES / "rlds" / "robot", tmp_path / "r", progress=False)
+    export_robomimic(tmp_path / "r", tmp_path / "r.hdf5")
+    with h5py.File(tmp_path / "r.hdf5", "r") as f:
+        assert sorted(f["data/demo_0/obs"]) == ["image", "state", "wrist"]
+        assert f["data/demo_0/observation/language_instruction"][0] == b"open the drawer"
+    if importlib.util.find_spec("av") is not None:
+        from rlarrow.io.lerobot import import_lerobot
+
+        import_lerobot(FIXTURES / "lerobot" / "pusht_v30", tmp_path / "l", progress=False)
+        export_robomimic(tmp_path / "l", tmp_path / "l.hdf5")
+        with h5py.File(
+            tmp_path / "l.hdf5", "r"
+        ) as f:  # nested fields joined at dots, as robomimic keys are flat
+            assert sorted(f["data/demo_0/obs"]) == ["image", "images.top", "state"]
+            assert f["data/demo_0/obs/images.top"].shape == (6, 24, 32, 3)

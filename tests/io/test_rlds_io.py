@@ -42,7 +42,7 @@ def imported(tmp_path, name):
     for ep in store.read("episodes").sort_by("episode_id").to_pylist():
         rows = steps.filter(pc.equal(steps["episode_id"], ep["episode_id"])).sort_by("step")
         meta = json.loads(ep["metadata"])
-        out.append((f"{meta['split']}/{meta['index']}", ep, rows))
+        out.append((f"{meta['rlds']['split']}/{meta['rlds']['index']}", ep, rows))
     return report, store, out
 
 
