@@ -14,6 +14,7 @@ Run: ``make bench`` or ``.venv/bin/python benchmarks/run_all.py [--only torch_st
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "tfevents_io.py": (["tfevents_io"], None),
     "tfevents_crc.py": (["tfevents_crc"], None),
     "hdf5_import.py": (["hdf5_import"], None),
+    "rlds_import.py": (["rlds_import"], "tfds"),
     "sql_returns.py": (["sql_returns"], None),
     "sql_macros.py": (["sql_macros"], None),
     "export_memory.py": (["export_memory_20M"], None),
@@ -106,6 +108,9 @@ def run(only: list[str] | None) -> dict[str, tuple[str, float]]:
             continue
         if needs == "cuda" and not _cuda():
             status[script] = ("skipped: needs a CUDA device", 0.0)
+            continue
+        if needs == "tfds" and importlib.util.find_spec("tensorflow_datasets") is None:
+            status[script] = ("skipped: needs TensorFlow and tensorflow-datasets (see the script)", 0.0)
             continue
         print(f"== {script}", file=sys.stderr, flush=True)
         started = time.perf_counter()
