@@ -69,12 +69,11 @@ def _info(path: Path) -> dict[str, Any] | None:
 
 
 def is_lerobot_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a LeRobot v3.x dataset (``meta/info.json`` of codebase ``v3.*``, ``data/``)."""
+    """Whether ``path`` is a LeRobot v2.x or v3.x dataset (``meta/info.json`` of that codebase, ``data/``)."""
     p = Path(path)
     info = _info(p)
-    return (
-        info is not None and str(info.get("codebase_version", "")).startswith("v3") and (p / "data").is_dir()
-    )
+    version = str((info or {}).get("codebase_version", ""))
+    return info is not None and version.startswith(("v2", "v3")) and (p / "data").is_dir()
 
 
 def _read(path: Path, what: str) -> pa.Table:
@@ -120,12 +119,11 @@ def import_lerobot(
     if info is None:
         raise UnsupportedInputError(root, "not a LeRobot dataset (no meta/info.json with features)")
     version = str(info.get("codebase_version", "?"))
-    if not version.startswith("v3"):
+    if not version.startswith(("v2", "v3")):
         raise UnsupportedInputError(
             root,
-            f"a LeRobot {version} dataset; rlarrow reads v3.0 so far (LeRobot's "
-            "own converter upgrades v2.1: python -m lerobot.datasets.v30."
-            "convert_dataset_v21_to_v30)",
+            f"a LeRobot {version} dataset; rlarrow reads v2.x and v3.x (LeRobot's own converters "
+            "upgrade older ones)",
         )
     features: dict[str, Any] = info["features"]
     if not isinstance(features, dict) or not all(
@@ -214,7 +212,37 @@ def _require_av(root: Path) -> None:
         ) from exc
 
 
+def _jsonl(path: Path) -> list[Any]:
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(path, f"not readable JSON lines ({exc}): the dataset is damaged") from exc
+
+
+def _episodes_v2(root: Path) -> list[dict[str, Any]]:
+    """v2.0/v2.1: meta/episodes.jsonl, with each episode's stats from episodes_stats.jsonl (v2.1)."""
+    path = root / "meta" / "episodes.jsonl"
+    if not path.is_file():
+        raise CorruptFileError(path, "missing: a LeRobot v2 dataset lists its episodes there")
+    rows = [r for r in _jsonl(path) if isinstance(r, dict)]
+    stats_path = root / "meta" / "episodes_stats.jsonl"
+    stats = (
+        {r.get("episode_index"): r.get("stats") for r in _jsonl(stats_path) if isinstance(r, dict)}
+        if stats_path.is_file()
+        else {}
+    )
+    for r in rows:
+        if not isinstance(r.get("episode_index"), int) or not isinstance(r.get("length"), int):
+            raise CorruptFileError(path, "an episode without an integer episode_index and length")
+        r["_v2"] = True
+        if stats.get(r["episode_index"]) is not None:
+            r["stats"] = stats[r["episode_index"]]
+    return sorted(rows, key=lambda r: int(r["episode_index"]))
+
+
 def _episodes(root: Path) -> list[dict[str, Any]]:
+    if (root / "meta" / "episodes.jsonl").is_file() and not (root / "meta" / "episodes").is_dir():
+        return _episodes_v2(root)
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files:
         raise CorruptFileError(
@@ -239,6 +267,12 @@ def _episodes(root: Path) -> list[dict[str, Any]]:
 
 
 def _tasks(root: Path) -> dict[int, str]:
+    if (root / "meta" / "tasks.jsonl").is_file():  # v2
+        return {
+            int(r["task_index"]): str(r.get("task"))
+            for r in _jsonl(root / "meta" / "tasks.jsonl")
+            if isinstance(r, dict) and isinstance(r.get("task_index"), int)
+        }
     path = root / "meta" / "tasks.parquet"
     if not path.is_file():
         return {}
@@ -256,7 +290,19 @@ def _tasks(root: Path) -> dict[int, str]:
 class _Frames:
     """Frames of episodes, from data files read one at a time (the last one kept)."""
 
+    def _episode_v2(self, ep: dict[str, Any]) -> pa.Table:
+        index = int(ep["episode_index"])
+        template = str(
+            self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+        )
+        path = self.root / _formatted(
+            self.root, template, episode_chunk=index // self.chunks, episode_index=index
+        )
+        return _in_order(_read(path, "an episode's data file"), ep, path, int(ep["length"]))
+
     def __init__(self, root: Path, info: dict[str, Any]) -> None:
+        self.info = info
+        self.chunks = int(info.get("chunks_size") or 1000)
         self.root, self.template = (
             root,
             str(info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
@@ -265,6 +311,8 @@ class _Frames:
         self.table: pa.Table | None = None
 
     def episode(self, ep: dict[str, Any]) -> pa.Table:
+        if ep.get("_v2"):  # v2: a file per episode
+            return self._episode_v2(ep)
         key = (int(ep["data/chunk_index"]), int(ep["data/file_index"]))
         path = self.root / _formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
         if key != self.key:
@@ -273,15 +321,25 @@ class _Frames:
         index = self.table.column("index").to_numpy()
         lo, hi = int(ep["dataset_from_index"]), int(ep["dataset_to_index"])
         rows = np.flatnonzero((index >= lo) & (index < hi))
-        part = self.table.take(pa.array(rows))
-        if part.num_rows != int(ep["length"]) or part.num_rows != hi - lo:
+        if hi - lo != int(ep["length"]):
             raise CorruptFileError(
                 path,
-                f"episode {ep['episode_index']} has {part.num_rows} frames here; its "
-                f"metadata says {ep['length']} (index {lo}..{hi}): the dataset is damaged",
+                f"episode {ep['episode_index']}'s index range {lo}..{hi} is not its "
+                f"length {ep['length']}: the dataset is damaged",
             )
-        order = np.argsort(part.column("frame_index").to_numpy(), kind="stable")
-        return part.take(pa.array(order))
+        return _in_order(self.table.take(pa.array(rows)), ep, path, int(ep["length"]))
+
+
+def _in_order(part: pa.Table, ep: dict[str, Any], path: Path, length: int) -> pa.Table:
+    """An episode's frames, checked to be as many as its metadata says, in frame order."""
+    if part.num_rows != length:
+        raise CorruptFileError(
+            path,
+            f"episode {ep['episode_index']} has {part.num_rows} frames here; its "
+            f"metadata says {length}: the dataset is damaged",
+        )
+    order = np.argsort(part.column("frame_index").to_numpy(), kind="stable")
+    return part.take(pa.array(order))
 
 
 def _columns(
@@ -386,14 +444,32 @@ def _video(
     """The episode's frames of camera ``key``: its segment of the video file, decoded with PyAV."""
     import av
 
-    template = str(
-        info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    )
-    chunk, file = ep.get(f"videos/{key}/chunk_index"), ep.get(f"videos/{key}/file_index")
-    start, stop = ep.get(f"videos/{key}/from_timestamp"), ep.get(f"videos/{key}/to_timestamp")
-    if not isinstance(chunk, int) or not isinstance(file, int) or start is None or stop is None:
-        raise CorruptFileError(root, f"episode {ep['episode_index']} does not say where its {key} video is")
-    path = root / _formatted(root, template, video_key=key, chunk_index=chunk, file_index=file)
+    if ep.get("_v2"):  # v2: a video file per episode and camera, the whole of it
+        index = int(ep["episode_index"])
+        template = str(
+            info.get("video_path")
+            or "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+        )
+        path = root / _formatted(
+            root,
+            template,
+            video_key=key,
+            episode_index=index,
+            episode_chunk=index // int(info.get("chunks_size") or 1000),
+        )
+        start: Any = 0.0
+        stop: Any = float("inf")
+    else:
+        template = str(
+            info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+        )
+        chunk, file = ep.get(f"videos/{key}/chunk_index"), ep.get(f"videos/{key}/file_index")
+        start, stop = ep.get(f"videos/{key}/from_timestamp"), ep.get(f"videos/{key}/to_timestamp")
+        if not isinstance(chunk, int) or not isinstance(file, int) or start is None or stop is None:
+            raise CorruptFileError(
+                root, f"episode {ep['episode_index']} does not say where its {key} video is"
+            )
+        path = root / _formatted(root, template, video_key=key, chunk_index=chunk, file_index=file)
     if ((info.get("features") or {}).get(key) or {}).get("info", {}).get("video.is_depth_map"):
         raise UnsupportedInputError(path, f"{key} is a depth-map video, which rlarrow does not decode yet")
     fps = Fraction(str(info.get("fps") or 1)).limit_denominator(1000)
@@ -508,6 +584,8 @@ def _episode_meta(ep: dict[str, Any]) -> dict[str, Any]:
         if key.startswith("stats/"):
             feature, _, stat = key[len("stats/") :].rpartition("/")
             stats.setdefault(feature, {})[stat] = value
+    if isinstance(ep.get("stats"), dict):  # v2.1: episodes_stats.jsonl
+        stats = ep["stats"]
     out = {"tasks": ep.get("tasks"), "length": ep.get("length")}
     if stats:
         out["stats"] = stats

@@ -31,7 +31,8 @@ __all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
 #: what ``rlarrow convert`` reads, as the message lists it
 SUPPORTED_INPUTS = ("skrl/rofunc memory exports (.pt, .npz, .csv), envlogger (riegeli) directories, "
                     "Minari datasets (arrow, parquet and HDF5 backends), D4RL and robomimic HDF5 files, "
-                    "RLDS/TFDS datasets (tfrecord shards), LeRobot v3.0 datasets, TensorBoard event files")
+                    "RLDS/TFDS datasets (tfrecord shards), LeRobot v2.x and v3.x datasets, "
+                    "TensorBoard event files")
 
 def _message(path: Path, what: str, short: str, hint: str = "") -> str:
     return f"{path} looks like {what}; rlarrow does not import {short} yet{hint}; supported inputs are: " \
@@ -55,9 +56,9 @@ def _is_lerobot(path: Path) -> bool:
         keys = json.loads(info.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return False
-    # v3.x is imported (rlarrow.io.lerobot); v2.x and what has no version are named here
+    # v2.x and v3.x are imported (rlarrow.io.lerobot); older ones, and what has no version, are named here
     return isinstance(keys, dict) and ("codebase_version" in keys or "features" in keys) and \
-        not str(keys.get("codebase_version", "")).startswith("v3")
+        not str(keys.get("codebase_version", "")).startswith(("v2", "v3"))
 
 
 def _is_zarr(path: Path) -> bool:
@@ -96,9 +97,8 @@ def describe_unsupported(path: str | os.PathLike[str]) -> str | None:
         return _message(p, "an RLDS dataset of ArrayRecord shards", "ArrayRecord shards",
                         " (convert them to tfrecord with `tfds convert_format`, then convert that)")
     if _is_lerobot(p):
-        return _message(p, "a LeRobot v2.x dataset", "LeRobot v2.x datasets",
-                        " (LeRobot's own converter makes v3.0 of it: python -m "
-                        "lerobot.datasets.v30.convert_dataset_v21_to_v30; rlarrow imports v3.0)")
+        return _message(p, "a LeRobot dataset of an older codebase than v2.0", "them",
+                        " (LeRobot's own converters upgrade them; rlarrow imports v2.x and v3.x)")
     if _is_zarr(p) or p.suffix == ".zarr":
         return _message(p, "a zarr store", "zarr")
     return None

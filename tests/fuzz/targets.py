@@ -156,7 +156,7 @@ def seeds(directory: Path) -> dict[str, list[Path]]:
     out["envlogger"] = [p for p in (FIXTURES / "envlogger").glob("*") if p.is_dir()]
     out["hdf5"] = sorted((FIXTURES / "hdf5").glob("*.hdf5"))
     out["rlds"] = [FIXTURES / "rlds" / "catch", FIXTURES / "rlds" / "robot"]
-    out["lerobot"] = [FIXTURES / "lerobot" / "pusht_v30"]
+    out["lerobot"] = [FIXTURES / "lerobot" / "pusht_v30", FIXTURES / "lerobot" / "pusht_v21"]
     for variant, kind in SEED_KIND.items():
         out[variant] = out[kind]
     return {k: [p for p in v if p.exists()] for k, v in out.items()}

@@ -1,7 +1,7 @@
-"""A LeRobot v3.0 dataset written by LeRobot's own writer imports without LeRobot.
+"""LeRobot v3.0 and v2.1 datasets written by LeRobot's own writers import without LeRobot.
 
-The fixture (``tests/fixtures/lerobot``, made by ``make_lerobot_fixtures.py`` with lerobot
-0.4.4) carries ``pusht_v30.written.npz``: every value given to ``add_frame``. Numbers and PNG
+The fixtures (``tests/fixtures/lerobot``, made by ``make_lerobot_fixtures.py`` with lerobot 0.4.4
+and 0.3.3) carry ``<name>.written.npz``: every value given to ``add_frame``. Numbers and PNG
 images come back exactly; the AV1 camera is lossy, so each decoded frame is checked to be the
 frame written at its place (every frame is a flat color that names its episode and frame).
 """
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(
     not HAVE_AV, reason="LeRobot's cameras need PyAV: pip install 'rlarrow[video]'"
 )
 SRC = FIXTURES / "lerobot" / "pusht_v30"
+VERSIONS = {"pusht_v30": "v3.0", "pusht_v21": "v2.1"}
 LENGTHS = (6, 8, 5)
 
 
@@ -35,23 +36,26 @@ def color(e, t):  # (as make_lerobot_fixtures.py paints each frame)
     return np.array([40 + 60 * e, 20 + 25 * t, 200 - 25 * t], float)
 
 
-def test_frames_actions_images_and_video_come_back_as_written(tmp_path):
+@pytest.mark.parametrize("name", list(VERSIONS))
+def test_frames_actions_images_and_video_come_back_as_written(tmp_path, name):
     from rlarrow.io.lerobot import import_lerobot, is_lerobot_dir
 
-    assert is_lerobot_dir(SRC)
-    report = import_lerobot(SRC, tmp_path / "s", progress=False)
+    src = FIXTURES / "lerobot" / name
+    assert is_lerobot_dir(src)
+    report = import_lerobot(src, tmp_path / "s", progress=False)
     assert (report.episodes, report.steps) == (3, sum(LENGTHS) + 3)
-    written = np.load(FIXTURES / "lerobot" / "pusht_v30.written.npz")
+    written = np.load(FIXTURES / "lerobot" / f"{name}.written.npz")
     store = rlarrow.Store.open(tmp_path / "s")
     steps = store.read("steps")
     run = store.runs().to_pylist()[0]
     meta = metadata.decode(run["metadata"], run["metadata_types"])
     assert (run["source"], meta["info"]["codebase_version"], meta["tasks"]) == (
         "lerobot",
-        "v3.0",
+        VERSIONS[name],
         {0: "push the T onto the target", 1: "hold still"},
     )
-    assert set(meta["stats"]) >= {"observation.state", "action", "observation.images.top"}
+    if name == "pusht_v30":  # (v2.1 keeps only each episode's stats)
+        assert set(meta["stats"]) >= {"observation.state", "action", "observation.images.top"}
     for ep in store.read("episodes").sort_by("episode_id").to_pylist():
         e = ep["episode_id"]
         n = LENGTHS[e]
@@ -85,29 +89,34 @@ def test_frames_actions_images_and_video_come_back_as_written(tmp_path):
         assert ep_meta["length"] == n and "observation.state" in ep_meta["stats"]
 
 
-def test_convert_takes_the_dataset_and_names_v2(tmp_path):
+def test_convert_takes_both_versions_and_names_older_ones(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "rlarrow", "convert", str(SRC), "-o", str(tmp_path / "s")],
+        [
+            sys.executable,
+            "-m",
+            "rlarrow",
+            "convert",
+            str(SRC),
+            str(FIXTURES / "lerobot" / "pusht_v21"),
+            "-o",
+            str(tmp_path / "s"),
+        ],
         capture_output=True,
         text=True,
     )
     assert out.returncode == 0, out.stderr
     store = rlarrow.Store.open(tmp_path / "s")
-    assert store.read("sources")["format"].to_pylist() == ["lerobot"]
+    assert store.read("sources")["format"].to_pylist() == ["lerobot", "lerobot"]
     old = tmp_path / "old"
     shutil.copytree(SRC, old)
     info = json.loads((old / "meta" / "info.json").read_text())
-    (old / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
+    (old / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v1.6"}))
     out = subprocess.run(
         [sys.executable, "-m", "rlarrow", "convert", str(old), "-o", str(tmp_path / "t")],
         capture_output=True,
         text=True,
     )
-    assert (
-        out.returncode != 0
-        and "LeRobot v2.x dataset" in out.stderr
-        and "convert_dataset_v21_to_v30" in out.stderr
-    )
+    assert out.returncode != 0 and "looks like a LeRobot dataset of an older codebase" in out.stderr
 
 
 @pytest.mark.parametrize("damage", ["frames", "video"])

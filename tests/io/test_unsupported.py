@@ -37,8 +37,9 @@ def test_lerobot_and_zarr_are_named(tmp_path):
     lerobot = tmp_path / "pusht"
     (lerobot / "meta").mkdir(parents=True)
     (lerobot / "data" / "chunk-000").mkdir(parents=True)
-    (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 10}))
-    assert "looks like a LeRobot v2.x dataset" in describe_unsupported(lerobot)  # (v3.0 is imported)
+    (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v1.6", "fps": 10}))
+    # (v2.x and v3.x are imported: rlarrow.io.lerobot)
+    assert "looks like a LeRobot dataset of an older codebase" in describe_unsupported(lerobot)
 
     hdf5 = tmp_path / "policy.h5"  # no format took it (a Keras checkpoint, a damaged file): named
     hdf5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
