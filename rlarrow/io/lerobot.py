@@ -1,4 +1,4 @@
-"""LeRobot datasets (codebase v3.0) into a store, without LeRobot.
+"""LeRobot datasets (codebases v3.0 and v2.x) into a store, without LeRobot.
 
 A LeRobot v3.0 dataset holds ``meta/info.json`` (features, fps, path templates),
 ``meta/episodes/chunk-*/file-*.parquet`` (one row per episode: its length, tasks, where its
@@ -22,7 +22,8 @@ timestamps). This module reads them one episode at a time:
 - the episode's ``metadata`` is its tasks, length and statistics (``stats/...``); the run's
   ``info.json``, ``stats.json`` and the tasks by index.
 
-LeRobot v2.x datasets (``episodes.jsonl``) are refused with what to do, for now.
+LeRobot v2.x datasets (``meta/episodes.jsonl``, ``tasks.jsonl``, ``episodes_stats.jsonl``, a
+data file and an mp4 per episode) are read the same way; older codebases are refused.
 
 Example:
     >>> from rlarrow.io.lerobot import import_lerobot  # doctest: +SKIP
@@ -100,7 +101,7 @@ def import_lerobot(
     name: str | None = None,
     progress: bool | None = None,
 ) -> EpisodesReport:
-    """Import a LeRobot v3.0 dataset into ``store`` as one run (see the module docs).
+    """Import a LeRobot v3.0 or v2.x dataset into ``store`` as one run (see the module docs).
 
     Raises:
         UnsupportedInputError: not a LeRobot dataset, or a codebase version not read yet.

@@ -13,7 +13,7 @@ holds them, in the order detection tries them:
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
 * ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`); exported with Minari's own writer;
 * ``rlds``: an RLDS dataset in a TFDS directory (:mod:`rlarrow.io.rlds`), read without TensorFlow;
-* ``lerobot``: a LeRobot v3.0 dataset (:mod:`rlarrow.io.lerobot`), import only;
+* ``lerobot``: a LeRobot v3.0 or v2.x dataset (:mod:`rlarrow.io.lerobot`), import only;
 * ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
   a run of its own (:attr:`Format.single`);
 * ``robomimic``: a run written as a robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), export only
@@ -499,10 +499,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
                                   "one run of episodes, every split"),
     ),
     Format(
-        name="lerobot", summary="a LeRobot v3.0 dataset (Parquet frames, mp4 cameras, meta/)",
+        name="lerobot", summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
         detect=_is_lerobot, kind="directory", import_=_import_lerobot, markers=("meta/info.json",),
         noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again"),
-        convert_help=("LEROBOT_DIR", "a LeRobot v3.0 dataset (meta/info.json, data/, videos/):\n"
+        convert_help=("LEROBOT_DIR", "a LeRobot v3.0 or v2.x dataset (meta/info.json, data/, videos/):\n"
                                      "one run of episodes, cameras decoded"),
     ),
     Format(
