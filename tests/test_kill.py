@@ -130,12 +130,18 @@ while True:
 """
 
 
-def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
+def _missing_importers() -> list[str]:
     import importlib.util
 
-    missing = [m for m in ("h5py", "google.protobuf", "av") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"the importers need {missing}: pip install 'rlarrow[hdf5,rlds,video]'")
+    return [m for m in ("h5py", "google.protobuf", "av") if importlib.util.find_spec(m) is None]
+
+
+NEEDS_IMPORTERS = pytest.mark.skipif(bool(_missing_importers()), reason=(
+    f"the HDF5, RLDS and LeRobot importers need {_missing_importers()}: "
+    "pip install 'rlarrow[hdf5,rlds,video]'"))
+
+
+def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
     from conftest import FIXTURES
 
     from rlarrow.io.hdf5 import import_hdf5
@@ -182,10 +188,12 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
     assert committed, "no import finished between kills: the loop tested nothing"
 
 
+@NEEDS_IMPORTERS
 def test_sigkill_during_imports_leaves_whole_runs(tmp_path):
     _import_kill_loop(tmp_path, kills=8, seed=3)
 
 
 @pytest.mark.slow
+@NEEDS_IMPORTERS
 def test_sigkill_during_imports_many_times(tmp_path):
     _import_kill_loop(tmp_path, kills=40, seed=4)

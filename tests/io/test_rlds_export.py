@@ -116,31 +116,25 @@ def test_tfds_reads_the_export_back_equal(tmp_path, source):
     assert seen == episodes.num_rows
 
 
+def one_episode(path, obs, rewards):
+    """A store of one run (source "user", no discounts) of one terminal episode of 4 steps."""
+    store = rlarrow.Store.create(path)
+    run = store.add_run(source="user", run_id="r")
+    store.append("steps", {"run_id": run, "episode_id": 0, "step": np.arange(4), "env_index": 0,
+                           "observation": obs, "action": np.arange(4, dtype=np.int64), "reward": rewards,
+                           "is_first": [True, False, False, False], "is_last": [False, False, False, True],
+                           "is_terminal": [False, False, False, True]})
+    store.close()
+
+
 def test_the_cli_exports_rlds_and_float64_values_come_back_exactly(tmp_path):
     import subprocess
     import sys
 
     from rlarrow.io.rlds import import_rlds
 
-    store = rlarrow.Store.create(tmp_path / "s")
-    run = store.add_run(source="user", run_id="r")
     obs = np.random.default_rng(0).standard_normal((4, 3))  # float64: not representable in float32
-    store.append(
-        "steps",
-        {
-            "run_id": run,
-            "episode_id": 0,
-            "step": np.arange(4),
-            "env_index": 0,
-            "observation": obs,
-            "action": np.arange(4, dtype=np.int64),
-            "reward": [0.1, 0.2, 1 / 3, None],
-            "is_first": [True, False, False, False],
-            "is_last": [False, False, False, True],
-            "is_terminal": [False, False, False, True],
-        },
-    )
-    store.close()
+    one_episode(tmp_path / "s", obs, [0.1, 0.2, 1 / 3, None])
     out = subprocess.run(
         [
             sys.executable,
@@ -166,28 +160,11 @@ def test_the_cli_exports_rlds_and_float64_values_come_back_exactly(tmp_path):
 def test_nested_observations_and_recorded_discounts_export_as_rlds_expects(tmp_path):
     from rlarrow.io.rlds import export_rlds, import_rlds
 
-    store = rlarrow.Store.create(tmp_path / "s")
-    run = store.add_run(source="user", run_id="r")
     obs = {
         "state": np.arange(8, dtype=np.float32).reshape(4, 2),
         "images": {"top": np.arange(4 * 6, dtype=np.uint8).reshape(4, 2, 3)},
     }
-    store.append(
-        "steps",
-        {
-            "run_id": run,
-            "episode_id": 0,
-            "step": np.arange(4),
-            "env_index": 0,
-            "observation": obs,
-            "action": np.arange(4, dtype=np.int64),
-            "reward": [1.0, 1.0, 1.0, None],
-            "is_first": [True, False, False, False],
-            "is_last": [False, False, False, True],
-            "is_terminal": [False, False, False, True],
-        },
-    )
-    store.close()
+    one_episode(tmp_path / "s", obs, [1.0, 1.0, 1.0, None])
     import_rlds(export_rlds(tmp_path / "s", tmp_path / "out"), tmp_path / "back", progress=False)
     steps, _ = rows_of(tmp_path / "back")
     back = to_numpy(steps["observation"].combine_chunks())
