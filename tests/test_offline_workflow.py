@@ -8,7 +8,8 @@ observation, action and reward. Then, as a user would from a shell and from Pyth
 2. SQL: each episode's return equals the rewards the env gave, and Minari's own ``rewards_sum``;
 3. stream transitions into a PyTorch DataLoader and check them against the env's log;
 4. ``rlarrow export --format robomimic``: robomimic's ``SequenceDataset`` reads the same
-   observations and actions; ``--format rlds``: imported again, the same rows;
+   observations and actions; ``--format rlds``: imported again, the same rows; ``--format
+   lerobot``: lerobot's own ``LeRobotDataset`` gives the env's observations, actions and rewards;
 5. the same log written in D4RL's MuJoCo-v2 layout (``timeouts`` where Pendulum's time limit
    cut episodes, ``next_observations``) imports to the same steps, final observations included.
 """
@@ -185,6 +186,39 @@ def test_exports_to_robomimic_and_rlds_read_back(recorded):
         )
         for column in ("observation", "action", "reward", "is_first", "is_last", "is_terminal"):
             assert a[column].to_pylist() == b[column].to_pylist(), column
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None or importlib.util.find_spec("av") is None,
+    reason="lerobot and PyAV are not installed (make test installs them, lerobot with --no-deps)",
+)
+def test_lerobot_loads_the_export_as_the_env_gave_it(recorded):
+    import os
+    from pathlib import Path
+
+    dataset, log, root = recorded
+    store = root / "s.rlarrow"
+    if not store.exists():
+        rlarrow_cli("convert", dataset, "-o", store)
+    out = root / "lerobot"
+    rlarrow_cli("export", store, "-o", out, "--format", "lerobot", "--fps", "30")
+    peer = Path(__file__).parent / "io" / "lerobot_peer.py"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf")}
+    done = subprocess.run([sys.executable, str(peer), str(out), str(root / "peer.npz")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = dict(np.load(root / "peer.npz"))
+    assert int(got["_episodes"]) == EPISODES
+    # LeRobot keeps one frame per action: every observation but each episode's last
+    np.testing.assert_array_equal(got["observation.state"], np.concatenate([e["obs"][:-1] for e in log]))
+    actions = np.concatenate([e["act"] for e in log]).reshape(-1)  # (1,): LeRobot's [1], a scalar
+    np.testing.assert_array_equal(got["action"].reshape(-1), actions)
+    rewards = np.concatenate([e["rew"] for e in log])  # float64 in the files; LeRobot gives float32
+    np.testing.assert_array_equal(got["next.reward"], rewards.astype(got["next.reward"].dtype))
+    assert not got["next.done"].any()  # Pendulum only ends by its time limit
+    lengths = np.bincount(got["episode_index"])
+    assert lengths.tolist() == [len(e["act"]) for e in log]
+    np.testing.assert_allclose(got["timestamp"][: lengths[0]], np.arange(lengths[0]) / 30, atol=1e-6)
 
 
 def test_the_same_log_in_d4rls_layout_imports_the_same_transitions(recorded, tmp_path):

@@ -96,8 +96,8 @@ def test_the_cli_export_choices_are_the_registry_exporters():
     export = cli.commands["export"]
     choices = next(p for p in export.params if p.name == "fmt").type.choices
     assert list(choices) == [f.name for f in registry.exporters()]
-    assert set(choices) == {"pt", "npz", "csv", "parquet", "envlogger", "minari", "rlds", "robomimic",
-                            "tfevents"}
+    assert set(choices) == {"pt", "npz", "csv", "parquet", "envlogger", "minari", "rlds", "lerobot",
+                            "robomimic", "tfevents"}
     assert all(f.export is not None for f in registry.exporters())
     # robomimic is export only: robomimic files are imported by hdf5, with D4RL's
     assert {f.name for f in registry.importers()} == set(registry.FORMATS) - {"robomimic"}

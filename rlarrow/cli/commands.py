@@ -537,14 +537,25 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
                    "without it a target that holds anything is refused.")
 @click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
               help="minari: Minari's backend to write (default hdf5, Minari's own default).")
+@click.option("--codebase", type=click.Choice(["v3.0", "v2.1"]),
+              help="lerobot: the LeRobot codebase to write (default v3.0, lerobot 0.4 on; v2.1 for "
+                   "lerobot 0.1 to 0.3).")
+@click.option("--images", type=click.Choice(["auto", "video", "png"]),
+              help="lerobot: camera frames as AV1 video (lossy, LeRobot's default) or PNG images "
+                   "(lossless); auto keeps a LeRobot run's own choice, else video.")
+@click.option("--fps", type=click.IntRange(min=1),
+              help="lerobot: frames per second (default: the run's own for a LeRobot import, else 30).")
+@click.option("--task", help="lerobot: the task of every episode of a run not imported from LeRobot "
+                             "(default: the run's name).")
 @_friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool,
-           data_format: str | None) -> None:
+           data_format: str | None, codebase: str | None, images: str | None, fps: int | None,
+           task: str | None) -> None:
     """Write STORE back out: memory snapshots, a run's episodes, or scalars as event files.
 
     Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
-    envlogger directory, a Minari dataset, an RLDS (TFDS) directory or a robomimic .hdf5
-    file, the scalars as TensorBoard event files (DIR/<run_id>/).
+    envlogger directory, a Minari dataset, an RLDS (TFDS) directory, a LeRobot dataset or a
+    robomimic .hdf5 file, the scalars as TensorBoard event files (DIR/<run_id>/).
     """
     target = registry.get(fmt)
     assert target.export is not None  # (the --format choices are the exporters)
@@ -553,6 +564,12 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
         if "--data-format" not in target.export_options:
             raise click.UsageError(f"--data-format applies to --format minari, not {fmt}")
         options["data_format"] = data_format
+    for flag, key, value in (("--codebase", "codebase", codebase), ("--images", "images", images),
+                             ("--fps", "fps", fps), ("--task", "task", task)):
+        if value is not None:
+            if flag not in target.export_options:
+                raise click.UsageError(f"{flag} applies to --format lerobot, not {fmt}")
+            options[key] = value
     export_fn: Any = target.export  # (an exporter's own options beyond the protocol's)
     paths = export_fn(store, directory, run_id=run_id, overwrite=overwrite, **options)
     if not paths:

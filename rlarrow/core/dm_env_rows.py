@@ -212,6 +212,8 @@ class DmEnvRows:
         index = self.store.dataset("steps", files=files).to_table(columns=["run_id", "episode_id", "step"])
         runs = pc.unique(index.column("run_id")).to_pylist()
         if run_id is None:
+            if not runs:
+                raise StoreError(f"{self.store.path}: no run has steps (episodes) to read")
             if len(runs) != 1:
                 raise StoreError(f"{self.store.path}: {len(runs)} runs have steps ({', '.join(runs[:5])}"
                                  f"{', ...' if len(runs) > 5 else ''}); pass run_id=...")

@@ -13,7 +13,7 @@ holds them, in the order detection tries them:
 * ``envlogger``: an envlogger riegeli directory (:mod:`rlarrow.io.envlogger`);
 * ``minari``: a Minari dataset (:mod:`rlarrow.io.minari`); exported with Minari's own writer;
 * ``rlds``: an RLDS dataset in a TFDS directory (:mod:`rlarrow.io.rlds`), read without TensorFlow;
-* ``lerobot``: a LeRobot v3.0 or v2.x dataset (:mod:`rlarrow.io.lerobot`), import only;
+* ``lerobot``: a LeRobot v3.0 or v2.x dataset (:mod:`rlarrow.io.lerobot`); exports write v3.0 or v2.1;
 * ``hdf5``: a D4RL or robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), import only; each file is
   a run of its own (:attr:`Format.single`);
 * ``robomimic``: a run written as a robomimic HDF5 file (:mod:`rlarrow.io.hdf5`), export only
@@ -38,7 +38,7 @@ Example:
     >>> registry.detect(d).name
     'envlogger'
     >>> [f.name for f in registry.exporters()]
-    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'minari', 'rlds', 'robomimic', 'tfevents']
+    ['pt', 'npz', 'csv', 'parquet', 'envlogger', 'minari', 'rlds', 'lerobot', 'robomimic', 'tfevents']
 """
 
 from __future__ import annotations
@@ -419,6 +419,15 @@ def _export_rlds(store: StoreLike, directory: str | os.PathLike[str], *, run_id:
     return [export_rlds(store, directory, run_id=run_id, overwrite=overwrite)]
 
 
+def _export_lerobot(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                    overwrite: bool = False, codebase: str | None = None, images: str | None = None,
+                    fps: int | None = None, task: str | None = None) -> list[Path]:
+    from rlarrow.io.lerobot import export_lerobot
+
+    return [export_lerobot(store, directory, run_id=run_id, overwrite=overwrite, codebase=codebase or "v3.0",
+                           images=images or "auto", fps=fps, task=task)]
+
+
 def _is_lerobot(path: Path) -> bool:
     from rlarrow.io.lerobot import is_lerobot_dir
 
@@ -500,7 +509,11 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     ),
     Format(
         name="lerobot", summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
-        detect=_is_lerobot, kind="directory", import_=_import_lerobot, markers=("meta/info.json",),
+        detect=_is_lerobot, kind="directory", import_=_import_lerobot, export=_export_lerobot,
+        markers=("meta/info.json",),
+        export_options=(*_EXPORT_OPTIONS, "--codebase", "--images", "--fps", "--task"),
+        export_help=("lerobot (a run's episodes as a LeRobot dataset; --codebase v3.0|v2.1, "
+                     "--images auto|video|png)"),
         noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again"),
         convert_help=("LEROBOT_DIR", "a LeRobot v3.0 or v2.x dataset (meta/info.json, data/, videos/):\n"
                                      "one run of episodes, cameras decoded"),

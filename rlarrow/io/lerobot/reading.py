@@ -12,7 +12,8 @@ timestamps). This module reads them one episode at a time:
   ``video`` extra) to uint8 ``(H, W, C)`` frames, the episode's segment of the file, frame by
   frame in presentation order (AV1, H.264 and whatever FFmpeg decodes);
 - ``observation.*`` features are one struct observation, nested at the dots
-  (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action;
+  (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action
+  (``action.*`` features a struct action, nested the same way);
   ``next.reward`` the reward and ``next.done`` the last step's ``is_terminal`` where the
   dataset has them; ``timestamp``, ``frame_index``, ``index``, ``task_index`` and any other
   feature are the step's ``metadata`` (typed);
@@ -353,6 +354,7 @@ def _columns(
 ) -> dict[str, Any]:
     n = table.num_rows
     obs: dict[str, Any] = {}
+    acts: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     action = reward = None
     done = False
@@ -378,6 +380,8 @@ def _columns(
             obs[""] = values
         elif key == "action":
             action = values
+        elif key.startswith("action."):  # a struct action's fields (as export_lerobot writes one)
+            acts[key[len("action.") :]] = values
         elif key == "next.reward":
             reward = values.reshape(n).astype(np.float64)
         elif key == "next.done":
@@ -385,6 +389,8 @@ def _columns(
         else:
             extra[key] = values
     observation: Any = obs.get("") if "" in obs else (_nest(obs) if obs else None)
+    if action is None and acts:
+        action = _nest(acts)
     return {
         "observation": observation,
         "action": action,
@@ -595,6 +601,7 @@ def _episode_meta(ep: dict[str, Any]) -> dict[str, Any]:
 
 def _specs(features: dict[str, Any]) -> dict[str, Any]:
     obs: dict[str, Any] = {}
+    acts: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for key, spec in features.items():
         if spec.get("dtype") == "string":
@@ -610,6 +617,10 @@ def _specs(features: dict[str, Any]) -> dict[str, Any]:
             obs[key[len("observation.") :]] = array
         elif key == "action":
             out["action_spec"] = array
+        elif key.startswith("action."):
+            acts[key[len("action.") :]] = array
     if obs:
         out["observation_spec"] = _nest(obs)
+    if acts and "action_spec" not in out:
+        out["action_spec"] = _nest(acts)
     return out
