@@ -251,3 +251,16 @@ def test_robomimic_export_of_nested_and_text_observations(tmp_path):
         ) as f:  # nested fields joined at dots, as robomimic keys are flat
             assert sorted(f["data/demo_0/obs"]) == ["image", "images.top", "state"]
             assert f["data/demo_0/obs/images.top"].shape == (6, 24, 32, 3)
+
+
+def test_the_cli_makes_the_robomimic_files_directory(tmp_path):
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+    from rlarrow.io.hdf5 import import_hdf5
+
+    import_hdf5(ROBOMIMIC, tmp_path / "s", progress=False)
+    result = CliRunner().invoke(cli, ["export", str(tmp_path / "s"), "-o", str(tmp_path / "new" / "dir"),
+                                      "--format", "robomimic"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "new" / "dir" / "demo.hdf5").is_file()
