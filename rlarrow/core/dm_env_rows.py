@@ -266,6 +266,28 @@ class DmEnvRows:
         """The run's ``env_specs``, with dm_env specs derived from its gymnasium spaces where it has none."""
         return dict(self._env_specs) if isinstance(self._env_specs, dict) else {}
 
+    def refuse_bytes(self, what: str) -> None:
+        """Raise when the run's observation or action holds bytes (images an RLDS import kept encoded).
+
+        ``what`` names the export in the message (``"a Minari dataset"``).
+
+        Raises:
+            InvalidInputError: naming the fields and how to export them (decoded images).
+        """
+        from rlarrow.core.errors import InvalidInputError
+
+        found = []
+        schema = self.store.schema("steps")
+        for name in ("observation", "action"):
+            if schema is not None and name in schema.names:
+                found += [p for p in _byte_leaves(schema.field(name).type, name)]
+        if found:
+            raise InvalidInputError(
+                self.store.path,
+                f"run {self.run_id}: {', '.join(found)} hold bytes (images an RLDS import kept "
+                f"encoded); {what} holds numbers: import the dataset with its images decoded to export it",
+            )
+
     @property
     def run(self) -> dict[str, Any]:
         """The run's ``runs`` row (``metadata`` and ``env_specs`` as stored: JSON text)."""
@@ -421,6 +443,12 @@ class DmEnvRows:
                         zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
         with _gc_paused():
             return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+
+
+def _byte_leaves(type_: pa.DataType, path: str) -> list[str]:
+    if pa.types.is_struct(type_):
+        return [p for f in type_ for p in _byte_leaves(f.type, f"{path}.{f.name}")]
+    return [path] if pa.types.is_binary(type_) or pa.types.is_large_binary(type_) else []
 
 
 def _derived_specs(env_specs: Any) -> Any:

@@ -803,6 +803,8 @@ def export_robomimic(
     if target.exists() and not overwrite:
         raise InvalidInputError(target, "exists: pass overwrite=True (--overwrite) to replace it")
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    with DmEnvRows(store, run_id=run_id) as reader:
+        reader.refuse_bytes("a robomimic file")
     target.parent.mkdir(parents=True, exist_ok=True)  # (-o DIR: DIR/demo.hdf5, DIR made when missing)
     try:
         with DmEnvRows(store, run_id=run_id) as reader, h5py.File(tmp, "w") as f:

@@ -668,6 +668,7 @@ def export_minari(
     from minari.dataset.minari_storage import MinariStorage
 
     with DmEnvRows(store, run_id=run_id) as reader:
+        reader.refuse_bytes("a Minari dataset")
         run = reader.run
         run_meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
         run_meta = run_meta if isinstance(run_meta, dict) else {}

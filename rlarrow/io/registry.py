@@ -89,6 +89,7 @@ class ImportOptions:
         memory_size: csv exports: memory size.
         dtype: csv exports: float dtype.
         layout: how a new memory table stores tensors.
+        images: RLDS datasets: decode images (``"decode"``) or keep their bytes (``"encoded"``).
         progress: progress bars (None: when stderr is a terminal).
     """
 
@@ -103,6 +104,7 @@ class ImportOptions:
     memory_size: int | None = None
     dtype: str = "float32"
     layout: str = "binary"
+    images: str = "decode"
     progress: bool | None = None
 
 
@@ -407,7 +409,7 @@ def _import_rlds(sources: Sequence[Path], store: Store, options: ImportOptions) 
     from rlarrow.io.rlds import import_rlds
 
     (directory,) = sources
-    report = import_rlds(directory, store, run_id=options.run_id, name=options.name,
+    report = import_rlds(directory, store, run_id=options.run_id, name=options.name, images=options.images,
                          progress=options.progress)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
@@ -503,7 +505,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
         markers=("dataset_info.json", "features.json"), export_options=_EXPORT_OPTIONS,
         export_help="rlds (a run's episodes as an RLDS dataset that tfds.builder_from_directory reads)",
-        noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again"),
+        noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again", "--keep-images-encoded"),
         convert_help=("TFDS_DIR", "an RLDS dataset (dataset_info.json, features.json, *.tfrecord-*):\n"
                                   "one run of episodes, every split"),
     ),

@@ -15,8 +15,9 @@ stays bounded by the largest episode. Values come back as ``tfds`` gives them:
   bools as int64 on disk: a float64 feature holds float32 values);
 - ``Image`` features decoded to uint8 ``(H, W, C)`` arrays: PNG with Pillow, JPEG with
   simplejpeg set as TensorFlow decodes (integer-fast DCT), which gives ``tfds``'s pixels exactly
-  (without simplejpeg, Pillow's decoder: a few units off in some pixels); ``Text`` as ``str``;
-  ``ClassLabel`` as int64.
+  (without simplejpeg, Pillow's decoder: a few units off in some pixels), or on request
+  (``images="encoded"``) kept as the PNG/JPEG bytes the shard holds, for :func:`decode_image`
+  to decode on demand; ``Text`` as ``str``; ``ClassLabel`` as int64.
 
 Steps are already in RLDS alignment (``runs.alignment = 'rlds'``): ``observation``, ``action``
 (tensors or dicts of them), ``reward``, ``discount`` (scalars), ``is_first``, ``is_last``,
@@ -56,10 +57,12 @@ from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
 
 __all__ = [
+    "IMAGE_MODES",
     "RLDS_STEP_FIELDS",
     "Episode",
     "Feature",
     "dataset_dir",
+    "decode_image",
     "export_rlds",
     "import_rlds",
     "is_rlds_dir",
@@ -67,6 +70,8 @@ __all__ = [
     "read_episodes",
 ]
 
+#: how :func:`import_rlds` stores images: decoded to uint8 tensors, or kept as their PNG/JPEG bytes
+IMAGE_MODES = ("decode", "encoded")
 #: the step fields RLDS defines; the rest of a step is its metadata
 RLDS_STEP_FIELDS = ("observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal")
 
@@ -253,16 +258,23 @@ def _values(feature: Any) -> Any:
 
 
 def _decode(
-    feature: Feature, key: str, values: dict[str, Any], rows: int | None, path: Path, where: str
+    feature: Feature,
+    key: str,
+    values: dict[str, Any],
+    rows: int | None,
+    path: Path,
+    where: str,
+    encoded: bool = False,
 ) -> Any:
     """The values of ``feature`` (under ``key``) from an Example's flat values, as NumPy.
 
     ``rows``: inside ``steps``, the number of steps (every value has that many rows); None
-    outside (one value).
+    outside (one value). ``encoded``: images as their PNG/JPEG bytes (an Arrow binary array
+    inside ``steps``), not decoded.
     """
     if feature.kind == "dict":
         return {
-            k: _decode(c, f"{key}/{k}" if key else k, values, rows, path, where)
+            k: _decode(c, f"{key}/{k}" if key else k, values, rows, path, where, encoded)
             for k, c in feature.children.items()
         }
     if feature.kind == "sequence":
@@ -284,6 +296,10 @@ def _decode(
             raise CorruptFileError(
                 path, f"{where}: {key} holds {len(got) if isinstance(got, list) else 0} images for {n} steps"
             )
+        if encoded:  # as the shard holds them (its CRC checked); decode_image gives tfds's pixels
+            if not all(isinstance(b, bytes) for b in got):
+                raise CorruptFileError(path, f"{where}: {key} holds something other than encoded images")
+            return pa.array(got, pa.binary()) if rows is not None else got[0]
         images = _images(got, feature, path, f"{where}: {key}")
         return images if rows is not None else images[0]
     dtype = feature.dtype if feature.dtype is not None else np.dtype(np.float32)
@@ -324,6 +340,29 @@ def _decode(
     else:
         out = got.astype(dtype).reshape(n, *shape)  # TFDS: floats stored as float32, ints as int64
     return out if rows is not None else out[0]
+
+
+def decode_image(blob: bytes, channels: int = 3) -> np.ndarray:
+    """An image kept encoded (``import_rlds(..., images="encoded")``) decoded as ``tfds`` decodes it.
+
+    Returns uint8 ``(H, W, channels)``: JPEG with simplejpeg set to TensorFlow's integer-fast
+    DCT (``tfds``'s pixels exactly), PNG with Pillow (16-bit grey PNGs as uint16).
+
+    Raises:
+        CorruptFileError: ``blob`` is not a readable image.
+        MissingDependencyError: Pillow is missing.
+
+    Example:
+        >>> import io, numpy as np
+        >>> from PIL import Image
+        >>> buffer = io.BytesIO()
+        >>> Image.fromarray(np.full((2, 3, 3), 7, np.uint8)).save(buffer, "PNG")
+        >>> decode_image(buffer.getvalue()).shape
+        (2, 3, 3)
+    """
+    feature = Feature("image", np.dtype(np.uint8), (-1, -1, int(channels)))
+    decoded: np.ndarray = _images([bytes(blob)], feature, Path("<image>"), "the image")[0]
+    return decoded
 
 
 def _jpeg_decoder(channels: int) -> Any:
@@ -413,8 +452,13 @@ class Episode:
     number: int = 0  #: its place in the dataset (splits in dataset_info.json's order): its episode_id
 
 
-def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None = None) -> Iterator[Episode]:
+def read_episodes(
+    directory: str | os.PathLike[str], *, splits: list[str] | None = None, images: str = "decode"
+) -> Iterator[Episode]:
     """The episodes of a TFDS RLDS dataset, decoded, one at a time, shard by shard (see the module docs).
+
+    ``images="encoded"`` keeps each step's images as the PNG/JPEG bytes the shard holds (an
+    Arrow binary array; :func:`decode_image` decodes one as ``tfds`` does).
 
     Raises:
         UnsupportedInputError: not a TFDS dataset of TFRecord shards, or a feature not decoded.
@@ -466,7 +510,14 @@ def read_episodes(directory: str | os.PathLike[str], *, splits: list[str] | None
                     for off, length in zip(chunk.offsets.tolist(), chunk.lengths.tolist(), strict=True):
                         payload = chunk.data[off + HEADER_BYTES : off + HEADER_BYTES + length]
                         ep = _episode(
-                            example, payload, steps_feature, others, shard, split_name, index + count
+                            example,
+                            payload,
+                            steps_feature,
+                            others,
+                            shard,
+                            split_name,
+                            index + count,
+                            encoded=images == "encoded",
                         )
                         ep.number = before + index + count
                         yield ep
@@ -490,6 +541,8 @@ def _episode(
     shard: Path,
     split: str,
     index: int,
+    *,
+    encoded: bool = False,
 ) -> Episode:
     where = f"episode {index} of its split"
     try:
@@ -503,8 +556,8 @@ def _episode(
     if first is None:
         raise CorruptFileError(shard, f"{where} has no steps/is_first: not an RLDS episode")
     rows = len(first)
-    steps = _decode(steps_feature, "steps", values, rows, shard, where)
-    fields = {k: _decode(f, k, values, None, shard, where) for k, f in others.items()}
+    steps = _decode(steps_feature, "steps", values, rows, shard, where, encoded)
+    fields = {k: _decode(f, k, values, None, shard, where, encoded) for k, f in others.items()}
     return Episode(steps, fields, rows, split, shard.name, index)
 
 
@@ -532,8 +585,8 @@ def _tensors(value: Any, path: str, extra: dict[str, Any]) -> Any:
     if isinstance(value, dict):
         kept = {k: t for k, v in value.items() if (t := _tensors(v, f"{path}/{k}", extra)) is not None}
         return kept or None
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return value
+    if (isinstance(value, np.ndarray) and value.dtype.kind in "biuf") or isinstance(value, pa.Array):
+        return value  # (a pa.Array: images kept encoded, one PNG/JPEG per step)
     extra[path] = value
     return None
 
@@ -573,6 +626,8 @@ def _rows_metadata(extra: dict[str, Any], rows: int, last_values: dict[str, Any]
 def _type_of(values: Any) -> pa.DataType:
     if isinstance(values, dict):
         return pa.struct([(k, _type_of(v)) for k, v in values.items()])
+    if isinstance(values, pa.Array):
+        return values.type
     return tensor_type(values.dtype, values.shape[1:], layout="auto")
 
 
@@ -583,7 +638,9 @@ def _nonzero(value: Any) -> bool:
 
 
 def _last_row(value: Any) -> Any:
-    return {k: _last_row(v) for k, v in value.items()} if isinstance(value, dict) else value[-1]
+    if isinstance(value, dict):
+        return {k: _last_row(v) for k, v in value.items()}
+    return value[-1].as_py() if isinstance(value, pa.Array) else value[-1]
 
 
 def _nulled_last(arr: pa.Array, last: bool) -> pa.Array:
@@ -605,6 +662,7 @@ def import_rlds(
     run_id: str | None = None,
     name: str | None = None,
     splits: list[str] | None = None,
+    images: str = "decode",
     progress: bool | None = None,
 ) -> EpisodesReport:
     """Import an RLDS dataset in a TFDS directory into ``store`` as one run (see the module docs).
@@ -616,6 +674,9 @@ def import_rlds(
         run_id: the new run's id (None: generated).
         name: the run's name (default: the dataset's).
         splits: the splits to read (default: every one).
+        images: ``"decode"`` (uint8 tensors, ``tfds``'s pixels) or ``"encoded"`` (each image's
+            PNG/JPEG bytes as the shard holds them, a ``binary`` field, decoded on demand with
+            :func:`decode_image`; an RLDS export writes the same bytes back).
         progress: a progress bar (None: when stderr is a terminal).
 
     Raises:
@@ -627,8 +688,11 @@ def import_rlds(
     Example:
         >>> import_rlds("tensorflow_datasets/rlds_catch/1.0.0", "runs.rlarrow")  # doctest: +SKIP
     """
+    from rlarrow.core.errors import ArgumentError
     from rlarrow.core.progress import bar
 
+    if images not in IMAGE_MODES:
+        raise ArgumentError(f"images={images!r}: one of {', '.join(IMAGE_MODES)}")
     data = dataset_dir(directory)
     if data is None:
         raise UnsupportedInputError(
@@ -647,7 +711,7 @@ def import_rlds(
         if splits is None or s.get("name") in splits
         for x in s.get("shardLengths") or []
     )
-    episodes = read_episodes(data, splits=splits)
+    episodes = read_episodes(data, splits=splits, images=images)
     first = next(episodes, None)
     with opened(store, create=True) as st, st.transaction():  # all of the dataset or nothing of it
         types: dict[str, Any] = {}
@@ -665,7 +729,7 @@ def import_rlds(
             source_version=f"tfds dataset {info.get('version')}",
             alignment="rlds",
             num_envs=1,
-            metadata={"dataset_info": info, "features": features},
+            metadata={"dataset_info": info, "features": features, "images": images},
             env_specs=_specs(parse_features(features)),
         )
         report = EpisodesReport(run_id=run)
@@ -808,7 +872,12 @@ def export_rlds(
         mine = run.get("source") == "rlds" and isinstance(meta.get("features"), dict)
         ep_meta = reader.episode_metadata()
         first = reader.episode_table(0) if reader.num_episodes else None
-        features = _png_images(meta["features"]) if mine else _features_of(first)
+        if not mine:
+            features = _features_of(first)
+        elif meta.get("images") == "encoded":  # the shards' own bytes, written back as they are: JPEG stays
+            features = meta["features"]
+        else:
+            features = _png_images(meta["features"])
         root = parse_features(features)
         info = dict(meta.get("dataset_info") or {}) if mine else {}
         name = (
@@ -1013,6 +1082,11 @@ def _fill(message: Any, feature: Feature, key: str, value: Any, rows: int | None
     if feature.kind == "image":
         from PIL import Image
 
+        if (isinstance(items, np.ndarray) and items.dtype == object) or (
+            isinstance(items, list) and all(isinstance(v, bytes) for v in items)
+        ):  # kept encoded: the bytes as they were read
+            entry.bytes_list.value.extend([bytes(v) for v in items])
+            return
         for image in np.asarray(items).reshape(n, *np.shape(items)[1:]):
             buffer = io.BytesIO()
             Image.fromarray(image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image).save(

@@ -60,11 +60,11 @@ def test_an_rlds_dataset_exported_imports_to_the_same_rows(tmp_path, name):
     reason="the check against tfds needs TensorFlow and tensorflow-datasets "
     "(a test-only peer: pip install tensorflow-cpu tensorflow-datasets)",
 )
-@pytest.mark.parametrize("source", ["robot", "minari"])
+@pytest.mark.parametrize("source", ["robot", "robot-encoded", "minari"])
 def test_tfds_reads_the_export_back_equal(tmp_path, source):
     import tensorflow_datasets as tfds
 
-    from rlarrow.io.rlds import export_rlds, import_rlds
+    from rlarrow.io.rlds import decode_image, export_rlds, import_rlds
 
     if source == "minari":
         from rlarrow.io.minari import import_minari
@@ -72,15 +72,16 @@ def test_tfds_reads_the_export_back_equal(tmp_path, source):
         import_minari(
             FIXTURES / "minari" / "cartpole" / "arrow-v0", tmp_path / "s", run_id="r", progress=False
         )
-    else:
-        import_rlds(RLDS / source, tmp_path / "s", run_id="r", progress=False)
+    else:  # (robot-encoded: its JPEG and PNG bytes kept, and written back as they are)
+        images = "encoded" if source.endswith("-encoded") else "decode"
+        import_rlds(RLDS / "robot", tmp_path / "s", run_id="r", images=images, progress=False)
     out = export_rlds(tmp_path / "s", tmp_path / "out")
     builder = tfds.builder_from_directory(str(out))
     steps, episodes = rows_of(tmp_path / "s")
     seen = 0
     for split in builder.info.splits:
         for index, episode in enumerate(tfds.as_numpy(builder.as_dataset(split=split))):
-            if source == "robot":
+            if source.startswith("robot"):
                 eid = next(
                     e["episode_id"]
                     for e in episodes.to_pylist()
@@ -97,7 +98,13 @@ def test_tfds_reads_the_export_back_equal(tmp_path, source):
             for t, step in enumerate(theirs):
                 if isinstance(obs, dict):
                     for key, values in obs.items():
-                        assert np.array_equal(step["observation"][key], values[t]), (split, index, t, key)
+                        theirs_t = step["observation"][key]
+                        mine = (
+                            decode_image(values[t], theirs_t.shape[-1])
+                            if values.dtype == object
+                            else values[t]
+                        )
+                        assert np.array_equal(theirs_t, mine), (split, index, t, key)
                     meta = metadata.decode(rows["metadata"][t].as_py(), rows["metadata_types"][t].as_py())
                     if "language_instruction" in step["observation"]:
                         assert (
@@ -120,10 +127,21 @@ def one_episode(path, obs, rewards):
     """A store of one run (source "user", no discounts) of one terminal episode of 4 steps."""
     store = rlarrow.Store.create(path)
     run = store.add_run(source="user", run_id="r")
-    store.append("steps", {"run_id": run, "episode_id": 0, "step": np.arange(4), "env_index": 0,
-                           "observation": obs, "action": np.arange(4, dtype=np.int64), "reward": rewards,
-                           "is_first": [True, False, False, False], "is_last": [False, False, False, True],
-                           "is_terminal": [False, False, False, True]})
+    store.append(
+        "steps",
+        {
+            "run_id": run,
+            "episode_id": 0,
+            "step": np.arange(4),
+            "env_index": 0,
+            "observation": obs,
+            "action": np.arange(4, dtype=np.int64),
+            "reward": rewards,
+            "is_first": [True, False, False, False],
+            "is_last": [False, False, False, True],
+            "is_terminal": [False, False, False, True],
+        },
+    )
     store.close()
 
 

@@ -144,6 +144,7 @@ def export_lerobot(
         raise ArgumentError(f"images={images!r}: one of {', '.join(IMAGE_MODES)}")
     check_target(directory, overwrite=overwrite, what="a LeRobot export")
     with DmEnvRows(store, run_id=run_id) as reader:
+        reader.refuse_bytes("a LeRobot dataset")
         run = reader.run
         meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
         meta = meta if isinstance(meta, dict) else {}
@@ -302,6 +303,12 @@ class _Dataset:
     def _feature(self, name: str, values: np.ndarray) -> _Feature:
         original = dict(((self.info or {}).get("features") or {}).get(name) or {})
         if values.dtype == object:
+            if any(isinstance(v, bytes) for v in values):
+                raise InvalidInputError(
+                    None,
+                    f"{name} holds bytes (images kept encoded by an RLDS import?); LeRobot features are "
+                    "numbers, text and images: import the dataset with its images decoded to export it",
+                )
             return _Feature("string", np.dtype(object), (), {"dtype": "string", "shape": [1], "names": None})
         shape = tuple(values.shape[1:])
         frame = _is_frame(values)
