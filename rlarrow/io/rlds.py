@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.episodes import EpisodeRows
@@ -729,7 +730,7 @@ def import_rlds(
             source_version=f"tfds dataset {info.get('version')}",
             alignment="rlds",
             num_envs=1,
-            metadata={"dataset_info": info, "features": features, "images": images},
+            metadata={"dataset_info": info, "features": features, "images": images, "labels": _labels(data)},
             env_specs=_specs(parse_features(features)),
         )
         report = EpisodesReport(run_id=run)
@@ -743,6 +744,17 @@ def import_rlds(
                 first = next(episodes, None)
         rows.append_to(st, run)
         return report
+
+
+def _labels(data: Path) -> dict[str, list[str]]:
+    """ClassLabel names: ``<feature>.labels.txt`` (``steps-action``, ``outcome``), one name a line."""
+    out = {}
+    for path in sorted(data.glob("*.labels.txt")):
+        try:
+            out[path.name[: -len(".labels.txt")]] = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CorruptFileError(path, f"ClassLabel names that cannot be read ({exc})") from exc
+    return out
 
 
 def _write_episode(
@@ -884,12 +896,25 @@ def export_rlds(
             re.sub(r"[^a-z0-9_]+", "_", str(info.get("name") or run.get("name") or "rlarrow").lower())
             or "rlds"
         )
-        by_split: dict[str, list[int]] = {}
-        for k in range(reader.num_episodes):
-            split = (
-                (ep_meta[k].get("rlds") or {}).get("split") if mine and isinstance(ep_meta[k], dict) else None
-            )
-            by_split.setdefault(str(split or "train"), []).append(k)
+        ids = [int(i) for i in reader.episode_ids]
+        entries: list[tuple[int, Any, int | None]] = [(ids[k], ep_meta[k], k) for k in range(len(ids))]
+        have = set(ids)
+        for row in reader.store.read("episodes", filter=pc.field("run_id") == reader.run_id).to_pylist():
+            if int(row["episode_id"]) not in have and not row.get("num_steps"):  # RLDS episodes of no steps
+                entries.append(
+                    (
+                        int(row["episode_id"]),
+                        _metadata.decode(row.get("metadata"), row.get("metadata_types")),
+                        None,
+                    )
+                )
+        entries.sort(key=lambda e: e[0])
+        empty = first.slice(0, 0) if first is not None else None
+        by_split: dict[str, list[tuple[int, Any, int | None]]] = {}
+        for entry in entries:
+            em = entry[1]
+            split = (em.get("rlds") or {}).get("split") if mine and isinstance(em, dict) else None
+            by_split.setdefault(str(split or "train"), []).append(entry)
         with fresh_directory(directory, overwrite=overwrite, what="an RLDS export") as tmp:
             splits = []
             for split, ks in by_split.items():
@@ -900,10 +925,9 @@ def export_rlds(
                 for s, part in enumerate(shards):
                     size = 0
                     with open(tmp / f"{name}-{split}.tfrecord-{s:05d}-of-{len(shards):05d}", "wb") as fh:
-                        for k in part:  # one episode in memory at a time
-                            framed = frame_records(
-                                [_serialize(example, root, reader.episode_table(k), ep_meta[k], mine)]
-                            )
+                        for _, em, k in part:  # one episode in memory at a time
+                            table = reader.episode_table(k) if k is not None else empty
+                            framed = frame_records([_serialize(example, root, table, em, mine)])
                             fh.write(framed)
                             size += len(framed)
                     sizes.append(size)
@@ -925,6 +949,8 @@ def export_rlds(
             }
             (tmp / "dataset_info.json").write_text(json.dumps(out_info, indent=1))
             (tmp / "features.json").write_text(json.dumps(features, indent=1))
+            for key, names in (meta.get("labels") or {}).items() if mine else ():  # ClassLabel names
+                (tmp / f"{key}.labels.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
     return Path(directory)
 
 
