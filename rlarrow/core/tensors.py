@@ -351,7 +351,11 @@ def with_null_rows(arr: pa.Array, mask: np.ndarray) -> pa.Array:
             offset=storage.offset)
         return pa.ExtensionArray.from_storage(arr.type, masked)
     if pa.types.is_fixed_size_list(arr.type):
-        return pa.FixedSizeListArray.from_arrays(arr.values, type=arr.type, mask=pa_mask)
+        # (.values is the whole child, which may be longer than the array: a struct's field
+        # taken from a longer parent; the array's rows are the first len(arr) lists of it)
+        size = arr.type.list_size
+        values = arr.values.slice(arr.offset * size, len(arr) * size)
+        return pa.FixedSizeListArray.from_arrays(values, type=arr.type, mask=pa_mask)
     if pa.types.is_struct(arr.type):
         return pa.StructArray.from_arrays([arr.field(i) for i in range(arr.type.num_fields)],
                                           fields=list(arr.type), mask=pa_mask)

@@ -141,3 +141,18 @@ def test_a_damaged_dataset_is_refused_and_the_store_left_as_it_was(tmp_path, dam
     with pytest.raises(rlarrow.CorruptFileError, match=match):
         import_lerobot(src, store, progress=False)
     assert [r["run_id"] for r in store.runs().to_pylist()] == ["before"] and store.row_count("steps") == 0
+
+
+def test_reader_columns_of_an_episode_with_a_null_final_observation(tmp_path):
+    # (to_numpy of a struct field taken from a longer parent made a list array of the parent's
+    # length: Reader.episode_columns and the envlogger export crashed on every LeRobot import)
+    from rlarrow.io.lerobot import import_lerobot
+
+    import_lerobot(SRC, tmp_path / "s", progress=False)
+    steps = rlarrow.Store.open(tmp_path / "s").read("steps").sort_by(
+        [("episode_id", "ascending"), ("step", "ascending")])
+    want = to_numpy(steps.column("observation"), fill_value=0)["state"]
+    reader = rlarrow.Reader(tmp_path / "s")
+    np.testing.assert_array_equal(reader.episode_columns(0)["observation"]["state"], want[: LENGTHS[0] + 1])
+    got = reader.episode_columns(1)["observation"]["state"]
+    np.testing.assert_array_equal(got, want[LENGTHS[0] + 1 : LENGTHS[0] + LENGTHS[1] + 2])
