@@ -153,3 +153,14 @@ def assert_delta_current(store: rlarrow.Store) -> None:
         assert table.version() == log.version
         listed = sorted(os.path.basename(u) for u in table.file_uris())
         assert listed == sorted(f["name"] for f in entry["files"])
+
+
+def add_video_row(store: rlarrow.Store, run_id: str = "camera-run") -> None:
+    """One ``videos`` row: a 3-frame stream of a run of its own (needs PyAV)."""
+    from rlarrow.core import schema as _schema
+    from rlarrow.core.video import encode_frames, video_row
+
+    frames = np.zeros((3, 8, 8, 3), np.uint8)
+    frames[..., 1] = np.array([30, 120, 210], np.uint8)[:, None, None]
+    row = video_row(run_id, 0, 0, "observation.camera", encode_frames(frames, fps=10), [0, 1, 2])
+    store.append("videos", _schema.build("videos", row, num_rows=1))

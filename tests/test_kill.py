@@ -119,8 +119,9 @@ while True:
     src = sources[seq % 5]
     if src.name == "robot":
         import_rlds(src, store, run_id=f"k{seq}", progress=False)
-    elif src.name == "pusht_v30":
-        import_lerobot(src, store, run_id=f"k{seq}", progress=False)
+    elif src.name == "pusht_v30":  # every other time with its camera kept as video (videos rows)
+        import_lerobot(src, store, run_id=f"k{seq}", progress=False,
+                       video="keep" if (seq // 5) % 2 else "decode")
     elif src.is_dir():
         import_minari(src, store, run_id=f"k{seq}", progress=False)
     else:  # small chunks: many writer flushes inside one import
@@ -181,9 +182,13 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
                 assert {f"k{s}" for s in committed} <= set(runs), "an import that finished was lost"
                 steps = Counter(st.read("steps", columns=["run_id"]).column("run_id").to_pylist())
                 episodes = Counter(st.read("episodes", columns=["run_id"]).column("run_id").to_pylist())
+                videos = Counter(st.read("videos", columns=["run_id"]).column("run_id").to_pylist())
                 for run in runs:  # every run whole: all its steps and episodes, or no run at all
                     assert (steps[run], episodes[run]) == sizes[int(run[1:]) % 5], run
-                assert set(steps) | set(episodes) <= set(runs), "rows of a run that is not there"
+                    kept = int(run[1:]) % 5 == 4 and (int(run[1:]) // 5) % 2 == 1
+                    assert videos[run] == (3 if kept else 0), run  # its streams with it, or none
+                assert set(steps) | set(episodes) | set(videos) <= set(runs), \
+                    "rows of a run that is not there"
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
     assert committed, "no import finished between kills: the loop tested nothing"
 

@@ -70,7 +70,7 @@ def test_each_run_keeps_its_layout_and_reads_back_exactly(project):
     assert sorted(p.name for p in st.path.iterdir() if p.name.startswith(("memory", "steps"))) == \
         ["memory", "memory.2", "steps", "steps.2"]
     manifest = json.loads((st.path / MANIFEST_NAME).read_text())
-    assert manifest["format_version"] == "1.3" and {"memory.2", "steps.2"} <= set(manifest["tables"])
+    assert manifest["format_version"] == "1.4" and {"memory.2", "steps.2"} <= set(manifest["tables"])
     for run, algo, seed in (("ppo", "ppo", 1), ("dqn", "dqn", 2)):
         n = st.layout_of("memory", run)
         table = st.read("memory", layout=n)

@@ -20,12 +20,13 @@ TYPE_MAP = {
     "float64": pa.float64(), "timestamp[us, UTC]": pa.timestamp("us", tz="UTC"), "json": pa.string(),
     "list<int64>": pa.list_(pa.int64()), "list<float64>": pa.list_(pa.float64()),
     "list<binary>": pa.list_(pa.binary()),
+    "large_binary": pa.large_binary(),
 }
 
 
 def test_one_schema_file_per_table_and_major_version():
     names = {p.name for p in SCHEMA_FILES}
-    tables = ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats")
+    tables = ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats", "videos")
     assert names == {f"{t}.v1.json" for t in tables}
     assert schema.TABLE_NAMES == tables
 
@@ -70,7 +71,7 @@ def test_file_metadata_names_table_and_version():
     md = schema.table("steps").file_metadata()
     assert md[b"rlarrow.table"] == b"steps"
     assert md[b"rlarrow.schema_version"] == b"1.0"
-    assert md[b"rlarrow.format_version"] == b"1.3"
+    assert md[b"rlarrow.format_version"] == b"1.4"
     assert md[b"rlarrow.writer"].startswith(b"rlarrow ")
 
 

@@ -70,7 +70,7 @@ def test_each_segment_is_written_once_and_the_manifest_keeps_only_the_rest(tmp_p
         # only the manifest's own files, refuses it before it recovers anything (docs/format.md)
         assert m["rows"] == files
         assert (sum(f["rows"] for f in m["files"]) == files) == (files < SEG)
-        assert on_disk(store.path)["format_version"] == ("2.0" if files >= SEG else "1.3")
+        assert on_disk(store.path)["format_version"] == ("2.1" if files >= SEG else "1.4")
     m = on_disk(store.path)["tables"]["scalars"]
     assert [r["files"] for r in m["segments"]] == [SEG, SEG] and len(m["files"]) == 3
     assert store.files("scalars") == sorted(store.files("scalars"))
@@ -154,7 +154,7 @@ def test_a_compaction_unsegments_the_list_and_vacuum_deletes_what_no_manifest_na
     reader = rlarrow.Store.open(store.path, readonly=True)
     old = set(segment_files(store.path))
     store.compact("scalars")
-    assert on_disk(store.path)["format_version"] == "1.3"  # no segments: format 1 again
+    assert on_disk(store.path)["format_version"] == "1.4"  # no segments: format 1 again
     assert set(segment_files(store.path)) == old  # kept until a vacuum
     for i in range(10, 19):
         append(store, i)
@@ -297,7 +297,7 @@ def test_a_segment_that_cannot_be_written_takes_its_commit_back(tmp_path):
     assert rlarrow.Store.open(store.path).row_count("scalars") == SEG * 2 - 1  # nothing adopted
 
 
-@pytest.mark.parametrize(("before", "after"), [("1.3", "2.0"), ("2.1", "2.1")])
+@pytest.mark.parametrize(("before", "after"), [("1.3", "2.1"), ("2.0", "2.1"), ("2.2", "2.2")])
 def test_the_format_version_moves_up_to_segments_and_a_later_minor_stays(tmp_path, before, after):
     store = make(tmp_path, SEG - 1)
     m = on_disk(store.path)
@@ -307,12 +307,12 @@ def test_the_format_version_moves_up_to_segments_and_a_later_minor_stays(tmp_pat
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rlarrow.FormatVersionWarning)  # (2.1: newer, kept)
+        warnings.simplefilter("ignore", rlarrow.FormatVersionWarning)  # (2.2: newer, kept)
         again = rlarrow.Store.open(store.path, auto_compact=None)
         append(again, 50)
         assert on_disk(store.path)["format_version"] == after
         again.compact("scalars")
-    assert on_disk(store.path)["format_version"] == ("1.3" if after == "2.0" else after)
+    assert on_disk(store.path)["format_version"] == ("1.4" if after == "2.1" else after)
 
 
 def test_a_copy_without_its_segments_is_refused_in_the_process_that_wrote_it(tmp_path):
@@ -329,7 +329,7 @@ def test_push_writes_a_whole_list_as_format_1(tmp_path):
     store = make(tmp_path)
     push(store, f"file://{tmp_path}/pushed")
     m = json.loads((tmp_path / "pushed" / MANIFEST_NAME).read_text())
-    assert m["format_version"] == "1.3" and "segments" not in m["tables"]["scalars"]
+    assert m["format_version"] == "1.4" and "segments" not in m["tables"]["scalars"]
     assert len(m["tables"]["scalars"]["files"]) == 10
 
 

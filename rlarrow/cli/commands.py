@@ -500,11 +500,14 @@ def _export_format_help() -> str:
 @click.option("--keep-images-encoded", is_flag=True,
               help="RLDS datasets: keep each image's PNG/JPEG bytes (a binary field, decoded on demand "
                    "with rlarrow.io.rlds.decode_image; exported back as they are) instead of uint8 pixels.")
+@click.option("--keep-video", is_flag=True,
+              help="LeRobot datasets: keep the cameras as video (the store's video layout: each episode's "
+                   "segment copied, not decoded; readers decode frames on demand) instead of uint8 frames.")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, again: bool,
-            keep_images_encoded: bool) -> None:
+            keep_images_encoded: bool, keep_video: bool) -> None:
     """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
 
@@ -522,7 +525,8 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
                               names=names, autoreset=None if autoreset == "auto" else autoreset,
                               skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
                               dtype="float64" if float64 else "float32", layout=layout,
-                              images="encoded" if keep_images_encoded else "decode")
+                              images="encoded" if keep_images_encoded else "decode",
+                              video="keep" if keep_video else "decode")
     except (Exception, KeyboardInterrupt):
         click.echo("convert: nothing was committed; the store is as it was before", err=True)
         raise

@@ -55,6 +55,7 @@ from rlarrow.core import specs as _specs
 from rlarrow.core.errors import StoreError
 from rlarrow.core.store import Store, as_store
 from rlarrow.core.tensors import to_numpy
+from rlarrow.core.video import VideoFrames, with_frames
 
 __all__ = ["DmEnvRows", "StepData"]
 
@@ -239,6 +240,7 @@ class DmEnvRows:
         #: the run's ``source`` (``"envlogger"`` for an envlogger import; None if unknown)
         self.source: str | None = self._run.get("source")
         self._dm_env: Any = None
+        self._frames: VideoFrames | None | bool = False  # (False: not looked for yet)
 
     # ------------------------------------------------------------------ counts
 
@@ -360,7 +362,8 @@ class DmEnvRows:
     def episode_table(self, k: int | slice, columns: Sequence[str] | None = None) -> pa.Table:
         """Episode ``k`` (or a slice of episodes) as the ``steps`` rows, RLDS-aligned.
 
-        ``columns`` picks columns: many episodes are then read for those columns only.
+        ``columns`` picks columns: many episodes are then read for those columns only. Cameras
+        in the video layout are decoded into the observation (:mod:`rlarrow.core.video`).
         """
         ks = range(*k.indices(len(self._lengths))) if isinstance(k, slice) else range(k, k + 1)
         if not ks:
@@ -369,7 +372,21 @@ class DmEnvRows:
             pos = self._positions[self._offsets[ks.start]:self._offsets[ks.stop]]
         else:
             pos = np.concatenate([self._positions[self._offsets[i]:self._offsets[i + 1]] for i in ks])
-        return self._rows.take(pos, None if columns is None else list(columns))
+        frames = self._video_frames()
+        if frames is None or (columns is not None and "observation" not in columns):
+            return self._rows.take(pos, None if columns is None else list(columns))
+        keys = ["run_id", "episode_id", "env_index", "step"]
+        stored = self.store.schema("steps")
+        wanted = None if columns is None else [  # (a camera-only observation has no stored column)
+            c for c in dict.fromkeys([*columns, *keys]) if stored is None or c in stored.names]
+        table = with_frames(self._rows.take(pos, wanted), frames)
+        return table if columns is None else table.select(list(columns))
+
+    def _video_frames(self) -> VideoFrames | None:
+        if self._frames is False:
+            found = VideoFrames.of(self.store)
+            self._frames = found if found is not None and found.columns(self.run_id) else None
+        return self._frames  # type: ignore[return-value]
 
     def episode_columns(self, k: int | slice, columns: Sequence[str] = ("observation", "action", "reward",
                                                                        "discount", "is_first", "is_last",
@@ -414,7 +431,7 @@ class DmEnvRows:
         offsets = self._offsets
         k_lo = int(np.searchsorted(offsets, lo, side="right") - 1)
         start = lo - 1 if lo > offsets[k_lo] else lo  # the row before: its action led here
-        table = self._rows.take(self._positions[start:hi])
+        table = with_frames(self._rows.take(self._positions[start:hi]), self._video_frames())
         n = table.num_rows
         index = np.arange(start, hi)
         k = np.searchsorted(offsets, index, side="right") - 1

@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 #: Version of the store layout (directory structure and manifest).
-FORMAT_VERSION: tuple[int, int] = (1, 3)
+FORMAT_VERSION: tuple[int, int] = (1, 4)
 
 #: Parquet key-value metadata keys every rlarrow file carries.
 KEY_TABLE = "rlarrow.table"
@@ -96,6 +96,7 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "list<int64>": pa.list_(pa.int64()),
     "list<float64>": pa.list_(pa.float64()),
     "list<binary>": pa.list_(pa.binary()),
+    "large_binary": pa.large_binary(),
 }
 
 
@@ -271,7 +272,8 @@ _TABLES = _load_all()
 
 #: Names of the tables of a store, in dependency order.
 TABLE_NAMES: tuple[str, ...] = tuple(
-    n for n in ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats") if n in _TABLES
+    n for n in ("runs", "episodes", "steps", "scalars", "memory", "sources", "stats", "videos")
+    if n in _TABLES
 )
 
 

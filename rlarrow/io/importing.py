@@ -340,6 +340,7 @@ def import_paths(
     dtype: str = "float32",
     layout: str = "binary",
     images: str = "decode",
+    video: str = "decode",
     progress: bool | None = None,
 ) -> ImportReport:
     """Import ``inputs`` into ``store``, one run per unit (see the module docs), all or nothing.
@@ -362,6 +363,8 @@ def import_paths(
         layout: how a new memory table stores tensors.
         images: RLDS datasets: ``"decode"`` images to uint8 tensors, or keep them ``"encoded"``
             (see :func:`rlarrow.io.rlds.import_rlds`).
+        video: LeRobot datasets: ``"decode"`` cameras to uint8 frames, or ``"keep"`` them as
+            video (see :func:`rlarrow.io.lerobot.import_lerobot`).
         progress: progress bars (None: when stderr is a terminal).
 
     Raises:
@@ -398,7 +401,7 @@ def import_paths(
                 rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
                                    autoreset=autoreset, skip_corrupt=skip_corrupt, num_envs=num_envs,
                                    memory_size=memory_size, dtype=dtype, layout=layout, images=images,
-                                   progress=progress, report=report, hashes=hashes, now=now)
+                                   video=video, progress=progress, report=report, hashes=hashes, now=now)
                 report.runs.append(rid)
                 for p in todo:
                     seen_now[hashes[p][0]] = rid
@@ -459,11 +462,11 @@ def _new_sources(u: _Unit, hashes: dict[Path, tuple[str, int]], known: dict[str,
 def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, name: str | None,
                  episodes: bool, names: Mapping[str, str] | None, autoreset: str | None, skip_corrupt: bool,
                  num_envs: int | None, memory_size: int | None, dtype: str, layout: str, images: str,
-                 progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
+                 video: str, progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
                  now: datetime) -> str:
     options = ImportOptions(run_id=run_id, name=name, episodes=episodes, names=names, autoreset=autoreset,
                             skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
-                            dtype=dtype, layout=layout, images=images, progress=progress)
+                            dtype=dtype, layout=layout, images=images, video=video, progress=progress)
     snapshot_of: dict[Path, int] = {}
     if u.fmt is not None:  # one format: its own import, through the registry
         assert u.fmt.import_ is not None

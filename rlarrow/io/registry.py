@@ -90,6 +90,7 @@ class ImportOptions:
         dtype: csv exports: float dtype.
         layout: how a new memory table stores tensors.
         images: RLDS datasets: decode images (``"decode"``) or keep their bytes (``"encoded"``).
+        video: LeRobot datasets: decode cameras (``"decode"``) or keep them as video (``"keep"``).
         progress: progress bars (None: when stderr is a terminal).
     """
 
@@ -105,6 +106,7 @@ class ImportOptions:
     dtype: str = "float32"
     layout: str = "binary"
     images: str = "decode"
+    video: str = "decode"
     progress: bool | None = None
 
 
@@ -440,7 +442,7 @@ def _import_lerobot(sources: Sequence[Path], store: Store, options: ImportOption
     from rlarrow.io.lerobot import import_lerobot
 
     (directory,) = sources
-    report = import_lerobot(directory, store, run_id=options.run_id, name=options.name,
+    report = import_lerobot(directory, store, run_id=options.run_id, name=options.name, video=options.video,
                             progress=options.progress)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
@@ -516,7 +518,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         export_options=(*_EXPORT_OPTIONS, "--codebase", "--images", "--fps", "--task"),
         export_help=("lerobot (a run's episodes as a LeRobot dataset; --codebase v3.0|v2.1, "
                      "--images auto|video|png)"),
-        noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again"),
+        noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again", "--keep-video"),
         convert_help=("LEROBOT_DIR", "a LeRobot v3.0 or v2.x dataset (meta/info.json, data/, videos/):\n"
                                      "one run of episodes, cameras decoded"),
     ),

@@ -142,7 +142,51 @@ def _ema_macro() -> str:
        from parts p left join ends e on e.run_id = p.run_id and e.tag = p.tag and e._blk = p._blk - 1"""
 
 
-def _tensor_decoders(con: Any, st: Any) -> None:
+def _video_frames(con: Any, files: list[Any]) -> list[Any]:
+    """Register ``video_frame(run_id, episode_id, env_index, step, column)`` over the pinned ``videos``.
+
+    It gives a step's frame of a video-layout camera as a BLOB of uint8 ``(H, W, C)`` bytes
+    (null where the step has none), decoded on demand (:mod:`rlarrow.core.video`); the
+    tensor types of the frames are returned, for their ``tensor_uint8_HxWxC`` decoders.
+    """
+    from rlarrow.core.tensors import TensorType
+    from rlarrow.core.video import VideoFrames
+
+    import pyarrow.parquet as pq
+
+    shapes: set[tuple[int, int, int]] = set()
+    for path in files:  # (their frame shapes only: the index is read at the first call)
+        for r in pq.read_table(path, columns=["height", "width", "channels"]).to_pylist():
+            shapes.add((r["height"], r["width"], r["channels"]))
+    held: list[VideoFrames] = []
+
+    def video_frame(runs: Any, episodes: Any, envs: Any, steps: Any, columns: Any) -> pa.Array:
+        if not held:
+            held.append(VideoFrames(files))
+        frames = held[0]
+        cols = [c.to_pylist() if isinstance(c, (pa.Array, pa.ChunkedArray)) else list(c)
+                for c in (runs, episodes, envs, steps, columns)]
+        out: list[bytes | None] = [None] * len(cols[0])
+        groups: dict[tuple[Any, Any, Any, Any], list[int]] = {}
+        for i, (r, e, v, _, c) in enumerate(zip(*cols, strict=True)):
+            if None not in (r, e, v, cols[3][i], c):
+                groups.setdefault((r, e, v, c), []).append(i)
+        for (r, e, v, c), rows in groups.items():
+            if not files or c not in frames.columns(r):
+                continue
+            images, has = frames.frames(r, e, v, c, [cols[3][i] for i in rows])
+            for j, i in enumerate(rows):
+                if has[j]:
+                    out[i] = images[j].tobytes()
+        return pa.array(out, pa.binary())
+
+    # (registered on every store: one without videos gives null, not an unknown function)
+    con.create_function("video_frame", video_frame, ["VARCHAR", "BIGINT", "INTEGER", "BIGINT", "VARCHAR"],
+                        "BLOB", type="arrow", null_handling="special")
+    return [TensorType("uint8", shape) for shape in sorted(shapes)]
+
+
+def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = ()) -> None:
     """Register SQL decoders for ``st``'s binary-layout tensors, and the ``*_decoded`` views.
 
     DuckDB reads a binary-layout tensor (``rlarrow.tensor``) as a BLOB of its bytes. For each
@@ -223,6 +267,8 @@ def _tensor_decoders(con: Any, st: Any) -> None:
             return f"case when {ref} is null then null else struct_pack({fields}) end"
         return None
 
+    for type_ in more:  # (the frames of video_frame)
+        function(type_)
     columns: dict[str, dict[str, str]] = {}
     for table in ("steps", "memory"):
         schema = st.schema(table)
@@ -303,7 +349,7 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
         warnings.warn("connect(ema_window=) is ignored: the ema macro now weighs every point's whole "
                       "history, at any weight; leave it out", DeprecationWarning, stacklevel=2)
     con.execute(_ema_macro())
-    _tensor_decoders(con, st)
+    _tensor_decoders(con, st, _video_frames(con, pinned.get("videos", [])))
     return con
 
 

@@ -12,6 +12,7 @@ transitions (``observation``/``next_observation``, ``done``, ``truncated``).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "del
 TRANSITION_COLUMNS = list(_transitions.STEP_COLUMNS)
 KEYS = ["run_id", "episode_id", "step"]
 _WINDOW_KEYS = [*KEYS, "is_last"]
+_VIDEO_KEYS = [*KEYS, "env_index"]  # (what finds a row's frame of a video-layout field)
 
 
 @dataclass(frozen=True)
@@ -274,12 +276,16 @@ class Windows:
     """
 
     __slots__ = ("_window_bytes", "base", "bounds", "deltas", "flags", "length", "rows", "starts",
-                 "transitions")
+                 "transitions", "videos")
 
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
                  transitions: bool = False, flags: dict[str, np.ndarray] | None = None, *,
                  deltas: dict[str, np.ndarray] | None = None,
-                 bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                 videos: dict[str, tuple[Any, tuple[int, ...]]] | None = None) -> None:
+        #: video-layout fields: their ``base`` column holds frame references (``VideoRefs``),
+        #: decoded into uint8 frames of the shape given when gathered
+        self.videos = videos or {}
         self.starts = starts
         self.length = length
         self.transitions = transitions
@@ -305,7 +311,8 @@ class Windows:
     def window_bytes(self) -> int:
         """Bytes one sample takes once gathered (an upper bound; worked out once)."""
         if self._window_bytes is None:
-            row = {k: v[:1].nbytes for k, v in self.base.items()}
+            row = {k: v[:1].nbytes + (math.prod(self.videos[k][1]) if k in self.videos else 0)
+                   for k, v in self.base.items()}
             if self.deltas is not None:
                 self._window_bytes = sum(
                     n * max((len(d) for name, d in self.deltas.items() if _under(k, name)), default=1)
@@ -325,6 +332,17 @@ class Windows:
         ``out(shape, dtype)``, when given, returns the array each gathered column is
         written into (a worker's shared-memory block).
         """
+        got = self._gather(which, out)
+        if self.videos:  # frame references to frames, for this batch only
+            for key in list(got):
+                source = key if key in self.videos else next(
+                    (k for k in self.videos if key in _transitions.next_names(k)), None)
+                if source is not None:
+                    refs, shape = self.videos[source]
+                    got[key] = refs.decode(got[key], shape, out)
+        return got
+
+    def _gather(self, which: np.ndarray | None, out: Any) -> dict[str, np.ndarray]:
         s = self.starts if which is None else self.starts[which]
         L = self.length
 
@@ -375,12 +393,14 @@ class Windows:
             at = np.arange(len(which), dtype=np.int64) * span
             return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()}, at - low, 1,
                            deltas=self.deltas,
-                           bounds=(at + np.maximum(0, lo - s - low), at + np.minimum(span - 1, hi - s - low)))
+                           bounds=(at + np.maximum(0, lo - s - low), at + np.minimum(span - 1, hi - s - low)),
+                           videos=self.videos)
         L = self.length
         idx = (self.starts[which][:, None] + np.arange(L)).reshape(-1)
         return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()},
                        np.arange(len(which), dtype=np.int64) * L, L, self.transitions,
-                       {k: v[which] for k, v in self.flags.items()} if self.transitions else None)
+                       {k: v[which] for k, v in self.flags.items()} if self.transitions else None,
+                       videos=self.videos)
 
     @classmethod
     def concat(cls, parts: Sequence[Windows], scratch: dict[str, np.ndarray] | None = None) -> Windows:
@@ -412,7 +432,8 @@ class Windows:
             bounds = (np.concatenate([p.bounds[0] + o for p, o in zip(parts, offsets, strict=True)]),  # type: ignore[index]
                       np.concatenate([p.bounds[1] + o for p, o in zip(parts, offsets, strict=True)]))  # type: ignore[index]
         return cls(base, starts, parts[0].length, parts[0].transitions,
-                   flags if parts[0].transitions else None, deltas=parts[0].deltas, bounds=bounds)
+                   flags if parts[0].transitions else None, deltas=parts[0].deltas, bounds=bounds,
+                   videos={k: v for p in parts for k, v in p.videos.items()})
 
 
 class SampleSource:
@@ -425,7 +446,11 @@ class SampleSource:
 
     def __init__(self, units_: list[Unit], columns: list[str], *, filter: Any = None,  # noqa: A002
                  sequence_length: int = 1, transitions: bool = False, filesystem: Any = None,
-                 deltas: dict[str, np.ndarray] | None = None) -> None:
+                 deltas: dict[str, np.ndarray] | None = None, videos: list[str] | None = None) -> None:
+        #: the store's ``videos`` files (video-layout cameras, decoded per batch), when read
+        self.video_files = list(videos or [])
+        self._refs: Any = None  # (a VideoRefs, made where the source reads: not pickled)
+        self._video_columns: dict[str, tuple[int, ...]] | None = None  # (the first unit's)
         self.units = units_
         self.columns = columns
         self.filter = filter
@@ -502,15 +527,54 @@ class SampleSource:
         if delta_steps is not None:
             deltas = _check_deltas(delta_steps, table, sequence_length, names, chosen, store.path)
             chosen += [d.split(".")[0] for d in deltas if d.split(".")[0] not in chosen]
+        videos: list[str] = []
+        if source == "steps" and "observation" in chosen and hasattr(store, "layout_dirs"):
+            videos = list(lease.pin_view(store, ["videos"])["videos"] if lease is not None
+                          else store.files("videos", refresh=False))
+        elif source == "steps" and "observation" in chosen and _has_videos(store):
+            raise StoreError(f"{store.path}: its cameras in the video layout are decoded from a local store "
+                             "only; pull it first (rlarrow.core.remote.pull)")
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
-                   transitions=transitions, filesystem=fs, deltas=deltas)
+                   transitions=transitions, filesystem=fs, deltas=deltas, videos=videos)
         made.lease = lease  # the links live as long as the source (and copies in workers read them)
         return made
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_keys"] = {}
+        state["_refs"] = None
+        state["_video_columns"] = None
         return state
+
+    def _videos(self, table: pa.Table, base: dict[str, np.ndarray]) -> dict[str, tuple[Any, tuple[int, ...]]]:
+        """Add the frame references of the video-layout fields of ``table``'s runs to ``base``."""
+        if not self.video_files or "observation" not in self.columns or not table.num_rows:
+            return {}
+        from rlarrow.core.video import VideoFrames, VideoRefs
+
+        if self._refs is None:
+            self._refs = VideoRefs(VideoFrames(self.video_files))
+        frames = self._refs.frames
+        runs = table.column("run_id").to_numpy(zero_copy_only=False)
+        found: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        shapes: dict[str, dict[tuple[int, ...], str]] = {}
+        for run in dict.fromkeys(runs.tolist()):
+            for column in frames.columns(run):
+                shapes.setdefault(column, {}).setdefault(frames.shape(run, column), run)
+                found.setdefault(column, (self._refs, frames.shape(run, column)))
+        seen = {c: s for c, (_, s) in found.items()}
+        if self._video_columns is None:
+            self._video_columns = seen
+        if seen != self._video_columns or any(len(v) > 1 for v in shapes.values()):
+            raise StoreError(
+                "runs read together keep other cameras in the video layout (fields and frame shapes: "
+                f"{self._video_columns} and {seen}); their frames cannot be one batch: read the runs "
+                "apart (filter=pyarrow.compute.field('run_id') == ...)")
+        for column in found:
+            base[column] = self._refs.refs(column, runs, table.column("episode_id").to_numpy(),
+                                           table.column("env_index").to_numpy(),
+                                           table.column("step").to_numpy())
+        return found
 
     def open(self, path: str) -> pq.ParquetFile:
         """One of the source's files, on its filesystem."""
@@ -537,7 +601,8 @@ class SampleSource:
                 old.close()
             files.clear()
             pf = files[unit.file] = self.open(unit.file)
-        cols = list(dict.fromkeys((_WINDOW_KEYS if self.needs_keys else []) + self.columns))
+        cols = list(dict.fromkeys((_WINDOW_KEYS if self.needs_keys else []) + self.columns
+                                  + (_VIDEO_KEYS if self.video_files else [])))
         flt_cols: list[str] = []
         if self.filter is not None:  # filters see the flat columns: never read tensors for them
             flt_cols = [f.name for f in pf.schema_arrow if f.name not in cols
@@ -557,7 +622,9 @@ class SampleSource:
             base: dict[str, np.ndarray] = {}
             for name in self.columns:
                 flat(name, to_numpy(table.column(name)), base)
-            return Windows(base, np.arange(table.num_rows, dtype=np.int64), 1, self.transitions)
+            videos = self._videos(table, base)
+            return Windows(base, np.arange(table.num_rows, dtype=np.int64), 1, self.transitions,
+                           videos=videos)
         if not own or not keep.any():
             return None
         if self.deltas is not None:
@@ -586,11 +653,12 @@ class SampleSource:
         base = {}
         for name in self.columns:
             flat(name, to_numpy(table.column(name)), base)
+        videos = self._videos(table, base)
         if order is not None:
             base = {k: np.take(v, order, axis=0) for k, v in base.items()}
         if bounds is not None:
-            return Windows(base, samples, 1, deltas=self.deltas, bounds=bounds)
-        return Windows(base, samples, L, self.transitions)
+            return Windows(base, samples, 1, deltas=self.deltas, bounds=bounds, videos=videos)
+        return Windows(base, samples, L, self.transitions, videos=videos)
 
     def _layout(self, table: pa.Table, pf: pq.ParquetFile, path: str, cols: list[str], before: int,
                 after: int) -> tuple[pa.Table, np.ndarray | None, np.ndarray, np.ndarray]:
@@ -731,3 +799,11 @@ class SampleSource:
             return
         with self.open(file) as other:
             yield other
+
+
+def _has_videos(store: Any) -> bool:
+    """Whether a (remote) store lists ``videos`` files (one of format 1.3 or before has none)."""
+    try:
+        return bool(store.files("videos"))
+    except (KeyError, LookupError, StoreError):
+        return False

@@ -176,6 +176,7 @@ NO_CHECKSUM = {
     "lerobot": "Parquet written without page checksums, mp4 video (lossy, no checksum) and JSON: values "
                "are not checksummed (frame counts and index ranges are checked against the episodes' "
                "metadata)",
+    "lerobot-video": "as lerobot; the mp4 packets are copied, not decoded, at import (a reader decodes them)",
     "rlds": "every record is CRC-32C checked, but dataset_info.json and features.json are plain JSON: a "
             "changed dtype or shape there reads the same bytes as other values",
     "hdf5": "HDF5 checksums its metadata (superblock v2+, object headers) but not raw data unless a file "
@@ -184,7 +185,7 @@ NO_CHECKSUM = {
 
 #: Columns that differ between two imports of the same data (where and when).
 _VOLATILE = {"created_at", "source_path"}
-_TABLES = ("runs", "episodes", "steps", "scalars", "memory")
+_TABLES = ("runs", "episodes", "steps", "scalars", "memory", "videos")
 
 Fingerprint = dict[str, Counter[str]]
 
@@ -239,7 +240,7 @@ def _check_untouched(path: Path, before: Any) -> None:
     assert kept.equals(before), f"{path}: a failed import changed data committed before it"
 
 
-def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]:
+def _convert(kind: str, *, skip: bool = False, keep: bool = False) -> Callable[[Path, Path], Result]:
     def target(path: Path, tmp: Path) -> Result:
         store = tmp / "s.rlarrow"
         st, before = _base_store(store)
@@ -266,7 +267,13 @@ def _convert(kind: str, *, skip: bool = False) -> Callable[[Path, Path], Result]
             elif kind == "lerobot":
                 from rlarrow.io.lerobot import import_lerobot
 
-                import_lerobot(path, st, run_id="fuzz", progress=False)
+                import_lerobot(path, st, run_id="fuzz", progress=False, video="keep" if keep else "decode")
+                if keep:  # the kept streams must decode (or say they cannot) where a reader reads them
+                    from rlarrow.core.dm_env_rows import DmEnvRows
+
+                    with DmEnvRows(st, run_id="fuzz") as rows:
+                        for k in range(rows.num_episodes):
+                            rows.episode_table(k)
             elif kind == "rlds":
                 from rlarrow.io.rlds import import_rlds
 
@@ -304,11 +311,12 @@ TARGETS: dict[str, Callable[[Path, Path], Result]] = {
     "hdf5": _convert("hdf5"),
     "rlds": _convert("rlds"),
     "lerobot": _convert("lerobot"),
+    "lerobot-video": _convert("lerobot", keep=True),
     "envlogger": _convert("envlogger"), "envlogger-skip": _convert("envlogger", skip=True),
     "store": _store_target,
 }
 #: The seeds each target is fed (the skip variants share their importer's).
-SEED_KIND = {"tfevents-skip": "tfevents", "envlogger-skip": "envlogger"}
+SEED_KIND = {"tfevents-skip": "tfevents", "envlogger-skip": "envlogger", "lerobot-video": "lerobot"}
 
 _SEED_RESULTS: dict[tuple[str, Path], Result] = {}
 

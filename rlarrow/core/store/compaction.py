@@ -29,6 +29,7 @@ from rlarrow.core.store.files import (
     FILE_BYTES,
     ROW_GROUP_BYTES,
     _undo,
+    batch_rows,
     fsync_file,
     new_file_name,
     open_parquet,
@@ -278,7 +279,7 @@ class CompactingStore(RepairStore):
                                            "repair STORE` to see what can be kept") from exc
                 if transform is None:
                     batches: Iterator[pa.Table] = (
-                        pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=65536)
+                        pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=batch_rows(spec.name))
                     )
                 else:
                     batches = iter([transform(pf.read())])

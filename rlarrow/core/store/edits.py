@@ -52,7 +52,14 @@ import pyarrow.parquet as pq
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 from rlarrow.core.store.commits import CommittingStore
-from rlarrow.core.store.files import fsync_file, new_file_name, open_parquet, temp_name, write_row_groups
+from rlarrow.core.store.files import (
+    batch_rows,
+    fsync_file,
+    new_file_name,
+    open_parquet,
+    temp_name,
+    write_row_groups,
+)
 from rlarrow.core.store.layouts import file_run_ids, table_of
 from rlarrow.core.store.manifest import check_inside, write_error
 
@@ -245,7 +252,8 @@ class EditingStore(CommittingStore):
         writer = None
         rows = offset = 0
         try:
-            for batch in pf.iter_batches(batch_size=_BATCH_ROWS):
+            table = (pf.schema_arrow.metadata or {}).get(b"rlarrow.table", b"").decode()
+            for batch in pf.iter_batches(batch_size=min(_BATCH_ROWS, batch_rows(table))):
                 part = pa.Table.from_batches([batch])
                 here = mask[offset:offset + part.num_rows]
                 offset += part.num_rows

@@ -32,8 +32,9 @@ import pyarrow.parquet as pq
 from rlarrow.core.errors import StoreError
 from rlarrow.core.store.layouts import table_of
 
-__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "LOCK_NAME", "ROW_GROUP_BYTES", "CommitInfo", "fsync_file",
-           "new_file_name", "open_parquet", "temp_name", "temp_owner", "write_row_groups"]
+__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "LOCK_NAME", "ROW_GROUP_BYTES", "SMALL_ROW_GROUPS",
+           "CommitInfo", "batch_rows", "fsync_file", "new_file_name", "open_parquet", "temp_name",
+           "temp_owner", "write_row_groups"]
 
 #: The lock file a writer holds while it changes the manifest.
 LOCK_NAME = ".rlarrow.lock"
@@ -43,6 +44,18 @@ _HOST = socket.gethostname().replace("-", "_")[:32] or "host"
 
 #: Default sizes: row groups of ~64 MiB in memory, files up to ~1 GiB.
 ROW_GROUP_BYTES = 64 << 20
+#: tables whose rows are large and read one at a time, and their row groups' bytes: a ``videos``
+#: row is an mp4 that a reader fetches alone, and a row group is the least it reads
+SMALL_ROW_GROUPS = {b"videos": 2 << 20}
+
+
+def batch_rows(table: str) -> int:
+    """Rows a rewrite (compaction, an edit) reads at a time from a file of ``table``.
+
+    65,536, but 16 for the videos table, whose rows are whole mp4 streams: 65,536 of them
+    would be read at once, many GB.
+    """
+    return 16 if table.partition(".")[0] == "videos" else 65536
 FILE_BYTES = 1 << 30
 #: Auto-compaction starts when a table has more small files than this.
 AUTO_COMPACT_FILES = 64
@@ -260,6 +273,9 @@ def write_row_groups(writer: pq.ParquetWriter, data: pa.Table, row_group_bytes: 
     """
     if data.num_rows == 0:
         return
+    cap = SMALL_ROW_GROUPS.get((data.schema.metadata or {}).get(b"rlarrow.table", b""))
+    if cap is not None:  # (whichever writer: append, TableWriter, compaction, an edit's rewrite)
+        row_group_bytes = min(row_group_bytes, cap)
     per_row = max(1, data.nbytes // max(1, data.num_rows))
     rows_per_group = max(1, min(1 << 20, row_group_bytes // per_row))
     if path is None or data.num_rows <= rows_per_group:

@@ -45,7 +45,7 @@ MANIFEST_NAME = "_rlarrow_store.json"
 #: what it adds cannot be ignored (the manifest's own ``files`` are then only the last of a
 #: table's files), so an rlarrow of format 1 must refuse it. A store without segments is
 #: written as :data:`rlarrow.core.schema.FORMAT_VERSION`, readable by every rlarrow 1.x.
-SEGMENTED_FORMAT: tuple[int, int] = (2, 0)
+SEGMENTED_FORMAT: tuple[int, int] = (2, 1)
 
 
 class Expands(Protocol):

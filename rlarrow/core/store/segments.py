@@ -316,11 +316,12 @@ def encode_manifest(manifest: dict[str, Any], root: Path) -> tuple[bytes, Callab
     # Segments are format 2.0 (an earlier rlarrow would read only the manifest's own files);
     # a store without them stays of format 1 (FORMAT_VERSION), which every rlarrow 1.x reads.
     # A later minor of 2 (features this rlarrow keeps but does not know) stays what it is.
+    # (2.0, which rlarrow wrote before the videos table, is an older minor: made 2.1 or 1.4)
     fmt = _schema.parse_version(manifest.get("format_version", "1.0"))
     if any("segments" in t for t in tables.values()):
-        if fmt[0] != SEGMENTED_FORMAT[0]:
+        if fmt[0] != SEGMENTED_FORMAT[0] or fmt < SEGMENTED_FORMAT:
             manifest["format_version"] = _schema.format_version(SEGMENTED_FORMAT)
-    elif fmt == SEGMENTED_FORMAT:
+    elif fmt[0] == SEGMENTED_FORMAT[0] and fmt <= SEGMENTED_FORMAT:
         manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
     # compact: with indent= the json module leaves its C encoder for the Python one, which
     # made this dump most of a commit's cost at 1,500 files (5 ms of 30)

@@ -47,13 +47,25 @@ import pyarrow.parquet as pq
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
 from rlarrow.core.episodes import EpisodeRows
-from rlarrow.core.errors import CorruptFileError, MissingDependencyError, RLArrowError, UnsupportedInputError
+from rlarrow.core.errors import (
+    ArgumentError,
+    CorruptFileError,
+    MissingDependencyError,
+    RLArrowError,
+    UnsupportedInputError,
+)
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.core.video import remux_segment, video_row
 from rlarrow.io import EpisodesReport
 
-__all__ = ["FRAME_KEYS", "import_lerobot", "is_lerobot_dir"]
+__all__ = ["FRAME_KEYS", "VIDEO_MODES", "VIDEO_ROW_GROUP_BYTES", "import_lerobot", "is_lerobot_dir"]
+
+#: how :func:`import_lerobot` stores video features: decoded uint8 frames, or kept as video
+VIDEO_MODES = ("decode", "keep")
+#: row groups of the ``videos`` table (the store keeps them at most this: a stream is read alone)
+VIDEO_ROW_GROUP_BYTES = 2 << 20
 
 #: the per-frame bookkeeping features LeRobot adds; kept as each step's metadata
 FRAME_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -100,9 +112,15 @@ def import_lerobot(
     *,
     run_id: str | None = None,
     name: str | None = None,
+    video: str = "decode",
     progress: bool | None = None,
 ) -> EpisodesReport:
     """Import a LeRobot v3.0 or v2.x dataset into ``store`` as one run (see the module docs).
+
+    ``video="keep"`` keeps the cameras as video (the store's video layout, ``videos`` table):
+    each episode's segment of each camera's mp4 is copied, not decoded, into a stream of its
+    own, and the readers that decode (``Reader``, exports, SQL's ``video_frame``) give the
+    frames decoding the original gives. ``"decode"`` (default) stores uint8 frames.
 
     Raises:
         UnsupportedInputError: not a LeRobot dataset, or a codebase version not read yet.
@@ -141,18 +159,38 @@ def import_lerobot(
         stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise CorruptFileError(stats_path, f"not readable JSON ({exc}): the dataset is damaged") from exc
+    if video not in VIDEO_MODES:
+        raise ArgumentError(f"video={video!r}: one of {', '.join(VIDEO_MODES)}")
     videos = [k for k, f in features.items() if f.get("dtype") == "video"]
     if videos:
         _require_av(root)
+    keep = video == "keep"
+    if (
+        keep
+        and videos
+        and not any(
+            (k == "observation" or k.startswith("observation.")) and f.get("dtype") != "video"
+            for k, f in features.items()
+        )
+    ):
+        raise UnsupportedInputError(
+            root,
+            "every observation feature is a camera: kept as video, the steps would hold no observation, "
+            "which StreamingDataset does not read yet; import it with its cameras decoded",
+        )
     with opened(store, create=True) as st, st.transaction():  # all of the dataset or nothing of it
         frames = _Frames(root, info)
         report = None
         ep_rows = EpisodeRows()
-        with st.writer("steps") as writer, bar(len(episodes), "import lerobot", "episode", progress) as pbar:
+        with (
+            st.writer("steps") as writer,
+            st.writer("videos", row_group_bytes=VIDEO_ROW_GROUP_BYTES) as video_writer,
+            bar(len(episodes), "import lerobot", "episode", progress) as pbar,
+        ):
             for ep in episodes:
                 try:
                     table = frames.episode(ep)
-                    columns = _columns(root, table, features, ep, videos, info)
+                    columns = _columns(root, table, features, ep, videos, info, keep=keep)
                 except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
                     raise CorruptFileError(
                         root,
@@ -176,7 +214,7 @@ def import_lerobot(
                         source_version=f"lerobot {version}",
                         alignment="rlds",
                         num_envs=1,
-                        metadata={"info": info, "stats": stats, "tasks": tasks},
+                        metadata={"info": info, "stats": stats, "tasks": tasks, "video": video},
                         env_specs=_specs(features),
                     )
                     report = EpisodesReport(run_id=run)
@@ -184,6 +222,13 @@ def import_lerobot(
                 writer.write(
                     _schema.build("steps", steps, num_rows=len(steps["step"]), established=st.schema("steps"))
                 )
+                for key, (stream, source) in columns[
+                    "videos"
+                ].items():  # the video layout: N frames, steps 0..N-1
+                    row = video_row(
+                        run, int(ep["episode_index"]), 0, key, stream, range(columns["n"]), source
+                    )
+                    video_writer.write(_schema.build("videos", row, num_rows=1))
                 rewards = columns["reward"]
                 ep_rows.add(
                     int(ep["episode_index"]),
@@ -351,15 +396,21 @@ def _columns(
     ep: dict[str, Any],
     videos: list[str],
     info: dict[str, Any],
+    *,
+    keep: bool = False,
 ) -> dict[str, Any]:
     n = table.num_rows
     obs: dict[str, Any] = {}
     acts: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     action = reward = None
     done = False
     for key, spec in features.items():
         dtype = spec.get("dtype")
+        if dtype == "video" and keep:
+            kept[key] = _video(root, info, key, ep, n, tuple(spec.get("shape") or ()), keep=True)
+            continue
         if dtype == "video":
             values = _video(root, info, key, ep, n, tuple(spec.get("shape") or ()))
         elif key not in table.column_names:
@@ -398,6 +449,7 @@ def _columns(
         "done": done,
         "extra": extra,
         "n": n,
+        "videos": kept,
     }
 
 
@@ -446,9 +498,19 @@ def _images(column: pa.ChunkedArray, root: Path, key: str, channels: int = 3) ->
 
 
 def _video(
-    root: Path, info: dict[str, Any], key: str, ep: dict[str, Any], n: int, shape: tuple[int, ...]
+    root: Path,
+    info: dict[str, Any],
+    key: str,
+    ep: dict[str, Any],
+    n: int,
+    shape: tuple[int, ...],
+    *,
+    keep: bool = False,
 ) -> Any:
-    """The episode's frames of camera ``key``: its segment of the video file, decoded with PyAV."""
+    """The episode's frames of camera ``key``: its segment of the video file, decoded with PyAV.
+
+    ``keep``: the segment copied into a stream of its own, not decoded: (VideoStream, source).
+    """
     import av
 
     if ep.get("_v2"):  # v2: a video file per episode and camera, the whole of it
@@ -480,6 +542,22 @@ def _video(
     if ((info.get("features") or {}).get(key) or {}).get("info", {}).get("video.is_depth_map"):
         raise UnsupportedInputError(path, f"{key} is a depth-map video, which rlarrow does not decode yet")
     fps = Fraction(str(info.get("fps") or 1)).limit_denominator(1000)
+    if keep:
+        copied = remux_segment(
+            path, float(start), float(stop), float(fps), channels=int(shape[-1]) if shape else 3
+        )
+        if ep.get("_v2") and copied.frames > n:  # (v2: the episode's file; its first n frames, as decoded)
+            copied.keyframes = [k for k in copied.keyframes if k < n]
+            copied.pts = copied.pts[:n]
+        if copied.frames != n or (len(shape) == 3 and (copied.height, copied.width) != shape[:2]):
+            raise CorruptFileError(
+                path,
+                f"episode {ep['episode_index']}'s segment {start}..{stop} s holds {copied.frames} frames of "
+                f"{copied.height}x{copied.width}; the episode has {n} of {shape}: the dataset is damaged, "
+                "or its episodes share frames across their bounds (an open-GOP stream) and cannot be "
+                "copied apart: import it with its cameras decoded",
+            )
+        return copied, f"{path.relative_to(root)} [{start}, {stop}) s"
     out = np.empty((n, *shape), np.uint8) if len(shape) == 3 else None
     got = 0
     try:
