@@ -41,6 +41,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "tfevents_crc.py": (["tfevents_crc"], None),
     "hdf5_import.py": (["hdf5_import"], None),
     "rlds_import.py": (["rlds_import"], "tfds"),
+    "video_layout.py": (["video_layout"], "lerobot"),
     "sql_returns.py": (["sql_returns"], None),
     "sql_macros.py": (["sql_macros"], None),
     "export_memory.py": (["export_memory_20M"], None),
@@ -108,6 +109,10 @@ def run(only: list[str] | None) -> dict[str, tuple[str, float]]:
             continue
         if needs == "cuda" and not _cuda():
             status[script] = ("skipped: needs a CUDA device", 0.0)
+            continue
+        if needs == "lerobot" and (importlib.util.find_spec("lerobot") is None
+                                   or importlib.util.find_spec("av") is None):
+            status[script] = ("skipped: needs lerobot and PyAV (make installs them)", 0.0)
             continue
         if needs == "tfds" and importlib.util.find_spec("tensorflow_datasets") is None:
             status[script] = ("skipped: needs TensorFlow and tensorflow-datasets (see the script)", 0.0)
