@@ -331,7 +331,6 @@ class VideoFrames:
     """
 
     def __init__(self, files: list[Any], *, cache_bytes: int = 256 << 20) -> None:
-        import pyarrow.parquet as pq
 
         self._where: dict[tuple[str, int, int, str], tuple[Any, int, int]] = {}
         self._meta: dict[tuple[str, int, int, str], dict[str, Any]] = {}
@@ -341,19 +340,8 @@ class VideoFrames:
         self._groups: dict[tuple[Any, int], list[tuple[str, int, int, str]]] = {}  # a row group's streams
         self._shapes: dict[tuple[str, str], tuple[int, int, int]] = {}
         for path in files:
-            try:
-                pf = pq.ParquetFile(path)
-                parts = [
-                    pf.read_row_group(g, columns=list(INDEX_COLUMNS)).to_pylist()
-                    for g in range(pf.metadata.num_row_groups)
-                ]
-            except (pa.ArrowException, OSError) as exc:
-                raise CorruptFileError(
-                    path,
-                    f"the videos file cannot be read ({type(exc).__name__}: {exc}); "
-                    "`rlarrow check STORE` names damaged files",
-                ) from exc
-            for g, part in enumerate(parts):
+            groups = _read_groups(path, None, list(INDEX_COLUMNS))
+            for g, part in enumerate(t.to_pylist() for t in groups):
                 for offset, r in enumerate(part):
                     key = (r["run_id"], int(r["episode_id"]), int(r["env_index"]), r["column"])
                     self._where[key] = (path, g, offset)
@@ -395,8 +383,6 @@ class VideoFrames:
         A miss reads the stream's row group (about 8 MB) and keeps every stream in it, the
         least recently used dropped beyond ``cache_bytes``.
         """
-        import pyarrow.parquet as pq
-
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
@@ -404,14 +390,7 @@ class VideoFrames:
         if where is None:
             return None
         path, g, _ = where
-        try:
-            blobs = pq.ParquetFile(path).read_row_group(g, columns=["data"]).column(0)
-        except (pa.ArrowException, OSError) as exc:
-            raise CorruptFileError(
-                path,
-                f"the videos file cannot be read ({type(exc).__name__}: {exc}); "
-                "`rlarrow check STORE` names damaged files",
-            ) from exc
+        blobs = _read_groups(path, g, ["data"])[0].column(0)
         for other in self._groups[(path, g)]:
             offset = self._where[other][2]
             if other not in self._cache:
@@ -461,6 +440,22 @@ class VideoFrames:
         if stream is not None:
             images[has] = decode(stream, ks[has], where=Path(str(self._where[key][0])))
         return images, has
+
+
+def _read_groups(path: Any, group: int | None, columns: list[str]) -> list[pa.Table]:
+    """Row group ``group`` (None: every one) of a videos file, ``columns`` only; damage named."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        which = range(pf.metadata.num_row_groups) if group is None else [group]
+        return [pf.read_row_group(g, columns=columns) for g in which]
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFileError(
+            path,
+            f"the videos file cannot be read ({type(exc).__name__}: {exc}); `rlarrow check STORE` names "
+            "damaged files",
+        ) from exc
 
 
 def _episodes_of(run_ids: Any, episodes: Any, envs: Any) -> Iterator[tuple[str, int, int, np.ndarray]]:

@@ -163,7 +163,7 @@ def import_lerobot(
         raise ArgumentError(f"video={video!r}: one of {', '.join(VIDEO_MODES)}")
     videos = [k for k, f in features.items() if f.get("dtype") == "video"]
     if videos:
-        _require_av(root)
+        _require_av(root, keep=video == "keep")
     keep = video == "keep"
     if (
         keep
@@ -248,13 +248,13 @@ def import_lerobot(
         return report
 
 
-def _require_av(root: Path) -> None:
+def _require_av(root: Path, keep: bool = False) -> None:
     try:
         import av  # noqa: F401
     except ImportError as exc:
         raise MissingDependencyError(
-            f"{root}: the dataset's cameras are videos; decoding them needs PyAV, which "
-            "is not installed: pip install 'rlarrow[video]'",
+            f"{root}: the dataset's cameras are videos; {'copying' if keep else 'decoding'} them needs "
+            "PyAV, which is not installed: pip install 'rlarrow[video]'",
             name="av",
         ) from exc
 
