@@ -149,10 +149,10 @@ def _video_frames(con: Any, files: list[Any]) -> list[Any]:
     (null where the step has none), decoded on demand (:mod:`rlarrow.core.video`); the
     tensor types of the frames are returned, for their ``tensor_uint8_HxWxC`` decoders.
     """
+    import pyarrow.parquet as pq
+
     from rlarrow.core.tensors import TensorType
     from rlarrow.core.video import VideoFrames
-
-    import pyarrow.parquet as pq
 
     shapes: set[tuple[int, int, int]] = set()
     for path in files:  # (their frame shapes only: the index is read at the first call)
