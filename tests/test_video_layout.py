@@ -281,3 +281,26 @@ def test_damaged_streams_and_v21_datasets(stores, tmp_path):
     assert rlarrow.sql(
         decoded, "select video_frame(run_id, episode_id, env_index, step, 'x') as f from steps limit 1"
     ).column("f").to_pylist() == [None]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="lerobot is not installed (make test installs it, with --no-deps: see the Makefile)",
+)
+def test_the_frames_are_lerobots_own(stores, tmp_path):
+    import os
+
+    kept, _ = stores
+    out = tmp_path / "peer.npz"
+    done = subprocess.run(
+        [sys.executable, str(FIXTURES.parent / "io" / "lerobot_peer.py"), str(SRC), str(out)],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = np.round(np.load(out)["observation.images.top"].transpose(0, 2, 3, 1) * 255).astype(np.uint8)
+    reader = rlarrow.Reader(kept)  # (each episode's last step has no frame: LeRobot keeps none)
+    ours = np.concatenate([reader.episode_columns(k)["observation"]["images"]["top"][:-1] for k in range(3)])
+    np.testing.assert_array_equal(ours, theirs)  # LeRobotDataset's frames, exactly
