@@ -278,9 +278,22 @@ def test_damaged_streams_and_v21_datasets(stores, tmp_path):
             a.episode_columns(k)["observation"]["images"]["top"],
             b.episode_columns(k)["observation"]["images"]["top"],
         )
-    assert rlarrow.sql(
-        decoded, "select video_frame(run_id, episode_id, env_index, step, 'x') as f from steps limit 1"
-    ).column("f").to_pylist() == [None]
+    with pytest.raises(Exception, match=r"\['x'\] is no video-layout field of the store \(its fields: none"):
+        rlarrow.sql(decoded, "select video_frame(run_id, episode_id, env_index, step, 'x') as f from steps")
+    with pytest.raises(Exception, match=r"its fields: \['observation.images.top'\]"):
+        rlarrow.sql(kept, "select video_frame(run_id, episode_id, env_index, step, 'images.top') from steps")
+
+
+def test_keep_flags_that_apply_to_no_input_are_refused(tmp_path):
+    for flag, src in (("--keep-video", FIXTURES / "rlds" / "robot"), ("--keep-images-encoded", SRC)):
+        done = subprocess.run(
+            [sys.executable, "-m", "rlarrow", "convert", str(src), "-o", str(tmp_path / "s"), flag],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode != 0 and "applies to" in done.stderr and "leave it out" in done.stderr, (
+            done.stderr
+        )
 
 
 @pytest.mark.skipif(

@@ -536,14 +536,16 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "directory", required=True, type=click.Path(),
-              help="Directory to write into (files go to DIR/memories/, as skrl writes them); "
-                   "robomimic: the .hdf5 file.")
+              help="Directory to write into: memory exports go to DIR/memories/ (as skrl writes them), a "
+                   "run's episodes are the dataset DIR (envlogger, minari, rlds, lerobot), event files go "
+                   "to DIR/<run_id>/; robomimic: the .hdf5 file.")
 @click.option("--format", "fmt", type=click.Choice([f.name for f in registry.exporters()]),
               default="pt", show_default=True, help=_export_format_help())
-@click.option("--run-id", help="Only this run's snapshots.")
+@click.option("--run-id", help="Memory formats: only this run's snapshots; episode formats: the run to "
+                               "export (needed when the store holds several).")
 @click.option("--overwrite", is_flag=True,
-              help="Replace what the target holds (DIR/memories/, the envlogger DIR, a run's event files); "
-                   "without it a target that holds anything is refused.")
+              help="Replace what the target holds (DIR/memories/, the dataset DIR, a run's event files, the "
+                   ".hdf5 file); without it a target that holds anything is refused.")
 @click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
               help="minari: Minari's backend to write (default hdf5, Minari's own default).")
 @click.option("--codebase", type=click.Choice(["v3.0", "v2.1"]),
@@ -659,8 +661,10 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         try:
             rel = con.sql(query)
         except duckdb.Error as exc:
-            raise click.ClickException(f"{exc}\n(views: runs, episodes, steps, scalars, memory, "
-                                       "transitions; `rlarrow info STORE` lists the columns)") from None
+            raise click.ClickException(
+                f"{exc}\n(views: runs, episodes, steps, scalars, memory, sources, stats, videos, "
+                "transitions, and steps_decoded, memory_decoded, transitions_decoded; `rlarrow info STORE` "
+                "lists the columns)") from None
         if rel is None:
             click.echo("ok")
             return

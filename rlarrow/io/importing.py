@@ -372,6 +372,12 @@ def import_paths(
             the import; nothing of it was committed.
     """
     units = _plan(inputs)
+    for option, value, default, fmt, flag in (("video", video, "decode", "lerobot", "--keep-video"),
+                                              ("images", images, "decode", "rlds", "--keep-images-encoded")):
+        if value != default and not any(u.fmt is not None and u.fmt.name == fmt for u in units):
+            raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
+                                    f"{flag} ({option}={value!r}) applies to {fmt} datasets, and none of "
+                                    "the inputs is one: leave it out")
     if run_id is not None and len(units) > 1:
         raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
                                 f"make {len(units)} runs ({', '.join(u.label for u in units[:3])}...); "

@@ -171,8 +171,13 @@ def _video_frames(con: Any, files: list[Any]) -> list[Any]:
         for i, (r, e, v, _, c) in enumerate(zip(*cols, strict=True)):
             if None not in (r, e, v, cols[3][i], c):
                 groups.setdefault((r, e, v, c), []).append(i)
+        known = {c for run in frames.runs() for c in frames.columns(run)}
+        unknown = sorted({c for _, _, _, c in groups} - known)
+        if unknown:
+            raise StoreError(f"video_frame: {unknown} is no video-layout field of the store (its fields: "
+                             f"{sorted(known) or 'none'}; `select distinct \"column\" from videos`)")
         for (r, e, v, c), rows in groups.items():
-            if not files or c not in frames.columns(r):
+            if c not in frames.columns(r):
                 continue
             images, has = frames.frames(r, e, v, c, [cols[3][i] for i in rows])
             for j, i in enumerate(rows):

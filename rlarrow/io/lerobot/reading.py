@@ -557,7 +557,8 @@ def _video(
                 "or its episodes share frames across their bounds (an open-GOP stream) and cannot be "
                 "copied apart: import it with its cameras decoded",
             )
-        return copied, f"{path.relative_to(root)} [{start}, {stop}) s"
+        segment = "" if ep.get("_v2") else f" [{start}, {stop}) s"  # (v2: the whole file)
+        return copied, f"{path.relative_to(root)}{segment}"
     out = np.empty((n, *shape), np.uint8) if len(shape) == 3 else None
     got = 0
     try:
