@@ -317,3 +317,24 @@ def test_the_frames_are_lerobots_own(stores, tmp_path):
     reader = rlarrow.Reader(kept)  # (each episode's last step has no frame: LeRobot keeps none)
     ours = np.concatenate([reader.episode_columns(k)["observation"]["images"]["top"][:-1] for k in range(3)])
     np.testing.assert_array_equal(ours, theirs)  # LeRobotDataset's frames, exactly
+
+
+def test_info_lists_video_fields_and_images_kept_encoded(stores, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+    from rlarrow.io.rlds import import_rlds
+
+    kept, _ = stores
+    text = CliRunner().invoke(cli, ["info", str(kept)]).output
+    assert "steps.observation.images.top: uint8 (24, 32, 3) av1, 3 streams, 19 frames" in text
+    assert "tensor_uint8_24x32x3(video_frame(" in text
+    fields = json.loads(CliRunner().invoke(cli, ["info", str(kept), "--json"]).output)["video_fields"]
+    assert fields == [
+        {"column": "observation.images.top", "codec": "av1", "shape": [24, 32, 3], "streams": 3, "frames": 19}
+    ]
+    import_rlds(FIXTURES / "rlds" / "robot", tmp_path / "e", images="encoded", progress=False)
+    text = CliRunner().invoke(cli, ["info", str(tmp_path / "e")]).output
+    assert "steps.observation.wrist: bytes, one value a row" in text and "() list" not in text

@@ -149,9 +149,11 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     """
     from rlarrow.core.store import Store
 
-    summary = Store.open(store, readonly=True).info()
+    st = Store.open(store, readonly=True)
+    summary = st.info()
+    videos = _video_fields(st) if summary.tables.get("videos") and summary.tables["videos"].rows else []
     if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
+        click.echo(json.dumps({**summary.to_dict(), "video_fields": videos}, indent=2))
         return
     click.echo(f"store    {summary.path}")
     click.echo(f"format   {summary.format_version} (written by {summary.writer}, "
@@ -166,7 +168,7 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     click.echo(f"{'table':<10} {'rows':>12} {'files':>6} {'size':>10}  schema")
     for name, t in summary.tables.items():
         click.echo(f"{name:<10} {t.rows:>12,} {t.files:>6} {_human(t.bytes):>10}  v{t.schema_version}")
-    tensor_lines = [f"  {name}.{column}: {what}" for name, t in summary.tables.items()
+    tensor_lines = [f"  {name}.{column}: {_tensor_kind(what)}" for name, t in summary.tables.items()
                     for column, what in t.tensors.items()]
     if tensor_lines:
         click.echo("")
@@ -176,6 +178,15 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
         if any(line.endswith(" binary") for line in tensor_lines):
             click.echo("  (binary: the rlarrow.tensor extension, a blob per row; SQL reads them as arrays "
                        "from the views steps_decoded, memory_decoded, transitions_decoded)")
+    if videos:
+        click.echo("")
+        click.echo("video fields (the video layout: mp4 streams in `videos`, decoded by Reader, exports, "
+                   "StreamingDataset and SQL's video_frame)")
+        for v in videos:
+            h, w, c = v["shape"]
+            click.echo(f"  steps.{v['column']}: uint8 ({h}, {w}, {c}) {v['codec']}, {v['streams']:,} "
+                       f"streams, {v['frames']:,} frames; SQL: tensor_uint8_{h}x{w}x{c}(video_frame("
+                       f"run_id, episode_id, env_index, step, '{v['column']}'))")
     click.echo("")
     runs = summary.runs
     click.echo(f"runs ({len(runs)})")
@@ -282,6 +293,26 @@ def push(store: str, destination: str, prune: bool) -> None:
     copied = run_push(store, destination, prune=prune, progress=None)  # a bar only on a terminal
     click.echo(f"copied {len(copied)} file(s) to {destination}" if copied
                else f"{destination} is up to date; wrote its manifest")
+
+
+def _tensor_kind(what: str) -> str:
+    """How ``rlarrow info`` says a tensor column's kind; a bytes column is a blob a row (encoded images)."""
+    if what.startswith(("binary ()", "large_binary ()")):
+        return "bytes, one value a row (images kept encoded: rlarrow.io.rlds.decode_image decodes one)"
+    return what
+
+
+def _video_fields(st: Any) -> list[dict[str, Any]]:
+    """The store's video-layout fields: column, codec, frame shape, streams and frames."""
+    table = st.read("videos", columns=["column", "codec", "height", "width", "channels", "steps"])
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in table.to_pylist():
+        key = (r["column"], r["codec"], r["height"], r["width"], r["channels"])
+        entry = found.setdefault(key, {"column": key[0], "codec": key[1], "shape": list(key[2:]),
+                                       "streams": 0, "frames": 0})
+        entry["streams"] += 1
+        entry["frames"] += len(r["steps"])
+    return list(found.values())
 
 
 @cli.command()
