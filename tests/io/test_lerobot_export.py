@@ -38,6 +38,9 @@ needs_lerobot = pytest.mark.skipif(
     not HAVE_LEROBOT,
     reason="lerobot is not installed (make test installs it, with --no-deps: see the Makefile)",
 )
+NEEDS_033 = pytest.mark.skipif(
+    not LEROBOT_033.is_dir(), reason="lerobot 0.3.3 (reads v2.1) is not in .venv/peers: make test installs it"
+)
 SRC = FIXTURES / "lerobot" / "pusht_v30"
 WRITTEN = FIXTURES / "lerobot" / "pusht_v30.written.npz"
 LENGTHS = (6, 8, 5)
@@ -48,9 +51,7 @@ VIDEO_TOLERANCE = 12  # AV1 (lossy) twice: LeRobot's encode, then ours; each fra
 def lerobot_load(root: Path, codebase: str, tmp_path: Path) -> dict[str, np.ndarray]:
     """Every frame of ``root`` as lerobot's LeRobotDataset gives it (lerobot_peer.py, a subprocess)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    if codebase == "v2.1":
-        if not LEROBOT_033.is_dir():
-            pytest.skip("lerobot 0.3.3 (reads v2.1) is not in .venv/peers: make test installs it")
+    if codebase == "v2.1":  # (the tests that come here are marked NEEDS_033)
         env["PYTHONPATH"] = os.fspath(LEROBOT_033)
     out = tmp_path / f"peer-{codebase}.npz"
     done = subprocess.run(
@@ -83,7 +84,7 @@ def frames_by_episode(peer: dict[str, np.ndarray], key: str) -> list[np.ndarray]
 
 
 @needs_lerobot
-@pytest.mark.parametrize("codebase", ["v3.0", "v2.1"])
+@pytest.mark.parametrize("codebase", ["v3.0", pytest.param("v2.1", marks=NEEDS_033)])
 def test_lerobot_loads_the_export_of_a_lerobot_import(tmp_path, codebase):
     from rlarrow.io.lerobot import export_lerobot
 

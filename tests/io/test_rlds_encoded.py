@@ -117,7 +117,12 @@ def test_the_cli_keeps_images_encoded_and_bad_modes_are_refused(tmp_path):
         import_rlds(RLDS / "robot", tmp_path / "x", images="raw")
 
 
-@pytest.mark.parametrize("fmt", ["lerobot", "minari", "robomimic"])
+@pytest.mark.parametrize("fmt", [
+    "lerobot",
+    pytest.param("minari", marks=pytest.mark.skipif(importlib.util.find_spec("minari") is None,
+                                                     reason="minari is not installed: pip install minari")),
+    "robomimic",
+])
 def test_exports_of_numbers_refuse_encoded_images_and_say_what_to_do(tmp_path, fmt):
     from rlarrow.io import registry
     from rlarrow.io.rlds import import_rlds
@@ -125,8 +130,6 @@ def test_exports_of_numbers_refuse_encoded_images_and_say_what_to_do(tmp_path, f
     import_rlds(RLDS / "robot", tmp_path / "s", images="encoded", progress=False)
     exporter = registry.get(fmt).export
     assert exporter is not None
-    if fmt == "minari" and importlib.util.find_spec("minari") is None:
-        pytest.skip("minari is not installed: pip install minari")
     with pytest.raises(rlarrow.InvalidInputError, match="hold bytes .* decoded"):
         exporter(tmp_path / "s", tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
