@@ -1,6 +1,8 @@
 """A real tianshou 2 trainer (DQN on CartPole) logging through ArrowLogger, then resuming.
 
-Run by tests/test_logger.py in a subprocess: python tests/tianshou_train.py STORE
+Run by tests/test_logger.py in a subprocess: python tests/tianshou_train.py STORE; and by
+tests/test_exits.py as one run a process that never finalizes its logger:
+python tests/tianshou_train.py STORE --no-finalize|--resume-no-finalize EPOCHS
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tianshou.utils.net.common import Net
 from rlarrow.record.logger import ArrowLogger
 
 
-def train(store: str, max_epochs: int, resume: bool) -> None:
+def train(store: str, max_epochs: int, resume: bool, finalize: bool = True) -> None:
     torch.manual_seed(0)
     env = gym.make("CartPole-v1")
     train_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
@@ -39,9 +41,13 @@ def train(store: str, max_epochs: int, resume: bool) -> None:
         collection_step_num_env_steps=20, test_step_num_episodes=2, batch_size=32,
         update_step_num_gradient_steps_per_sample=0.1, logger=logger, resume_from_log=resume,
         show_progress=False, verbose=False))
-    logger.finalize()
+    if finalize:
+        logger.finalize()
 
 
 if __name__ == "__main__":
-    train(sys.argv[1], 2, False)
-    train(sys.argv[1], 3, True)
+    if len(sys.argv) > 2:  # one run in this process, never finalized, as tianshou's README leaves it
+        train(sys.argv[1], int(sys.argv[3]), sys.argv[2] == "--resume-no-finalize", finalize=False)
+    else:
+        train(sys.argv[1], 2, False)
+        train(sys.argv[1], 3, True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError
 from rlarrow.core.step_columns import actions as _actions
@@ -344,6 +345,36 @@ class Lane:
         self.reward.append(None)
         self.discount.append(None)
 
+    def settle(self) -> None:
+        """Make the columns agree again after a step was interrupted half-way.
+
+        A ``KeyboardInterrupt`` or a stop signal (:mod:`rlarrow.core.exits`) can land
+        between a step's appends. A half-added row is dropped; a half-done :meth:`cut`
+        (the episode ended) is completed. What is left is what :meth:`Sink.flush` expects.
+        """
+        eps = self.episodes
+        if not eps:
+            return
+        rows = self.rows
+        columns = (self.action, self.reward, self.discount)
+        if eps[-1].finished:  # every row has its action (None on the last): complete a cut
+            for column in columns:
+                column.extend([None] * (rows - len(column)))
+        else:  # the newest row alone waits for its action
+            m = min(len(c) for c in columns)
+            for column in columns:
+                del column[m:]
+            keep = max(m + 1, eps[-1].first + 1)
+            if rows > keep:
+                if self.arena is not None:
+                    self.arena.n = keep
+                else:
+                    del self.obs[keep:]
+                rows = keep
+        if self.custom:
+            del self.custom[rows:]
+            self.custom.extend([None] * (rows - len(self.custom)))
+
 
 class _Rows:
     """The rows one commit takes from its lanes, column by column."""
@@ -409,6 +440,8 @@ class Sink:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
+        self._closed = False
+        exits.track(self, self.close)  # committed at exit, or on SIGTERM, when never closed
 
     def new_episode(self, env_index: int = 0) -> Episode:
         """A new episode with the run's next episode id (for :meth:`Lane.begin`)."""
@@ -498,6 +531,8 @@ class Sink:
         ended: list[Episode] = []
         arenas = []
         for lane in self.lanes:
+            if final:
+                lane.settle()  # (close() may come from an exit that interrupted a step)
             if final and lane.current is not None:
                 lane.cut()
             taken = self._take(lane, rows, ended)
@@ -592,7 +627,15 @@ class Sink:
         }
 
     def close(self) -> None:
-        """Commit everything (open episodes as ``partial_end``), stop the writer thread, close."""
+        """Commit everything (open episodes as ``partial_end``), stop the writer thread, close.
+
+        Closing twice is harmless. A sink never closed is closed when the interpreter exits
+        or the process is stopped (:mod:`rlarrow.core.exits`).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        exits.untrack(self)
         try:
             self.flush(final=True)
         finally:

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentTypeError, InvalidInputError, RLArrowWarning, StoreError
 from rlarrow.io.tfevents import scope_of
@@ -320,6 +321,9 @@ class ArrowLogger(_BaseLogger):
         self._tfevents: Any = None
         if self._tfevents_dir is not None:
             self._tfevents = self._mirror(self.run_id, self._tfevents_dir)
+        # committed at exit (or on SIGTERM) when never finalized, as tianshou's examples leave it;
+        # registered after its writer, so closed before it
+        exits.track(self, self.finalize)
 
     def _load_floor(self, run_id: str) -> None:
         """Remember the last step of each tag ``run_id`` holds (points up to it are not written again)."""
@@ -335,6 +339,7 @@ class ArrowLogger(_BaseLogger):
         from rlarrow.io.tfevents import EventFileWriter
 
         writer = self._mirrors[run_id] = EventFileWriter(directory, flush_every=1 << 30)
+        exits.untrack(writer)  # the logger's: closed by finalize(), after its last points
         return writer
 
     def _sub_run(self, name: str) -> str:
@@ -406,9 +411,14 @@ class ArrowLogger(_BaseLogger):
         self._last_flush = time.monotonic()
 
     def finalize(self) -> None:
-        """Flush and close (the store too, when the logger opened it)."""
+        """Flush and close (the store too, when the logger opened it).
+
+        Calling it twice is harmless; a logger never finalized is finalized when the
+        interpreter exits or the process is stopped with SIGTERM (:mod:`rlarrow.core.exits`).
+        """
         if self._writer is None:
             return
+        exits.untrack(self)
         self.flush()
         self._writer.close()
         self._writer = None

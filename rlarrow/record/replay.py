@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, AssumptionWarning
@@ -111,6 +112,7 @@ class Memory:
         self.export = export
         self.export_format = export_format
         self.export_directory = os.fspath(export_directory)
+        self._unexported = False  # rows added since the last export (then exported at exit)
 
     def __len__(self) -> int:
         """Valid rows: ``memory_size * num_envs`` once full, else up to the write pointer."""
@@ -225,6 +227,10 @@ class Memory:
             raise ArgumentError(f"none of {sorted(tensors)} is a tensor of this memory; create them first "
                                 f"(it has {self.get_tensor_names()})")
         name0, first = items[0]
+        if not self._unexported:
+            self._unexported = True
+            if self.export and self.export_format == "parquet":
+                exits.track(self, self.close)  # exported at exit unless an export comes first
         sample_dims = self.tensors[name0].ndim - 2
         if first.ndim == sample_dims:  # one sample, for the next env
             for name, t in items:
@@ -270,11 +276,32 @@ class Memory:
             for name, t in items:
                 self.tensors[name][:rows - head].copy_(t[head:].unsqueeze(1))
             self.memory_index = rows - head
+            self._unexported = True
 
     def _on_fill(self) -> None:
         self.filled = True
         if self.export:
             self.save(self.export_directory, self.export_format)
+            self._unexported = False
+
+    def close(self) -> None:
+        """Export the rows added since the last export (``export_format="parquet"`` only).
+
+        skrl exports a memory only when it fills, so the rows of a run's last, unfilled
+        cycle are never written. A parquet export records the write pointer, so a reader
+        knows which of its rows are new (:mod:`rlarrow.io.memory.unroll`); this method
+        writes one for them. It runs by itself when the interpreter exits or the process
+        is stopped with SIGTERM (:mod:`rlarrow.core.exits`); calling it again is harmless.
+        The legacy formats are left as skrl leaves them: their files cannot say which rows
+        are new.
+
+        Returns:
+            None.
+        """
+        exits.untrack(self)
+        if self.export and self.export_format == "parquet" and self._unexported and len(self):
+            self.save(self.export_directory, self.export_format)
+            self._unexported = False
 
     # ------------------------------------------------------------------ reading
 

@@ -22,6 +22,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import has_module
 from rlarrow.core.errors import ArgumentError, RLArrowError, SchemaMismatchError, StoreError
@@ -180,7 +181,9 @@ class CommittingStore(CompactingStore):
                         flush_rows=flush_rows, flush_seconds=flush_seconds)
         self._writers.append(w)
         if self._tx is not None:
-            self._tx.writers.append(w)
+            self._tx.writers.append(w)  # the transaction closes or aborts it
+        else:
+            exits.track(w, w.close)  # committed at exit when the program never closes it
         return w
 
     def append(self, table: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], *,

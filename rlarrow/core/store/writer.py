@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import StoreError
 from rlarrow.core.store.files import (
@@ -66,8 +67,9 @@ class TableWriter:
     ``row_group_bytes``, streamed into a hidden temporary file, and committed (made
     visible atomically) by :meth:`flush`: when called, every ``flush_rows`` rows or
     ``flush_seconds`` seconds (checked on write), when the file reaches ``file_bytes``,
-    and on :meth:`close`. Rows not yet committed are lost if the process dies; every
-    commit before survives.
+    and on :meth:`close`, which also happens when the interpreter exits or the process is
+    stopped with SIGTERM without it (:mod:`rlarrow.core.exits`). Rows not yet committed
+    are lost only if the process is killed (SIGKILL); every commit before survives.
 
     Example:
         >>> import rlarrow, tempfile, os
@@ -256,6 +258,7 @@ class TableWriter:
         if self._stats is not None:
             self._stats.reset()  # forget what was added
         self._closed = True
+        exits.untrack(self)
         with contextlib.suppress(ValueError):
             self.store._writers.remove(self)
 
@@ -267,5 +270,6 @@ class TableWriter:
             self.flush()
         finally:
             self._closed = True
+            exits.untrack(self)
             with contextlib.suppress(ValueError):
                 self.store._writers.remove(self)

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, InvalidInputError
 from rlarrow.core.tfrecord import CHUNK_BYTES, frame_records, read_records
@@ -273,7 +274,8 @@ class EventFileWriter:
     """Write scalars to a new TensorBoard event file, as ``SummaryWriter`` does, without it.
 
     The file starts with the ``brain.Event:2`` version record. Records are buffered and
-    written on :meth:`flush` (also every ``flush_every`` records, and on :meth:`close`);
+    written on :meth:`flush` (also every ``flush_every`` records, and on :meth:`close`,
+    which also happens at exit or on SIGTERM when the program never calls it);
     each flushed record is complete on disk, so TensorBoard (and rlarrow) can read a file
     that is still being written.
 
@@ -297,6 +299,7 @@ class EventFileWriter:
         self._tags: dict[str, bytes] = {}
         self.flush_every = flush_every
         self.flush()
+        exits.track(self, self.close)  # written out at exit (or on SIGTERM) when never closed
 
     def add_scalar(self, tag: str, value: float | int, step: int = 0, wall_time: float | None = None, *,
                    encoding: str | None = None, dtype: str | None = None, plugin: str | None = None,
@@ -373,6 +376,7 @@ class EventFileWriter:
         """Flush, fsync and close the file."""
         if self._fh is None:
             return
+        exits.untrack(self)
         self.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
