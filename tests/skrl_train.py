@@ -20,7 +20,7 @@ from skrl.agents.torch.dqn import DQN, DQN_CFG
 from skrl.agents.torch.ppo import PPO, PPO_CFG
 from skrl.envs.wrappers.torch import wrap_env
 from skrl.memories.torch import RandomMemory
-from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
+from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 
@@ -52,7 +52,9 @@ class Critic(DeterministicMixin, Model):  # type: ignore[misc]
     def __init__(self, observation_space: Any, action_space: Any, outputs: int = 1) -> None:
         Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
         DeterministicMixin.__init__(self)
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, outputs))
+        inputs = observation_space.shape[0]  # (4 for CartPole, 3 for Pendulum)
+        self.net = torch.nn.Sequential(torch.nn.Linear(inputs, 32), torch.nn.Tanh(),
+                                       torch.nn.Linear(32, outputs))
 
     def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
         return self.net(inputs["observations"]), {}
@@ -133,3 +135,66 @@ def _train(algo: str, mode: str, out: Path, timesteps: int) -> Run:
     return Run(algo=algo, mode=mode, exports={f: out / "memory" / f / "memories" for f in FORMATS},
                recorder=out / "recorded.rlarrow", memory_size=memory_size, timesteps=timesteps,
                stats=stats.finished)
+
+
+class GaussianPolicy(GaussianMixin, Model):  # type: ignore[misc]
+    """A continuous policy (Pendulum's one torque): skrl's Gaussian mixin over a small MLP."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+        GaussianMixin.__init__(self, clip_actions=True)
+        inputs, outputs = observation_space.shape[0], action_space.shape[0]
+        self.net = torch.nn.Sequential(torch.nn.Linear(inputs, 32), torch.nn.Tanh(),
+                                       torch.nn.Linear(32, outputs))
+        self.log_std = torch.nn.Parameter(torch.zeros(outputs))
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+
+def train_experiment(algo: str, runs: Path, name: str, *, timesteps: int, num_envs: int = 2,
+                     seed: int = 0) -> Path:
+    """An skrl experiment directory ``runs/name`` (event files, ``memories/`` of npz exports).
+
+    ``"ppo"``: PPO on Pendulum-v1 (continuous float32 actions, episodes of 50 steps), its rollout
+    buffer of ``timesteps // 2`` exported twice; ``"dqn"``: DQN on CartPole-v1 (discrete int64
+    actions), its replay memory of ``timesteps`` exported once, when full.
+    """
+    set_seed(seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        directory = runs / name
+        experiment = {"directory": str(runs), "experiment_name": name, "write_interval": 16,
+                      "checkpoint_interval": 0}
+        agent: Any
+        if algo == "ppo":
+            venv = gym.make_vec("Pendulum-v1", num_envs=num_envs, vectorization_mode="sync",
+                                max_episode_steps=50)
+            env = wrap_env(venv, wrapper="gymnasium")
+            memory = RandomMemory(memory_size=timesteps // 2, num_envs=num_envs, device="cpu", export=True,
+                                  export_format="npz", export_directory=str(directory))
+            agent = PPO(models={"policy": GaussianPolicy(env.observation_space, env.action_space),
+                                "value": Critic(env.observation_space, env.action_space)},
+                        memory=memory, observation_space=env.observation_space, action_space=env.action_space,
+                        device="cpu", cfg=PPO_CFG(rollouts=timesteps // 2, learning_epochs=1, mini_batches=1,
+                                                  experiment=experiment))
+        else:
+            venv = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync")
+            env = wrap_env(venv, wrapper="gymnasium")
+            memory = RandomMemory(memory_size=timesteps, num_envs=num_envs, device="cpu", export=True,
+                                  export_format="npz", export_directory=str(directory))
+            agent = DQN(models={"q_network": Critic(env.observation_space, env.action_space, 2),
+                                "target_q_network": Critic(env.observation_space, env.action_space, 2)},
+                        memory=memory, observation_space=env.observation_space, action_space=env.action_space,
+                        device="cpu", cfg=DQN_CFG(learning_starts=timesteps // 2,
+                                                  random_timesteps=timesteps // 2, update_interval=8,
+                                                  experiment=experiment))
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": timesteps, "headless": True,
+                                                                "disable_progressbar": True,
+                                                                "close_environment_at_exit": False})
+        trainer.train()
+        env.close()
+        return directory
+    finally:
+        torch.set_num_threads(threads)

@@ -20,13 +20,14 @@ import functools
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from rlarrow._version import __version__
-from rlarrow.core.errors import RLArrowError
+from rlarrow.core.errors import RLArrowError, RLArrowWarning
 from rlarrow.io import registry
 
 __all__ = ["cli", "compact", "convert", "delete", "export", "history", "info", "label", "main", "merge",
@@ -620,6 +621,27 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
         click.echo(f"wrote {p}")
 
 
+def _layouts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int] | None:
+    """``--layout N`` (steps layout N) or ``--layout TABLE=N``, repeatable, as ``connect``'s ``layout``."""
+    out: dict[str, int] = {}
+    for value in values:
+        table, eq, number = value.rpartition("=")
+        if not eq:
+            table = "steps"
+        if table not in ("steps", "memory") or not number.isdigit() or int(number) < 1:
+            raise click.BadParameter(f"{value!r}: give a steps layout's number (2) or TABLE=N (steps=2, "
+                                     "memory=2); `rlarrow info STORE` lists the layouts", ctx, param)
+        out[table] = int(number)
+    return out or None
+
+
+_LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps layout N: steps, "
+                "transitions, "
+                "episode_returns) or TABLE=N (memory=2); repeatable. Without it the combined views widen a "
+                "column whose types differ where exact, else leave it out (a note says which); "
+                "`rlarrow info STORE` lists the layouts.")
+
+
 @cli.command("sql")
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.argument("query")
@@ -634,9 +656,10 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
                    "column, e.g. obs=steps.observation); repeatable.")
 @click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
               help="Query the store as it was at version N (`rlarrow history STORE` lists them).")
+@click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts, help=_LAYOUT_HELP)
 @_friendly_errors
 def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
-                tensors: tuple[str, ...], version: int | None) -> None:
+                tensors: tuple[str, ...], version: int | None, layouts: dict[str, int] | None) -> None:
     """Run a SQL QUERY over STORE with DuckDB.
 
     Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
@@ -647,6 +670,13 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     steps_decoded, memory_decoded and transitions_decoded hold them decoded to arrays of their
     dtype and shape, exactly, and tensor_<dtype>_<shape>(blob) decodes one (`rlarrow info STORE`
     lists the tensor columns).
+
+    A store whose runs' tensors differ (a PPO and a DQN run: float and integer actions) keeps
+    each set in a layout of its own; each has its exact views (steps_2, transitions_2,
+    memory_2, steps_2_decoded...), and steps, transitions and memory combine them: a column
+    whose types differ is widened where every value fits exactly (int32 and int64 to int64,
+    float32 and float64 to float64), else left out, and a note on stderr says which.
+    --layout 2 (or steps=2, memory=2) makes a table's plain views read that layout alone.
 
     csv, json and parquet stream the result batch by batch, whatever its size. In csv and json,
     tensors are nested lists ([[1.0, 2.0], [3.0, 4.0]]) and dict observations JSON objects;
@@ -660,6 +690,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
       rlarrow sql runs.rlarrow "select states[1] from memory_decoded limit 5"
       rlarrow sql runs.rlarrow "select * from steps_to_threshold('train/loss', 0.05, direction := 'below')"
       rlarrow sql runs.rlarrow "select count(*) from episodes" --version 12
+      rlarrow sql runs.rlarrow "select * from episode_returns(0.99)" --layout steps=2
     """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
     import duckdb
     import pyarrow as pa
@@ -687,15 +718,23 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         hints = _export.resolve_tensor_types(st, given)
     except ValueError as exc:
         raise click.UsageError(_cli_spelling(str(exc))) from None
-    con = connect(st)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RLArrowWarning)
+        con = connect(st, layout=layouts)
+    for w in caught:
+        if issubclass(w.category, RLArrowWarning):
+            click.echo(f"note: {w.message}", err=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
         try:
             rel = con.sql(query)
         except duckdb.Error as exc:
             raise click.ClickException(
                 f"{exc}\n(views: runs, episodes, steps, scalars, memory, sources, stats, videos, "
-                "transitions, and steps_decoded, memory_decoded, transitions_decoded; `rlarrow info STORE` "
-                "lists the columns)") from None
+                "transitions, and steps_decoded, memory_decoded, transitions_decoded; a table of several "
+                "layouts also steps_N, transitions_N, memory_N, and --layout picks one; `rlarrow info "
+                "STORE` lists the columns)") from None
         if rel is None:
             click.echo("ok")
             return
@@ -727,9 +766,12 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
               help="Draw episode returns against env steps (curve and histogram) instead of tags.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The image to write (png, svg, pdf).")
+@click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts,
+              help="Only the runs whose steps are in steps layout N (or TABLE=N: memory=2), for a store "
+                   "whose runs' tensors differ (PPO and DQN runs); `rlarrow info STORE` lists the layouts.")
 @_friendly_errors
 def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str | None, smooth: int,
-         episodes: bool, output: str) -> None:
+         episodes: bool, output: str, layouts: dict[str, int] | None) -> None:
     """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes).
 
     A line per run and, with two runs or more, their mean ± std: one band per group with
@@ -745,10 +787,11 @@ def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str
     if episodes == bool(tags):
         raise click.UsageError("give --tag TAG (one or more), or --episodes")
     if episodes:
-        plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, group_by=group_by, output=output)
+        plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, group_by=group_by, output=output,
+                      layout=layouts)
     else:
         plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, group_by=group_by,
-                     output=output)
+                     output=output, layout=layouts)
     click.echo(f"wrote {output}")
 
 

@@ -60,12 +60,12 @@ import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, StoreError
+from rlarrow.core.errors import ArgumentError, RLArrowWarning, StoreError
 
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["connect", "export", "export_relation", "iter_episodes", "scan", "sql"]
+__all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "scan", "sql"]
 
 
 
@@ -87,15 +87,6 @@ _MACROS = [
     """create or replace macro discounted_return(rewards, gamma) as
        list_sum(list_transform(rewards, lambda x, i: coalesce(x, 0) * pow(gamma, i - 1)))""",
     "create or replace macro success_rate(flag) as avg(case when flag then 1.0 else 0.0 end)",
-    # one aggregate pass, as a hand-written query would be: `step` counts from 0 in each
-    # episode (docs/format.md), so gamma^step is each reward's discount. (The list form,
-    # discounted_return(list(reward order by step), gamma), took 6x the time: 0.89 s against
-    # 0.14 s for the plain sum over 10M steps.)
-    """create or replace macro episode_returns(gamma) as table
-       select run_id, episode_id, count(action) as steps, sum(reward) as "return",
-              sum(coalesce(reward, 0) * pow(gamma, step)) as discounted_return,
-              bool_or(is_terminal) as terminated
-       from steps group by run_id, episode_id""",
     """create or replace macro smoothed(n) as table
        select *, avg(value) over (partition by run_id, tag order by step, wall_time
                                   rows between n - 1 preceding and current row) as moving_average
@@ -110,6 +101,28 @@ _MACROS = [
        from scalars where tag = tag_name
        group by run_id order by run_id""",
 ]
+
+
+def _episode_returns_macro(layouts: Sequence[int] = ()) -> str:
+    """``episode_returns(gamma)`` over ``steps``, or over the steps layouts ``layouts``.
+
+    One aggregate pass, as a hand-written query would be: ``step`` counts from 0 in each
+    episode (docs/format.md), so gamma^step is each reward's discount. (The list form,
+    discounted_return(list(reward order by step), gamma), took 6x the time: 0.89 s against
+    0.14 s for the plain sum over 10M steps.) Where the combined ``steps`` leaves ``action``
+    out (its type differs between layouts), each layout says which of its rows acted.
+    """
+    source, acted = "steps", "count(action)"
+    if layouts:
+        source = "(" + " union all ".join(
+            f"select run_id, episode_id, step, reward, is_terminal, action is not null or null as _acted "
+            f"from steps_{n}" for n in layouts) + ")"
+        acted = "count(_acted)"
+    return f"""create or replace macro episode_returns(gamma) as table
+       select run_id, episode_id, {acted} as steps, sum(reward) as "return",
+              sum(coalesce(reward, 0) * pow(gamma, step)) as discounted_return,
+              bool_or(is_terminal) as terminated
+       from {source} group by run_id, episode_id"""
 
 
 def _ema_macro() -> str:
@@ -191,7 +204,8 @@ def _video_frames(con: Any, files: list[Any]) -> list[Any]:
     return [TensorType("uint8", shape) for shape in sorted(shapes)]
 
 
-def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = ()) -> None:
+def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = (),
+                     chosen: Mapping[str, int] | None = None) -> None:
     """Register SQL decoders for ``st``'s binary-layout tensors, and the ``*_decoded`` views.
 
     DuckDB reads a binary-layout tensor (``rlarrow.tensor``) as a BLOB of its bytes. For each
@@ -202,9 +216,13 @@ def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = ()) -> None:
     decoded by NumPy, exactly (int64 and NaN as stored); a blob of another byte width is an
     error. The views ``steps_decoded``, ``memory_decoded`` and ``transitions_decoded`` are
     ``steps``, ``memory`` and ``transitions`` with every binary-layout tensor (also inside
-    dict observations) decoded; only the columns a query selects are decoded.
+    dict observations) decoded; only the columns a query selects are decoded. A table of
+    several layouts also has each layout's (``steps_2_decoded``, ``transitions_2_decoded``);
+    ``chosen``: the layout a table's plain view reads (:func:`connect`'s ``layout``).
     """
     from rlarrow.core.tensors import TensorType
+
+    chosen = chosen or {}
 
     # DuckDB's name of each dtype a binary-layout tensor can hold (float16 widens to FLOAT, exactly)
     duckdb_types = {"b1": "BOOLEAN", "i1": "TINYINT", "i2": "SMALLINT", "i4": "INTEGER", "i8": "BIGINT",
@@ -274,17 +292,27 @@ def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = ()) -> None:
 
     for type_ in more:  # (the frames of video_frame)
         function(type_)
+
+    def decoded(schema: pa.Schema | None) -> dict[str, str]:
+        exprs = {f.name: expression(ident(f.name), f.type) for f in (schema or [])}
+        return {name: e for name, e in exprs.items() if e is not None}
+
+    def of_transitions(step_columns: dict[str, str], view: str) -> dict[str, str]:
+        names = set(con.sql(f"select * from {view} limit 0").columns)
+        return {name: step_columns[source].replace(ident(source), ident(name))
+                for name, source in ((c.name, c.value) for c in _transitions.COLUMNS if c.value is not None)
+                if source in step_columns and name in names}
+
     columns: dict[str, dict[str, str]] = {}
     for table in ("steps", "memory"):
-        schema = st.schema(table)
-        decoded = {f.name: expression(ident(f.name), f.type) for f in (schema or [])}
-        columns[table] = {name: e for name, e in decoded.items() if e is not None}
-    step_columns = columns["steps"]
-    names = set(con.sql("select * from transitions").columns)
-    columns["transitions"] = {
-        name: step_columns[source].replace(ident(source), ident(name))
-        for name, source in ((c.name, c.value) for c in _transitions.COLUMNS if c.value is not None)
-        if source in step_columns and name in names}
+        columns[table] = decoded(st.schema(table, layout=chosen.get(table)))
+        dirs = st.layout_dirs(table)
+        if len(dirs) > 1:  # each layout's own, exact: steps_2_decoded, ...
+            for n in (int(d.partition(".")[2] or 1) for d in dirs):
+                columns[f"{table}_{n}"] = decoded(st.schema(table, layout=n))
+                if table == "steps":
+                    columns[f"transitions_{n}"] = of_transitions(columns[f"steps_{n}"], f"transitions_{n}")
+    columns["transitions"] = of_transitions(columns["steps"], "transitions")
     statements = []
     for view, exprs in columns.items():
         replace = ", ".join(f"{e} as {ident(name)}" for name, e in exprs.items())
@@ -294,7 +322,8 @@ def _tensor_decoders(con: Any, st: Any, more: Sequence[Any] = ()) -> None:
 
 
 def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:",
-            version: int | None = None) -> Any:
+            version: int | None = None, layout: int | Mapping[str, int] | None = None,
+            warn: bool = True) -> Any:
     r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
 
     The views see the files committed when it was called (call again to see later
@@ -304,58 +333,235 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
     ``ema_window`` is ignored (deprecated): ``ema`` now weighs each point's whole history.
     ``version``: the store as it was at that version (:attr:`rlarrow.Store.version`).
 
+    A table whose runs hold different tensors has several layouts
+    (:meth:`~rlarrow.Store.layouts`): each layout N has its exact view ``TABLE_N``
+    (``steps_2``, ``transitions_2``, ``steps_2_decoded``...), and ``TABLE`` combines them by
+    column name. A column whose type differs between layouts is widened where every value
+    fits exactly (integers to the widest integer, int32 and int64 to int64, unsigned into a
+    wider signed; floats to the widest float; tensors of one shape element by element) and
+    left out of the combined views otherwise (never a float into an integer, never an
+    integer into a float: a discrete and a continuous action stay apart); a warning
+    (``warn=True``) names those columns and where to read them. ``layout`` picks one
+    layout instead: ``2`` (the steps layout 2: ``steps``, ``transitions`` and the macros
+    see it alone) or ``{"steps": 2, "memory": 1}``.
+
     Example:
         >>> con = connect("runs.rlarrow")  # doctest: +SKIP
         >>> con.sql('select run_id, avg("return") from episodes group by all').pl()  # doctest: +SKIP
+        >>> connect("runs.rlarrow", layout=2).sql("select distinct run_id from steps")  # doctest: +SKIP
     """
     import duckdb
 
     st = _store(store, version)
+    chosen = _chosen_layouts(st, layout)
     lease = st.lease()
     con = duckdb.connect(database)
     weakref.finalize(con, lease.release)
     pinned = lease.pin_view(st, _schema.TABLE_NAMES)
+    combined: dict[str, _Combined] = {}
     for table in _schema.TABLE_NAMES:
         layouts = st.layout_dirs(table)  # (the view pin_view took)
         if len(layouts) <= 1:
             _create_view(con, st, table, table, pinned[table], st.schema(table))
             continue
         # a table with several layouts (runs with other tensors): a view per layout, TABLE_N,
-        # and TABLE over all of them where columns agree (as Store.read reads them)
+        # and TABLE over one of them (layout=) or all of them, widened or without the columns
+        # whose types differ
         for name in layouts:
             n = int(name.partition(".")[2] or 1)
             files = [f for f in pinned[table] if Path(f).parent.name == name]
             _create_view(con, st, table, f"{table}_{n}", files, st.schema(table, layout=n))
-        clash = st.left_out_columns(table)
-        exclude = f" exclude ({', '.join(_ident(c) for c in clash)})" if clash else ""
-        union = " union all by name ".join(
-            f"select *{exclude} from {table}_{int(name.partition('.')[2] or 1)}" for name in layouts)
-        con.execute(f"create or replace view {table} as {union}")
+        numbers = [int(name.partition(".")[2] or 1) for name in layouts]
+        if table in chosen:
+            con.execute(f"create or replace view {table} as select * from {table}_{chosen[table]}")
+            continue
+        combined[table] = _combine(st, table, numbers)
+        _union_view(con, table, [f"{table}_{n}" for n in numbers], combined[table])
     try:
         steps_layouts = st.layout_dirs("steps")
-        if len(steps_layouts) <= 1:
+        if len(steps_layouts) <= 1 or "steps" in chosen:
             con.execute(_transitions.sql_view())  # the one definition (NumPy samples derive from it too)
-        else:  # transitions of each layout, and over all of them where columns agree
+        if len(steps_layouts) > 1:  # transitions of each layout, and over all of them
             numbers = [int(name.partition(".")[2] or 1) for name in steps_layouts]
             for n in numbers:
                 con.execute(_transitions.sql_view(f"transitions_{n}", f"steps_{n}"))
-            clash = st.left_out_columns("steps")
-            left_out = {c for c in clash if c in ("observation", "action")}
-            columns = ", ".join(c.name for c in _transitions.COLUMNS if c.value not in left_out)
-            con.execute("create or replace view transitions as " + " union all by name ".join(
-                f"select {columns} from transitions_{n}" for n in numbers))
+        if "steps" in combined:
+            _union_view(con, "transitions", [f"transitions_{n}" for n in numbers],
+                        combined["steps"].of_transitions())
     except duckdb.Error as exc:  # no user query yet: the files do not have the table's columns
         con.close()
         raise StoreError(f"{st.path}: the steps files do not have the table's columns ({exc}); "
                          f"`rlarrow repair {st.path}` names a damaged file") from exc
     for macro in _MACROS:
         con.execute(macro)
+    steps = combined.get("steps")
+    con.execute(_episode_returns_macro(steps.numbers if steps is not None and "action" in steps.left_out
+                                       else ()))
     if ema_window is not None:
         warnings.warn("connect(ema_window=) is ignored: the ema macro now weighs every point's whole "
                       "history, at any weight; leave it out", DeprecationWarning, stacklevel=2)
     con.execute(_ema_macro())
-    _tensor_decoders(con, st, _video_frames(con, pinned.get("videos", [])))
+    _tensor_decoders(con, st, _video_frames(con, pinned.get("videos", [])), chosen)
+    if warn:
+        for note in layout_notes(st, combined):
+            warnings.warn(note, RLArrowWarning, stacklevel=2)
     return con
+
+
+def _chosen_layouts(st: Any, layout: int | Mapping[str, int] | None) -> dict[str, int]:
+    """``connect``'s ``layout``: the layout read by each table's plain view, checked."""
+    from rlarrow.core.store.layouts import has_layouts
+
+    if layout is None:
+        return {}
+    chosen = {"steps": layout} if isinstance(layout, int) and not isinstance(layout, bool) else layout
+    if not isinstance(chosen, Mapping):
+        raise ArgumentError(f"layout={layout!r}: give a steps layout's number (2) or a mapping of tables "
+                            "to layout numbers ({'steps': 2, 'memory': 1}); Store.layouts(table) lists them")
+    out: dict[str, int] = {}
+    for table, n in chosen.items():
+        if table not in _schema.TABLE_NAMES or not has_layouts(table):
+            raise ArgumentError(f"layout={{{table!r}: {n!r}}}: only tables with tensor columns have layouts "
+                                "(steps, memory)")
+        st.layout_dirs(table, n)  # (a StoreError naming the layouts there are)
+        out[table] = n
+    return out
+
+
+class _Combined:
+    """How a table's layouts combine in its SQL view: the columns widened, and those left out."""
+
+    def __init__(self, table: str, widened: dict[str, pa.DataType], left_out: dict[str, list[str]],
+                 numbers: list[int]) -> None:
+        self.table, self.widened, self.left_out, self.numbers = table, widened, left_out, numbers
+
+    def of_transitions(self) -> _Combined:
+        """The same for ``transitions``, whose columns are made of ``steps``'s."""
+        def mapped(columns: Mapping[str, Any]) -> dict[str, Any]:
+            return {c.name: columns[c.value] for c in _transitions.COLUMNS
+                    if c.value is not None and c.value in columns}
+
+        return _Combined("transitions", mapped(self.widened), mapped(self.left_out), self.numbers)
+
+
+def _combine(st: Any, table: str, numbers: list[int]) -> _Combined:
+    """Which of ``table``'s columns whose types differ between layouts widen exactly, and to what."""
+    left_out = st.left_out_columns(table)
+    widened: dict[str, pa.DataType] = {}
+    for column in list(left_out):
+        types = [s.field(column).type for s in (st.schema(table, layout=n) for n in numbers)
+                 if s is not None and column in s.names]
+        common = _widest(types)
+        if common is not None and _duckdb_type(common) is not None:
+            widened[column] = common
+            del left_out[column]
+    return _Combined(table, widened, left_out, numbers)
+
+
+def _widest(types: Sequence[pa.DataType]) -> pa.DataType | None:
+    """The type every value of ``types`` converts to exactly (None: there is none, or not in SQL).
+
+    Integers widen to the widest integer (an unsigned one into a signed one of twice its width),
+    floats to the widest float, fixed-size lists of one size element by element. Nothing else:
+    never a float into an integer, nor an integer into a float, nor a binary-layout tensor
+    (SQL reads its bytes) or a dict observation.
+
+    Example:
+        >>> _widest([pa.int32(), pa.int64()]), _widest([pa.uint8(), pa.int8()])
+        (DataType(int64), DataType(int16))
+        >>> _widest([pa.int64(), pa.float64()]) is None
+        True
+    """
+    if any(isinstance(t, pa.ExtensionType) for t in types):
+        return None
+    if all(pa.types.is_fixed_size_list(t) for t in types):
+        if len({t.list_size for t in types}) != 1:
+            return None
+        inner = _widest([t.value_type for t in types])
+        return None if inner is None else pa.list_(inner, types[0].list_size)
+    if all(pa.types.is_integer(t) for t in types):
+        signed = [t.bit_width for t in types if pa.types.is_signed_integer(t)]
+        unsigned = [t.bit_width for t in types if pa.types.is_unsigned_integer(t)]
+        if not signed:
+            return {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}[max(unsigned)]
+        bits = max(signed + [2 * b for b in unsigned])
+        return {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}.get(bits)
+    if all(pa.types.is_floating(t) for t in types):
+        return {16: pa.float16(), 32: pa.float32(), 64: pa.float64()}[max(t.bit_width for t in types)]
+    return None
+
+
+_DUCKDB_TYPES = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT",
+                 "uint8": "UTINYINT", "uint16": "USMALLINT", "uint32": "UINTEGER", "uint64": "UBIGINT",
+                 "halffloat": "FLOAT", "float": "FLOAT", "double": "DOUBLE"}
+
+
+def _duckdb_type(type_: pa.DataType) -> str | None:
+    """DuckDB's name of a widened type: ``BIGINT``, ``DOUBLE[][]`` (a (3, 4) tensor).
+
+    A list-layout tensor is a list in DuckDB (as it reads Parquet's lists), so it stays one.
+    """
+    if pa.types.is_fixed_size_list(type_):
+        inner = _duckdb_type(type_.value_type)
+        return None if inner is None else f"{inner}[]"
+    return _DUCKDB_TYPES.get(str(type_))
+
+
+def _union_view(con: Any, view: str, sources: Sequence[str], combined: _Combined) -> None:
+    """``view``: the union by name of ``sources``, widened and without the left-out columns."""
+    parts = []
+    for source in sources:
+        items = []
+        for name in con.sql(f"select * from {source} limit 0").columns:
+            if name in combined.left_out:
+                continue
+            common = combined.widened.get(name)
+            items.append(_ident(name) if common is None else
+                         f"cast({_ident(name)} as {_duckdb_type(common)}) as {_ident(name)}")
+        parts.append(f"select {', '.join(items)} from {source}")
+    con.execute(f"create or replace view {view} as " + " union all by name ".join(parts))
+
+
+def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = None) -> list[str]:
+    """What the combined SQL views of ``store`` widen or leave out, and where to read it exactly.
+
+    One line per table whose layouts' column types differ (empty for a store whose runs'
+    tensors agree): the columns widened, those left out (with each layout's type), and the
+    per-layout views and the ``layout`` choice that read them exactly. :func:`connect` warns
+    with these; ``rlarrow sql`` prints them as notes.
+
+    Example:
+        >>> layout_notes("runs.rlarrow")  # doctest: +SKIP
+        ['runs.rlarrow: steps holds runs whose columns differ in type: ... left out action (...) ...']
+    """
+    from rlarrow.core.type_names import describe_type
+
+    st = _store(store)
+    if combined is None:
+        combined = {}
+        for table in _schema.TABLE_NAMES:
+            dirs = st.layout_dirs(table)
+            if len(dirs) > 1:
+                combined[table] = _combine(st, table, [int(d.partition(".")[2] or 1) for d in dirs])
+    notes = []
+    for table, c in combined.items():
+        if not c.widened and not c.left_out:
+            continue
+        said = []
+        if c.widened:
+            said.append("widen " + ", ".join(f"{name} to {describe_type(t)}"
+                                             for name, t in c.widened.items()))
+        if c.left_out:
+            said.append("leave out " + ", ".join(f"{name} ({'; '.join(lines)})" for name, lines in
+                                                  c.left_out.items()))
+        views = f"`{table}`" + (", `transitions` and `episode_returns`" if table == "steps" else "")
+        exact = ", ".join(f"`{table}_{n}`" for n in c.numbers) + (
+            "; `transitions_1`, ..." if table == "steps" else "")
+        notes.append(f"{st.path}: the runs of {table} differ in column types, so the combined views {views} "
+                     f"{' and '.join(said)}. Read them exactly in one layout's views ({exact}), or pick one "
+                     f"layout: `--layout {table}={c.numbers[-1]}` on the command line, "
+                     f"connect(store, layout={{{table!r}: {c.numbers[-1]}}}) in Python")
+    return notes
 
 
 def _ident(name: str) -> str:
@@ -674,7 +880,7 @@ def iter_episodes(
     if conds:
         query += " where " + " and ".join(conds)
     query += " order by run_id, episode_id"
-    con = connect(st)
+    con = connect(st, warn=False)  # (episodes are read from their own layouts below)
     try:
         keys = con.sql(query).fetchall()
     finally:

@@ -53,7 +53,7 @@ def selected_episodes(store: StoreLike, where: str, *, version: int | None = Non
     """
     from rlarrow.query.connection import connect
 
-    con = connect(store, version=version)
+    con = connect(store, version=version, warn=False)
     import duckdb
 
     try:

@@ -893,7 +893,7 @@ def check_store(
                   "memory_limit": memory_limit}
     tally = _Tally(int(max_findings))
     skipped: dict[str, str] = {}
-    con = connect(st)
+    con = connect(st, warn=False)
     spill = None
     try:
         if memory_limit is not None:
@@ -1175,7 +1175,7 @@ def fix_store(store: StoreLike, report: Report | None = None, *, name: str | Non
                              "open it writable")
         from rlarrow.query.connection import connect
 
-        con = connect(st)  # (before the transaction: the views read what is committed)
+        con = connect(st, warn=False)  # (before the transaction: the views read what is committed)
         try:
             with st.transaction():
                 _add_runs(st, con, fixed, added, limit)

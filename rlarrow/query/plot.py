@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,7 +71,8 @@ class _Runs:
     """The store's runs, read once per plot: names, groups, and the runs chosen by id or name."""
 
     def __init__(self, con: Any, store_path: str, table: str, runs: Sequence[str] | str | None,
-                 group_by: str | None):
+                 group_by: str | None, within: Sequence[str] = ()):
+        self.within = list(within)  # tables read in one layout (connect's layout=): their runs only
         data = con.execute("select run_id, name, num_envs from runs order by run_id").fetchall()
         # runs the plotted table has without a row in runs (appended without add_run) count too
         self.ids = [r[0] for r in data] + [r[0] for r in con.execute(
@@ -124,10 +125,11 @@ class _Runs:
 
     def where(self, params: list[Any]) -> str:
         """A SQL condition choosing the chosen runs (appending their ids to ``params``)."""
+        layouts = "".join(f" and run_id in (select distinct run_id from {t})" for t in self.within)
         if self.chosen is None:
-            return ""
+            return layouts
         params.extend(self.chosen)
-        return f" and run_id in ({', '.join('?' for _ in self.chosen)})"
+        return f" and run_id in ({', '.join('?' for _ in self.chosen)})" + layouts
 
     def label(self, run_id: str) -> str:
         """The run's name (with its id where two runs share the name), or its id."""
@@ -187,16 +189,22 @@ def _draw(ax: Any, curves: list[tuple[str, np.ndarray, np.ndarray]], runs: _Runs
             ax.fill_between(grid, mean - std, mean + std, color=colors[group], alpha=0.15, lw=0)
 
 
-def _connect(store: StoreLike) -> tuple[Any, str]:
+def _connect(store: StoreLike, layout: int | Mapping[str, int] | None) -> tuple[Any, str]:
     from rlarrow.query.connection import _store, connect
 
     st = _store(store)
-    return connect(st), os.fspath(st.path)
+    return connect(st, layout=layout, warn=False), os.fspath(st.path)
+
+
+def _within(layout: int | Mapping[str, int] | None) -> list[str]:
+    """The tables whose runs a plot is limited to: those ``layout`` reads one layout of."""
+    return [] if layout is None else ["steps"] if isinstance(layout, int) else list(layout)
 
 
 def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[str] | str | None = None,
                  smooth: int = 0, spread: bool = True, group_by: str | None = None,
-                 output: str | os.PathLike[str] | None = None) -> Any:
+                 output: str | os.PathLike[str] | None = None,
+                 layout: int | Mapping[str, int] | None = None) -> Any:
     """Learning curves of ``tags`` (one panel each), a line per run; returns the Figure.
 
     Args:
@@ -209,6 +217,9 @@ def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[
             ``params.lr`` reaches into nested metadata): one mean ± std band per value, each
             labelled ``"VALUE mean ± std (n runs)"``; default: one across all runs.
         output: save the figure there (png, svg, pdf: by the extension).
+        layout: only the runs whose steps are in this steps layout (a store whose runs'
+            tensors differ, e.g. PPO and DQN runs: :meth:`~rlarrow.Store.layouts`), or
+            ``{"memory": 2}``: those in memory layout 2.
 
     Raises:
         PlotError: no run logged any of the tags, a run is unknown, or ``group_by`` names
@@ -221,9 +232,9 @@ def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[
     """
     plt = _pyplot()
     tags = [tags] if isinstance(tags, str) else list(tags)
-    con, path = _connect(store)
+    con, path = _connect(store, layout)
     try:
-        chosen = _Runs(con, path, "scalars", runs, group_by)
+        chosen = _Runs(con, path, "scalars", runs, group_by, _within(layout))
         fig, axes = plt.subplots(len(tags), 1, figsize=(8, 3.2 * len(tags)), squeeze=False)
         drawn = 0
         for ax, tag in zip(axes[:, 0], tags, strict=True):
@@ -288,7 +299,8 @@ def episode_end_steps(run_episodes: dict[str, np.ndarray], num_envs: int | None 
 
 def plot_episodes(store: StoreLike, *, runs: Sequence[str] | str | None = None, smooth: int = 10,
                   spread: bool = True, group_by: str | None = None,
-                  output: str | os.PathLike[str] | None = None) -> Any:
+                  output: str | os.PathLike[str] | None = None,
+                  layout: int | Mapping[str, int] | None = None) -> Any:
     """Episode returns against env steps, per run (smoothed), and their histogram; returns the Figure.
 
     The x value of an episode is the env steps taken, all environments together, when it
@@ -301,14 +313,15 @@ def plot_episodes(store: StoreLike, *, runs: Sequence[str] | str | None = None, 
         spread: with two runs or more, their mean and a ± std band (per group).
         group_by: as in :func:`plot_scalars`.
         output: save the figure there.
+        layout: only the runs of one layout, as in :func:`plot_scalars`.
 
     Raises:
         PlotError: the store has no episodes with a return (for these runs), or a run is unknown.
     """
     plt = _pyplot()
-    con, path = _connect(store)
+    con, path = _connect(store, layout)
     try:
-        chosen = _Runs(con, path, "episodes", runs, group_by)
+        chosen = _Runs(con, path, "episodes", runs, group_by, _within(layout))
         params: list[Any] = []
         data = con.execute('select run_id, episode_id, env_index, num_steps, "return" from episodes '
                            'where "return" is not null' + chosen.where(params)
