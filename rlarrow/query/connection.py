@@ -49,6 +49,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -534,6 +535,11 @@ def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = No
         >>> layout_notes("runs.rlarrow")  # doctest: +SKIP
         ['runs.rlarrow: steps holds runs whose columns differ in type: ... left out action (...) ...']
     """
+    return list(_layout_notes(store, combined).values())
+
+
+def _layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = None) -> dict[str, str]:
+    """The notes of :func:`layout_notes`, by table."""
     from rlarrow.core.type_names import describe_type
 
     st = _store(store)
@@ -543,7 +549,7 @@ def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = No
             dirs = st.layout_dirs(table)
             if len(dirs) > 1:
                 combined[table] = _combine(st, table, [int(d.partition(".")[2] or 1) for d in dirs])
-    notes = []
+    notes = {}
     for table, c in combined.items():
         if not c.widened and not c.left_out:
             continue
@@ -557,10 +563,10 @@ def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = No
         views = f"`{table}`" + (", `transitions` and `episode_returns`" if table == "steps" else "")
         exact = ", ".join(f"`{table}_{n}`" for n in c.numbers) + (
             "; `transitions_1`, ..." if table == "steps" else "")
-        notes.append(f"{st.path}: the runs of {table} differ in column types, so the combined views {views} "
-                     f"{' and '.join(said)}. Read them exactly in one layout's views ({exact}), or pick one "
-                     f"layout: `--layout {table}={c.numbers[-1]}` on the command line, "
-                     f"connect(store, layout={{{table!r}: {c.numbers[-1]}}}) in Python")
+        notes[table] = (f"{st.path}: the runs of {table} differ in column types, so the combined views "
+                        f"{views} {' and '.join(said)}. Read them exactly in one layout's views ({exact}), "
+                        f"or pick one layout: `--layout {table}={c.numbers[-1]}` on the command line, "
+                        f"connect(store, layout={{{table!r}: {c.numbers[-1]}}}) in Python")
     return notes
 
 
@@ -645,7 +651,12 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         raise ArgumentError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
     import duckdb
 
-    con = connect(store, version=version)
+    con = connect(store, version=version, warn=False)
+    # the notes of the combined views this query reads (a query of scalars needs none)
+    for name, note in _layout_notes(_store(store, version)).items():
+        views = ("steps", "transitions", "episode_returns") if name == "steps" else (name,)
+        if any(re.search(rf"\b{view}(_decoded)?\b", query, re.IGNORECASE) for view in views):
+            warnings.warn(note, RLArrowWarning, stacklevel=2)
     try:
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
