@@ -73,6 +73,14 @@ def test_deltalake_reads_every_version_as_rlarrow_does(history):
         for table, delta_version in at.delta_versions().items():
             base, _, n = table.partition(".")
             ours = at.read(base, layout=int(n or 1)) if base in ("steps", "memory") else at.read(table)
+            if table == "scalars" and version < v["compact"]:
+                # the files the compaction replaced left the table directory (so that a glob of it
+                # is exact): a Delta engine reads scalars from the compaction on; rlarrow, which
+                # finds them aside, every version (below)
+                with pytest.raises(OSError, match="not found|No such file"):
+                    deltalake.DeltaTable(os.fspath(store.path / table),
+                                         version=delta_version).to_pyarrow_table()
+                continue
             theirs = deltalake.DeltaTable(os.fspath(store.path / table),
                                           version=delta_version).to_pyarrow_table()
             assert theirs.num_rows == ours.num_rows, (version, table)
@@ -110,9 +118,12 @@ def test_tensor_types_survive_in_the_log_and_in_other_engines(history):
 def test_polars_scan_delta_reads_versions(history):
     pl = pytest.importorskip("polars")
     store, v = history
-    delta_v = rlarrow.Store.open(store.path, version=v["append1"]).delta_versions()["scalars"]
+    delta_v = rlarrow.Store.open(store.path, version=v["compact"]).delta_versions()["scalars"]
     frame = pl.scan_delta(os.fspath(store.path / "scalars"), version=delta_v).collect()
-    assert sorted(frame["step"].to_list()) == list(range(10))
+    assert sorted(frame["step"].to_list()) == list(range(15))
+    delta_v = rlarrow.Store.open(store.path, version=v["transaction"]).delta_versions()["steps"]
+    frame = pl.scan_delta(os.fspath(store.path / "steps"), version=delta_v, use_pyarrow=True).collect()
+    assert frame.height == 7
     # list-layout tensors: Polars' native reader compares the file's fixed-size Array with
     # the Delta schema's List and refuses; its pyarrow path reads them
     steps = pl.scan_delta(os.fspath(store.path / "steps"), use_pyarrow=True).collect()
@@ -170,14 +181,16 @@ def test_a_version_is_read_only_and_a_missing_one_says_which_exist(history):
 def test_vacuum_frees_replaced_files_and_then_old_versions_say_so(history):
     store, v = history
     replaced = store.manifest()["retired"]
-    assert len(replaced) == 3 and all((store.path / r).exists() for r in replaced)
+    aside = [store.path / ".rlarrow-retired" / r for r in replaced]
+    assert len(replaced) == 3 and all(p.exists() for p in aside)  # out of the table directory
+    assert not any((store.path / r).exists() for r in replaced)
     assert store.vacuum() == []  # kept for 7 days by default
     info = CliRunner().invoke(cli, ["info", os.fspath(store.path)])
     assert "replaced 3 files" in info.output and "rlarrow vacuum" in info.output
     assert store.info().retired_files == 3 and store.info().version == store.version
     out = CliRunner().invoke(cli, ["vacuum", os.fspath(store.path), "--retain-hours", "0"])
     assert out.exit_code == 0 and "deleted 3" in out.output
-    assert not any((store.path / r).exists() for r in replaced)
+    assert not any(p.exists() for p in aside)
     with pytest.raises(NotFoundError, match="vacuum"):
         rlarrow.Store.open(store.path, version=v["append2"])
     assert rlarrow.Store.open(store.path, version=v["compact"]).row_count("scalars") == 15

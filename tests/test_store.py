@@ -161,13 +161,16 @@ def test_compact_merges_small_files_in_order(store):
     old = store.files("scalars")
     assert store.compact() == {"scalars": (10, 1)}
     assert len(store.files("scalars")) == 1
-    # the old files stay (earlier versions read them) until vacuumed
-    assert all(p.exists() for p in old)
+    # the old files leave the table directory (a glob of it is exact) and stay aside, where
+    # earlier versions read them, until vacuumed
+    aside = [store.path / ".rlarrow-retired" / "scalars" / p.name for p in old]
+    assert not any(p.exists() for p in old) and all(p.exists() for p in aside)
+    assert [q.name for q in (store.path / "scalars").glob("*.parquet")] == [store.files("scalars")[0].name]
     assert manifest(store)["retired"] == sorted(f"scalars/{p.name}" for p in old)
     assert store.read("scalars").column("step").to_pylist() == list(range(100))
     assert manifest(store)["pending"] is None
     assert sorted(store.vacuum(retain_hours=0)) == sorted(f"scalars/{p.name}" for p in old)
-    assert not any(p.exists() for p in old) and manifest(store)["retired"] == []
+    assert not any(p.exists() for p in old + aside) and manifest(store)["retired"] == []
     assert store.read("scalars").column("step").to_pylist() == list(range(100))
 
 

@@ -31,6 +31,7 @@ from rlarrow.core.store.manifest import (
     decode_schema,
     now_iso,
     parse_manifest,
+    retired_location,
     write_error,
 )
 from rlarrow.core.store.segments import encode_manifest, local_segments
@@ -145,7 +146,43 @@ class StoreBase:
         self._write_manifest_at(self.path, manifest)
         self._manifest = manifest
         if settles:
-            self._delta_write(manifest)
+            behind = self._delta_write(manifest)
+            # (the files this object has seen retired and moved need no look; the first write looks at all)
+            moved: frozenset[str] = self.__dict__.get("_retired_moved", frozenset())
+            retired = manifest.get("retired", [])
+            self._move_retired(manifest, [r for r in retired if r not in moved], behind)
+            self.__dict__["_retired_moved"] = frozenset(
+                r for r in retired if r.partition("/")[0] not in behind)
+
+    def _move_retired(self, manifest: dict[str, Any], rels: list[str],
+                      behind: set[str] | None = None) -> None:
+        """Move retired files out of their table directories (``STORE/.rlarrow-retired/TABLE/``).
+
+        Only once the manifest and the table's Delta log no longer list them (a table whose
+        log is ``behind``, or still due in ``delta_due``, waits: a Delta reader of its current
+        version reads them). A file
+        that cannot be moved stays, and the next writer's recovery tries again; a retired
+        directory that is a link is never written through (it could lead outside the store).
+        """
+        due = set(behind or ()) | {d.get("table") for d in manifest.get("delta_due") or ()
+                                   if isinstance(d, dict) and "files" in d}  # (still missing at start)
+        for rel in rels:
+            table = rel.partition("/")[0]
+            source = self.path / rel
+            if table in due or not source.is_file() or source.is_symlink():
+                continue
+            target = retired_location(self.path, rel)
+            try:
+                for directory in (target.parent.parent, target.parent):
+                    with contextlib.suppress(FileExistsError):
+                        directory.mkdir()
+                    if directory.is_symlink() or not directory.is_dir():
+                        raise CorruptFileError(directory, "is not a directory of the store (a link?); "
+                                               "rlarrow moves replaced files only inside the store: "
+                                               "remove it")
+                os.replace(source, target)
+            except (OSError, CorruptFileError):
+                continue  # (left where it is: a glob counts it until a writer moves it)
 
     # ---------------------------------------------------------------- the Delta logs
 
@@ -216,10 +253,11 @@ class StoreBase:
                       f"written ({exc}); {fix}. Until then Delta readers see the version before",
                       RLArrowWarning, stacklevel=5)
 
-    def _delta_write(self, manifest: dict[str, Any]) -> None:
+    def _delta_write(self, manifest: dict[str, Any]) -> set[str]:
         """After the manifest: write the Delta commits due, in order (a failure is left to recovery).
 
         A table's commits stop at its first failure, so its log never skips a version.
+        Returns the tables whose log is still behind.
         """
         operation, data_change = self.__dict__.get("_delta_op", ("WRITE", True))
         blocked: set[str] = set()
@@ -244,6 +282,7 @@ class StoreBase:
             except (StoreError, CorruptFileError, OSError) as exc:
                 self._delta_warn(table, exc)
                 blocked.add(table)
+        return blocked
 
     def _delta_heal(self, manifest: dict[str, Any]) -> None:
         """Under the lock, as a writer starts: write the Delta commits left due.

@@ -56,7 +56,13 @@ import pyarrow as pa
 from rlarrow._version import __version__
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive, temp_owner
-from rlarrow.core.store.manifest import encode_schema, fsync_dir, is_plain_file_name, write_error
+from rlarrow.core.store.manifest import (
+    encode_schema,
+    fsync_dir,
+    is_plain_file_name,
+    retired_location,
+    write_error,
+)
 
 __all__ = ["LOG_DIR", "PROTOCOL", "DeltaFile", "DeltaLog", "delta_schema", "manifest_at", "order_after",
            "order_between"]
@@ -564,7 +570,9 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
             continue
         config = (log.metadata or {}).get("configuration") or {}
         files = log.ordered()
-        gone = [f.name for f in files if not (root / name / f.name).is_file()]
+        moved = {f.name for f in files if not (root / name / f.name).is_file()
+                 and retired_location(root, f"{name}/{f.name}").is_file()}  # replaced since: kept aside
+        gone = [f.name for f in files if f.name not in moved and not (root / name / f.name).is_file()]
         if gone:
             raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
                                 f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
@@ -572,6 +580,8 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
                                 "moved out by `rlarrow repair`); read a later version")
         entry["schema"] = config.get(_SCHEMA_KEY, entry.get("schema"))
         entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
-        entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes} for f in files]
+        entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes, **({"retired": True} if
+                                                                                  f.name in moved else {})}
+                          for f in files]
         entry["rows"] = sum(f.rows for f in files)
     return manifest

@@ -40,7 +40,13 @@ from rlarrow.core.store.base import StoreBase
 from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive
 from rlarrow.core.store.layouts import table_of
 from rlarrow.core.store.lease import _sweep_views
-from rlarrow.core.store.manifest import MANIFEST_NAME, decode_schema, encode_schema, parse_manifest
+from rlarrow.core.store.manifest import (
+    MANIFEST_NAME,
+    decode_schema,
+    encode_schema,
+    parse_manifest,
+    retired_location,
+)
 from rlarrow.core.store.segments import SEGMENTS_DIR, local_segments
 from rlarrow.core.type_names import schema_differences
 
@@ -373,13 +379,19 @@ class JournalStore(StoreBase):
             if at is not None and (older_than_ms is None or at >= older_than_ms):
                 keep.append(rel)  # an earlier version may read it (time travel)
                 continue
-            try:
-                (self.path / rel).unlink()
-                deleted.append(rel)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                keep.append(rel)
+            gone = False
+            for path in (retired_location(self.path, rel), self.path / rel):  # moved out, or not yet
+                try:
+                    path.unlink()
+                    gone = True
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    keep.append(rel)
+                    break
+            else:
+                if gone:
+                    deleted.append(rel)
         manifest["retired"] = keep
         if when:
             kept = set(keep)
@@ -422,6 +434,8 @@ class JournalStore(StoreBase):
                 self._adopt(manifest, table, name)
         self._delete_retired(manifest, older_than_ms=int(time.time() * 1000) - RETAIN_HOURS * 3_600_000)
         if sweep:
+            # retired files a writer killed after its commit left in their table directory
+            self._move_retired(manifest, list(manifest.get("retired", ())))
             self._remove_stale_tmp()
         if _fingerprint(manifest) != before:
             self._write_manifest(manifest)

@@ -35,10 +35,11 @@ from rlarrow._version import __version__
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 
-__all__ = ["MANIFEST_NAME", "SEGMENTED_FORMAT", "Expands", "check_inside", "check_manifest_versions",
-           "copy_tree", "decode_schema", "empty_manifest", "encode_schema", "forget", "fsync_dir",
-           "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "validate",
-           "write_error", "write_file", "written"]
+__all__ = ["MANIFEST_NAME", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands", "check_inside",
+           "check_manifest_versions", "copy_tree", "decode_schema", "empty_manifest", "encode_schema",
+           "forget", "fsync_dir",
+           "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "retired_location",
+           "validate", "write_error", "write_file", "written"]
 
 MANIFEST_NAME = "_rlarrow_store.json"
 #: The store format of a manifest that lists a table's files in segments (segments.py):
@@ -269,6 +270,22 @@ def _expand(manifest: Any, path: object, segments: Expands | None) -> None:
         if isinstance(entry, dict) and entry.get("segments"):
             raise _Checker(path).fail(f"tables.{table}.segments", "lists segments, but there is no store "
                                       "to read them from")
+
+
+#: Where the files a compaction or an edit replaced go (``STORE/.rlarrow-retired/TABLE/NAME``):
+#: out of their table directory, so that a glob of the table counts each row once, and
+#: kept for reading earlier versions until vacuumed.
+RETIRED_DIR = ".rlarrow-retired"
+
+
+def retired_location(root: Path, rel: str) -> Path:
+    """Where the retired file ``rel`` (``TABLE/NAME``) of the store at ``root`` is kept.
+
+    Example:
+        >>> retired_location(Path("runs.rlarrow"), "steps/a.parquet").as_posix()
+        'runs.rlarrow/.rlarrow-retired/steps/a.parquet'
+    """
+    return root / RETIRED_DIR / rel
 
 
 def check_inside(table_dir: Path, name: str) -> Path:

@@ -26,7 +26,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
 from rlarrow.core.store.layouts import layout_number, table_of
 from rlarrow.core.store.lease import _VIEWS_DIR
-from rlarrow.core.store.manifest import check_inside, decode_schema, write_error
+from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
 from rlarrow.core.store.tables import TableStore
 
 __all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo"]
@@ -392,8 +392,10 @@ class RepairStore(TableStore):
                     size += os.stat(os.path.join(root, f)).st_size
         retired_bytes = 0
         for rel in m.get("retired", []):
-            with contextlib.suppress(OSError):
-                retired_bytes += (self.path / rel).stat().st_size
+            for path in (retired_location(self.path, rel), self.path / rel):  # (moved out, or not yet)
+                with contextlib.suppress(OSError):
+                    retired_bytes += path.stat().st_size
+                    break
         return StoreInfo(
             version=int(m.get("version", 0)),
             retired_files=len(m.get("retired", [])),

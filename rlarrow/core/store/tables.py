@@ -35,7 +35,14 @@ from rlarrow.core.store.layouts import (
     union_layouts,
     validate_rows,
 )
-from rlarrow.core.store.manifest import check_inside, decode_schema, encode_schema, fsync_dir, write_error
+from rlarrow.core.store.manifest import (
+    check_inside,
+    decode_schema,
+    encode_schema,
+    fsync_dir,
+    retired_location,
+    write_error,
+)
 from rlarrow.core.type_names import schema_differences
 
 __all__ = ["TableStore"]
@@ -389,7 +396,10 @@ class TableStore(JournalStore):
         # files an open transaction of this store object wrote: read back by it alone
         uncommitted = [f.tmp for f in self._tx.files if f.table == table] if self._tx else []
         listed = self._manifest["tables"][table]["files"]
-        return [check_inside(directory, f["name"]) for f in listed] + uncommitted
+        # (an earlier version, opened with version=, lists files replaced since: kept aside)
+        aside = retired_location(self.path, table)
+        return [check_inside(aside if f.get("retired") else directory, f["name"])
+                for f in listed] + uncommitted
 
     def row_count(self, table: str, *, layout: int | None = None) -> int:
         """Committed rows of ``table`` (of one of its layouts with ``layout``)."""
