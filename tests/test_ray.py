@@ -221,7 +221,7 @@ def test_ray_reads_the_delta_log_and_versions_as_rlarrow_does(cluster, store):
 
 
 def test_delta_steps_match_the_torch_dataset(cluster, store):
-    """LeRobot-style offsets around every step, padded at episode edges, in Ray as in torch."""
+    """LeRobot-style offsets around every frame, padded at episode edges and null rows, in Ray as in torch."""
     cols = ["episode_id", "step", "observation", "reward"]
     deltas = {"observation.position": [-2, 0], "reward": [0, 1, 2, 3]}
     ray_ds = rray.read_samples(store, "steps", columns=cols, delta_steps=deltas, shuffle=True, seed=1)
@@ -237,7 +237,7 @@ def test_delta_steps_match_the_torch_dataset(cluster, store):
             want[int(b["episode_id"][r]), int(b["step"][r])] = (
                 b["observation"]["position"][r].numpy(), b["reward"][r].numpy(),
                 b["observation"]["position_is_pad"][r].numpy(), b["reward_is_pad"][r].numpy())
-    assert got.keys() == want.keys() and len(got) == sum(n + 1 for n in LENGTHS)
+    assert got.keys() == want.keys() and len(got) == sum(LENGTHS)  # the frames (rows with an action)
     for k, w in want.items():
         for a, b in zip(got[k], w, strict=True):
             assert np.array_equal(a, b, equal_nan=True)

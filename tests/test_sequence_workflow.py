@@ -89,6 +89,10 @@ def test_windows_are_what_the_env_played(played):
             assert np.array_equal(act[w, :n], e["act"][t:t + n])
             assert np.array_equal(rew[w, :n], e["rew"][t:t + n])
             assert last[w].tolist() == [t + k == len(e["obs"]) - 1 for k in range(L)]
+            # the last step's null action is no action 0: masked, at the fill
+            pads = batch["action_is_pad"][w].tolist(), batch["reward_is_pad"][w].tolist()
+            assert pads == (last[w].tolist(), last[w].tolist())
+            assert (act[w][last[w]] == 0).all() and not batch["observation_is_pad"][w].any()
             seen += 1
     whole = sum(max(0, len(e["obs"]) - L + 1) for e in episodes)
     assert seen == whole  # every window of every finished episode, once
@@ -112,12 +116,12 @@ def test_delta_steps_are_lerobots_rule_on_what_the_env_played(played):
             for k, o in enumerate([-1, 0]):  # clamped into the episode, padded outside it
                 assert np.array_equal(obs[s, k], e["obs"][min(max(t + o, 0), last)])
                 assert obs_pad[s, k] == (not 0 <= t + o <= last)
-            for o in range(CHUNK):
-                assert act_pad[s, o] == (t + o > last)
-                if t + o < last:  # (row `last` has no action: a recorder's null)
-                    assert act[s, o] == e["act"][t + o]
+            assert t < last  # the final-observation row (no action) is no sample
+            for o in range(CHUNK):  # row `last` has no action (a recorder's null): padding too,
+                assert act_pad[s, o] == (t + o >= last)  # holding the last action, as LeRobot pads
+                assert act[s, o] == e["act"][min(t + o, last - 1)]
             seen += 1
-    assert seen == sum(len(e["obs"]) for e in episodes)
+    assert seen == sum(len(e["obs"]) - 1 for e in episodes)  # one per action
 
 
 def test_a_policy_learns_its_action_chunks_from_the_stream(played):
@@ -137,8 +141,8 @@ def test_a_policy_learns_its_action_chunks_from_the_stream(played):
         ds.set_epoch(epoch)
         for batch in DataLoader(ds, num_workers=2):
             x = batch["observation"].reshape(len(batch["observation"]), -1).float()
-            target = torch.nan_to_num(batch["action"].double(), nan=0).long()
-            keep = ~batch["action_is_pad"] & ~batch["action"].double().isnan()
+            target = batch["action"].long()
+            keep = ~batch["action_is_pad"]  # (a padded action is never NaN nor a stray 0)
             logits = model(x).reshape(-1, CHUNK, 2)
             loss = torch.nn.functional.cross_entropy(logits[keep], target[keep])
             opt.zero_grad()

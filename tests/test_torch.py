@@ -157,7 +157,9 @@ def test_transitions_pair_observations_with_the_next(store):
         by_key[pos[i].tobytes()] = (e, s)
     total = 0
     for b in ds:
-        assert set(b) == {"observation", "next_observation", "action", "reward", "done", "truncated"}
+        assert set(b) == {"observation", "next_observation", "action", "reward", "reward_is_pad", "done",
+                          "truncated"}
+        assert not b["reward_is_pad"].any()  # every transition has its reward
         obs, nxt_obs = b["observation"]["position"].numpy(), b["next_observation"]["position"].numpy()
         for o, nxt, done in zip(obs, nxt_obs, b["done"].tolist(), strict=True):
             e, s = by_key[o.tobytes()]
@@ -336,6 +338,9 @@ def window_keys(batches, L):
     for b in batches:
         ep, step, reward = b["episode_id"].numpy(), b["step"].numpy(), b["reward"].numpy()
         assert ep.shape[1] == L and (ep == ep[:, :1]).all() and (np.diff(step, axis=1) == 1).all()
+        pad = b["reward_is_pad"].numpy()  # a null reward: the fill (0), masked; never NaN
+        assert pad.shape == reward.shape and not np.isnan(reward).any() and (reward[pad] == 0).all()
+        reward = np.where(pad, np.nan, reward)
         for e, s, r in zip(ep[:, 0].tolist(), step[:, 0].tolist(), reward.tolist(), strict=True):
             got[e, s, _values(r)] += 1
     return got
@@ -415,13 +420,16 @@ def test_workers_batches_are_never_overwritten(store, monkeypatch, keep):
 
 
 def lerobot_reference(path, deltas):
-    """What LeRobot's loader gives for every frame (LeRobotDataset._get_query_indices): each
-    offset's frame clamped into [episode start, episode end - 1], and ``{key}_is_pad`` where
-    the offset fell outside it. Keyed by (run, episode, step) of the frame."""
+    """What LeRobot's loader gives for every frame (LeRobotDataset._get_query_indices), on
+    rlarrow's rows: the frames are the rows with an action (an episode's final-observation
+    row is none); each offset's row clamped into the episode, and where that row is null in
+    the column, into the episode's frames (LeRobot's [episode start, episode end - 1]);
+    ``{key}_is_pad`` where the offset fell outside the episode or on a null row. Keyed by
+    (run, episode, step) of the frame."""
     t = rlarrow.Store.open(path).read("steps")
     cols = {"run_id": t["run_id"].to_pylist(), "episode_id": t["episode_id"].to_pylist(),
-            "step": t["step"].to_pylist(),
-            "reward": [np.nan if r is None else r for r in t["reward"].to_pylist()],
+            "step": t["step"].to_pylist(), "action": t["action"].to_pylist(),
+            "reward": t["reward"].to_pylist(),
             "position": rlarrow.core.tensors.to_numpy(t["observation"])["position"]}
     episodes: dict = {}
     for i, key in enumerate(zip(cols["run_id"], cols["episode_id"], cols["step"], strict=True)):
@@ -430,15 +438,20 @@ def lerobot_reference(path, deltas):
     for ep, rows in episodes.items():
         rows = [i for _, i in sorted(rows)]
         n = len(rows)
-        for j, i in enumerate(rows):
+        frames = [j for j, i in enumerate(rows) if cols["action"][i] is not None]
+        for j in frames:
             item = {}
             for name, offsets in deltas.items():
+                null = [name != "observation.position" and cols["reward"][i] is None for i in rows]
                 at = [j + d for d in offsets]
-                idx = [rows[max(0, min(n - 1, a))] for a in at]
+                inside = [max(0, min(n - 1, a)) for a in at]
+                idx = [rows[c if not null[c] else max(frames[0], min(frames[-1], a))]
+                       for a, c in zip(at, inside, strict=True)]
                 item[name] = cols["position"][idx] if name == "observation.position" else np.array(
-                    [cols["reward"][k] for k in idx])
-                item[name + "_is_pad"] = np.array([a < 0 or a >= n for a in at])
-            out[(*ep, cols["step"][i])] = item
+                    [0.0 if cols["reward"][k] is None else cols["reward"][k] for k in idx])
+                pad = [a != c or null[c] for a, c in zip(at, inside, strict=True)]
+                item[name + "_is_pad"] = np.array(pad)
+            out[(*ep, cols["step"][rows[j]])] = item
     return out
 
 
@@ -449,7 +462,7 @@ def check_against_lerobot(batches, want, deltas):
             key = (b["run_id"][r], int(b["episode_id"][r]), int(b["step"][r]))
             ref = want[key]
             assert np.array_equal(b["observation"]["position"][r].numpy(), ref["observation.position"])
-            assert np.allclose(b["reward"][r].numpy(), ref["reward"], equal_nan=True)
+            assert np.array_equal(b["reward"][r].numpy(), ref["reward"])  # (never NaN: no reward is)
             for name in deltas:  # the mask beside its column (a dict leaf's inside the dict)
                 node = b
                 *parents, leaf = (name + "_is_pad").split(".")
@@ -457,7 +470,7 @@ def check_against_lerobot(batches, want, deltas):
                     node = node[p]
                 assert node[leaf][r].numpy().tolist() == ref[name + "_is_pad"].tolist()
             seen += 1
-    assert seen == len(want)  # every step is a sample, once
+    assert seen == len(want)  # every frame is a sample, once; the final-observation rows are none
 
 
 DELTAS = {"observation.position": [-4, -1, 0], "reward": list(range(7))}

@@ -24,9 +24,14 @@ column                 row           value
 
 A flag is false where its expression is null (``coalesce(..., false)`` in SQL).
 
-Which rows become transitions (:data:`NEXT_ROW`, :data:`REQUIRED`): a step row whose episode
-(same ``run_id`` and ``episode_id``) has a next row, and whose ``action`` is not null. An
-episode's last row (null action) makes none, so an episode of N actions gives N transitions.
+Which rows become transitions (:data:`NEXT_ROW`, :data:`REQUIRED`, :data:`NEXT_REQUIRED`): a
+step row whose episode (same ``run_id`` and ``episode_id``) has a next row, whose
+``observation`` and ``action`` are not null, and whose next row's ``observation`` is not null.
+An episode's last row (null action) makes none, so an episode of N actions gives N
+transitions; a row that is not a transition (a LeRobot import's last action, whose next row
+has no observation; a memory's row whose next observation was never stored) is left out, never
+handed over as NaN or 0 (``rlarrow.core.padding``). A null ``reward`` or ``discount`` is kept,
+with a mask (``reward_is_pad``) in the NumPy samples.
 
 Two constructions derive from this definition:
 
@@ -41,8 +46,7 @@ Two constructions derive from this definition:
 On a store whose episodes have every step (``0`` to ``N``) and an action on every row but
 the last, both give the same transitions. They part only on damaged episodes: where a step
 is missing, SQL pairs the step before the gap with the one after it and NumPy makes no
-transition there; a null action on a row that has a next row is left out by SQL, kept by
-NumPy (which may not read ``action`` at all).
+transition there.
 
 Example:
     >>> import numpy as np
@@ -74,6 +78,7 @@ __all__ = [
     "EPISODE",
     "FLAG_ONLY",
     "NAMES",
+    "NEXT_REQUIRED",
     "NEXT_ROW",
     "NEXT_SOURCES",
     "REQUIRED",
@@ -85,6 +90,8 @@ __all__ = [
     "next_names",
     "sql_select",
     "sql_view",
+    "valid_next_rows",
+    "valid_rows",
 ]
 
 
@@ -143,8 +150,10 @@ EPISODE: tuple[str, ...] = ("run_id", "episode_id")
 #: ... and the next ``step`` (SQL: the next higher one; NumPy windows: ``step + 1``).
 NEXT_ROW = "step"
 
-#: A step row where one of these ``steps`` columns is null makes no transition (SQL).
-REQUIRED: tuple[str, ...] = ("action",)
+#: A step row where one of these ``steps`` columns is null makes no transition ...
+REQUIRED: tuple[str, ...] = ("observation", "action")
+#: ... nor one whose next row is null in one of these.
+NEXT_REQUIRED: tuple[str, ...] = ("observation",)
 
 #: The ``steps`` columns read from the next row, each once, in order.
 NEXT_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s for c in COLUMNS if c.row == "next" for s in c.sources))
@@ -202,6 +211,8 @@ def sql_select(steps: str = "steps") -> str:
     streamed = ",\n".join(f"           lead({s}) over () as _next_{s}" for s in NEXT_SOURCES)
     windowed = ",\n".join(f"             lead({s}) over w as next_{s}" for s in NEXT_SOURCES)
     required = "".join(f" and {c} is not null" for c in REQUIRED)
+    streamed_next = "".join(f" and _next_{c} is not null" for c in NEXT_REQUIRED)
+    windowed_next = "".join(f" and next_{c} is not null" for c in NEXT_REQUIRED)
     return f"""with paired as not materialized (
     select *,
            {follows},
@@ -210,7 +221,7 @@ def sql_select(steps: str = "steps") -> str:
     from {steps})
 select {_sql_columns(lambda s: f"_next_{s}")}
 from paired
-where _next_follows{required}
+where _next_follows{required}{streamed_next}
 union all
 select {_sql_columns(lambda s: f"next_{s}")}
 from (select *,
@@ -219,7 +230,7 @@ from (select *,
       from paired
       where not _next_follows or not _prev_precedes
       window w as (partition by {", ".join(EPISODE)} order by {order}))
-where not _next_follows and next_{order} is not null{required}
+where not _next_follows and next_{order} is not null{required}{windowed_next}
 """
 
 
@@ -243,6 +254,27 @@ def sql_view(name: str = "transitions", steps: str = "steps") -> str:
 
 
 # ------------------------------------------------------------------ NumPy
+
+
+def _valid(table: Any, names: tuple[str, ...]) -> np.ndarray:
+    from rlarrow.core.padding import null_rows
+
+    ok = np.ones(table.num_rows, bool)
+    for name in names:
+        if name in table.column_names:
+            for null in null_rows(table.column(name)).values():
+                ok &= ~null
+    return ok
+
+
+def valid_rows(table: Any) -> np.ndarray:
+    """Which ``steps`` rows (a pyarrow table) may be a transition's step row (:data:`REQUIRED`)."""
+    return _valid(table, REQUIRED)
+
+
+def valid_next_rows(table: Any) -> np.ndarray:
+    """Which ``steps`` rows may be a transition's next row (:data:`NEXT_REQUIRED`)."""
+    return _valid(table, NEXT_REQUIRED)
 
 
 def _split(name: str) -> tuple[str, str]:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow.core import metadata as _metadata
+from rlarrow.core import padding as _padding
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 
@@ -93,13 +94,8 @@ def to_numpy(col: pa.ChunkedArray | pa.Array) -> Any:
         return _to_numpy(col, fill_value=0)
 
 
-def flat(prefix: str, value: Any, out: dict[str, np.ndarray]) -> None:
-    """Struct columns (dicts of arrays) as ``prefix.key`` entries of ``out``."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            flat(f"{prefix}.{k}", v, out)
-    else:
-        out[prefix] = value
+#: Struct columns (dicts of arrays) as ``prefix.key`` entries of ``out``.
+flat = _padding.flat
 
 
 def nest(flat_: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +170,11 @@ def _follows(run: np.ndarray, ep: np.ndarray, step: np.ndarray) -> np.ndarray:
     if len(ep) > 1:
         out[:-1] = (ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1) & (run[1:] == run[:-1])
     return out
+
+
+def _laid_out(values: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """Per-row values of a table in the layout's order."""
+    return values if order is None else values[order]
 
 
 def _rows_of(pf: pq.ParquetFile, group: int, columns: list[str], start: int, count: int) -> pa.Table:
@@ -281,7 +282,7 @@ class Windows:
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
                  transitions: bool = False, flags: dict[str, np.ndarray] | None = None, *,
                  deltas: dict[str, np.ndarray] | None = None,
-                 bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                 bounds: tuple[np.ndarray, ...] | None = None,
                  videos: dict[str, tuple[Any, tuple[int, ...]]] | None = None) -> None:
         #: video-layout fields: their ``base`` column holds frame references (``VideoRefs``),
         #: decoded into uint8 frames of the shape given when gathered
@@ -290,7 +291,8 @@ class Windows:
         self.length = length
         self.transitions = transitions
         #: ``delta_steps``: offsets per column, and each sample's episode rows in ``base``
-        #: (first, last: the offsets are clamped to them, and padded outside)
+        #: (first, last: the offsets are clamped to them, and padded outside) and its
+        #: episode's first and last frame (:func:`rlarrow.core.padding.query`)
         self.deltas = deltas
         self.bounds = bounds
         #: rows in ``base``
@@ -354,18 +356,22 @@ class Windows:
             # a temporary and copies it, fresh memory at every call)
             return v.take(idx, axis=0, out=out(idx.shape + v.shape[1:], v.dtype), mode="clip")
 
-        if self.deltas is not None:  # each column at its offsets, clamped to the episode, and pad masks
+        if self.deltas is not None:  # each column at its offsets, LeRobot's clamp, and pad masks
             assert self.bounds is not None
-            lo, hi = self.bounds if which is None else (self.bounds[0][which], self.bounds[1][which])
-            lo, hi = lo[:, None], hi[:, None]
-            at = {name: s[:, None] + d for name, d in self.deltas.items()}
-            clamped = {name: np.clip(a, lo, hi) for name, a in at.items()}
+            lo, hi, first, last = (b[:, None] if which is None else b[which][:, None] for b in self.bounds)
+            clamped: dict[str, np.ndarray] = {}
             got: dict[str, np.ndarray] = {}
+            for name, d in self.deltas.items():
+                mask = _padding.mask_name(name)
+                null = self.base.get(mask)
+                if null is None:  # (a column without nulls)
+                    null = np.zeros(self.rows, bool)
+                clamped[name], got[mask] = _padding.query(s[:, None] + d, lo, hi, first, last, null)
             for k, v in self.base.items():
-                name = self._delta(k)
-                got[k] = take(v, s) if name is None else take(v, clamped[name])
-            for name, a in at.items():
-                got[f"{name}_is_pad"] = (a < lo) | (a > hi)
+                if k in got:
+                    continue
+                under = self._delta(k)
+                got[k] = take(v, s) if under is None or _padding.is_mask(k) else take(v, clamped[under])
             return got
         if self.transitions:  # the step's columns at s, the next row's at s + 1, as from_steps orders them
             got = {}
@@ -384,17 +390,17 @@ class Windows:
 
     def compact(self, which: np.ndarray) -> Windows:
         """Only windows ``which``, with only their rows kept."""
-        if self.deltas is not None:  # each sample's rows from its lowest offset to its highest
+        if self.deltas is not None:  # each sample's rows from its lowest offset (or itself) to its highest
             assert self.bounds is not None
-            offsets = np.concatenate(list(self.deltas.values()))
+            offsets = np.concatenate([*self.deltas.values(), [0]])  # (LeRobot's clamp reads its frames)
             low, span = int(offsets.min()), int(offsets.max() - offsets.min()) + 1
-            s, lo, hi = self.starts[which], self.bounds[0][which], self.bounds[1][which]
+            s = self.starts[which]
+            lo, hi = self.bounds[0][which], self.bounds[1][which]
             idx = np.clip(s[:, None] + np.arange(low, low + span), lo[:, None], hi[:, None]).reshape(-1)
             at = np.arange(len(which), dtype=np.int64) * span
+            bounds = tuple(at + np.clip(b[which] - s - low, 0, span - 1) for b in self.bounds)
             return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()}, at - low, 1,
-                           deltas=self.deltas,
-                           bounds=(at + np.maximum(0, lo - s - low), at + np.minimum(span - 1, hi - s - low)),
-                           videos=self.videos)
+                           deltas=self.deltas, bounds=bounds, videos=self.videos)
         L = self.length
         idx = (self.starts[which][:, None] + np.arange(L)).reshape(-1)
         return Windows({k: np.take(v, idx, axis=0) for k, v in self.base.items()},
@@ -429,8 +435,8 @@ class Windows:
         flags = {k: np.concatenate([p.flags[k] for p in parts]) for k in parts[0].flags}
         bounds = None
         if parts[0].bounds is not None:
-            bounds = (np.concatenate([p.bounds[0] + o for p, o in zip(parts, offsets, strict=True)]),  # type: ignore[index]
-                      np.concatenate([p.bounds[1] + o for p, o in zip(parts, offsets, strict=True)]))  # type: ignore[index]
+            bounds = tuple(np.concatenate([p.bounds[i] + o for p, o in zip(parts, offsets, strict=True)])  # type: ignore[index]
+                           for i in range(len(parts[0].bounds)))
         return cls(base, starts, parts[0].length, parts[0].transitions,
                    flags if parts[0].transitions else None, deltas=parts[0].deltas, bounds=bounds,
                    videos={k: v for p in parts for k, v in p.videos.items()})
@@ -446,7 +452,8 @@ class SampleSource:
 
     def __init__(self, units_: list[Unit], columns: list[str], *, filter: Any = None,  # noqa: A002
                  sequence_length: int = 1, transitions: bool = False, filesystem: Any = None,
-                 deltas: dict[str, np.ndarray] | None = None, videos: list[str] | None = None) -> None:
+                 deltas: dict[str, np.ndarray] | None = None, videos: list[str] | None = None,
+                 masked: Sequence[str] = (), needs: Sequence[str] = ()) -> None:
         #: the store's ``videos`` files (video-layout cameras, decoded per batch), when read
         self.video_files = list(videos or [])
         self._refs: Any = None  # (a VideoRefs, made where the source reads: not pickled)
@@ -460,6 +467,10 @@ class SampleSource:
         #: episode around it (``delta_steps``)
         self.deltas = deltas
         self.needs_keys = sequence_length > 1 or deltas is not None
+        #: columns (or dict leaves) whose samples come with a ``<name>_is_pad`` mask
+        #: (:mod:`rlarrow.core.padding`), and columns read only to apply its rule
+        self.masked = list(masked)
+        self.needs = [c for c in needs if c not in columns]
         self.filesystem = filesystem
         self.lease: Any = None  # a ReaderLease pinning the units' files, when from a local store
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
@@ -534,8 +545,20 @@ class SampleSource:
         elif source == "steps" and "observation" in chosen and _has_videos(store):
             raise StoreError(f"{store.path}: its cameras in the video layout are decoded from a local store "
                              "only; pull it first (rlarrow.core.remote.pull)")
+        masked: list[str] = []
+        needs: list[str] = []
+        if source == "steps":  # padding is never data (rlarrow.core.padding)
+            if deltas is not None:
+                masked = [*deltas, *(c for c in chosen if c in _padding.NULLABLE
+                                     and not any(_under(d, c) or _under(c, d) for d in deltas))]
+                needs = [c for c in [_padding.FRAME_COLUMN] if c in names]
+            else:
+                required = _transitions.REQUIRED if transitions else ()
+                masked = [c for c in chosen if c in _padding.NULLABLE and c not in required]
+                needs = [c for c in required if c in names]
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
-                   transitions=transitions, filesystem=fs, deltas=deltas, videos=videos)
+                   transitions=transitions, filesystem=fs, deltas=deltas, videos=videos,
+                   masked=masked, needs=needs)
         made.lease = lease  # the links live as long as the source (and copies in workers read them)
         return made
 
@@ -574,7 +597,18 @@ class SampleSource:
             base[column] = self._refs.refs(column, runs, table.column("episode_id").to_numpy(),
                                            table.column("env_index").to_numpy(),
                                            table.column("step").to_numpy())
+            # a row without a frame is null there
+            _padding.mark_frames(base, column, base[column], self.masked)
         return found
+
+    def _base(self, table: pa.Table) -> dict[str, np.ndarray]:
+        """The columns of ``table`` as flat NumPy, and the null rows of the masked ones.
+
+        (Under ``<name>_is_pad``; their nulls at :data:`rlarrow.core.padding.FILL`.)
+        """
+        base, nulls = _padding.columns(table, self.columns, self.masked)
+        base.update(nulls)
+        return base
 
     def open(self, path: str) -> pq.ParquetFile:
         """One of the source's files, on its filesystem."""
@@ -602,6 +636,7 @@ class SampleSource:
             files.clear()
             pf = files[unit.file] = self.open(unit.file)
         cols = list(dict.fromkeys((_WINDOW_KEYS if self.needs_keys else []) + self.columns
+                                  + self.needs
                                   + (_VIDEO_KEYS if self.video_files else [])))
         flt_cols: list[str] = []
         if self.filter is not None:  # filters see the flat columns: never read tensors for them
@@ -619,12 +654,11 @@ class SampleSource:
                 return None
             if not keep.all():
                 table = table.filter(pa.array(keep))
-            base: dict[str, np.ndarray] = {}
-            for name in self.columns:
-                flat(name, to_numpy(table.column(name)), base)
-            videos = self._videos(table, base)
+            base = self._base(table)
             return Windows(base, np.arange(table.num_rows, dtype=np.int64), 1, self.transitions,
-                           videos=videos)
+                           videos=self._videos(table, base))
+        if self.deltas is not None and own:  # samples are LeRobot's frames: rows with an action
+            keep &= _padding.frames(table)
         if not own or not keep.any():
             return None
         if self.deltas is not None:
@@ -636,23 +670,30 @@ class SampleSource:
         chain = np.concatenate([[0], np.cumsum(~follows[:-1])])  # chain[p]: breaks before layout row p
         size = len(chain)
         bounds = None
-        if self.deltas is not None:  # every row is a sample; its episode's rows around it
+        if self.deltas is not None:  # every frame is a sample; its episode's rows around it
             first = np.flatnonzero(np.concatenate([[True], follows[:-1] == 0]))
             lo = first[chain]
             hi = np.concatenate([first[1:] - 1, [size - 1]])[chain]
             samples = position[keep]
-            bounds = (lo[samples], hi[samples])
+            # each sample's episode's first and last frame (LeRobot's clamp, where a row is null)
+            frame = _laid_out(_padding.frames(table), order)
+            at = np.arange(size)
+            before_ = np.maximum.accumulate(np.where(frame, at, -1))
+            after_ = np.minimum.accumulate(np.where(frame, at, size)[::-1])[::-1]
+            lo, hi = lo[samples], hi[samples]
+            bounds = (lo, hi, after_[lo], before_[hi])
         else:  # windows of L rows inside one episode
             whole_at = np.zeros(size, dtype=bool)
             if size >= L:
                 whole_at[: size - L + 1] = chain[L - 1:] == chain[: size - L + 1]
+            if self.transitions:  # a step row with an observation and an action, and a next observation
+                whole_at[: size - 1] &= _laid_out(_transitions.valid_rows(table), order)[:-1]
+                whole_at[: size - 1] &= _laid_out(_transitions.valid_next_rows(table), order)[1:]
             keep &= whole_at[position]
             if not keep.any():
                 return None
             samples = position[keep]
-        base = {}
-        for name in self.columns:
-            flat(name, to_numpy(table.column(name)), base)
+        base = self._base(table)
         videos = self._videos(table, base)
         if order is not None:
             base = {k: np.take(v, order, axis=0) for k, v in base.items()}

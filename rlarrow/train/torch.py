@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
+from rlarrow.core.padding import fill
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
@@ -119,15 +120,21 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             ``{column: mode}`` for any of them (``reward`` too). ``next_observation``
             (transitions) takes the observation's statistics. Windows and leading axes
             broadcast.
-        delta_steps: each step is a sample with these rows of its episode around it, per
-            column (LeRobot's ``delta_timestamps``, in steps): ``{"observation": [-1, 0],
+        delta_steps: each frame (a step with an action: LeRobot's frames; an episode's
+            final-observation row is none) is a sample with these rows of its episode around
+            it, per column (LeRobot's ``delta_timestamps``, in steps): ``{"observation": [-1, 0],
             "action": range(16)}`` gives ``observation`` as ``(B, 2, ...)`` (the step before
             and the step) and ``action`` as ``(B, 16, ...)`` (an action chunk), and for each
             a mask ``observation_is_pad`` ``(B, 2)``: true where the offset falls outside the
-            episode, whose value there is the episode's first (or last) step's, as LeRobot
-            pads. A dict column's leaves (``"observation.state"``) may be named alone (the
-            mask is then ``batch["observation"]["state_is_pad"]``); other columns come at the
-            step itself.
+            episode or on a row null in the column (the last step's action), whose value
+            there is the episode's first (or last) one, as LeRobot pads. A dict column's
+            leaves (``"observation.state"``) may be named alone (the mask is then
+            ``batch["observation"]["state_is_pad"]``); other columns come at the step itself.
+            Padding is never data (:mod:`rlarrow.core.padding`, ``docs/format.md``
+            "Training samples"): on ``steps``, every nullable column read (``observation``,
+            ``action``, ``reward``, ``discount``) comes with ``<column>_is_pad`` in rows and
+            windows too, a null position holds 0, and ``transitions`` leave out the rows
+            that are none (null observation, action or next observation).
         delta_timestamps, fps: the same in seconds, at ``fps`` steps per second (each time a
             whole number of steps, within 1e-4 s).
         stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
@@ -135,7 +142,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             :func:`rlarrow.query.dataset_stats.stats` for a selection or a mixture). They are in
             :attr:`stats`, to save with the model
             (``rlarrow.query.dataset_stats.write_stats_json(ds.stats, "stats.json")``).
-            Null values (a recorder's action at an episode's last step) stay NaN.
+            Padded positions (``*_is_pad``) are 0 after normalising, never a normalised
+            number.
 
     Example:
         >>> ds = StreamingDataset("runs.rlarrow", normalize="mean_std")  # doctest: +SKIP
@@ -425,7 +433,11 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         (Normalising is elementwise: the same on the parcel as on each batch.)
         """
         gathered = plans[0][0].gather(_joined(plans))
-        return self._normalize(gathered) if self._normalize is not None else gathered
+        if self._normalize is None:
+            return gathered
+        normalised: dict[str, np.ndarray] = self._normalize(gathered)
+        fill(normalised)  # padding is never data: a padded position is FILL again, not (0 - mean) / std
+        return normalised
 
     def _pack(self, plans: list[tuple[Windows, np.ndarray]], reader: int) -> dict[str, Any]:
         """A worker's batches for the main process: gathered at once into one shared-memory block.
