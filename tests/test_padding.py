@@ -1,0 +1,104 @@
+"""Padding is never data (``rlarrow.core.padding``): nulls of any dtype reach training masked.
+
+An episode's last row has a null action, reward and discount (RLDS alignment). Read as rows,
+windows or ``delta_steps`` samples, a null int or bool action must come with
+``action_is_pad`` and hold the fill (0 / False), never a valid action; ``normalize=`` must
+leave padded positions at 0. Transitions streamed from a PPO memory that skrl saved (no
+``next_states``: each episode's final observation is null once unrolled) must leave those
+rows out, as the SQL view does, instead of handing NaN next observations to training.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlarrow
+
+torch = pytest.importorskip("torch", reason="the torch extra: pip install 'rlarrow[torch]'")
+from rlarrow.train.torch import StreamingDataset  # noqa: E402
+
+
+def _store(path: Path, actions: list) -> Path:
+    """Two episodes of 3 actions (4 rows each) with these actions, the last of each null."""
+    store = rlarrow.Store.create(path)
+    run = store.add_run(source="user", name="pad")
+    for episode in range(2):
+        store.append("steps", {
+            "run_id": run, "episode_id": episode, "step": np.arange(4), "env_index": 0,
+            "observation": np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * episode,
+            "action": actions, "reward": [1.0, 2.0, 3.0, None], "discount": [1.0, 1.0, 0.0, None],
+            "is_first": [True, False, False, False], "is_last": [False, False, False, True],
+            "is_terminal": [False, False, False, True],
+        })
+    return path
+
+
+@pytest.mark.parametrize("actions", [[2, 0, 1, None], [True, False, True, None]], ids=["int", "bool"])
+def test_a_null_action_is_masked_in_rows_and_windows(tmp_path, actions):
+    path = _store(tmp_path / "s", actions)
+    want = np.array(actions[:3] + [0])
+    rows = list(StreamingDataset(path, columns=["step", "action", "reward"], batch_size=100,
+                                 shuffle=False))[0]
+    assert rows["action"].dtype == (torch.bool if isinstance(actions[0], bool) else torch.int64)
+    assert rows["action"].numpy().astype(int).tolist() == np.tile(want, 2).astype(int).tolist()
+    assert rows["action_is_pad"].tolist() == rows["reward_is_pad"].tolist() == (rows["step"] == 3).tolist()
+    assert (rows["reward"][rows["reward_is_pad"]] == 0).all()  # the fill, not NaN
+    windows = list(StreamingDataset(path, columns=["step", "action"], sequence_length=3, batch_size=100,
+                                    shuffle=False))[0]
+    assert windows["action_is_pad"].tolist() == (windows["step"] == 3).tolist()
+    assert not windows["action"][windows["action_is_pad"]].any()  # 0 / False, masked
+
+
+def test_normalised_padding_stays_the_fill(tmp_path):
+    path = _store(tmp_path / "s", [2, 0, 1, None])
+    for options in ({"sequence_length": 4}, {"delta_steps": {"action": [0, 1, 2, 3], "reward": [-1, 0, 1]}}):
+        columns = ["step", "observation", "action", "reward"]
+        plain = list(StreamingDataset(path, columns=columns, batch_size=100, shuffle=False, **options))[0]
+        normed = list(StreamingDataset(path, columns=columns, batch_size=100, shuffle=False,
+                                       normalize={"action": "mean_std", "reward": "min_max"}, **options))[0]
+        for name in ("action", "reward"):
+            pad = normed[name + "_is_pad"]
+            assert pad.any() and torch.equal(pad, plain[name + "_is_pad"])
+            assert (normed[name][pad] == 0).all() and not normed[name].isnan().any()
+            assert (normed[name][~pad] != plain[name][~pad].to(normed[name].dtype)).any()  # (normalised)
+    # delta_steps: the samples are the 6 frames; the action chunk past the end holds the last action
+    assert plain["step"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert plain["action"][2].tolist() == [1, 1, 1, 1]
+    assert plain["action_is_pad"][2].tolist() == [False, True, True, True]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("skrl") is None,
+                    reason="skrl writes the memory: pip install skrl")
+def test_ppo_memory_transitions_leave_out_rows_without_a_next_observation(tmp_path):
+    from skrl.memories.torch import RandomMemory
+
+    from rlarrow.io.memory.importer import import_memory
+
+    memory = RandomMemory(memory_size=32, num_envs=2, device="cpu")
+    for name, size, dtype in [("states", 3, torch.float32), ("actions", 1, torch.int64),
+                              ("rewards", 1, torch.float32), ("terminated", 1, torch.bool),
+                              ("truncated", 1, torch.bool), ("log_prob", 1, torch.float32)]:
+        memory.create_tensor(name, size=size, dtype=dtype)  # PPO's: no next_states
+    g = torch.Generator().manual_seed(0)
+    for _ in range(32):
+        memory.add_samples(states=torch.randn(2, 3, generator=g),
+                           actions=torch.randint(0, 3, (2, 1), generator=g),
+                           rewards=torch.randn(2, 1, generator=g),
+                           terminated=torch.rand(2, 1, generator=g) < 0.1,
+                           truncated=torch.zeros(2, 1, dtype=torch.bool),
+                           log_prob=torch.randn(2, 1, generator=g))
+    memory.save(str(tmp_path), format="npz")
+    import_memory([tmp_path / "memories"], tmp_path / "s", episodes=True, progress=False)
+    null = rlarrow.sql(tmp_path / "s", "select count(*) as n from steps where observation is null")["n"]
+    null = null[0].as_py()
+    assert null > 0  # (each episode's final observation was never stored)
+    sql = rlarrow.sql(tmp_path / "s", "select count(*) as n from transitions")["n"][0].as_py()
+    got = 0
+    for b in StreamingDataset(tmp_path / "s", "transitions", batch_size=16):
+        assert not b["next_observation"].isnan().any() and not b["observation"].isnan().any()
+        got += len(b["done"])
+    assert got == sql == 64 - null  # every stored transition but those without a next observation
