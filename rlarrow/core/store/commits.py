@@ -101,12 +101,16 @@ class CommittingStore(CompactingStore):
         directory = self.path / "stats"
         directory.mkdir(exist_ok=True)
         tmp = directory / temp_name(final)
-        writer = open_parquet(tmp, rows.schema, rows)
         try:
-            write_row_groups(writer, rows, _files.ROW_GROUP_BYTES, tmp)
-        finally:
-            writer.close()
-        fsync_file(tmp)
+            writer = open_parquet(tmp, rows.schema, rows)
+            try:
+                write_row_groups(writer, rows, _files.ROW_GROUP_BYTES, tmp)
+            finally:
+                writer.close()
+            fsync_file(tmp)
+        except BaseException:  # (a full disk): no hidden file is left for the next writer to sweep
+            tmp.unlink(missing_ok=True)
+            raise
         return "stats", tmp, final, rows.schema, rows.num_rows
 
     def declare(self, table: str, tensor_types: Mapping[str, pa.DataType], *,

@@ -222,15 +222,27 @@ class CompactingStore(RepairStore):
             [name] if name != table_of(name) else (self._layout_names(name) or [name]))))
         changed: dict[str, tuple[int, int]] = {}
         for name in tables:
-            with self._locked(), self._delta_operation("OPTIMIZE", False):
-                manifest = self._recover(self._read_manifest())
-                entry = manifest["tables"][name]
-                before = len(entry["files"])
-                groups = _plan_compaction(entry["files"], target_file_bytes)
-                for group in _iterate(groups, f"compact {name}", "group", None if progress else False):
-                    self._rewrite(manifest, name, group, row_group_bytes=row_group_bytes)
-                if groups:
-                    changed[name] = (before, len(manifest["tables"][name]["files"]))
+            before = 0
+            manifest: dict[str, Any] = {}
+            try:
+                with self._locked(), self._delta_operation("OPTIMIZE", False):
+                    manifest = self._recover(self._read_manifest())
+                    entry = manifest["tables"][name]
+                    before = len(entry["files"])
+                    groups = _plan_compaction(entry["files"], target_file_bytes)
+                    for group in _iterate(groups, f"compact {name}", "group", None if progress else False):
+                        self._rewrite(manifest, name, group, row_group_bytes=row_group_bytes)
+                    if groups:
+                        changed[name] = (before, len(manifest["tables"][name]["files"]))
+            except (StoreError, CorruptFileError) as exc:
+                # each merge is a commit of its own: say which ones stand (a failed one
+                # leaves the manifest as the merges before it wrote it)
+                after = len(manifest.get("tables", {}).get(name, {}).get("files", [])) if manifest else before
+                if after != before:
+                    changed[name] = (before, after)
+                if not changed:
+                    raise
+                raise StoreError(_partly_compacted(self.path, changed, exc)) from exc
         return changed
 
     def _rewrite(
@@ -338,6 +350,16 @@ class CompactingStore(RepairStore):
         self._delete_retired(manifest)
         with contextlib.suppress(StoreError):  # only the retired list: the next writer cleans it
             self._write_manifest(manifest)
+
+
+def _partly_compacted(path: os.PathLike[str], changed: dict[str, tuple[int, int]], exc: Exception) -> str:
+    """What a compaction that stopped part way says: what it committed, and why it stopped."""
+    done = ", ".join(f"{name}: {a} -> {b} files" for name, (a, b) in changed.items())
+    cause = str(exc).replace("Nothing of this operation was committed; every earlier commit is intact",
+                             "that merge was not committed").replace("; the store is as it was",
+                                                                     "; that merge was not committed")
+    return (f"{path}: compaction stopped part way; committed before it stopped (kept, readable): {done}. "
+            f"It stopped at: {cause}. Run the compaction again once the cause is fixed to merge the rest")
 
 
 def _plan_compaction(files: list[dict[str, Any]], target: int) -> list[list[str]]:

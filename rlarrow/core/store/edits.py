@@ -235,8 +235,11 @@ class EditingStore(CommittingStore):
             final = new_file_name()
             tmp = directory / temp_name(final)
             written.append((tmp, directory / final))
-            rows = self._rewrite_file(path, tmp, mask, relabel)
-            new_entries.append({"name": final, "rows": rows, "bytes": tmp.stat().st_size})
+            try:
+                rows = self._rewrite_file(path, tmp, mask, relabel)
+                new_entries.append({"name": final, "rows": rows, "bytes": tmp.stat().st_size})
+            except (OSError, pa.ArrowException) as exc:  # a full disk, a file size limit, ...
+                raise _edit_error(self.path, tmp, exc) from exc
         if not old:
             return None
         return {"op": "label" if relabel else "delete", "table": name, "old": old,
@@ -328,6 +331,15 @@ class EditingStore(CommittingStore):
                     self.commit_staged(staged)
                     counts[table] = counts.get(table, 0) + sum(s.rows for s in staged)
         return counts
+
+
+def _edit_error(store: Path, tmp: Path, exc: OSError | pa.ArrowException) -> StoreError:
+    """The StoreError of an edit whose rewrite of a file failed: the store is unchanged."""
+    if isinstance(exc, OSError):
+        cause = write_error(tmp, exc)
+        return StoreError(f"{store}: the edit was not committed, the store is unchanged. {cause}")
+    return StoreError(f"{store}: the edit was not committed, the store is unchanged: rewriting {tmp} "
+                      f"failed ({exc}). Every earlier commit is intact")
 
 
 def _relabelled(part: pa.Table, here: np.ndarray, changes: dict[str, Any], metadata: Any) -> pa.Table:
