@@ -17,6 +17,7 @@ import resource
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -306,3 +307,154 @@ def test_read_only_media_open_for_reading_and_refuse_writes_clearly(small_fs):
         assert rlarrow.sql(path, "select count(*) as n from scalars").column("n").to_pylist() == [24]
     finally:
         subprocess.run(["mount", "-o", "remount,rw", os.fspath(small_fs)], check=True)
+
+
+# ------------------------------------------------------------------ every command of the CLI
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _cli_store(path: Path) -> dict[str, str]:
+    """A store of real peer files: a Minari dataset, skrl memory exports, TensorBoard events."""
+    from rlarrow.io.importing import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import_paths([FIXTURES / "minari" / "cartpole" / "hdf5-v0"], path, progress=False, run_id="minari")
+        import_paths([FIXTURES / "skrl" / "wrapped" / "memories"], path, progress=False, run_id="skrl",
+                     episodes=True)
+        import_paths([FIXTURES / "tfevents"], path, progress=False, run_id="events")
+    with rlarrow.Store.open(path, auto_compact=None) as store:
+        for i in range(4):  # small files for compact to merge
+            store.append("scalars", dict(scalar_rows(100 + 8 * i), run_id="events"))
+    return {"minari": "minari", "skrl": "skrl", "events": "events"}
+
+
+def _other_store(path: Path) -> None:
+    with rlarrow.Store.create(path) as store:
+        store.add_run(source="test", run_id="other")
+        store.append("scalars", dict(scalar_rows(0), run_id="other"))
+
+
+#: every command `rlarrow --help` lists, with the arguments that make it write (STORE, OUT, OTHER
+#: are replaced): (id, arguments, what it writes outside the store)
+CLI_OPERATIONS = [
+    ("convert", ["convert", os.fspath(FIXTURES / "skrl" / "partial" / "memories"), "-o", "STORE",
+                 "--run-id", "new", "--episodes"], None),
+    ("convert-new", ["convert", os.fspath(FIXTURES / "skrl" / "partial" / "memories"), "-o", "OUT"], "OUT"),
+    ("delete", ["delete", "STORE", "--run", "skrl"], None),
+    ("delete-episode", ["delete", "STORE", "--run", "minari", "--episode", "1"], None),
+    ("label", ["label", "STORE", "--run", "minari", "--episode", "2", "--set", "split=val"], None),
+    ("label-run", ["label", "STORE", "--run", "skrl", "--set", "split=train"], None),
+    ("merge", ["merge", "STORE", "OTHER"], None),
+    ("compact", ["compact", "STORE"], None),
+    ("migrate", ["migrate", "STORE"], None),
+    ("vacuum", ["vacuum", "STORE", "--retain-hours", "0"], None),
+    ("repair", ["repair", "STORE", "--apply"], None),
+    ("info", ["info", "STORE"], None),
+    ("history", ["history", "STORE"], None),
+    ("check", ["check", "STORE"], None),
+    ("stats", ["stats", "STORE"], None),
+    ("sql", ["sql", "STORE", "select * from steps", "-o", "OUT/steps.parquet", "--format", "parquet"], "OUT"),
+    ("plot", ["plot", "STORE", "--tag", "loss", "-o", "OUT/loss.png"], "OUT"),
+    ("push", ["push", "STORE", "OUT/copy"], "OUT"),
+    *[(f"export-{fmt}", ["export", "STORE", "-o", "OUT", "--format", fmt, "--run-id", "skrl"], "OUT")
+      for fmt in ("pt", "npz", "csv", "parquet")],
+    *[(f"export-{fmt}", ["export", "STORE", "-o", "OUT" if fmt != "robomimic" else "OUT/demo.hdf5",
+                         "--format", fmt, "--run-id", "minari"], "OUT")
+      for fmt in ("minari", "rlds", "robomimic", "lerobot")],
+    ("export-tfevents", ["export", "STORE", "-o", "OUT", "--format", "tfevents", "--run-id", "events"],
+     "OUT"),
+]
+
+
+def _fs_listing(root: Path) -> set[str]:
+    return {os.fspath(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def _try_cli(mnt: Path, store: Path, args: list[str], leave: int) -> tuple[object, str]:
+    """Run ``rlarrow --debug ARGS`` with about ``leave`` bytes free: (its exception or None, output)."""
+    from click.testing import CliRunner
+
+    from rlarrow.cli import cli
+
+    real = [{"STORE": os.fspath(store), "OUT": os.fspath(mnt / "out"), "OTHER": os.fspath(mnt / "other")}.get(
+        a, a.replace("OUT/", os.fspath(mnt / "out") + "/")) for a in args]
+    with filled(mnt, leave), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = CliRunner().invoke(cli, ["--debug", *real], catch_exceptions=True)
+    return (result.exception if result.exit_code else None), result.output
+
+
+def _sweep_cli(mnt: Path, base: Path, args: list[str], outside: str | None, levels: list[int]) -> list[str]:
+    """Each level: a fresh copy of ``base``, the command run, (a)-(c) of the module doc asserted."""
+    import shutil
+
+    from rlarrow.core.errors import RLArrowError
+
+    store = mnt / "store"
+    failures = []
+    for leave in levels:
+        for p in (store, mnt / "out", mnt / "other"):
+            shutil.rmtree(p, ignore_errors=True)
+        shutil.copytree(base, store)
+        if "OTHER" in args:
+            _other_store(mnt / "other")
+        before_rows = {t: rlarrow.Store.open(store, readonly=True).row_count(t) for t in ("steps", "scalars")}
+        listed = _fs_listing(mnt)
+        error, output = _try_cli(mnt, store, args, leave)
+        where = f"{args[0]} with {leave} bytes free"
+        # (a) an rlarrow error, never a raw OSError or a traceback
+        assert error is None or isinstance(error, RLArrowError), f"{where}: {error!r}\n{output}"
+        assert "Traceback" not in output, f"{where}: {output}"
+        # (b) the store opens, with every earlier commit, and passes `rlarrow check`
+        with rlarrow.Store.open(store, readonly=True) as st:
+            assert not st.info().problems, where
+            if error is not None and args[0] not in ("compact", "migrate"):
+                assert {t: st.row_count(t) for t in before_rows} == before_rows, where
+        # (c) no temporary files in the store, nothing partial outside it
+        new = _fs_listing(mnt) - listed
+        assert not [n for n in new if "tmp" in n.rsplit("/", 1)[-1] or n.endswith((".partial", ".tmp"))
+                    or "rlarrow-new" in n], f"{where}: left {sorted(new)}"
+        if error is None:
+            return failures
+        failures.append(str(error))
+        if outside is not None:  # an export, a new store: nothing of it, not even its directory
+            assert not (mnt / "out").exists(), f"{where}: left {sorted(new)}"
+    return failures
+
+
+@pytest.fixture(scope="module")
+def cli_base(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("full-disk") / "base"
+    _cli_store(base)
+    return base
+
+
+@pytest.fixture(scope="module")
+def cli_fs(tmp_path_factory):
+    mnt = tmp_path_factory.mktemp("fs") / "mnt"
+    mnt.mkdir()
+    assert _mount_tmpfs(mnt, "12m")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", os.fspath(mnt)], check=False)
+
+
+@needs_mount
+@pytest.mark.parametrize(("args", "outside"), [pytest.param(a, o, id=i) for i, a, o in CLI_OPERATIONS])
+def test_every_command_on_a_full_disk_fails_cleanly_or_succeeds(cli_fs, cli_base, args, outside):
+    """A few levels of free space below what each command needs: (a) an rlarrow error, never a raw
+    OSError or a traceback, (b) the store opens with every earlier commit and checks clean, (c) no
+    temporary file in it and nothing partial outside it."""
+    _sweep_cli(cli_fs, cli_base, args, outside, [0, 8 * PAGE, 24 * PAGE])
+
+
+@pytest.mark.slow
+@needs_mount
+@pytest.mark.parametrize(("args", "outside"), [pytest.param(a, o, id=i) for i, a, o in CLI_OPERATIONS])
+def test_every_command_at_every_level_of_free_space(cli_fs, cli_base, args, outside):
+    """The same, at every 4 KiB of free space until the command succeeds."""
+    failures = _sweep_cli(cli_fs, cli_base, args, outside, list(range(0, 8 << 20, PAGE)))
+    assert len(failures) < (8 << 20) // PAGE, f"{args[0]} never succeeded"

@@ -10,6 +10,7 @@ Every error rlarrow raises on purpose derives from :class:`RLArrowError`, so one
     │   └── CorruptFileError         truncated or damaged file (names file and offset/row)
     ├── FormatVersionError       written by an incompatible rlarrow format version
     ├── StoreError               store missing, already present, or in a state rlarrow refuses
+    ├── OutputError              an export's file or directory could not be written (also an OSError)
     ├── MissingDependencyError   an optional extra is not installed (also a ModuleNotFoundError)
     ├── ArgumentError            a call with a value the function cannot use (also a ValueError)
     ├── ArgumentTypeError        a call with a value of a type it does not take (also a TypeError)
@@ -62,6 +63,7 @@ __all__ = [
     "InvalidInputError",
     "MissingDependencyError",
     "NotFoundError",
+    "OutputError",
     "RLArrowError",
     "RLArrowWarning",
     "SchemaMismatchError",
@@ -179,6 +181,30 @@ class FormatVersionError(RLArrowError):
 
 class StoreError(RLArrowError):
     """A store is missing, already exists, or is in a state rlarrow refuses to touch."""
+
+
+class OutputError(_Pickles, RLArrowError, OSError):
+    """An export's output (a file, a dataset directory) could not be written: full disk, quota, limit.
+
+    Nothing partial is left at the target (:mod:`rlarrow.core.targets` writes every export
+    under a temporary name and removes it on failure). It is also an ``OSError`` with the
+    cause's ``errno``, so ``except OSError`` still catches it.
+
+    Attributes:
+        path: the file or directory the export was writing.
+        reason: the cause in words (``No space left on device``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str, *, reason: str = "",
+                 errno_: int | None = None) -> None:
+        OSError.__init__(self, f"{os.fspath(path)}: {message}")
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.errno = errno_
+        self.filename = self.path
+
+    def __str__(self) -> str:  # OSError would print "[Errno N] ..." when errno is set
+        return str(self.args[0]) if self.args else ""
 
 
 class MissingDependencyError(RLArrowError, ModuleNotFoundError):

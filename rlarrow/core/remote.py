@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -253,6 +254,34 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
         manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
     wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))
                                      for table, entry in manifest["tables"].items() for f in entry["files"]]
+    made = []  # the destination and its parents that do not exist yet
+    head = root
+    while head and head not in made and fs.get_file_info(head).type == pafs.FileType.NotFound:
+        made.append(head)
+        head = head.rpartition("/")[0]
+    fresh = bool(made)
+    try:
+        return _push(st, fs, root, manifest, wanted, prune=prune, progress=progress)
+    except OSError as exc:  # a full disk at the destination, a quota, a lost connection
+        if fresh:  # a copy begun here: nothing of it is left (it was never a store)
+            with contextlib.suppress(OSError):
+                fs.delete_dir(root)
+                for parent in made[1:]:  # (the folders made for it, while empty)
+                    if fs.get_file_info(pafs.FileSelector(parent)):
+                        break
+                    fs.delete_dir(parent)
+        from rlarrow.core.errors import OutputError
+
+        left = ("nothing of the copy was left there" if fresh else "its manifest is the one before: readers "
+                "see the store as pushed last time, and a push again copies only what is missing")
+        raise OutputError(destination, f"the push stopped ({exc.strerror or exc}): free space there, or push "
+                          f"elsewhere, and push again; {left}. The store was only read",
+                          reason=exc.strerror or str(exc), errno_=exc.errno) from exc
+
+
+def _push(st: Any, fs: pafs.FileSystem, root: str, manifest: dict[str, Any], wanted: list[tuple[str, int]], *,
+          prune: bool, progress: bool | None) -> list[str]:
+    """:func:`push`'s copy, once the manifest to write is known."""
     fs.create_dir(root, recursive=True)
     for table in manifest["tables"]:
         fs.create_dir(f"{root}/{table}", recursive=True)
@@ -278,9 +307,14 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
         with fs.open_output_stream(f"{root}/{LOCK_NAME}"):
             pass  # a file:// copy is then a whole local store, writable by rlarrow.Store
     tmp = f"{root}/.{MANIFEST_NAME}.{secrets.token_hex(4)}.tmp"
-    with fs.open_output_stream(tmp) as out:
-        out.write(json.dumps(manifest, indent=1).encode("utf-8"))
-    fs.move(tmp, f"{root}/{MANIFEST_NAME}")
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(json.dumps(manifest, indent=1).encode("utf-8"))
+        fs.move(tmp, f"{root}/{MANIFEST_NAME}")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
     if prune:
         listed = {rel for rel, _ in wanted}
         for rel in have:
@@ -292,10 +326,19 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
 
 
 def _copy(source: Path, fs: pafs.FileSystem, target: str, pbar: Any) -> None:
-    with open(source, "rb") as src, fs.open_output_stream(target) as out:
-        while True:
-            chunk = src.read(_COPY_CHUNK)
-            if not chunk:
-                break
-            out.write(chunk)
-            pbar.update(len(chunk))
+    """Copy ``source`` to ``target`` under a temporary name, moved into place when whole."""
+    head, _, name = target.rpartition("/")
+    tmp = f"{head}/.{name}.{secrets.token_hex(4)}.tmp"
+    try:
+        with open(source, "rb") as src, fs.open_output_stream(tmp) as out:
+            while True:
+                chunk = src.read(_COPY_CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                pbar.update(len(chunk))
+        fs.move(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise

@@ -622,7 +622,7 @@ def export_envlogger(
         MissingDependencyError: envlogger is not installed.
     """
     from rlarrow.core.dm_env_rows import DmEnvRows
-    from rlarrow.io._target import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory
 
     check_target(directory, overwrite=overwrite, what="an envlogger export")
     envlogger = load()

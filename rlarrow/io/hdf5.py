@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -786,15 +787,15 @@ def export_robomimic(
     Raises:
         InvalidInputError: ``path`` exists and not ``overwrite``, or is a directory.
         MissingDependencyError: h5py is not installed.
+        OutputError: the file could not be written (a full disk); nothing is left at ``path``.
 
     Example:
         >>> export_robomimic("runs.rlarrow", "demos.hdf5")  # doctest: +SKIP
     """
-    import uuid
-
     from rlarrow.core.deps import require
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.errors import InvalidInputError
+    from rlarrow.core.targets import atomic_file, write_failure
 
     h5py = require("h5py", feature="writing robomimic HDF5 files")
     target = Path(path)
@@ -802,17 +803,76 @@ def export_robomimic(
         raise InvalidInputError(target, "a directory: give the robomimic .hdf5 file to write")
     if target.exists() and not overwrite:
         raise InvalidInputError(target, "exists: pass overwrite=True (--overwrite) to replace it")
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     with DmEnvRows(store, run_id=run_id) as reader:
         reader.refuse_bytes("a robomimic file")
-    target.parent.mkdir(parents=True, exist_ok=True)  # (-o DIR: DIR/demo.hdf5, DIR made when missing)
-    try:
-        with DmEnvRows(store, run_id=run_id) as reader, h5py.File(tmp, "w") as f:
-            _write_robomimic(reader, f)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # (-o DIR: DIR/demo.hdf5, DIR made when missing and removed again on failure)
+    with atomic_file(target, overwrite=True) as tmp, DmEnvRows(store, run_id=run_id) as reader:
+        with open(tmp, "w+b") as raw:
+            sink = _WriteOnce(raw)
+            try:
+                with h5py.File(sink, "w") as f:
+                    _write_robomimic(reader, f)
+            except (OSError, RuntimeError) as exc:  # HDF5 says a failed write in its own words
+                raise write_failure(sink.error or exc, tmp) from exc
+            if sink.error is not None:
+                raise sink.error
     return target
+
+
+class _WriteOnce(io.RawIOBase):
+    """The file HDF5 writes through (h5py's file-object driver), keeping its first failed write.
+
+    HDF5 crashes the process (a segmentation fault in ``H5Fclose``) when it closes a file
+    whose writes failed, as on a full disk. Here a failed write is kept in ``error`` and
+    the ones after it are taken without writing, so HDF5 closes cleanly and the export
+    then raises ``error`` (and its temporary file is removed).
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.error: OSError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return int(self.raw.readinto(buffer))
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        if self.error is None:
+            try:
+                self.raw.write(data)
+            except OSError as exc:
+                self.error = exc
+        return size
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self.raw.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.raw.tell())
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return int(self.raw.truncate(size))
+            except OSError as exc:
+                self.error = exc
+        return size if size is not None else self.tell()
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self.raw.flush()
+            except OSError as exc:
+                self.error = exc
 
 
 def _write_robomimic(reader: Any, f: Any) -> None:

@@ -382,7 +382,13 @@ def import_paths(
         raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
                                 f"make {len(units)} runs ({', '.join(u.label for u in units[:3])}...); "
                                 "--run-id names one run: convert them one at a time")
-    st = as_store(store, create=True)
+    # a store this convert creates is removed again if it fails: no empty store is left behind
+    made = None if isinstance(store, Store) or os.path.lexists(store) else _missing_dirs(Path(store))
+    try:
+        st = as_store(store, create=True)
+    except BaseException:
+        _remove_new_store(made)
+        raise
     own = st is not store
     report = ImportReport(store=st.path)
     try:
@@ -411,10 +417,35 @@ def import_paths(
                 report.runs.append(rid)
                 for p in todo:
                     seen_now[hashes[p][0]] = rid
+    except BaseException:
+        if own:
+            st.close()
+            own = False
+        _remove_new_store(made)
+        raise
     finally:
         if own:
             st.close()
     return report
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist, deepest first."""
+    return [p for p in (path, *path.parents) if not os.path.lexists(p)][:len(path.parts)]
+
+
+def _remove_new_store(made: list[Path] | None) -> None:
+    """Remove the store a failed convert created (``made``: it and the folders made for it)."""
+    if not made:
+        return
+    import shutil
+
+    shutil.rmtree(made[0], ignore_errors=True)
+    for p in made[1:]:
+        try:
+            p.rmdir()
+        except OSError:
+            break
 
 
 def _size(p: Path) -> int:

@@ -659,7 +659,7 @@ def export_minari(
     from rlarrow.core.deps import require
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.errors import ArgumentError, RLArrowWarning
-    from rlarrow.io._target import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory
 
     if data_format not in DATA_FORMATS:
         raise ArgumentError(f"Minari data format {data_format!r}; Minari writes {', '.join(DATA_FORMATS)}")

@@ -872,8 +872,8 @@ def export_rlds(
     """
     from rlarrow.core import metadata as _metadata
     from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.targets import check_target, fresh_directory
     from rlarrow.core.tfrecord import frame_records
-    from rlarrow.io._target import check_target, fresh_directory
 
     check_target(directory, overwrite=overwrite, what="an RLDS export")
     example = _example_class()

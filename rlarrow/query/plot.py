@@ -263,7 +263,7 @@ def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[
                         + f"; `rlarrow sql {path} \"select distinct tag from scalars\"` lists the tags")
     fig.tight_layout()
     if output is not None:
-        fig.savefig(output, dpi=120)
+        _save(fig, output)
     return fig
 
 
@@ -357,5 +357,13 @@ def plot_episodes(store: StoreLike, *, runs: Sequence[str] | str | None = None, 
     _legend(hist)
     fig.tight_layout()
     if output is not None:
-        fig.savefig(output, dpi=120)
+        _save(fig, output)
     return fig
+
+
+def _save(fig: Any, output: str | os.PathLike[str]) -> None:
+    """Save ``fig`` whole or not at all (a full disk leaves no half image; its folder is made)."""
+    from rlarrow.core.targets import atomic_file
+
+    with atomic_file(output, overwrite=True) as tmp:
+        fig.savefig(tmp, dpi=120)

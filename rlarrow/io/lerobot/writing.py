@@ -136,7 +136,7 @@ def export_lerobot(
 
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.progress import bar
-    from rlarrow.io._target import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory
 
     if codebase not in CODEBASES:
         raise ArgumentError(f"codebase={codebase!r}: rlarrow writes LeRobot {' and '.join(CODEBASES)}")

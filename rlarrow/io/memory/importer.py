@@ -544,7 +544,7 @@ def export_memory(
     Raises:
         InvalidInputError: ``directory/memories`` holds something and not ``overwrite``.
     """
-    from rlarrow.io._target import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory
 
     if fmt not in MEMORY_FORMATS:
         raise ArgumentError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")

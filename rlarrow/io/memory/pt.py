@@ -31,6 +31,7 @@ import numpy as np
 
 from rlarrow.core.deps import require
 from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
+from rlarrow.core.targets import write_failure
 from rlarrow.io.memory.snapshot import (
     MemorySnapshot,
     atomic_output,
@@ -144,5 +145,8 @@ def write_pt(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[s
         tensors[name] = torch.from_numpy(value if value.flags.writeable and value.flags.c_contiguous
                                          else np.array(value, order="C"))
     with atomic_output(path, overwrite=overwrite) as tmp:
-        torch.save(tensors, tmp)
+        try:
+            torch.save(tensors, tmp)
+        except RuntimeError as exc:  # torch's writer says a failed write (a full disk) in its own words
+            raise write_failure(exc, tmp) from exc
     return Path(path)

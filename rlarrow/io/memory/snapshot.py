@@ -14,15 +14,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
-import secrets
-import shutil
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
+from rlarrow.core.targets import atomic_file
 
 __all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_mapping", "check_zip_crcs",
            "export_tensors", "is_zip",
@@ -217,32 +215,9 @@ def export_tensors(data: MemorySnapshot | Mapping[str, Any]) -> dict[str, np.nda
     return out
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary path with ``path``'s file name; move it into place on success.
-
-    The temporary file lies in a hidden sibling directory so that writers which record
-    the file name (``torch.save`` names its archive after it) write the same bytes. A
-    failure or a kill leaves ``path`` untouched.
-
-    Raises:
-        FileExistsError: ``path`` exists and not ``overwrite``.
-    """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path}: exists; remove it, or replace it (overwrite=True; "
-                              "--overwrite in the CLI)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = path.parent / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp_dir.mkdir()
-    try:
-        tmp = tmp_dir / path.name
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+#: Write one file whole or not at all (see :func:`rlarrow.core.targets.atomic_file`): a
+#: temporary name in a hidden sibling directory, renamed into place when complete.
+atomic_output = atomic_file
 
 
 def tensor_name_problem(name: str) -> str | None:

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import socket
@@ -377,8 +378,14 @@ class EventFileWriter:
         if self._fh is None:
             return
         exits.untrack(self)
-        self.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self.flush()
+            os.fsync(self._fh.fileno())
+        except BaseException:  # (a full disk): the file is closed all the same
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError):
+                fh.close()
+            raise
         self._fh.close()
         self._fh = None
 
@@ -445,6 +452,12 @@ def write_tfevents(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | 
                                                        flush_every=1 << 16)
                 w.write_batch(part)
     finally:
-        for w in writers.values():
-            w.close()
+        failed: BaseException | None = None
+        for w in writers.values():  # every one closed, the first failure raised
+            try:
+                w.close()
+            except BaseException as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
     return [w.path for w in writers.values()]

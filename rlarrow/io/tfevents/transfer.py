@@ -113,7 +113,7 @@ def export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *, run_
         >>> export_tfevents("runs.rlarrow", "tb/", run_id="cartpole")  # doctest: +SKIP
     """
     from rlarrow.core.store import as_store
-    from rlarrow.io._target import fresh_directory
+    from rlarrow.core.targets import fresh_directory
 
     root = Path(directory)
     st = as_store(store, readonly=True)
