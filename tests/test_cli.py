@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,3 +185,47 @@ def test_cli_error_messages_end_to_end(tmp_path):
     uneven = rlarrow_cmd("convert", str(tmp_path / "m.csv"), "-o", str(tmp_path / "s.rlarrow"),
                          "--num-envs", "4")
     assert uneven.returncode == 1 and "--num-envs 4" in uneven.stderr and "num_envs=" not in uneven.stderr
+
+
+def test_export_says_how_many_files_it_wrote_and_where(tmp_path):
+    skrl = Path(__file__).parent / "fixtures" / "skrl" / "wrapped" / "memories"
+    assert rlarrow_cmd("convert", str(skrl), "-o", str(tmp_path / "s"), "--run-id", "r").returncode == 0
+    out = rlarrow_cmd("export", str(tmp_path / "s"), "-o", str(tmp_path / "out"), "--format", "npz")
+    written = sorted((tmp_path / "out" / "memories").iterdir())
+    assert out.returncode == 0 and written
+    assert out.stdout.strip().splitlines()[-1] == f"wrote {len(written)} file(s) to {tmp_path / 'out'}"
+
+
+def test_delete_of_an_unknown_run_exits_1_naming_it_and_the_runs_there(populated):
+    run = populated.runs().column("run_id")[0].as_py()
+    out = rlarrow_cmd("delete", str(populated.path), "--run", "no-such-run")
+    assert out.returncode == 1
+    assert "no-such-run" in out.stderr and run in out.stderr
+    assert populated.has_run(run)  # nothing deleted
+
+
+def test_a_closed_pipe_ends_sql_quietly(populated):
+    cmd = (f"{sys.executable} -m rlarrow sql {populated.path} 'select * from range(200000)' --format csv"
+           " | head -1")
+    out = subprocess.run(["bash", "-c", f"{cmd}; exit ${{PIPESTATUS[0]}}"], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode in (0, 141), out.stderr
+    assert out.stdout.strip() == '"range"'
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr
+
+
+def test_warnings_show_as_one_line_without_python_source():
+    from rlarrow.cli.commands import _format_warning
+
+    text = _format_warning(rlarrow.RLArrowWarning("csv files do not record num_envs"), rlarrow.RLArrowWarning,
+                           "/x/rlarrow/io/memory/csv.py", 12, "warnings.warn(...)")
+    assert text == "warning: csv files do not record num_envs\n"
+
+
+def test_a_failed_convert_into_a_new_path_leaves_no_store(tmp_path):
+    bad = tmp_path / "memories" / "broken.npz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"PK\x03\x04 not a zip")
+    out = rlarrow_cmd("convert", str(bad.parent), "-o", str(tmp_path / "new" / "s.rlarrow"))
+    assert out.returncode == 1
+    assert not (tmp_path / "new").exists()

@@ -16,6 +16,7 @@ Examples (from a shell)::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -108,6 +109,8 @@ def _friendly_errors(fn: _F) -> _F:
             return fn(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            _closed_pipe()
         except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
             if _debug():
                 raise
@@ -396,6 +399,13 @@ def delete(store: str, run: tuple[str, ...], episode: tuple[int, ...]) -> None:
 
     runs, episodes = _episode_options(run, episode)
     st = Store.open(store, readonly=False)
+    if runs:  # as label: a run that is not there is an error that says which runs are
+        unknown = [r for r in runs if not st.has_run(r)]
+        known = st.read("runs", columns=["run_id"]).column("run_id").to_pylist() if unknown else []
+        if unknown:
+            shown = ", ".join(sorted(known)[:20]) + (" ..." if len(known) > 20 else "")
+            raise click.ClickException(f"{store}: no run {', '.join(unknown)}; its runs: {shown or 'none'} "
+                                       "(`rlarrow info STORE` lists them with their names)")
     counts = st.delete(runs=runs, episodes=episodes)
     if not counts:
         click.echo("nothing matched: the store is unchanged")
@@ -617,8 +627,10 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     paths = export_fn(store, directory, run_id=run_id, overwrite=overwrite, **options)
     if not paths:
         click.echo(target.export_empty or f"nothing to export as {fmt} in the store")
+        return
     for p in paths:
         click.echo(f"wrote {p}")
+    click.echo(f"wrote {len(paths)} file(s) to {directory}")
 
 
 def _layouts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int] | None:
@@ -828,6 +840,31 @@ def _box(rel: Any, max_rows: int) -> str:
     return text
 
 
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    """A warning as the command line shows it: ``warning: <message>``, no Python source line."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``rlarrow`` command."""
-    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="rlarrow")
+    """Entry point of the ``rlarrow`` command.
+
+    A closed pipe (``rlarrow sql ... | head -1``) ends it quietly with status 141, as ``cat``
+    and ``git`` do; warnings show as ``warning: <message>``.
+    """
+    warnings.formatwarning = _format_warning
+    try:
+        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="rlarrow")
+    except BrokenPipeError:
+        _closed_pipe()
+
+
+def _closed_pipe() -> None:
+    """The reader of stdout went away: exit 141 (SIGPIPE's status), quietly.
+
+    No traceback, and no second error when Python flushes stdout at exit.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)
