@@ -347,12 +347,17 @@ class _Hdf5Episodes:
         _check_episode(Path(where), ep_meta, n, reward_arr)
         return _assembled(int(self.names[k].split("_")[1]), n, obs, _append_null(action),
                           pa.concat_arrays([reward_arr, pa.nulls(1, pa.float64())]), rlds, infos, ep_meta,
-                          float(np.sum(reward, dtype=np.float64)))
+                          float(np.sum(reward, dtype=np.float64)), bool(n) and bool(trunc[-1]))
 
 
 def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: Any, rlds: dict[str, Any],
-               infos: list[Any] | None, ep_meta: Any, total: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An episode's ``steps`` columns and ``episodes`` row, from its N + 1 rows in RLDS alignment."""
+               infos: list[Any] | None, ep_meta: Any, total: float,
+               truncated: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An episode's ``steps`` columns and ``episodes`` row, from its N + 1 rows in RLDS alignment.
+
+    ``truncated``: Minari's truncation flag at the last step, kept as it is: an episode can be
+    both terminated and truncated there (the ``episodes`` row then says both).
+    """
     columns = {
         "episode_id": episode_id,
         "step": np.arange(n + 1),
@@ -371,7 +376,7 @@ def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: A
         "num_steps": n + 1,
         "return": total,
         "terminated": bool(rlds["is_terminal"][-1]),
-        "truncated": bool(rlds["is_last"][-1] and not rlds["is_terminal"][-1]),
+        "truncated": truncated,
         "metadata": ep_meta,
     }
     return columns, row
@@ -388,11 +393,13 @@ def _append_null(arr: pa.Array) -> pa.Array:
 
 
 def _h5_infos(group: Any, where: str, rows: int) -> list[Any]:
-    """An infos group (datasets, nested groups) as one plain dict per step."""
+    """An infos group (datasets, nested groups) as one dict per step (numbers as NumPy scalars/arrays)."""
     found = leaves(group)
     columns = []
     for path, ds in found:
-        values = plain(np.asarray(ds[()]))
+        raw = np.asarray(ds[()])
+        # numbers keep their dtype (np.float32 stays np.float32 in the step's metadata types)
+        values = list(raw) if raw.dtype.kind in "biuf" and raw.ndim else plain(raw)
         if not isinstance(values, list) or len(values) != rows:
             count = len(values) if isinstance(values, list) else 1
             raise CorruptFileError(where, f"infos/{path} holds {count} values for {rows} steps")
@@ -493,7 +500,8 @@ def _episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
         episode_id, n, _shaped(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
         _with_last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
         _with_last_null(reward.cast(pa.float64()), n), rlds, infos, ep_meta,
-        float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)))
+        float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)),
+        bool(n) and bool(trunc[-1]))
 
 
 _FLAT_SPACES = ("Box", "MultiDiscrete", "MultiBinary")
@@ -685,13 +693,15 @@ def export_minari(
         kept["dataset_id"] = dataset_id or kept.get("dataset_id") or \
             f"rlarrow/{re.sub(r'[^A-Za-z0-9_]+', '_', str(run.get('name') or run['run_id']))}-v0"
         ep_meta = reader.episode_metadata()
+        truncated = _truncated(reader)
         written, left = 0, []
         with fresh_directory(directory, overwrite=overwrite, what="a Minari export") as tmp:
             storage = MinariStorage.new(tmp / "data", observation_space=spaces[0], action_space=spaces[1],
                                         data_format=data_format, jpeg_encoding=False)
             storage.update_metadata({**kept, "minari_version": minari.__version__})
             for k in range(reader.num_episodes):
-                buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces)
+                buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces,
+                                         truncated.get(int(reader.episode_ids[k])), data_format)
                 if buffer is None:
                     left.append(int(reader.episode_ids[k]))
                     continue
@@ -713,8 +723,28 @@ def export_minari(
     return Path(directory)
 
 
-def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tuple[Any, Any]) -> Any:
-    """Episode ``k`` as Minari's ``EpisodeBuffer``, or None when it has no final observation."""
+def _truncated(reader: Any) -> dict[int, bool]:
+    """Each episode's ``truncated`` flag, as its ``episodes`` row says it (ids without one: absent)."""
+    import pyarrow.compute as pc
+
+    table = reader.store.read("episodes", columns=["episode_id", "truncated"],
+                              filter=pc.field("run_id") == reader.run_id)
+    out: dict[int, bool] = {}
+    for eid, flag in zip(table.column("episode_id").to_pylist(), table.column("truncated").to_pylist(),
+                         strict=True):
+        if flag is not None:
+            out[int(eid)] = out.get(int(eid), False) or bool(flag)
+    return out
+
+
+def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tuple[Any, Any],
+                    truncated: bool | None, data_format: str) -> Any:
+    """Episode ``k`` as Minari's ``EpisodeBuffer``, or None when it has no final observation.
+
+    ``truncated``: the episode's ``episodes`` row's flag (None: none recorded): a terminal
+    episode can be truncated too, as Minari had it; without a flag, an episode that ends
+    without a terminal state is a truncated one.
+    """
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
     from rlarrow.core.tensors import to_numpy
@@ -730,17 +760,18 @@ def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tup
     act = _for_space(_rows_of(to_numpy(table.column("action").combine_chunks().slice(0, n), fill_value=0), n),
                      spaces[1])
     terminal = bool(table.column("is_terminal")[n].as_py())
+    cut = (not terminal) if truncated is None else truncated
     infos = None
     texts = table.column("metadata").to_pylist()
     if all(t is not None for t in texts):
         steps = _metadata.decode_column(texts, table.column("metadata_types").to_pylist())
         if all(isinstance(s, dict) and isinstance(s.get("infos"), dict) for s in steps):
-            infos = _stacked([s["infos"] for s in steps if isinstance(s, dict)])
+            infos = _stacked([s["infos"] for s in steps if isinstance(s, dict)], data_format != "hdf5")
     extra = {k: meta[k] for k in ("seed", "options") if isinstance(meta, dict) and meta.get(k) is not None}
     return EpisodeBuffer(id=episode_id, observations=obs, actions=act,
                          rewards=table.column("reward").to_numpy(zero_copy_only=False)[:n].astype(np.float64),
                          terminations=[False] * (n - 1) + [terminal] if n else [],
-                         truncations=[False] * (n - 1) + [not terminal] if n else [],
+                         truncations=[False] * (n - 1) + [cut] if n else [],
                          infos=infos or {}, **extra)
 
 
@@ -748,12 +779,22 @@ def _rows_of(values: Any, n: int) -> Any:
     return {k: _rows_of(v, n) for k, v in values.items()} if isinstance(values, dict) else values[:n]
 
 
-def _stacked(infos: list[Any]) -> dict[str, Any]:
-    """Per-step info dicts as one dict of stacked arrays (what Minari keeps), nested dicts too."""
+def _stacked(infos: list[Any], arrow: bool) -> dict[str, Any]:
+    """Per-step info dicts as one dict of stacked arrays (what Minari keeps), nested dicts too.
+
+    For Minari's arrow and parquet backends (``arrow``), a scalar a step goes as a list of
+    NumPy scalars: Minari 0.5.4's arrow writer stores a 1-D array as lists of one value with an
+    empty shape, which its own reader then cannot load (``int(b'')``); a list it stores as a
+    plain column of the scalars' type, which it reads back as the same 1-D array.
+    """
     out: dict[str, Any] = {}
     for key in infos[0]:
         values = [i.get(key) if isinstance(i, dict) else None for i in infos]
-        out[key] = _stacked(values) if isinstance(values[0], dict) else np.asarray(values)
+        if isinstance(values[0], dict):
+            out[key] = _stacked(values, arrow)
+            continue
+        stacked = np.asarray(values)
+        out[key] = list(stacked) if arrow and stacked.ndim == 1 else stacked
     return out
 
 
