@@ -10,7 +10,8 @@ Minari dataset directory, read by :mod:`rlarrow.io.minari`):
   episode of N transitions becomes N + 1 RLDS steps: the last holds the final observation
   (``next_observations`` of the last row, or null where the file has none: never invented),
   with null action and reward, ``is_terminal`` from ``terminals``. Rows after the last end
-  are an episode marked ``partial_end``.
+  are an episode marked ``partial_end``; with ``next_observations`` it gets one more step, the
+  observation after its last row (not ``is_last``), so its last transition is kept too.
 * **robomimic** (``data/demo_<i>/{obs/*, next_obs/*, actions, rewards, dones, states}``, the
   layout robomimic, LIBERO, MimicGen, Isaac Lab and robosuite share). Each demo is an
   episode whose ``episode_id`` is its number; ``obs/*`` become a struct observation in the
@@ -290,6 +291,7 @@ class _Steps:
         self.first_row = 0  # source row where the current episode started
         self.rewards: list[np.ndarray] = []
         self.rows = EpisodeRows()
+        self.empty: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros(0))
 
     def add(
         self,
@@ -304,6 +306,7 @@ class _Steps:
         episode_ids: list[int] | None = None,
     ) -> None:
         n = len(action)
+        self.empty = (obs[:0] if isinstance(obs, np.ndarray) else None, action[:0])  # what a tail step needs
         ends = np.asarray(ends, np.int64)
         before = np.searchsorted(ends, np.arange(n), side="left")  # ends strictly before each row
         src = np.arange(n) + before
@@ -364,14 +367,42 @@ class _Steps:
         if episode_ids is None:
             self.episode += len(ends)
 
-    def finish(self, source_rows: int) -> None:
-        """The rows after the last end: an episode the data stops in (``partial_end``)."""
+    def finish(self, source_rows: int, final: np.ndarray | None = None) -> None:
+        """The rows after the last end: an episode the data stops in (``partial_end``).
+
+        ``final``: the observation after its last row (D4RL's ``next_observations``), which
+        completes its last transition: one more step that holds it, with null action and
+        reward, not ``is_last`` (the episode did not end there, the data did).
+        """
         if self.step:
-            self._close(self.episode, self.step, False, source_rows, False, partial=True)
+            known = final is not None and self.empty[0] is not None
+            if final is not None and known:
+                self._tail(final)
+            self._close(self.episode, self.step + known, False, source_rows, known, partial=True)
             self.episode += 1
         self.step = 0
         self.rewards = []
         self.rows.append_to(self.st, self.run)
+
+    def _tail(self, final: np.ndarray) -> None:
+        """One step after the last row of an episode the data stops in: its next observation."""
+        obs, action = self.empty
+        fin = np.zeros(1, np.int64)
+        src = np.zeros(0, np.int64)
+        columns: dict[str, Any] = {
+            "run_id": self.run,
+            "episode_id": self.episode,
+            "step": self.step,
+            "env_index": 0,
+            "observation": self._spread(obs, src, fin, [final], 1, "observation"),
+            "action": self._spread(action, src, fin, [None], 1, "action"),
+            "reward": pa.nulls(1, pa.float64()),
+            "is_first": False,
+            "is_last": False,
+            "is_terminal": False,
+        }
+        self.writer.write(_schema.build("steps", columns, num_rows=1, established=self.st.schema("steps")))
+        self.report.steps += 1
 
     def _close(
         self,
@@ -532,7 +563,10 @@ def _d4rl(
                 finals = list(_take(path, next_obs, "next_observations", ends + start))
             steps.add(o, a, r, _per_step(path, per_step, start, stop), start, ends, t[ends], finals)
             pbar.update(stop - start)
-        steps.finish(n)
+        tail = None  # the observation after the last row, which an episode the data stops in needs too
+        if next_obs is not None and n and steps.step:
+            tail = _take(path, next_obs, "next_observations", np.asarray([n - 1]))[0]
+        steps.finish(n, tail)
     return report
 
 

@@ -59,7 +59,8 @@ def test_d4rl_file_imports_every_transition_as_the_file_holds_it(tmp_path, path)
     n = len(src["observations"])
     ends = np.flatnonzero(src["terminals"].reshape(-1) | src.get("timeouts", np.zeros(n, bool)).reshape(-1))
     assert report.episodes == len(ends) + (ends[-1] < n - 1)
-    assert report.steps == n + len(ends)  # one final step per ended episode
+    tail = ends[-1] < n - 1 and "next_observations" in src  # a partial episode's next observation
+    assert report.steps == n + len(ends) + tail  # one final step per ended episode
     store = rlarrow.Store.open(tmp_path / "s")
     run = store.runs().to_pylist()[0]
     assert (run["source"], run["alignment"], run["num_envs"]) == ("d4rl", "rlds", 1)
@@ -85,7 +86,10 @@ def test_d4rl_file_imports_every_transition_as_the_file_holds_it(tmp_path, path)
                     value, src[key][first + i]
                 )
         if ep["partial_end"]:
-            assert rows.num_rows == k and not any(rows["is_last"].to_pylist())
+            assert rows.num_rows == k + tail and not any(rows["is_last"].to_pylist())
+            if tail:  # the data stops, the episode does not: its last transition kept
+                assert np.array_equal(obs[k], src["next_observations"][stop - 1])
+                assert rows["action"][k].as_py() is None and rows["reward"][k].as_py() is None
             continue
         assert rows.num_rows == k + 1 and rows["is_last"].to_pylist() == [False] * k + [True]
         assert rows["action"][k].as_py() is None and rows["reward"][k].as_py() is None
@@ -297,6 +301,33 @@ def d4rl(n=6, **extra):
            "rewards": np.arange(n, dtype=np.float32), "terminals": np.arange(n) % 3 == 2}
     out.update(extra)
     return out
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 64])
+def test_a_trailing_episode_without_an_end_keeps_its_last_transition(tmp_path, chunk_bytes):
+    from rlarrow.io.hdf5 import import_hdf5
+
+    src = d4rl(8)
+    src["terminals"] = np.arange(8) == 2  # episode 0: rows 0..2; rows 3..7 end nowhere
+    nxt = np.roll(src["observations"], -1, axis=0)  # as D4RL writes it: the next row's observation
+    nxt[[2, 7]] = np.random.default_rng(1).standard_normal((2, 3))  # the ends' own
+    src["next_observations"] = nxt
+    report = import_hdf5(write(tmp_path / "d.hdf5", src), tmp_path / "s", progress=False,
+                         chunk_bytes=chunk_bytes)
+    assert (report.episodes, report.steps) == (2, 8 + 2)
+    store = rlarrow.Store.open(tmp_path / "s")
+    last = store.read("episodes").sort_by("episode_id").to_pylist()[1]
+    flags = (last["partial_end"], last["terminated"], last["truncated"], last["num_steps"])
+    assert flags == (True, False, False, 6)
+    assert json.loads(last["metadata"]) == {"source_rows": [3, 8], "final_observation": "next_observations"}
+    with rlarrow.connect(store) as con:  # every row of the file is a transition, its next observation its own
+        got = con.sql("select observation, action, reward, next_observation, done, truncated "
+                      "from transitions order by episode_id, step").fetchall()
+    assert len(got) == 8
+    for i, (o, a, r, nxt, done, cut) in enumerate(got):
+        assert np.allclose(o, src["observations"][i]) and np.allclose(a, src["actions"][i]) and r == i
+        assert np.array_equal(np.asarray(nxt, np.float32), src["next_observations"][i])
+        assert (done, cut) == (i == 2, False)
 
 
 def test_a_robosuite_demo_without_observations_imports_with_its_states(tmp_path):
