@@ -636,7 +636,9 @@ def export_minari(
     / "data")`` opens, or ``minari.load_dataset`` once it sits in Minari's datasets folder as
     ``<dataset_id>``). Each complete episode (its final observation stored) is written as
     Minari stores one: N + 1 observations, N actions, rewards, terminations and truncations;
-    steps' ``{"infos": ...}`` metadata as the episode's infos where every step has them;
+    steps' ``{"infos": ...}`` metadata as the episode's infos where every step has them (or all
+    but the final one, as a D4RL file's: that one's NaN, or 0 where not floats); rewards in the
+    run's ``reward_spec`` dtype (float64 without one);
     an episode's ``seed`` and ``options`` (a Minari import's) as its own. The spaces are the
     run's (Minari's or gymnasium's, as recorded), else made from its specs (``Box`` from an
     array spec, ``Discrete`` from a discrete one, ``Dict``/``Tuple`` from nested specs).
@@ -763,13 +765,22 @@ def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tup
     cut = (not terminal) if truncated is None else truncated
     infos = None
     texts = table.column("metadata").to_pylist()
-    if all(t is not None for t in texts):
+    # a D4RL file's infos are one a row (transition): its final observation has none
+    final_unknown = texts[n] is None and n and all(t is not None for t in texts[:n])
+    if all(t is not None for t in texts) or final_unknown:
         steps = _metadata.decode_column(texts, table.column("metadata_types").to_pylist())
-        if all(isinstance(s, dict) and isinstance(s.get("infos"), dict) for s in steps):
-            infos = _stacked([s["infos"] for s in steps if isinstance(s, dict)], data_format != "hdf5")
+        if all(isinstance(s, dict) and isinstance(s.get("infos"), dict) for s in steps[:n]):
+            rows = [s["infos"] for s in steps if isinstance(s, dict) and isinstance(s.get("infos"), dict)]
+            if len(rows) == n:
+                rows.append(_unknown(rows[-1]))
+            if len(rows) == n + 1:
+                infos = _stacked(rows, data_format != "hdf5")
     extra = {k: meta[k] for k in ("seed", "options") if isinstance(meta, dict) and meta.get(k) is not None}
+    spec = reader.env_specs.get("reward_spec")  # the source's reward dtype (D4RL: float32), else float64
+    scalar = isinstance(spec, dict) and spec.get("dtype") and not spec.get("shape")
+    dtype = np.dtype(spec["dtype"]) if scalar and isinstance(spec, dict) else np.dtype(np.float64)
     return EpisodeBuffer(id=episode_id, observations=obs, actions=act,
-                         rewards=table.column("reward").to_numpy(zero_copy_only=False)[:n].astype(np.float64),
+                         rewards=table.column("reward").to_numpy(zero_copy_only=False)[:n].astype(dtype),
                          terminations=[False] * (n - 1) + [terminal] if n else [],
                          truncations=[False] * (n - 1) + [cut] if n else [],
                          infos=infos or {}, **extra)
@@ -777,6 +788,14 @@ def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tup
 
 def _rows_of(values: Any, n: int) -> Any:
     return {k: _rows_of(v, n) for k, v in values.items()} if isinstance(values, dict) else values[:n]
+
+
+def _unknown(info: Any) -> Any:
+    """Infos shaped as ``info`` that say "not known": NaN where a float is, else 0 (False, "")."""
+    if isinstance(info, dict):
+        return {k: _unknown(v) for k, v in info.items()}
+    value = np.asarray(info)
+    return np.full_like(value, np.nan) if value.dtype.kind in "fc" else np.zeros_like(value)
 
 
 def _stacked(infos: list[Any], arrow: bool) -> dict[str, Any]:

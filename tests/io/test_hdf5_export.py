@@ -176,6 +176,33 @@ def test_other_runs_export_to_minari_with_spaces_from_their_specs(tmp_path):
 
 
 @NEEDS_MINARI
+@pytest.mark.parametrize("data_format", ["hdf5", "arrow", "parquet"])
+def test_a_d4rl_file_exports_to_minari_with_its_infos_and_dtypes(tmp_path, data_format):
+    from minari.dataset.minari_dataset import MinariDataset
+
+    from rlarrow.io.hdf5 import import_hdf5
+    from rlarrow.io.minari import export_minari
+
+    src = walk(HDF5 / "d4rl_mujoco.hdf5")
+    import_hdf5(HDF5 / "d4rl_mujoco.hdf5", tmp_path / "s", progress=False)
+    with pytest.warns(rlarrow.core.errors.RLArrowWarning, match="1 episode"):  # the partial one
+        out = export_minari(tmp_path / "s", tmp_path / "out", data_format=data_format)
+    episodes = list(MinariDataset(out / "data").iterate_episodes())
+    rows = rlarrow.Store.open(tmp_path / "s").read("episodes").sort_by("episode_id").to_pylist()
+    assert len(episodes) == 4
+    for ep, row in zip(episodes, rows, strict=False):
+        first, stop = json.loads(row["metadata"])["source_rows"]
+        rewards = src["rewards"][0][first:stop].reshape(-1)
+        assert ep.rewards.dtype == rewards.dtype == np.float32 and np.array_equal(ep.rewards, rewards)
+        assert set(ep.infos) == {"action_log_probs", "qpos", "qvel"}
+        for key, got in ep.infos.items():
+            want = src[f"infos/{key}"][0][first:stop]
+            # one a transition in D4RL, one an observation in Minari: the final one is not known (NaN)
+            assert got.dtype == want.dtype and got.shape == (len(want) + 1, *want.shape[1:]), key
+            assert np.array_equal(got[:-1], want) and np.isnan(got[-1]).all(), key
+
+
+@NEEDS_MINARI
 @pytest.mark.skipif(not HAVE["gymnasium"], reason="needs gymnasium")
 def test_a_gym_recording_of_dict_and_tuple_spaces_exports_to_minari(tmp_path):
     from minari.dataset.minari_dataset import MinariDataset
