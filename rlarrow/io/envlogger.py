@@ -93,17 +93,22 @@ class EnvloggerReport(EpisodesReport):
         skipped_steps: steps the files hold that were not imported: those of the skipped
             episodes, and those no readable episode reaches.
         skipped: one line per thing left out, saying what and why.
+        damaged_files: the files (relative to the directory; a shard folder envlogger cannot
+            open at all) found damaged, in the order found.
     """
 
     skipped_episodes: int = 0
     skipped_steps: int = 0
     skipped: list[str] = field(default_factory=list)
+    damaged_files: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         text = super().__str__()
         if self.skipped:
-            text += (f"; skipped as damaged: {self.skipped_episodes} episodes, {self.skipped_steps} steps"
-                     + "".join(f"\n  skipped {line}" for line in self.skipped))
+            files = (f", in {len(self.damaged_files)} damaged file(s) ({', '.join(self.damaged_files)})"
+                     if self.damaged_files else "")
+            text += (f"; skipped as damaged: {self.skipped_episodes} episodes, {self.skipped_steps} "
+                     f"steps{files}" + "".join(f"\n  skipped {line}" for line in self.skipped))
         return text
 
 
@@ -199,6 +204,7 @@ def import_envlogger(
             for plan in plans:
                 report.skipped += plan.problems
                 report.skipped_episodes += plan.skipped_episodes
+                report.damaged_files += [f for f in plan.damaged_files if f not in report.damaged_files]
             plain = not isinstance(action_spec, (dict, list, tuple))
             sink = Sink(
                 st,
@@ -223,7 +229,8 @@ def import_envlogger(
         if report.skipped:
             warnings.warn(RLArrowWarning(
                 f"{directory}: imported what is whole ({report.episodes} episodes, {report.steps} steps) and "
-                f"skipped {report.skipped_episodes} damaged episodes, {report.skipped_steps} steps: "
+                f"skipped {report.skipped_episodes} damaged episodes, {report.skipped_steps} steps "
+                f"({len(report.damaged_files)} damaged file(s)): "
                 + "; ".join(report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
                 + " (the report lists them all)"), stacklevel=2)
         return report
@@ -267,6 +274,8 @@ class _ShardPlan:
     episodes: list[_EpisodePlan] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     skipped_episodes: int = 0
+    damaged_files: list[str] = field(default_factory=list)  # relative to the directory
+    shard: str = ""  # the shard folder's name
     total_steps: int = 0  # steps the shard's files hold (or envlogger finds, if more)
     last_must_end: bool = False  # step offsets are missing: the last episode is whole only if it ends
     metadata_lost: bool = False  # metadata records were not read: an episode without any is not whole
@@ -280,14 +289,20 @@ def _plan(envlogger: Any, reader: Any, shard: Path | None, view: Path, directory
     index of the shard's first episode.
     """
     many = shard is not None and view != directory
-    plan = _ShardPlan(directory, where=f", shard {shard.name}" if many and shard is not None else "")
+    plan = _ShardPlan(directory, where=f", shard {shard.name}" if many and shard is not None else "",
+                      shard=shard.name if shard is not None else "")
     with contextlib.ExitStack() as stack:
         if reader is None:
             try:
                 reader = stack.enter_context(_open(envlogger, view, directory))
             except CorruptFileError as exc:
-                plan.problems.append(f"shard {shard.name if shard else view.name}: envlogger cannot open it "
-                                     f"({exc})")
+                name = shard.name if shard else view.name
+                plan.problems.append(f"shard {name}: envlogger cannot open it ({exc})")
+                plan.damaged_files.append(f"{name}/")
+                if shard is not None:  # what it held, as far as its files tell: lost, and counted
+                    plan.num_episodes = plan.skipped_episodes = \
+                        _records_or_none(shard / "episode_metadata.riegeli", plan) or 0
+                    plan.total_steps = _records_or_none(shard / "steps.riegeli", plan) or 0
                 return plan
         n_steps, n_episodes = len(reader.steps), len(reader.episodes)
         plan.num_episodes = n_episodes
@@ -296,22 +311,35 @@ def _plan(envlogger: Any, reader: Any, shard: Path | None, view: Path, directory
         step_records = _records_or_none(shard / "steps.riegeli", plan)
         meta_records = _records_or_none(shard / "episode_metadata.riegeli", plan)
         plan.total_steps = max(n_steps, step_records or 0)
+        if meta_records is not None and meta_records > n_episodes:
+            # episodes the index lost (one metadata record each): skipped, and the ids of the
+            # shards after this one stay what they are in the whole directory
+            lost = meta_records - n_episodes
+            plan.num_episodes = meta_records
+            plan.skipped_episodes += lost
+            plan.problems.append(f"{lost} episode(s){plan.where} (ids {base + n_episodes} to "
+                                 f"{base + meta_records - 1}): episode_metadata.riegeli holds "
+                                 f"{meta_records} episodes, the episode index reaches {n_episodes}")
+            _damaged(plan, shard, "episode_index.riegeli")
         if step_records is None or step_records > n_steps:
             missing = "an unknown number of" if step_records is None else str(step_records - n_steps)
             plan.problems.append(f"{missing} steps{plan.where}: steps.riegeli holds steps that "
                                  "step_offsets.riegeli does not reach (damaged, or a logger killed before "
                                  "close())")
             plan.last_must_end = True
+            _damaged(plan, shard, "step_offsets.riegeli" if step_records is not None else "steps.riegeli")
         elif step_records < n_steps:
             plan.problems.append(f"shard{plan.where or ' ' + shard.name}: step_offsets.riegeli lists "
                                  f"{n_steps} steps, steps.riegeli holds {step_records}")
+            _damaged(plan, shard, "steps.riegeli")
         metadata = list(reader.episode_metadata())
         read = sum(m is not None for m in metadata)
-        if meta_records is None or read < meta_records:
+        if meta_records is None or read < min(meta_records, n_episodes):  # (the index's lost: counted above)
             plan.metadata_lost = True
             plan.problems.append(f"episode metadata{plan.where}: episode_metadata.riegeli holds "
                                  f"{'some' if meta_records is None else meta_records} records, envlogger "
                                  f"read {read} (an episode without metadata is not imported)")
+            _damaged(plan, shard, "episode_metadata.riegeli")
         expected = 0
         for k in range(n_episodes):
             try:
@@ -330,6 +358,7 @@ def _plan(envlogger: Any, reader: Any, shard: Path | None, view: Path, directory
             if reason:
                 plan.problems.append(f"episode {base + k}{plan.where}: {reason}")
                 plan.skipped_episodes += 1
+                _damaged(plan, shard, "episode_index.riegeli")
                 expected = max(expected, start + max(length, 0))
                 continue
             if plan.metadata_lost and metadata[k] is None:
@@ -342,7 +371,15 @@ def _plan(envlogger: Any, reader: Any, shard: Path | None, view: Path, directory
         if expected < n_steps:
             plan.problems.append(f"{n_steps - expected} steps{plan.where} (from step {expected}): in no "
                                  "episode of the episode index (episode_index.riegeli damaged)")
+            _damaged(plan, shard, "episode_index.riegeli")
     return plan
+
+
+def _damaged(plan: _ShardPlan, shard: Path, name: str) -> None:
+    """Note ``shard/name`` as a damaged file of the plan (once)."""
+    where = os.path.relpath(shard / name, plan.directory)
+    if where not in plan.damaged_files:
+        plan.damaged_files.append(where)
 
 
 def _episode(reader: Any, ep: _EpisodePlan, plan: _ShardPlan, *,
@@ -383,6 +420,9 @@ def _import_shard(reader: Any, plan: _ShardPlan, add: _Adder, report: EnvloggerR
                 raise CorruptFileError(plan.directory, _damage_message([line], run=report.run_id)) from None
             report.skipped.append(line)
             report.skipped_episodes += 1
+            where = f"{plan.shard}/steps.riegeli" if plan.shard else "steps.riegeli"
+            if where not in report.damaged_files:
+                report.damaged_files.append(where)
             # a riegeli reader stays failed after a damaged chunk: go on with a fresh one
             reader = reader.copy()
             continue

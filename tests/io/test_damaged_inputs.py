@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
+import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -381,6 +383,34 @@ def test_envlogger_shards_are_checked_one_by_one(catch_copy: Path, tmp_path: Pat
     assert (report.episodes, report.skipped_episodes, report.skipped_steps) == (20, 20, 200)
     assert _rows(tmp_path / "skip", "steps") == [r for r in _rows(tmp_path / "both", "steps")
                                                  if r["episode_id"] < 20]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("name", ["episode_index.riegeli", "step_offsets.riegeli"])
+@needs_envlogger
+def test_skip_corrupt_counts_a_lost_shard_and_keeps_the_others_ids(catch_copy: Path, tmp_path: Path,
+                                                                   name: str) -> None:
+    from rlarrow.io.envlogger import import_envlogger
+
+    first = _shard(catch_copy)
+    second = catch_copy / (first.name[:-1] + "9")  # read after the first: episodes 20..39
+    shutil.copytree(first, second)
+    import_envlogger(catch_copy, tmp_path / "both", progress=False)
+    (first / name).write_bytes(b"")  # envlogger then finds no episode in the first shard at all
+    out = subprocess.run([sys.executable, "-m", "rlarrow", "convert", str(catch_copy), "-o",
+                          str(tmp_path / "skip"), "--skip-corrupt"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "skipped as damaged: 20 episodes, 200 steps, in " in out.stdout
+    assert f"{first.name}/{name}" in out.stdout
+    with pytest.warns(RLArrowWarning, match="skipped 20 damaged episodes, 200 steps"):
+        report = import_envlogger(catch_copy, tmp_path / "api", progress=False, skip_corrupt=True)
+    assert (report.episodes, report.skipped_episodes, report.skipped_steps) == (20, 20, 200)
+    assert f"{first.name}/{name}" in report.damaged_files
+    # the survivors keep their ids in the whole directory (20..39), not renumbered from 0
+    for store in ("skip", "api"):
+        for table in ("steps", "episodes"):
+            assert _rows(tmp_path / store, table) == [r for r in _rows(tmp_path / "both", table)
+                                                      if r["episode_id"] >= 20]
 
 
 def test_riegeli_record_count_reads_chunk_headers_and_caps_lengths(tmp_path: Path) -> None:
