@@ -556,3 +556,23 @@ def test_missing_datasketches_names_the_stats_extra(monkeypatch):
 def test_docstring_examples_run():
     result = doctest.testmod(stats_module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 10 and result.failed == 0
+
+
+def test_image_channel_stats_are_lerobots_shape_with_exact_merged_quantiles():
+    from rlarrow.core.stats import ImageStats, image_channel_stats, lerobot_frames
+
+    rng = np.random.default_rng(3)
+    episodes = [rng.integers(0, 256, (n, 6, 5, 3), dtype=np.uint8) for n in (7, 150, 3)]
+    parts = [image_channel_stats(e) for e in episodes]
+    whole = ImageStats.combine(parts[::-1])  # any order: the same numbers
+    forward = ImageStats.combine(parts).lerobot_entry()
+    assert all(np.array_equal(v, forward[k]) for k, v in whole.lerobot_entry().items())
+    seen = np.concatenate([e[lerobot_frames(len(e))] for e in episodes]).reshape(-1, 3) / 255.0
+    entry = whole.lerobot_entry()
+    assert entry["count"].tolist() == [7 + 100 + 3]  # LeRobot samples 100 of the 150 frames
+    assert all(v.shape == (3, 1, 1) for k, v in entry.items() if k != "count")
+    np.testing.assert_allclose(entry["mean"].reshape(-1), seen.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(entry["std"].reshape(-1), seen.std(axis=0), rtol=1e-9)
+    for key, q in {"q01": 0.01, "q10": 0.1, "q50": 0.5, "q90": 0.9, "q99": 0.99}.items():
+        want = np.quantile(seen, q, axis=0, method="inverted_cdf")
+        np.testing.assert_array_equal(entry[key].reshape(-1), want)

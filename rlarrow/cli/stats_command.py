@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -61,37 +62,43 @@ def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
               help="Only steps layout N, for stores whose runs' observations differ in shape "
                    "(`rlarrow info STORE` lists the layouts).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Write LeRobot's stats.json shape to this file (default: print it).")
+              help="Write LeRobot's stats.json to this file (default: print it).")
 @_friendly_errors
 def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights: dict[str, float] | None,
                   columns: tuple[str, ...], no_quantiles: bool, version: int | None, layout: int | None,
                   output: str | None) -> None:
-    """Normalisation statistics (mean, std, min, max, q01..q99 per element) of STORE's steps.
+    """Normalisation statistics of STORE's steps, as LeRobot's stats.json holds them.
 
-    Merged from the statistics stored with every commit, for the episodes selected; steps
-    written without them (older stores, Ray-staged files) are read once from the data.
+    Per element (mean, std, min, max, q01..q99) merged from the statistics stored with every
+    commit, for the episodes selected; steps written without them (older stores, Ray-staged
+    files) are read once from the data. Camera frames (uint8 H x W x C observations) per
+    channel in [0, 1], shape (C, 1, 1), from the frames LeRobot samples of each episode;
+    a LeRobot import's columns under LeRobot's feature names.
     """
-    from rlarrow.query.dataset_stats import lerobot_stats, stats, write_stats_json
+    from rlarrow.query.dataset_stats import lerobot_stats_json, stats, write_stats_json
 
     start = time.perf_counter()
-    result = stats(store, where=where, runs=list(runs) or None, weights=weights,
-                   columns=list(columns) or None, quantiles=not no_quantiles, version=version, layout=layout)
-    took = time.perf_counter() - start
+    selection: dict[str, Any] = dict(where=where, runs=list(runs) or None, weights=weights,
+                                     columns=list(columns) or None, quantiles=not no_quantiles,
+                                     version=version, layout=layout)
+    result = stats(store, **selection)
     if not result:
         raise click.ClickException("no steps in the selection: nothing to compute statistics of")
-    shown = lerobot_stats(result)
+    shown = lerobot_stats_json(store, **selection)
+    took = time.perf_counter() - start
     if not shown:
         raise click.ClickException(f"the selected steps hold no values of {sorted(result)} (all null): "
                                    "nothing to write")
     if not no_quantiles:
-        without = sorted(name for name in shown if not result[name].has_quantiles)
+        without = sorted(name for name in result if result[name].count and not result[name].has_quantiles
+                         and name in shown)
         if without:
             click.echo(f"note: no quantiles (q01..q99) for {without}: their statistics were stored without "
                        "sketches (store.step_stats = 'moments', or datasketches missing when written: "
                        "pip install 'rlarrow[stats]')", err=True)
     if output:
-        path = write_stats_json(result, output)
-        rows = max(s.count for s in result.values())
+        path = write_stats_json(shown, output)
+        rows = max(int(s["count"][0]) for s in shown.values())
         click.echo(f"wrote {path}: {len(shown)} column(s), up to {rows} values each, in {took:.3f} s")
     else:
         json.dump(shown, sys.stdout, indent=2)

@@ -39,10 +39,10 @@ from typing import Any
 import pyarrow as pa
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
-from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats
+from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, lerobot_entry
 from rlarrow.core.store import StoreLike
 
-__all__ = ["lerobot_stats", "selected_episodes", "stats", "write_stats_json"]
+__all__ = ["lerobot_stats", "lerobot_stats_json", "selected_episodes", "stats", "write_stats_json"]
 
 
 def selected_episodes(store: StoreLike, where: str, *, version: int | None = None) -> pa.Table:
@@ -212,12 +212,150 @@ def lerobot_stats(stats: Mapping[str, ColumnStats],
     return {name: value.to_dict(qs) for name, value in stats.items() if value.count}
 
 
-def write_stats_json(stats: Mapping[str, ColumnStats], path: str | os.PathLike[str],
-                     quantiles: Iterable[float] = DEFAULT_QUANTILES) -> Path:
-    """Write :func:`lerobot_stats` to ``path`` (NaN as JSON ``NaN``, as Python's json writes it)."""
+def write_stats_json(stats: Mapping[str, ColumnStats] | Mapping[str, Mapping[str, Any]],
+                     path: str | os.PathLike[str], quantiles: Iterable[float] = DEFAULT_QUANTILES) -> Path:
+    """Write statistics to ``path`` as JSON (NaN as JSON ``NaN``, as Python's json writes it).
+
+    ``stats``: what :func:`lerobot_stats_json` gives (LeRobot's ``stats.json`` itself), or
+    ``{column: ColumnStats}`` (written as :func:`lerobot_stats` gives them).
+    """
     target = Path(path)
-    text = json.dumps(lerobot_stats(stats, quantiles), indent=2)
+    columns = {k: v for k, v in stats.items() if isinstance(v, ColumnStats)}
+    shown = lerobot_stats(columns, quantiles) if len(columns) == len(stats) else stats
+    text = json.dumps(shown, indent=2)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, target)
     return target
+
+
+def _image_leaves(type_: pa.DataType, name: str = "observation",
+                  path: tuple[str, ...] = ()) -> list[tuple[str, tuple[str, ...]]]:
+    """The camera frames of an observation type: uint8 ``(H, W, C)`` leaves, C of 1, 3 or 4."""
+    from rlarrow.core.tensors import tensor_dtype, tensor_shape
+
+    if isinstance(type_, pa.ExtensionType) and pa.types.is_struct(type_.storage_type):
+        type_ = type_.storage_type
+    if pa.types.is_struct(type_):
+        return [leaf for field in type_ for leaf in
+                _image_leaves(field.type, f"{name}.{field.name}", (*path, field.name))]
+    try:
+        shape, dtype = tensor_shape(type_), tensor_dtype(type_)
+    except (ArgumentError, ArgumentTypeError, AttributeError):
+        return []
+    return [(name, path)] if dtype == "uint8" and len(shape) == 3 and shape[-1] in (1, 3, 4) else []
+
+
+def _image_stats(st: Any, runs: list[str], chosen: set[tuple[str, int]] | None,
+                 weights: Mapping[str, float] | None, quantiles: bool,
+                 wanted: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Per-channel image statistics in [0, 1] of the selected episodes' frames, as LeRobot's.
+
+    A frame is a step with an action (what a LeRobot dataset holds); each episode's frames
+    are sampled as LeRobot samples them (:func:`rlarrow.core.stats.image_channel_stats`).
+    """
+    import pyarrow.compute as pc
+
+    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.stats import ImageStats, image_channel_stats
+    from rlarrow.core.tensors import to_numpy
+
+    per_run: dict[str, dict[str, ImageStats]] = {}
+    for run in runs:
+        with DmEnvRows(st, run_id=run) as reader:
+            leaves: list[tuple[str, tuple[str, ...]]] | None = None
+            for k in range(reader.num_episodes):
+                if chosen is not None and (run, int(reader.episode_ids[k])) not in chosen:
+                    continue
+                table = reader.episode_table(k, columns=["observation", "action"])
+                if leaves is None:
+                    leaves = [leaf for leaf in _image_leaves(table.schema.field("observation").type)
+                              if wanted is None or leaf[0] in wanted]
+                if not leaves:
+                    break
+                keep = pc.is_valid(table.column("action"))
+                for name, path in leaves:
+                    col: Any = table.column("observation").combine_chunks()
+                    for part in path:
+                        col = col.field(part)
+                    frames = to_numpy(col.filter(keep), fill_value=0)
+                    if not len(frames):
+                        continue
+                    got = image_channel_stats(frames)
+                    have = per_run.setdefault(run, {}).get(name)
+                    per_run[run][name] = got if have is None else ImageStats.combine([have, got])
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({n for parts in per_run.values() for n in parts}):
+        parts = [(run, per_run[run][name]) for run in per_run if name in per_run[run]]
+        mix = [float((weights or {}).get(run, 0.0)) for run, _ in parts] if weights else None
+        if mix is not None:
+            parts = [p for p, w in zip(parts, mix, strict=True) if w > 0]
+            mix = [w for w in mix if w > 0]
+            if not parts:
+                continue
+        merged = ImageStats.combine([p[1] for p in parts], weights=mix)
+        out[name] = merged.lerobot_entry(DEFAULT_QUANTILES if quantiles else ())
+    return out
+
+
+def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | None = None,
+                       episodes: Iterable[tuple[str, int]] | pa.Table | None = None,
+                       weights: Mapping[str, float] | None = None, columns: Iterable[str] | None = None,
+                       quantiles: bool = True, version: int | None = None,
+                       layout: int | None = None) -> dict[str, dict[str, list[Any]]]:
+    """LeRobot's ``meta/stats.json`` of a selection (the arguments are :func:`stats`'s).
+
+    What ``lerobot_dataset``'s ``stats.json`` holds, in its keys and shapes: numeric columns
+    element by element (merged from the stored statistics, quantiles of all their values),
+    camera frames (uint8 ``(H, W, C)`` observations) per channel in [0, 1] with shape
+    ``(C, 1, 1)``, from the frames LeRobot would sample of each episode's steps with an
+    action, and ``count`` those frames. Where every selected run came from LeRobot, columns
+    take LeRobot's feature names (``reward`` is ``next.reward``). The quantiles are the
+    same ones :func:`rlarrow.io.lerobot.export_lerobot` writes for the same data.
+
+    Example:
+        >>> lerobot_stats_json("pusht.rlarrow")["observation.image"]["mean"]  # doctest: +SKIP
+        [[[0.51]], [[0.47]], [[0.43]]]
+    """
+    from rlarrow.core import metadata as _metadata
+    from rlarrow.core.store import opened
+
+    if episodes is not None and not isinstance(episodes, pa.Table):
+        episodes = list(episodes)  # (read twice)
+    result = stats(store, where=where, runs=runs, episodes=episodes, weights=weights, columns=columns,
+                   quantiles=quantiles, version=version, layout=layout)
+    with opened(store, readonly=True, version=version) as st:
+        chosen: set[tuple[str, int]] | None = None
+        if episodes is not None or where is not None:
+            if isinstance(episodes, pa.Table):
+                chosen = set(zip(episodes.column("run_id").to_pylist(),
+                                 episodes.column("episode_id").to_pylist(), strict=True))
+            elif episodes is not None:
+                chosen = {(str(r), int(e)) for r, e in episodes}
+            if where is not None:
+                sql = selected_episodes(st, where)
+                found = set(zip(sql.column("run_id").to_pylist(), sql.column("episode_id").to_pylist(),
+                                strict=True))
+                chosen = found if chosen is None else chosen & found
+        all_runs = st.read("runs", columns=["run_id", "source", "metadata", "metadata_types"]).to_pylist()
+        selected = [r for r in all_runs if (runs is None or r["run_id"] in set(runs))
+                    and (weights is None or float(weights.get(r["run_id"], 0.0)) > 0)]
+        wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+        images = _image_stats(st, [r["run_id"] for r in selected], chosen, weights, quantiles, wanted)
+    out: dict[str, dict[str, list[Any]]] = {}
+    for name, value in result.items():
+        if value.count and name not in images and not any(name.startswith(i + ".") for i in images):
+            out[name] = {k: v.tolist() for k, v in lerobot_entry(
+                value, quantiles=DEFAULT_QUANTILES if quantiles and value.has_quantiles else ()).items()}
+    out.update({name: {k: v.tolist() for k, v in value.items()} for name, value in images.items()})
+    lerobot = bool(selected) and all(r["source"] == "lerobot" for r in selected)
+    if lerobot:
+        features: set[str] = set()
+        for r in selected:
+            meta = _metadata.decode(r["metadata"], r["metadata_types"])
+            info = meta.get("info") if isinstance(meta, dict) else None
+            if isinstance(info, dict) and isinstance(info.get("features"), dict):
+                features |= set(info["features"])
+        if "reward" in out and "next.reward" in features:
+            out["next.reward"] = out.pop("reward")
+    return out

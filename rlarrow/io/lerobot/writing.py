@@ -14,9 +14,10 @@ with lerobot 0.4.4 for v3.0 and 0.3.3 for v2.1), written without LeRobot:
   yuv420p, a key frame every 2 frames, CRF 30: lossy) or, with ``images="png"``, as PNG
   images in the frames (lossless; grayscale frames always are);
 - each episode's statistics with LeRobot's keys and shapes (min, max, mean, std, count; the
-  quantiles q01 ... q99 in v3.0, exact where lerobot 0.4 estimates them; images per channel in
-  [0, 1] over LeRobot's sample of frames), and the dataset's, pooled over episodes, in
-  ``meta/stats.json``;
+  quantiles q01 ... q99 in v3.0; images per channel in [0, 1] over LeRobot's sample of
+  frames), and the dataset's in ``meta/stats.json``: moments pooled, quantiles those of all
+  the values merged (KLL sketches, :func:`rlarrow.core.stats.lerobot_entry`), the same
+  definition ``rlarrow stats -o`` writes, where lerobot 0.4 averages episodes' quantiles;
 - a run imported from LeRobot keeps its features (names, dtypes, image or video), fps,
   robot type, tasks, each frame's ``timestamp``, ``task_index`` and other features, and
   each episode's tasks: importing the export gives back the same steps (video frames within
@@ -47,6 +48,7 @@ import pyarrow.parquet as pq
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core.errors import ArgumentError, InvalidInputError, MissingDependencyError
+from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, ImageStats, image_channel_stats, lerobot_entry
 from rlarrow.core.store import StoreLike
 from rlarrow.io.lerobot.reading import FRAME_KEYS
 
@@ -58,7 +60,6 @@ CODEBASES = ("v3.0", "v2.1")
 #: where the frames are RGB of even size), ``video`` (AV1, lossy) or ``png`` (lossless)
 IMAGE_MODES = ("auto", "video", "png")
 
-_QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 _CHUNKS = 1000  # files per chunk directory, LeRobot's default
 _DATA_MB, _VIDEO_MB = 100, 200  # v3.0 file sizes, LeRobot's defaults
 _V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -287,6 +288,7 @@ class _Dataset:
         self.features: dict[str, _Feature] | None = None
         self.episodes: list[dict[str, Any]] = []
         self.ep_stats: list[dict[str, dict[str, np.ndarray]]] = []
+        self.merged: dict[str, list[ColumnStats | ImageStats]] = {}  # per feature, each episode's
         self.frames = 0
         self.skipped = self.finals = 0
         self.data: _DataFiles | None = None
@@ -407,11 +409,12 @@ class _Dataset:
                     videos = self.videos[name] = _Videos(self.root, self.codebase, name, self.fps)
                 row.update(videos.write(values[name], e))
         row["dataset_from_index"], row["dataset_to_index"] = self.frames, self.frames + n
-        stats = {
-            name: _stats(values[name], feature, quantiles=self.codebase != "v2.1")
-            for name, feature in self.features.items()
-            if feature.kind != "string"
-        }
+        stats = {}
+        for name, feature in self.features.items():
+            if feature.kind == "string":
+                continue
+            self.merged.setdefault(name, []).append(_column_stats(values[name], feature))
+            stats[name] = _entry(self.merged[name][-1], feature, quantiles=self.codebase != "v2.1")
         self.ep_stats.append(stats)
         self.episodes.append(row)
         self.frames += n
@@ -482,8 +485,18 @@ class _Dataset:
             (meta / "episodes" / "chunk-000").mkdir(parents=True)
             pq.write_table(pa.Table.from_pylist(rows), meta / "episodes" / "chunk-000" / "file-000.parquet")
             _write_tasks(meta / "tasks.parquet", tasks)
-            (meta / "stats.json").write_text(json.dumps(_listed(_aggregate(self.ep_stats)), indent=4))
+            (meta / "stats.json").write_text(json.dumps(_listed(self._aggregate()), indent=4))
         (meta / "info.json").write_text(json.dumps(info, indent=4))
+
+    def _aggregate(self) -> dict[str, dict[str, np.ndarray]]:
+        """The dataset's statistics: every episode's merged (moments pooled, quantiles of all values)."""
+        out = {}
+        for name, parts in self.merged.items():
+            images = [p for p in parts if isinstance(p, ImageStats)]
+            whole = ImageStats.combine(images) if images else ColumnStats.combine(
+                [p for p in parts if isinstance(p, ColumnStats)])
+            out[name] = _entry(whole, (self.features or {})[name], quantiles=True)
+        return out
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -708,67 +721,27 @@ class _Videos:
             self.container = None
 
 
-def _sampled(n: int) -> np.ndarray:
-    """Frames LeRobot's statistics sample an episode's images at: all up to 100, else max(100, n^0.75)."""
-    if n <= 100:
-        return np.arange(n)
-    return np.round(np.linspace(0, n - 1, min(n, max(100, int(n**0.75))))).astype(np.int64)
+def _column_stats(values: np.ndarray, feature: _Feature) -> ColumnStats | ImageStats:
+    """An episode's mergeable statistics of a feature (images: per channel, in [0, 1]).
 
-
-def _stats(values: np.ndarray, feature: _Feature, *, quantiles: bool) -> dict[str, np.ndarray]:
-    """An episode's statistics of a feature, LeRobot's keys and shapes (images: per channel, in [0, 1])."""
-    if feature.kind in ("image", "video"):
-        picked = values[_sampled(len(values))]
-        channels = values.shape[-1]
-        x = picked.reshape(-1, channels).astype(np.float64) / 255.0
-        shape: tuple[int, ...] = (channels, 1, 1)
-        count = len(picked)
-    else:
-        x = values.reshape(len(values), -1).astype(np.float64)
-        shape = feature.shape or (1,)
-        count = len(values)
-    integer = feature.kind == "numeric" and feature.dtype.kind in "biu"
-    out = {
-        "min": x.min(axis=0).reshape(shape),
-        "max": x.max(axis=0).reshape(shape),
-        "mean": x.mean(axis=0).reshape(shape),
-        "std": x.std(axis=0).reshape(shape),
-        "count": np.array([count], np.int64),
-    }
-    if integer:
-        out["min"], out["max"] = out["min"].astype(np.int64), out["max"].astype(np.int64)
-    if quantiles:
-        qs = np.quantile(x, list(_QUANTILES.values()), axis=0)
-        for i, name in enumerate(_QUANTILES):
-            out[name] = qs[i].reshape(shape)
-    return out
-
-
-def _aggregate(episodes: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-    """The dataset's statistics from its episodes', as LeRobot aggregates them.
-
-    Pooled mean and variance; quantiles are the episodes' weighted by their counts.
+    Quantiles of numeric features need ``datasketches`` (the ``stats`` extra): without it,
+    none are written for them.
     """
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for name in episodes[0] if episodes else ():
-        parts = [e[name] for e in episodes]
-        counts = np.array([float(p["count"][0]) for p in parts])
-        weights = (counts / counts.sum()).reshape(-1, *([1] * parts[0]["mean"].ndim))
-        means = np.stack([p["mean"] for p in parts])
-        mean = (weights * means).sum(axis=0)
-        var = (weights * (np.stack([p["std"] for p in parts]) ** 2 + (means - mean) ** 2)).sum(axis=0)
-        agg = {
-            "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
-            "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
-            "mean": mean,
-            "std": np.sqrt(var),
-            "count": np.array([int(counts.sum())], np.int64),
-        }
-        for q in _QUANTILES:
-            if q in parts[0]:
-                agg[q] = (weights * np.stack([p[q] for p in parts])).sum(axis=0)
-        out[name] = agg
-    return out
+    import importlib.util
+
+    if feature.kind in ("image", "video"):
+        return image_channel_stats(values)
+    shaped = values.reshape(len(values), *(feature.shape or (1,)))
+    return ColumnStats.from_array(shaped, sketches=importlib.util.find_spec("datasketches") is not None)
+
+
+def _entry(stats: ColumnStats | ImageStats, feature: _Feature, *, quantiles: bool) -> dict[str, np.ndarray]:
+    """LeRobot's keys and shapes (:func:`rlarrow.core.stats.lerobot_entry`); v2.1 has no quantiles."""
+    qs = DEFAULT_QUANTILES if quantiles else ()
+    if isinstance(stats, ImageStats):
+        return stats.lerobot_entry(qs)
+    integer = feature.kind == "numeric" and feature.dtype.kind in "biu"
+    return lerobot_entry(stats, integer=integer, quantiles=qs)
 
 
 def _listed(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
