@@ -222,16 +222,25 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
 def repair(store: str, apply: bool) -> None:
     """Find a store's missing or damaged files and, with --apply, drop them so the rest reads again.
 
-    Every listed file is read whole. Dropped files leave the manifest; those still on disk
-    move to STORE/_damaged/ (no table or engine reads them there). The report says how many
-    rows each costs.
+    A lost or damaged manifest is rebuilt first from each table's Delta log and Parquet
+    files (or the error says exactly what cannot be). Every listed file is read whole.
+    Dropped files leave the manifest; those still on disk move to STORE/_damaged/ (no table
+    or engine reads them there). The report says how many rows each costs.
     """
     from pathlib import Path
 
     from rlarrow.core.errors import CorruptFileError
     from rlarrow.core.store import Store
+    from rlarrow.core.store.repair import rebuild_manifest
     from rlarrow.core.store.segments import restore_lists
 
+    # a lost or damaged manifest: rebuilt from the tables' Delta logs and Parquet files
+    rebuilt = rebuild_manifest(Path(store), apply=apply)
+    for line in rebuilt:
+        click.echo(line)
+    if rebuilt and not apply:
+        click.echo("(dry run: --apply writes the manifest, then checks every file it lists)")
+        return
     try:
         # without recovery: a damaged unlisted file would stop the open that is to repair it
         s = Store(store, readonly=not apply, _recover=False)

@@ -81,6 +81,9 @@ class Store(EditingStore):
             if not self.path.exists():
                 raise StoreError(f"{self.path}: no such store; create it with "
                                  f"rlarrow.Store.create({os.fspath(path)!r})")
+            if any(d.is_dir() for d in self.path.glob("*/_delta_log")):  # a store that lost its manifest
+                raise StoreError(f"{self.path}: its manifest ({MANIFEST_NAME}) is missing; its tables' Delta "
+                                 f"logs are there: rebuild it with `rlarrow repair {self.path} --apply`")
             raise StoreError(f"{self.path}: not an rlarrow store (no {MANIFEST_NAME}); create "
                              "one with rlarrow.Store.create(path)")
         self._manifest = self._read_manifest()

@@ -29,7 +29,7 @@ from rlarrow.core.store.lease import _VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
 from rlarrow.core.store.tables import TableStore
 
-__all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo"]
+__all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo", "rebuild_manifest"]
 
 #: Where :meth:`RepairStore.repair` moves damaged files: outside every table directory.
 _QUARANTINE = "_damaged"
@@ -409,3 +409,169 @@ class RepairStore(TableStore):
             bytes_on_disk=size,
             problems=problems,
         )
+
+
+# --------------------------------------------------------------------------- a lost manifest
+
+
+def _logged_names(log_dir: Path) -> set[str]:
+    """Every file name any commit of a Delta log added (those removed since included)."""
+    from rlarrow.core.store.delta import DeltaLog
+
+    names: set[str] = set()
+    version = 0
+    while True:
+        path = log_dir / f"{version:020d}.json"
+        data = DeltaLog.read_commit(path)
+        if data is None:
+            return names
+        for action in DeltaLog._parse(path, data):
+            if "add" in action:
+                names.add(DeltaLog._name(path, action["add"]))
+        version += 1
+
+
+def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> list[str]:
+    """Rebuild a store's lost or damaged manifest from its tables' Delta logs and Parquet files.
+
+    Each table directory's Delta log lists the files of its last version, their rows and
+    order, and the table's exact schema: those become the table's entry. A file of the
+    directory that an earlier commit of the log added and a later one removed is
+    ``retired`` (earlier versions read it; ``vacuum`` deletes it in time); a ``part-*.parquet``
+    no commit of the log names (a commit whose Delta log was still due when the manifest was
+    lost, or a crashed writer's file, which rlarrow adopts on the next open anyway) is listed
+    after the log's files, its rows read from its footer, and the table's Delta commit is
+    left due. The store's version is the latest any log records. With ``apply`` the manifest
+    is written (under the store's lock); without, nothing changes.
+
+    Returns:
+        One line per table rebuilt (and per thing it could not keep); ``[]`` when the
+        manifest reads whole (nothing to rebuild).
+
+    Raises:
+        CorruptFileError: what cannot be rebuilt, said exactly: a directory that holds no
+            table with a Delta log (not a store, or one whose logs are lost too), a table
+            with Parquet files but no Delta log (which of its files were committed, and in
+            what order, is not known), a damaged log, a file a log lists that is not there.
+
+    Example:
+        >>> import rlarrow, tempfile, os
+        >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+        >>> _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss", "step": [0],
+        ...                              "value": [1.0]})
+        >>> os.remove(store.path / "_rlarrow_store.json")
+        >>> rebuild_manifest(store.path, apply=True)[1]
+        'scalars: 1 file(s), 1 row(s) from its Delta log'
+        >>> rlarrow.Store.open(store.path).row_count("scalars")
+        1
+    """
+    import fcntl
+
+    from rlarrow.core.store import manifest as _manifest
+    from rlarrow.core.store.delta import LOG_DIR, DeltaLog
+    from rlarrow.core.store.files import LOCK_NAME
+    from rlarrow.core.store.segments import local_segments, write_whole
+
+    root = Path(root)
+    path = root / _manifest.MANIFEST_NAME
+    tables = [d.name for d in sorted(root.iterdir()) if not d.is_symlink() and d.is_dir()
+              and _manifest.is_table_name(d.name) and table_of(d.name) in _schema.TABLE_NAMES]
+    fd = -1
+    try:
+        if apply and any((root / t / LOG_DIR).is_dir() for t in tables):
+            fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
+        try:
+            _manifest.parse_manifest(path.read_bytes(), path, local_segments(root))
+            return []  # whole: nothing to rebuild (a later major format raises FormatVersionError)
+        except FileNotFoundError:
+            lost = "missing"
+        except CorruptFileError as exc:
+            if getattr(exc, "segment", None) is not None:
+                return []  # (a lost segment of a whole manifest: its lists are restored from the logs)
+            reason = str(exc).removeprefix(f"{path}: ").split("; restore")[0]
+            lost = f"damaged ({reason[:200]})"
+        except OSError as exc:
+            lost = f"unreadable ({exc.strerror or exc})"
+        if not any((root / t / LOG_DIR).is_dir() for t in tables):
+            raise CorruptFileError(path, f"is {lost.split(' ')[0]} and no table folder has a Delta log "
+                                   f"({LOG_DIR}): nothing to rebuild the store from; restore it from a "
+                                   "backup")
+        manifest = _manifest.empty_manifest()
+        manifest.update(retired=[], retired_at={}, delta_due=[], version=0)
+        lines = [f"{_manifest.MANIFEST_NAME}: {lost}; {'rebuilt' if apply else 'would rebuild'} it from "
+                 "the tables' Delta logs and Parquet files"]
+        adopted: list[str] = []
+        now_ms = int(time.time() * 1000)
+        for table in tables:
+            directory = root / table
+            log = DeltaLog(directory)
+            log.refresh()
+            parquet = sorted(p.name for p in directory.glob("part-*.parquet") if p.is_file())
+            entry = manifest["tables"].get(table) or {
+                "schema_version": manifest["tables"][table_of(table)]["schema_version"],
+                "schema": None, "rows": 0, "files": []}
+            manifest["tables"][table] = entry
+            if log.version < 0:
+                if parquet:
+                    raise CorruptFileError(directory, f"holds {len(parquet)} Parquet file(s) but no Delta "
+                                           f"log ({LOG_DIR}): which of them were committed, and in what "
+                                           "order, is not known, so the manifest cannot be rebuilt; "
+                                           "restore the store from a backup, or move the table folder out "
+                                           "and repair again to keep the other tables")
+                if table != table_of(table):
+                    del manifest["tables"][table]
+                continue
+            config = (log.metadata or {}).get("configuration") or {}
+            if not isinstance(config.get("rlarrow.schema"), str):
+                raise CorruptFileError(directory / LOG_DIR, "has no rlarrow schema (metaData.configuration"
+                                       "[\"rlarrow.schema\"]): not rlarrow's log; restore the store from a "
+                                       "backup")
+            files: list[dict[str, Any]] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes}
+                                           for f in log.ordered()]
+            gone = [f["name"] for f in files if not (directory / f["name"]).is_file()]
+            if gone:
+                raise CorruptFileError(directory / gone[0], f"is listed by {table}'s Delta log but is not "
+                                       f"there ({len(gone)} file(s) missing): restore them, or the store "
+                                       "from a backup")
+            for f in files:
+                if f["rows"] < 0:  # (a log without numRecords: the footer says)
+                    f["rows"] = pq.ParquetFile(directory / f["name"]).metadata.num_rows
+            logged = _logged_names(directory / LOG_DIR)
+            listed = {f["name"] for f in files}
+            retired = [n for n in parquet if n in logged and n not in listed]
+            unlogged = [n for n in parquet if n not in logged]
+            for name in unlogged:  # (committed while its Delta commit was due, or a crash's)
+                file = directory / name
+                try:
+                    rows = pq.ParquetFile(file).metadata.num_rows
+                except (OSError, pa.ArrowException) as exc:
+                    raise CorruptFileError(file, f"is in no Delta commit and cannot be read ({exc}): move it "
+                                           "out of the store and repair again") from exc
+                files.append({"name": name, "rows": rows, "bytes": file.stat().st_size})
+            entry.update(schema=config["rlarrow.schema"],
+                         schema_version=config.get("rlarrow.schemaVersion", entry["schema_version"]),
+                         files=files, rows=sum(f["rows"] for f in files))
+            manifest["version"] = max(manifest["version"], log.store_version)
+            for name in retired:
+                manifest["retired"].append(f"{table}/{name}")
+                manifest["retired_at"][f"{table}/{name}"] = now_ms
+            if unlogged:
+                adopted.append(table)
+            more = f", {len(unlogged)} of them in no Delta commit yet (listed last)" if unlogged else ""
+            more += f"; {len(retired)} replaced file(s) kept for earlier versions" if retired else ""
+            lines.append(f"{table}: {len(files)} file(s), {entry['rows']:,} row(s) from its Delta log{more}")
+        if adopted:  # their Delta commits are due: the next writer writes them
+            manifest["version"] += 1
+            manifest["delta_due"] = [{"table": t, "version": manifest["version"]} for t in adopted]
+        if apply:
+            _manifest.validate(json.loads(json.dumps(manifest)), path)  # (valid, or nothing changes)
+            if path.exists() or path.is_symlink():  # the damaged one: kept aside
+                quarantine = root / _QUARANTINE
+                quarantine.mkdir(exist_ok=True)
+                os.replace(path, quarantine / f"{_manifest.MANIFEST_NAME}-{time.strftime('%Y%m%dT%H%M%S')}")
+            write_whole(root, manifest)
+        return lines
+    finally:
+        if fd >= 0:
+            os.close(fd)

@@ -39,7 +39,7 @@ from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, _Checker, fsync_dir, write_error, write_file
 
 __all__ = ["SEGMENTS_DIR", "SEGMENT_FILES", "Segments", "delete_segments", "encode_manifest", "forget",
-           "is_segment_name", "local_segments", "restore_lists", "segment_names"]
+           "is_segment_name", "local_segments", "restore_lists", "segment_names", "write_whole"]
 
 #: the directory (in the store's root) of the manifest's segments: a table's file list
 #: beyond the last SEGMENT_FILES entries, in immutable pieces (docs/format.md, "The manifest")
@@ -329,6 +329,22 @@ def encode_manifest(manifest: dict[str, Any], root: Path) -> tuple[bytes, Callab
     return data, functools.partial(_positions.update, settled)
 
 
+def write_whole(root: Path, manifest: dict[str, Any], segments: Segments | None = None) -> None:
+    """Write a manifest rebuilt by repair (its lists whole), under the lock the caller holds.
+
+    It is checked whole first (nothing is written otherwise); the caches of this process
+    forget the store's manifest and segments.
+    """
+    from rlarrow.core.store import manifest as _manifest
+
+    path = root / _manifest.MANIFEST_NAME
+    data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
+    _manifest.parse(data, path, segments)  # (whole and valid, or nothing is written)
+    write_file(root, _manifest.MANIFEST_NAME, data)
+    _manifest.forget()
+    forget(os.fspath(root))
+
+
 def restore_lists(root: Path, *, apply: bool = False) -> list[str]:
     """Rebuild from their Delta logs the file lists of tables whose segments are lost or damaged.
 
@@ -399,11 +415,7 @@ def restore_lists(root: Path, *, apply: bool = False) -> list[str]:
             lines.append(f"{table}: {'rebuilt' if apply else 'would rebuild'} its list of {len(files)} "
                          f"files from its Delta log ({lost})")
         if apply and lines:
-            data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
-            _manifest.parse(data, path, segments)  # (whole and valid, or nothing is written)
-            write_file(root, _manifest.MANIFEST_NAME, data)
-            _manifest.forget()
-            forget(os.fspath(root))
+            write_whole(root, manifest, segments)
         return lines
     finally:
         if fd >= 0:
