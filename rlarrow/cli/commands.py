@@ -532,8 +532,9 @@ def _export_format_help() -> str:
               help="How a new memory table stores tensors: binary (fast, compact) or list (SQL reaches "
                    "elements).")
 @click.option("--episodes", is_flag=True,
-              help="Also unroll each snapshot into the episodes and steps tables (needs states, actions, "
-                   "rewards, terminated tensors).")
+              help="Also unroll the snapshots into the episodes and steps tables (needs states, actions, "
+                   "rewards, terminated tensors); one memory's consecutive exports unroll as one time "
+                   "series. csv exports need --num-envs.")
 @click.option("--skip-corrupt", is_flag=True,
               help="tfevents: skip records whose checksum fails (counted) instead of stopping; "
                    "envlogger: import the episodes that are whole and list the damaged ones skipped.")
@@ -545,6 +546,9 @@ def _export_format_help() -> str:
               show_default=True,
               help="With --episodes: how the vector env reset finished episodes (gymnasium 1.x make_vec: "
                    "next-step). auto: detected from the data where it shows.")
+@click.option("--max-episode-steps", type=click.IntRange(min=1), metavar="N",
+              help="With --episodes: the env's time limit, for memories without a truncated tensor (skrl's "
+                   "DQN): episodes are cut after N steps as gymnasium's TimeLimit truncates them.")
 @click.option("--again", is_flag=True,
               help="Import sources the store already holds (same content) once more, as new runs "
                    "(default: skip them, saying so).")
@@ -557,7 +561,8 @@ def _export_format_help() -> str:
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
-            skip_corrupt: bool, names_text: str | None, autoreset: str, again: bool,
+            skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
+            again: bool,
             keep_images_encoded: bool, keep_video: bool) -> None:
     """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
@@ -574,6 +579,7 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     try:
         report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again, episodes=episodes,
                               names=names, autoreset=None if autoreset == "auto" else autoreset,
+                              max_episode_steps=max_episode_steps,
                               skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
                               dtype="float64" if float64 else "float32", layout=layout,
                               images="encoded" if keep_images_encoded else "decode",

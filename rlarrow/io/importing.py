@@ -334,6 +334,7 @@ def import_paths(
     episodes: bool = False,
     names: Mapping[str, str] | None = None,
     autoreset: str | None = None,
+    max_episode_steps: int | None = None,
     skip_corrupt: bool = False,
     num_envs: int | None = None,
     memory_size: int | None = None,
@@ -355,6 +356,8 @@ def import_paths(
         names: tensor names by role for the unrolling (``{"states": "observations"}``).
         autoreset: the vector env's autoreset mode for the unrolling (see
             :func:`rlarrow.io.memory.unroll.memory_to_episodes`); None: detected from the data.
+        max_episode_steps: the env's time limit for the unrolling of memories without
+            ``truncated`` (see :func:`rlarrow.io.memory.unroll.unroll_series`).
         skip_corrupt: import the whole records of damaged event files and envlogger
             directories, and say what was skipped.
         num_envs: environments of csv exports (see :func:`rlarrow.io.memory.importer.import_memory`).
@@ -411,7 +414,8 @@ def import_paths(
                 if todo is None:
                     continue
                 rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
-                                   autoreset=autoreset, skip_corrupt=skip_corrupt, num_envs=num_envs,
+                                   autoreset=autoreset, max_episode_steps=max_episode_steps,
+                                   skip_corrupt=skip_corrupt, num_envs=num_envs,
                                    memory_size=memory_size, dtype=dtype, layout=layout, images=images,
                                    video=video, progress=progress, report=report, hashes=hashes, now=now)
                 report.runs.append(rid)
@@ -497,13 +501,15 @@ def _new_sources(u: _Unit, hashes: dict[Path, tuple[str, int]], known: dict[str,
 
 
 def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, name: str | None,
-                 episodes: bool, names: Mapping[str, str] | None, autoreset: str | None, skip_corrupt: bool,
+                 episodes: bool, names: Mapping[str, str] | None, autoreset: str | None,
+                 max_episode_steps: int | None, skip_corrupt: bool,
                  num_envs: int | None, memory_size: int | None, dtype: str, layout: str, images: str,
                  video: str, progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
                  now: datetime) -> str:
     options = ImportOptions(run_id=run_id, name=name, episodes=episodes, names=names, autoreset=autoreset,
-                            skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
-                            dtype=dtype, layout=layout, images=images, video=video, progress=progress)
+                            max_episode_steps=max_episode_steps, skip_corrupt=skip_corrupt,
+                            num_envs=num_envs, memory_size=memory_size, dtype=dtype, layout=layout,
+                            images=images, video=video, progress=progress)
     snapshot_of: dict[Path, int] = {}
     if u.fmt is not None:  # one format: its own import, through the registry
         assert u.fmt.import_ is not None

@@ -84,6 +84,8 @@ class ImportOptions:
         episodes: memory exports: also unroll each snapshot into episodes and steps.
         names: memory exports: tensor name by role for the unrolling.
         autoreset: memory exports: the vector env's autoreset mode (None: detected).
+        max_episode_steps: memory exports: the env's time limit, cutting episodes a memory
+            without ``truncated`` runs together.
         skip_corrupt: import what is whole of damaged files, and say what was skipped.
         num_envs: csv exports: environments.
         memory_size: csv exports: memory size.
@@ -100,6 +102,7 @@ class ImportOptions:
     episodes: bool = False
     names: Mapping[str, str] | None = None
     autoreset: str | None = None
+    max_episode_steps: int | None = None
     skip_corrupt: bool = False
     num_envs: int | None = None
     memory_size: int | None = None
@@ -319,7 +322,7 @@ def _import_memory(sources: Sequence[Path], store: Store, options: ImportOptions
     report = import_memory(list(sources), store, run_id=options.run_id, name=options.name,
                            num_envs=options.num_envs, memory_size=options.memory_size, dtype=options.dtype,
                            episodes=options.episodes, names=options.names, layout=options.layout,
-                           progress=options.progress, **extra)
+                           progress=options.progress, max_episode_steps=options.max_episode_steps, **extra)
     return Imported(report.run_id, lines=[str(report)], summary=f"{len(report.files)} memory snapshot(s)",
                     assumptions=list(report.assumptions),
                     snapshot_ids={p: report.first_snapshot + i for i, p in enumerate(report.files)})
@@ -458,7 +461,7 @@ def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) 
 # --------------------------------------------------------------------------- the formats
 
 _MEMORY_OPTIONS = ("--num-envs", "--memory-size", "--float64", "--run-id", "--name", "--layout", "--episodes",
-                   "--names", "--autoreset", "--again")
+                   "--names", "--autoreset", "--max-episode-steps", "--again")
 _EXPORT_OPTIONS = ("--run-id", "--overwrite")
 _MEMORY_HELP = ("*.pt *.npz *.csv *.parquet",
                 "replay-memory exports: snapshots of one run (files, folders, globs)")

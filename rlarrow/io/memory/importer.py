@@ -310,6 +310,7 @@ def import_memory(
     layout: str = "binary",
     progress: bool | None = None,
     autoreset: str = "auto",
+    max_episode_steps: int | None = None,
 ) -> ConvertReport:
     """Import memory exports into ``store``'s ``memory`` table, one snapshot per file.
 
@@ -319,11 +320,14 @@ def import_memory(
         run_id: the run to file the snapshots under (created; default: a new id). An
             existing run gets the snapshots after its last one.
         name: the run's name.
-        num_envs: environments of csv exports, which do not record it (1 is assumed).
+        num_envs: environments of csv exports, which do not record it (1 is assumed; with
+            ``episodes`` it must be given: envs taken as one would interleave into garbage
+            episodes).
         memory_size: memory size of csv exports (default: their rows per env).
         dtype: float dtype of csv exports (see :func:`rlarrow.io.memory.csv.iter_csv_tables`).
-        episodes: also unroll each snapshot into ``episodes`` and ``steps`` rows (see
-            :func:`rlarrow.io.memory.unroll.memory_to_episodes`).
+        episodes: also unroll the snapshots into ``episodes`` and ``steps`` rows: the
+            consecutive exports of one memory as one time series, so that an episode crossing
+            an export is one episode (see :func:`rlarrow.io.memory.unroll.unroll_series`).
         names: role -> tensor name for the unrolling, when the memory names them otherwise
             (skrl 2's and skrl 1's names are found without it; see
             :func:`rlarrow.io.memory.unroll.resolve_names`).
@@ -336,6 +340,9 @@ def import_memory(
             each snapshot's data; where it does not show, next-step is assumed and said once
             in the report), ``"next-step"``, ``"same-step"`` or ``"none"`` (see
             :mod:`rlarrow.io.memory.unroll`). Each episode's metadata records the mode used.
+        max_episode_steps: the env's time limit, for memories without a ``truncated`` tensor
+            (skrl's DQN): episodes are cut after this many transitions, as gymnasium's
+            ``TimeLimit`` truncates them (without it the report says they may be joined).
 
     Each file is one commit, made when the whole file has been read: a file that fails
     to read commits nothing of itself, and the error names it.
@@ -352,7 +359,7 @@ def import_memory(
         4
     """
     from rlarrow.core.errors import InvalidInputError
-    from rlarrow.io.memory.unroll import AUTORESET_MODES, AutoresetAssumptionWarning
+    from rlarrow.io.memory.unroll import AUTORESET_MODES
 
     if autoreset not in AUTORESET_MODES:
         raise InvalidInputError(None, f"autoreset={autoreset!r}: choose one of "
@@ -361,6 +368,16 @@ def import_memory(
     if not inputs:
         raise ArgumentError("no inputs: give memory export files, folders or glob patterns")
     files = expand_inputs(inputs)
+    if max_episode_steps is not None and int(max_episode_steps) < 1:
+        raise ArgumentError(f"max_episode_steps={max_episode_steps}: give the env's time limit, 1 or more "
+                            "steps (on the command line --max-episode-steps N)")
+    if episodes and num_envs is None:
+        csvs = [f for f in files if detect_format(f) == "csv"]
+        if csvs:
+            raise InvalidInputError(csvs[0], "a csv memory export does not record num_envs, and unrolling it "
+                                    "into episodes with a wrong one interleaves the envs into garbage "
+                                    "episodes: pass num_envs=N, the memory's number of envs (on the command "
+                                    "line --num-envs N)")
     with opened(store, create=True) as st:
         next_snapshot = 0
         if run_id is not None and st.has_run(run_id):
@@ -409,25 +426,19 @@ def import_memory(
                                 done += step
                                 pbar.update(step)
                     pbar.update(size - done)
-                    if episodes:
-                        from rlarrow.io.memory.unroll import unroll_store
-
-                        eps, steps = unroll_store(
-                            st, run_id=run_id, snapshot_id=next_snapshot + i, names=names,
-                            autoreset=autoreset,
-                        )
-                        report.episodes += eps
-                        report.steps += steps
-                for w in caught:
-                    if issubclass(w.category, AutoresetAssumptionWarning):
-                        autoreset_assumed.append(str(w.message))
-                    elif issubclass(w.category, AssumptionWarning):
-                        report.assumptions.append(str(w.message))
-                    else:
-                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                _sort_warnings(caught, report, autoreset_assumed)
                 report.files.append(path)
                 report.snapshots += 1
                 report.bytes_read += size
+        if episodes:  # one memory's consecutive exports unroll as one time series
+            from rlarrow.io.memory.unroll import unroll_store
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", AssumptionWarning)
+                report.episodes, report.steps = unroll_store(
+                    st, run_id=run_id, snapshot_ids=range(next_snapshot, next_snapshot + len(files)),
+                    names=names, autoreset=autoreset, max_episode_steps=max_episode_steps)
+            _sort_warnings(caught, report, autoreset_assumed)
         if autoreset_assumed:
             first = autoreset_assumed[0]
             report.assumptions.append(
@@ -436,6 +447,20 @@ def import_memory(
                 f"mode (the first: {first})")
         report.seconds = time.perf_counter() - started
         return report
+
+
+def _sort_warnings(caught: Sequence[warnings.WarningMessage], report: ConvertReport,
+                   autoreset_assumed: list[str]) -> None:
+    """Assumptions into the report (the autoreset ones kept apart, said once); others warned on."""
+    from rlarrow.io.memory.unroll import AutoresetAssumptionWarning
+
+    for w in caught:
+        if issubclass(w.category, AutoresetAssumptionWarning):
+            autoreset_assumed.append(str(w.message))
+        elif issubclass(w.category, AssumptionWarning):
+            report.assumptions.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 _DEPRECATION_SAID = False

@@ -60,8 +60,18 @@ What the buffer cannot tell is said in the ``episodes`` rows: the first episode 
 env is ``partial_start`` unless the buffer never wrapped (its start may have been
 overwritten; with next-step, a snapshot that begins right after an end begins with an
 autoreset transition nothing shows, kept in that partial episode), and an episode still
-running when the snapshot was taken is ``partial_end``. A memory without ``truncated``
-(skrl's DQN) shows no truncation: a time-limited episode runs on into the next one.
+running when the snapshot was taken is ``partial_end``. Neither is ever ``truncated``.
+
+Series. skrl exports its memory each time it fills, named ``<time>_memory_<id>`` (see
+:data:`SKRL_EXPORT_NAME`): :func:`memory_series` groups one memory's exports, in time order,
+and :func:`unroll_series` unrolls them as one time series, so that an episode crossing an
+export is one episode; an export missing in between is found where ``next_states`` is stored
+(a :class:`GapWarning`), and the series is cut there (``partial_end``/``partial_start``).
+
+Time limits. A memory without ``truncated`` (skrl's DQN) shows no truncation: a time-limited
+episode runs on into the next one, which a :class:`NoTruncationWarning` says;
+``max_episode_steps=N`` cuts such episodes after N transitions, as gymnasium's ``TimeLimit``
+does.
 
 Example:
     >>> import numpy as np
@@ -85,8 +95,9 @@ Example:
 
 from __future__ import annotations
 
+import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +105,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import AssumptionWarning, InvalidInputError
+from rlarrow.core.errors import ArgumentError, AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
@@ -102,8 +113,10 @@ if TYPE_CHECKING:
     from rlarrow.core.store import StoreLike
 
 __all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "DEFAULT_NAMES", "ROLES", "ROLE_ALIASES",
-           "AutoresetAssumptionWarning", "AutoresetDetection", "detect_autoreset", "memory_to_episodes",
-           "resolve_names", "time_order", "unroll_store"]
+           "SKRL_EXPORT_NAME",
+           "AutoresetAssumptionWarning", "AutoresetDetection", "GapWarning", "NoTruncationWarning",
+           "detect_autoreset", "memory_series", "memory_to_episodes", "resolve_names", "time_order",
+           "unroll_series", "unroll_store"]
 
 #: The tensors an unrolling uses, by role; map your names with ``names={role: name}``.
 ROLES = ("states", "actions", "rewards", "next_states", "terminated", "truncated")
@@ -229,13 +242,6 @@ def time_order(snapshot: MemorySnapshot) -> tuple[list[np.ndarray], bool]:
     return orders, True
 
 
-def _flag(snapshot: MemorySnapshot, name: str | None) -> np.ndarray | None:
-    """A per-transition scalar tensor as ``(memory_size, num_envs)``."""
-    if name is None:
-        return None
-    return snapshot.tensors[name].reshape(snapshot.memory_size, snapshot.num_envs, -1)[..., 0]
-
-
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise exact equality of two ``(n, ...)`` arrays, NaN equal to NaN."""
     a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
@@ -243,6 +249,104 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         eq |= np.isnan(a) & np.isnan(b)
     return np.asarray(eq.all(axis=1))
+
+
+@dataclass
+class _EnvRows:
+    """One env's transitions in time order, across the snapshots of a segment.
+
+    ``snap`` is each row's snapshot (its position in the segment), ``index`` its memory index.
+    """
+
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray | None
+    next_states: np.ndarray | None
+    snap: np.ndarray
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def done(self) -> np.ndarray:
+        done = self.terminated.astype(bool)
+        return done | self.truncated.astype(bool) if self.truncated is not None else done
+
+
+def _env_rows(snaps: Sequence[MemorySnapshot], orders: Sequence[list[np.ndarray]],
+              roles: Mapping[str, str | None], env: int) -> _EnvRows:
+    """Env ``env``'s rows of ``snaps`` (each in its ``orders``), concatenated in time order."""
+
+    def cat(role: str, flag: bool = False) -> np.ndarray | None:
+        name = roles[role]
+        if name is None:
+            return None
+        parts = []
+        for snap, order in zip(snaps, orders, strict=True):
+            t = snap.tensors[name]
+            parts.append(t.reshape(snap.memory_size, snap.num_envs, -1)[order[env], env, 0] if flag
+                         else t[order[env], env])
+        return np.concatenate(parts)
+
+    states, actions, rewards, terminated = cat("states"), cat("actions"), cat("rewards", True), \
+        cat("terminated", True)
+    assert states is not None and actions is not None and rewards is not None and terminated is not None
+    return _EnvRows(states, actions, rewards, terminated, cat("truncated", True), cat("next_states"),
+                    np.concatenate([np.full(len(o[env]), k) for k, o in enumerate(orders)]).astype(np.int64),
+                    np.concatenate([o[env] for o in orders]).astype(np.int64))
+
+
+def _detect(envs: Sequence[_EnvRows], cuts: Sequence[np.ndarray] | None = None) -> AutoresetDetection:
+    """The autoreset rule of the module docs over each env's rows (``cuts``: more episode ends)."""
+    n_ends = n_reset = n_continuous = n_zero_elsewhere = n_last = 0
+    has_next = False
+    for i, rows in enumerate(envs):
+        if not len(rows):
+            continue
+        done = rows.done()
+        if cuts is not None:
+            done = done | cuts[i]
+        ends = np.flatnonzero(done[:-1])
+        n_last += int(done[-1])
+        after = ends + 1
+        other = np.ones(len(rows), bool)
+        other[after] = False
+        n_zero_elsewhere += int(np.count_nonzero(rows.rewards[other] == 0))
+        has_next = rows.next_states is not None
+        if not len(ends):
+            continue
+        possible = (rows.rewards[after] == 0) & ~done[after]
+        if rows.next_states is not None:
+            continuous = _same(rows.states[after], rows.next_states[ends])
+            possible &= continuous
+            n_continuous += int(continuous.sum())
+        n_ends += len(ends)
+        n_reset += int(possible.sum())
+    if n_ends == 0:
+        return AutoresetDetection(None, False, "no episode end is followed by a transition in the snapshot",
+                                  0, bool(n_last) and has_next)
+    if n_reset == n_ends:
+        if n_zero_elsewhere:
+            return AutoresetDetection(
+                "next-step", False, f"all {n_ends} episode end(s) are followed by a reward-0 transition, but "
+                f"{n_zero_elsewhere} other transition(s) have reward 0 too", n_ends)
+        return AutoresetDetection("next-step", True, f"all {n_ends} episode end(s) are followed by an "
+                                  "autoreset transition (reward 0, not done, and none elsewhere)", n_ends)
+    not_next = f"{n_ends - n_reset} of {n_ends} episode end(s) are followed by a real step"
+    if not has_next:
+        return AutoresetDetection("same-step", True, not_next + " (without next_states, same-step and none "
+                                  "give the same rows)", n_ends)
+    if n_continuous == n_ends:
+        return AutoresetDetection("same-step", True, not_next + ", and next_states of each end is the state "
+                                  "after it (the reset observation)", n_ends)
+    if n_continuous == 0:
+        return AutoresetDetection("none", True, not_next + ", and next_states of each end differs from the "
+                                  "state after it (the true final observation)", n_ends)
+    mode = "same-step" if 2 * n_continuous > n_ends else "none"
+    return AutoresetDetection(mode, False, not_next + f"; next_states of {n_continuous} of {n_ends} end(s) "
+                              "is the state after it: mixed", n_ends)
 
 
 def detect_autoreset(snapshot: MemorySnapshot, *, names: Mapping[str, str] | None = None,
@@ -266,76 +370,376 @@ def detect_autoreset(snapshot: MemorySnapshot, *, names: Mapping[str, str] | Non
     roles = resolve_names(snapshot, names)
     if orders is None:
         orders = time_order(snapshot)[0]
-    states = snapshot.tensors[str(roles["states"])]
-    next_states = snapshot.tensors[roles["next_states"]] if roles["next_states"] else None
-    rewards, terminated = _flag(snapshot, roles["rewards"]), _flag(snapshot, roles["terminated"])
-    truncated = _flag(snapshot, roles["truncated"])
-    assert rewards is not None and terminated is not None
-    n_ends = n_reset = n_continuous = n_zero_elsewhere = n_last = 0
-    for env, order in enumerate(orders):
-        done = terminated[order, env].astype(bool)
-        if truncated is not None:
-            done |= truncated[order, env].astype(bool)
-        ends = np.flatnonzero(done[:-1])
-        n_last += int(done[-1]) if len(done) else 0
-        after = ends + 1
-        rew = rewards[order, env]
-        other = np.ones(len(order), bool)
-        other[after] = False
-        n_zero_elsewhere += int(np.count_nonzero(rew[other] == 0))
-        if not len(ends):
-            continue
-        possible = (rew[after] == 0) & ~done[after]
-        if next_states is not None:
-            continuous = _same(states[order[after], env], next_states[order[ends], env])
-            possible &= continuous
-            n_continuous += int(continuous.sum())
-        n_ends += len(ends)
-        n_reset += int(possible.sum())
-    if n_ends == 0:
-        matters = bool(n_last) and next_states is not None
-        return AutoresetDetection(None, False, "no episode end is followed by a transition in the snapshot",
-                                  0, matters)
-    if n_reset == n_ends:
-        if n_zero_elsewhere:
-            return AutoresetDetection(
-                "next-step", False, f"all {n_ends} episode end(s) are followed by a reward-0 transition, but "
-                f"{n_zero_elsewhere} other transition(s) have reward 0 too", n_ends)
-        return AutoresetDetection("next-step", True, f"all {n_ends} episode end(s) are followed by an "
-                                  "autoreset transition (reward 0, not done, and none elsewhere)", n_ends)
-    not_next = f"{n_ends - n_reset} of {n_ends} episode end(s) are followed by a real step"
-    if next_states is None:
-        return AutoresetDetection("same-step", True, not_next + " (without next_states, same-step and none "
-                                  "give the same rows)", n_ends)
-    if n_continuous == n_ends:
-        return AutoresetDetection("same-step", True, not_next + ", and next_states of each end is the state "
-                                  "after it (the reset observation)", n_ends)
-    if n_continuous == 0:
-        return AutoresetDetection("none", True, not_next + ", and next_states of each end differs from the "
-                                  "state after it (the true final observation)", n_ends)
-    mode = "same-step" if 2 * n_continuous > n_ends else "none"
-    return AutoresetDetection(mode, False, not_next + f"; next_states of {n_continuous} of {n_ends} end(s) "
-                              "is the state after it: mixed", n_ends)
+    return _detect([_env_rows([snapshot], [orders], roles, e) for e in range(snapshot.num_envs)])
 
 
-def _decide(snapshot: MemorySnapshot, autoreset: str, names: Mapping[str, str] | None,
-            orders: list[np.ndarray]) -> tuple[str, str]:
+def _decide(where: str | None, autoreset: str, detect: Callable[[], AutoresetDetection]) -> tuple[str, str]:
     """The mode to unroll with and where it came from (``given``, ``data``, ``assumed``)."""
     if autoreset not in AUTORESET_MODES:
-        raise InvalidInputError(snapshot.path, f"autoreset={autoreset!r}: choose one of "
+        raise InvalidInputError(where, f"autoreset={autoreset!r}: choose one of "
                                 f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
     if autoreset != "auto":
         return autoreset, "given"
-    det = detect_autoreset(snapshot, names=names, orders=orders)
+    det = detect()
     if det.exact and det.mode is not None:
         return det.mode, "data"
     mode = det.mode or DEFAULT_AUTORESET
     if not det.matters:
         return mode, "assumed"
-    warnings.warn(f"{snapshot.name or snapshot.path}: the autoreset mode does not show in the data "
+    warnings.warn(f"{where}: the autoreset mode does not show in the data "
                   f"({det.reason}); assumed {mode} (pass autoreset=, on the command line --autoreset "
-                  f"{{next-step,same-step,none}}, to say it)", AutoresetAssumptionWarning, stacklevel=3)
+                  f"{{next-step,same-step,none}}, to say it)", AutoresetAssumptionWarning, stacklevel=4)
     return mode, "assumed"
+
+
+#: How skrl (and :class:`rlarrow.record.replay.Memory`) names an export: the time it was
+#: written, then the memory's ``id()``: ``25-01-31_14-03-59-123456_memory_0x7f3a2c1b9d50``.
+SKRL_EXPORT_NAME = re.compile(
+    r"^(?P<time>\d{2}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-\d{6})_memory_(?P<memory>0x[0-9a-fA-F]+)$")
+
+
+def memory_series(snapshots: Sequence[MemorySnapshot]) -> list[list[int]]:
+    """Group snapshots into series: the consecutive exports of one memory, oldest first.
+
+    skrl exports a memory each time it fills, under the name :data:`SKRL_EXPORT_NAME` (time
+    written, ``id()`` of the memory): exports named with one memory id, with the same tensors,
+    sizes and envs, are one series, sorted by name (time). Any other snapshot is a series of
+    its own, and so is every export of a memory id whose names repeat (one export imported
+    twice, or pt and npz copies of one memory: nothing is joined to a copy of itself).
+
+    Returns:
+        Lists of positions in ``snapshots``; each list in time order, the lists in the order
+        of their first snapshot.
+
+    Example:
+        >>> import numpy as np
+        >>> z = {"observations": np.zeros((4, 1, 1), np.float32)}
+        >>> names = ["24-05-01_10-00-02-000000_memory_0xab", "other",
+        ...          "24-05-01_10-00-01-000000_memory_0xab"]
+        >>> memory_series([MemorySnapshot(dict(z), name=n) for n in names])
+        [[2, 0], [1]]
+    """
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    out: list[list[int]] = []
+    for i, snap in enumerate(snapshots):
+        found = SKRL_EXPORT_NAME.match(snap.name or "")
+        if not found:
+            out.append([i])
+            continue
+        key = (found["memory"], snap.memory_size, snap.num_envs,
+               tuple((n, v.dtype.str, v.shape[2:]) for n, v in snap.tensors.items()))
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        if len({snapshots[i].name for i in members}) < len(members):
+            out += [[i] for i in members]
+        else:
+            out.append(sorted(members, key=lambda i: snapshots[i].name))
+    return sorted(out, key=min)
+
+
+def _new_rows(prev: MemorySnapshot, snap: MemorySnapshot, orders: list[np.ndarray]) -> list[np.ndarray]:
+    """``snap``'s rows written since ``prev``, an export made when the memory wrapped.
+
+    An export at the wrap has write pointer 0 and is full; a later snapshot of the memory whose
+    pointers are known holds, after its write pointer, rows ``prev`` holds too: only the rows
+    before it are new. Without known pointers every row is taken.
+    """
+    if (prev.is_full is not True or prev.write_pointer != 0 or snap.write_pointer in (None, 0)
+            or snap.is_full is not True):
+        return orders  # (an export at the wrap, pointer 0, holds a whole new fill)
+    wp, ep = int(snap.write_pointer), int(snap.env_pointer or 0)
+    return [np.arange(min(wp + 1 if e < ep else wp, snap.memory_size)) for e in range(snap.num_envs)]
+
+
+def _gap(prev: list[_EnvRows], nxt: list[_EnvRows]) -> str | None:
+    """Why exports ``prev`` and ``nxt`` (each env's rows) are not consecutive, or None.
+
+    With ``next_states``, an env whose last transition of ``prev`` did not end an episode goes on
+    in ``nxt`` from that transition's next state: another first state means rows are missing
+    in between (an export lost). Without ``next_states`` nothing shows: None.
+    """
+    for env, (a, b) in enumerate(zip(prev, nxt, strict=True)):
+        if not len(a) or not len(b) or a.next_states is None or a.done()[-1]:
+            continue
+        if not _same(b.states[:1], a.next_states[-1:])[0]:
+            return (f"env {env}: the next state of its last transition is not the first state of the next "
+                    "export (rows are missing between them: an export lost?)")
+    return None
+
+
+def _time_limit_cuts(done: np.ndarray, limit: int, skip_reset: bool, start_known: bool) -> np.ndarray:
+    """Where gymnasium's ``TimeLimit(max_episode_steps=limit)`` truncated episodes the data does not end.
+
+    ``done``: one env's known ends (terminated or truncated); ``skip_reset``: next-step autoreset
+    (the transition after an end is the reset, no step of an episode); ``start_known``: the
+    first transition starts an episode (else the first episode's start is unknown and nothing is
+    cut before its end). Episodes counted from their start are cut after ``limit`` transitions.
+    """
+    n = len(done)
+    cut = np.zeros(n, bool)
+    ends = np.flatnonzero(done)
+    if start_known:
+        start = 0
+    elif len(ends):
+        start = int(ends[0]) + 1
+        if skip_reset and start < n and not done[start]:
+            start += 1
+    else:
+        return cut
+    while start < n:
+        j = int(np.searchsorted(ends, start))
+        last = int(ends[j]) if j < len(ends) else None
+        length = (last - start + 1) if last is not None else n - start
+        if length > limit or (last is None and length == limit):
+            cut[start + limit - 1] = True
+            start += limit
+        elif last is None:
+            break
+        else:
+            start = last + 1
+        if skip_reset and start < n and not done[start]:
+            start += 1
+    return cut
+
+
+def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | None]
+                   ) -> tuple[list[list[int]], list[list[np.ndarray]], list[str]]:
+    """A series' segments (positions, split where an export is missing), each snapshot's orders, gaps."""
+    orders: list[list[np.ndarray]] = []
+    for k, snap in enumerate(snaps):
+        order, known = time_order(snap)
+        if not known:
+            warnings.warn(f"{snap.name or snap.path}: the export does not record the write pointer; "
+                          "taking storage order as time order (export as parquet to keep it)",
+                          AssumptionWarning, stacklevel=4)
+        orders.append(_new_rows(snaps[k - 1], snap, order) if k else order)
+    segments: list[list[int]] = [[0]]
+    gaps: list[str] = []
+    for k in range(1, len(snaps)):
+        prev = [_env_rows([snaps[k - 1]], [orders[k - 1]], roles, e) for e in range(snaps[k].num_envs)]
+        nxt = [_env_rows([snaps[k]], [orders[k]], roles, e) for e in range(snaps[k].num_envs)]
+        why = _gap(prev, nxt)
+        if why is None:
+            segments[-1].append(k)
+        else:
+            gaps.append(f"{snaps[k - 1].name} -> {snaps[k].name}: {why}")
+            segments.append([k])
+    return segments, orders, gaps
+
+
+class GapWarning(AssumptionWarning):
+    """Exports of one memory that should be consecutive are not: the episodes around the gap are partial."""
+
+
+class NoTruncationWarning(AssumptionWarning):
+    """A memory without a ``truncated`` tensor: time-limited episodes may run into the next ones."""
+
+
+def unroll_series(
+    snapshots: Sequence[MemorySnapshot],
+    *,
+    run_id: str,
+    names: Mapping[str, str] | None = None,
+    first_episode_id: int = 0,
+    snapshot_ids: Sequence[int | None] | None = None,
+    autoreset: str = "auto",
+    max_episode_steps: int | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Unroll the consecutive exports of one memory (oldest first) as one time series.
+
+    An episode that crosses an export is one episode; with next-step autoreset, the reset
+    transition at the start of an export is dropped like any other. Where an export is missing
+    (see :func:`memory_series` for which snapshots make a series; the gap shows where
+    ``next_states`` is stored), the series is cut there: the episode before the gap ends
+    ``partial_end``, the one after starts ``partial_start`` (and a :class:`GapWarning` says so).
+    Nothing is ever labelled ``truncated`` for being cut by an export's edge.
+
+    Args:
+        snapshots: one memory's exports in time order (one snapshot: :func:`memory_to_episodes`).
+        run_id: the run the rows belong to.
+        names: role -> tensor name (see :func:`memory_to_episodes`).
+        first_episode_id: the first episode number (episodes are numbered env by env).
+        autoreset: the vector env's autoreset mode (see :func:`memory_to_episodes`).
+        snapshot_ids: each snapshot's id, recorded in its episodes' metadata.
+        max_episode_steps: the env's time limit: an episode that runs longer without ending is
+            truncated after this many transitions, as gymnasium's ``TimeLimit`` does (for
+            memories without a ``truncated`` tensor, such as skrl's DQN's). Without it such a
+            memory gets a :class:`NoTruncationWarning`.
+
+    Returns:
+        ``(episodes, steps)``, ready for ``store.append``.
+    """
+    if not snapshots:
+        raise ArgumentError("unroll_series: no snapshots given")
+    if max_episode_steps is not None and int(max_episode_steps) < 1:
+        raise ArgumentError(f"max_episode_steps={max_episode_steps}: give the env's time limit, 1 or more "
+                            "steps (on the command line --max-episode-steps N)")
+    ids = list(snapshot_ids) if snapshot_ids is not None else [None] * len(snapshots)
+    first = snapshots[0]
+    roles = resolve_names(first, names)
+    for snap in snapshots[1:]:
+        if resolve_names(snap, names) != roles or (snap.memory_size, snap.num_envs) != (
+                first.memory_size, first.num_envs):
+            raise InvalidInputError(snap.path or snap.name, "not an export of the memory before it "
+                                    f"({first.name}): its tensors or sizes differ; unroll it on its own")
+    segments, orders, gaps = _split_at_gaps(snapshots, roles)
+    where = first.name or first.path
+    for gap in gaps:
+        warnings.warn(f"{where}: exports of one memory are not consecutive ({gap}); the episodes around the "
+                      "gap are partial", GapWarning, stacklevel=2)
+    ep_parts: list[dict[str, Any]] = []
+    step_parts: list[dict[str, Any]] = []
+    episode_id = first_episode_id
+    joined = longest = 0
+    for seg_no, seg in enumerate(segments):
+        snaps = [snapshots[k] for k in seg]
+        envs = [_env_rows(snaps, [orders[k] for k in seg], roles, e) for e in range(first.num_envs)]
+        wrapped = snaps[0].is_full is not False  # the first episodes may have lost their start
+        gap_before, gap_after = seg_no > 0, seg_no < len(segments) - 1
+
+        def cuts_for(mode: str, envs: list[_EnvRows] = envs,
+                     wrapped: bool = wrapped) -> list[np.ndarray] | None:
+            if max_episode_steps is None:
+                return None
+            return [_time_limit_cuts(r.done(), int(max_episode_steps), mode == "next-step", not wrapped)
+                    for r in envs]
+
+        def detect(envs: list[_EnvRows] = envs, cuts_for: Callable[[str], list[np.ndarray] | None] = cuts_for
+                   ) -> AutoresetDetection:
+            det = _detect(envs)
+            if max_episode_steps is None:
+                return det
+            return _detect(envs, cuts_for(det.mode or DEFAULT_AUTORESET))  # the hidden ends counted too
+
+        mode, mode_from = _decide(where, autoreset, detect)
+        cuts = cuts_for(mode)
+        for env, rows in enumerate(envs):
+            if not len(rows):
+                continue
+            ep, st = _unroll_env(rows, env, mode, wrapped, None if cuts is None else cuts[env], episode_id)
+            meta: dict[str, Any] = {"source": "memory", "autoreset": mode, "autoreset_from": mode_from}
+            if max_episode_steps is not None:
+                meta["max_episode_steps"] = int(max_episode_steps)
+            for m, ps, pe in zip(ep["metadata"], ep["partial_start"], ep["partial_end"], strict=True):
+                k0, k1 = seg[m.pop("_snap_first")], seg[m.pop("_snap_last")]
+                m.update(meta, snapshot=snapshots[k0].name, snapshot_id=ids[k0],
+                         snapshot_last=snapshots[k1].name, snapshot_id_last=ids[k1])
+                if ps:
+                    m["partial_start_at"] = "gap" if gap_before else "buffer start"
+                if pe:
+                    m["partial_end_at"] = "gap" if gap_after else "last export"
+            episode_id += len(ep["episode_id"])
+            ep_parts.append(ep)
+            step_parts.append(st)
+            if roles["truncated"] is None and max_episode_steps is None:
+                whole = ~(np.asarray(ep["partial_start"]) | np.asarray(ep["partial_end"]))
+                joined += int(whole.sum())
+                longest = max([longest, *(np.asarray(ep["num_steps"])[whole] - 1).tolist()])
+    if joined:
+        warnings.warn(f"{where}: the memory has no truncated tensor (skrl's DQN stores none), so an episode "
+                      f"its env cut at a time limit runs on into the next one: any of the {joined} complete "
+                      f"episode(s) may be several joined (the longest has {longest} transitions); pass the "
+                      "env's time limit as max_episode_steps=N (on the command line --max-episode-steps N) "
+                      "to cut them as gymnasium's TimeLimit does", NoTruncationWarning, stacklevel=2)
+    ep_rows = {k: [v for p in ep_parts for v in p[k]] for k in _EPISODE_COLUMNS}
+    episodes = _schema.build("episodes", {"run_id": run_id, **ep_rows}, num_rows=len(ep_rows["episode_id"]))
+    steps = (pa.concat_tables([_schema.build("steps", {"run_id": run_id, **p}, num_rows=len(p["step"]))
+                               for p in step_parts])
+             if step_parts else _schema.table("steps").arrow_schema().empty_table())
+    return episodes, steps
+
+
+_EPISODE_COLUMNS = ("episode_id", "env_index", "num_steps", "return", "terminated", "truncated",
+                    "partial_start", "partial_end", "metadata")
+
+
+def _unroll_env(rows: _EnvRows, env: int, mode: str, wrapped: bool, cut: np.ndarray | None,
+                episode_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One env's rows as ``episodes`` columns and ``steps`` columns (RLDS alignment)."""
+    done_known = rows.done()
+    done_all = done_known | cut if cut is not None else done_known
+    keep = np.ones(len(rows), bool)
+    if mode == "next-step":  # the transition after an end is the autoreset step (unless it ends too)
+        keep[1:] = ~(done_all[:-1] & ~done_all[1:])
+    order = np.flatnonzero(keep)  # kept transitions' positions in the env's rows
+    term = rows.terminated[order].astype(bool)
+    trunc = (rows.truncated[order].astype(bool) if rows.truncated is not None else np.zeros(len(order), bool))
+    if cut is not None:
+        trunc |= cut[order]
+    done = term | trunc
+    ends = np.flatnonzero(done)
+    if not len(ends) or ends[-1] != len(order) - 1:
+        ends = np.append(ends, len(order) - 1)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - starts + 1
+    n_eps = len(ends)
+    states = rows.states
+    # the final observation of each episode, and where it came from
+    final_obs = np.zeros((n_eps, *states.shape[1:]), states.dtype)
+    final_known = np.zeros(n_eps, bool)
+    if rows.next_states is not None:
+        final_obs[:] = rows.next_states[order[ends]]
+        final_known[:] = True
+    final_from = np.where(final_known, "next_states", "unknown").astype(object)
+    ended = done[ends]
+    if mode == "same-step":  # next_states of an end is the next episode's reset observation
+        final_known &= ~ended
+        final_from[ended] = "unknown"
+    elif mode == "next-step" and rows.next_states is None:
+        after = order[ends] + 1  # the autoreset transition, when the rows hold it
+        from_reset = ended & (after < len(rows))
+        from_reset[from_reset] = ~keep[after[from_reset]]
+        final_obs[from_reset] = states[after[from_reset]]
+        final_known |= from_reset
+        final_from[from_reset] = "autoreset transition"
+    # transition i goes to step row i + (episodes ended before i); each episode's
+    # final-observation row follows its last transition
+    ep_of = np.repeat(np.arange(n_eps), lengths)
+    trans_rows = np.arange(len(order)) + ep_of
+    final_rows = ends + np.arange(n_eps) + 1
+    n_steps = len(order) + n_eps
+    is_final = np.zeros(n_steps, bool)
+    is_final[final_rows] = True
+    step_in_ep = np.empty(n_steps, np.int64)
+    step_in_ep[trans_rows] = np.arange(len(order)) - starts[ep_of]
+    step_in_ep[final_rows] = lengths
+    obs = np.empty((n_steps, *states.shape[1:]), states.dtype)
+    obs[trans_rows] = states[order]
+    obs[final_rows] = final_obs
+    obs_null = np.zeros(n_steps, bool)
+    obs_null[final_rows] = ~final_known
+    act = np.zeros((n_steps, *rows.actions.shape[1:]), rows.actions.dtype)
+    act[trans_rows] = rows.actions[order]
+    rew = np.zeros(n_steps, np.float64)
+    rew[trans_rows] = rows.rewards[order]
+    disc = np.ones(n_steps, np.float64)
+    disc[trans_rows] = np.where(term, 0.0, 1.0)
+    last_term = term[ends]
+    ep_ids = np.arange(episode_id, episode_id + n_eps)
+    steps = {
+        "episode_id": ep_ids[np.repeat(np.arange(n_eps), lengths + 1)],
+        "step": step_in_ep, "env_index": env,
+        "observation": with_null_rows(to_arrow(obs), obs_null) if obs_null.any() else to_arrow(obs),
+        "action": with_null_rows(to_arrow(act), is_final),
+        "reward": pa.array(rew, mask=is_final), "discount": pa.array(disc, mask=is_final),
+        "is_first": step_in_ep == 0, "is_last": is_final,
+        "is_terminal": is_final & np.repeat(last_term, lengths + 1),
+    }
+    returns = np.add.reduceat(rows.rewards[order].astype(np.float64), starts)
+    first_rows, last_rows = order[starts], order[ends]
+    episodes = {
+        "episode_id": ep_ids.tolist(), "env_index": [env] * n_eps, "num_steps": (lengths + 1).tolist(),
+        "return": returns.tolist(), "terminated": last_term.tolist(),
+        "truncated": (trunc[ends] & ~last_term).tolist(),  # real truncations only, never an export's edge
+        "partial_start": [wrapped and i == 0 for i in range(n_eps)],
+        "partial_end": (~ended).tolist(),
+        "metadata": [
+            {"_snap_first": int(rows.snap[a]), "_snap_last": int(rows.snap[b]),
+             "memory_index_first": int(rows.index[a]), "memory_index_last": int(rows.index[b]),
+             "final_observation": str(f)}
+            for a, b, f in zip(first_rows, last_rows, final_from, strict=True)],
+    }
+    return episodes, steps
 
 
 def memory_to_episodes(
@@ -346,6 +750,7 @@ def memory_to_episodes(
     first_episode_id: int = 0,
     snapshot_id: int | None = None,
     autoreset: str = "auto",
+    max_episode_steps: int | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Unroll a memory snapshot into ``episodes`` and ``steps`` tables.
 
@@ -362,6 +767,8 @@ def memory_to_episodes(
         autoreset: the vector env's autoreset mode, one of :data:`AUTORESET_MODES`
             (``"auto"``: read from the data, see :func:`detect_autoreset`; where it does not
             show, next-step is assumed and an :class:`AutoresetAssumptionWarning` says so).
+        max_episode_steps: the env's time limit, to cut episodes a memory without
+            ``truncated`` runs together (see :func:`unroll_series`).
 
     Returns:
         ``(episodes, steps)``, ready for ``store.append``.
@@ -370,115 +777,8 @@ def memory_to_episodes(
         InvalidInputError: a required tensor (states, actions, rewards, terminated) is
             missing, ``names`` is wrong, or ``autoreset`` is not a mode.
     """
-    roles = resolve_names(snapshot, names)
-    t = snapshot.tensors
-    orders, known = time_order(snapshot)
-    if not known:
-        warnings.warn(f"{snapshot.name or snapshot.path}: the export does not record the write pointer; "
-                      "taking storage order as time order (export as parquet to keep it)",
-                      AssumptionWarning, stacklevel=2)
-    mode, mode_from = _decide(snapshot, autoreset, names, orders)
-    wrapped = snapshot.is_full is not False  # the first episodes may have lost their start
-    states, actions = t[str(roles["states"])], t[str(roles["actions"])]
-    next_states = t[roles["next_states"]] if roles["next_states"] else None
-    rewards, terminated = _flag(snapshot, roles["rewards"]), _flag(snapshot, roles["terminated"])
-    assert rewards is not None and terminated is not None
-    truncated_f = _flag(snapshot, roles["truncated"])
-    truncated = truncated_f if truncated_f is not None else np.zeros_like(terminated, bool)
-
-    ep_rows: dict[str, list[Any]] = {k: [] for k in ("episode_id", "env_index", "num_steps", "return",
-                                                     "terminated", "truncated", "partial_start",
-                                                     "partial_end", "metadata")}
-    step_parts: list[dict[str, Any]] = []
-    episode_id = first_episode_id
-    for env, full_order in enumerate(orders):
-        if len(full_order) == 0:
-            continue
-        done_all = terminated[full_order, env].astype(bool) | truncated[full_order, env].astype(bool)
-        keep = np.ones(len(full_order), bool)
-        if mode == "next-step":  # the transition after an end is the autoreset step (unless it ends too)
-            keep[1:] = ~(done_all[:-1] & ~done_all[1:])
-        pos = np.flatnonzero(keep)  # kept transitions' positions in full_order
-        order = full_order[pos]
-        term, trunc = terminated[order, env].astype(bool), truncated[order, env].astype(bool)
-        done = term | trunc
-        ends = np.flatnonzero(done)
-        if not len(ends) or ends[-1] != len(order) - 1:
-            ends = np.append(ends, len(order) - 1)
-        starts = np.concatenate([[0], ends[:-1] + 1])
-        lengths = ends - starts + 1
-        n_eps = len(ends)
-        ep_ids = np.arange(episode_id, episode_id + n_eps)
-        episode_id += n_eps
-        # the final observation of each episode, and where it came from
-        final_obs = np.zeros((n_eps, *states.shape[2:]), states.dtype)
-        final_known = np.zeros(n_eps, bool)
-        if next_states is not None:
-            final_obs[:] = next_states[order[ends], env]
-            final_known[:] = True
-        final_from = np.where(final_known, "next_states", "unknown").astype(object)
-        ended = done[ends]
-        if mode == "same-step":  # next_states of an end is the next episode's reset observation
-            final_known &= ~ended
-            final_from[ended] = "unknown"
-        elif mode == "next-step" and next_states is None:
-            after = pos[ends] + 1  # the autoreset transition, when the snapshot holds it
-            from_reset = ended & (after < len(full_order))
-            from_reset[from_reset] = ~keep[after[from_reset]]
-            final_obs[from_reset] = states[full_order[after[from_reset]], env]
-            final_known |= from_reset
-            final_from[from_reset] = "autoreset transition"
-        # transition i goes to step row i + (episodes ended before i); each episode's
-        # final-observation row follows its last transition
-        ep_of = np.repeat(np.arange(n_eps), lengths)
-        trans_rows = np.arange(len(order)) + ep_of
-        final_rows = ends + np.arange(n_eps) + 1
-        n_steps = len(order) + n_eps
-        is_final = np.zeros(n_steps, bool)
-        is_final[final_rows] = True
-        step_in_ep = np.empty(n_steps, np.int64)
-        step_in_ep[trans_rows] = np.arange(len(order)) - starts[ep_of]
-        step_in_ep[final_rows] = lengths
-        obs = np.empty((n_steps, *states.shape[2:]), states.dtype)
-        obs[trans_rows] = states[order, env]
-        obs[final_rows] = final_obs
-        obs_null = np.zeros(n_steps, bool)
-        obs_null[final_rows] = ~final_known
-        act = np.zeros((n_steps, *actions.shape[2:]), actions.dtype)
-        act[trans_rows] = actions[order, env]
-        rew = np.zeros(n_steps, np.float64)
-        rew[trans_rows] = rewards[order, env]
-        disc = np.ones(n_steps, np.float64)
-        disc[trans_rows] = np.where(term, 0.0, 1.0)
-        last_term = term[ends]
-        step_parts.append({
-            "episode_id": ep_ids[np.repeat(np.arange(n_eps), lengths + 1)],
-            "step": step_in_ep, "env_index": env,
-            "observation": with_null_rows(to_arrow(obs), obs_null) if obs_null.any() else to_arrow(obs),
-            "action": with_null_rows(to_arrow(act), is_final),
-            "reward": pa.array(rew, mask=is_final), "discount": pa.array(disc, mask=is_final),
-            "is_first": step_in_ep == 0, "is_last": is_final,
-            "is_terminal": is_final & np.repeat(last_term, lengths + 1),
-        })
-        returns = np.add.reduceat(rewards[order, env].astype(np.float64), starts)
-        ep_rows["episode_id"].extend(ep_ids.tolist())
-        ep_rows["env_index"].extend([env] * n_eps)
-        ep_rows["num_steps"].extend((lengths + 1).tolist())
-        ep_rows["return"].extend(returns.tolist())
-        ep_rows["terminated"].extend(last_term.tolist())
-        ep_rows["truncated"].extend((trunc[ends] & ~last_term).tolist())
-        ep_rows["partial_start"].extend([wrapped and i == 0 for i in range(n_eps)])
-        ep_rows["partial_end"].extend((~ended).tolist())
-        ep_rows["metadata"].extend(
-            {"source": "memory", "snapshot": snapshot.name, "snapshot_id": snapshot_id,
-             "memory_index_first": int(order[s]), "memory_index_last": int(order[e]),
-             "autoreset": mode, "autoreset_from": mode_from, "final_observation": str(f)}
-            for s, e, f in zip(starts, ends, final_from, strict=True))
-    episodes = _schema.build("episodes", {"run_id": run_id, **ep_rows}, num_rows=len(ep_rows["episode_id"]))
-    steps = (pa.concat_tables([_schema.build("steps", {"run_id": run_id, **p}, num_rows=len(p["step"]))
-                               for p in step_parts])
-             if step_parts else _schema.table("steps").arrow_schema().empty_table())
-    return episodes, steps
+    return unroll_series([snapshot], run_id=run_id, names=names, first_episode_id=first_episode_id,
+                         snapshot_ids=[snapshot_id], autoreset=autoreset, max_episode_steps=max_episode_steps)
 
 
 def unroll_store(
@@ -486,20 +786,26 @@ def unroll_store(
     *,
     run_id: str | None = None,
     snapshot_id: int | None = None,
+    snapshot_ids: Sequence[int] | None = None,
     names: Mapping[str, str] | None = None,
     autoreset: str = "auto",
+    max_episode_steps: int | None = None,
 ) -> tuple[int, int]:
     """Unroll the store's memory snapshots into its ``episodes`` and ``steps`` tables.
 
-    Each snapshot's episodes go under its run; episode ids continue after the run's
-    highest. Steps are committed before their episodes rows.
+    A run's snapshots are grouped into series (one memory's consecutive exports, see
+    :func:`memory_series`) and each series is unrolled as one time series
+    (:func:`unroll_series`): an episode that crosses an export is one episode. Episode ids
+    continue after the run's highest. Steps are committed before their episodes rows.
 
     Args:
         store: a :class:`~rlarrow.Store` or its path.
         run_id: only this run's snapshots (default: all runs).
         snapshot_id: only this snapshot (default: all).
+        snapshot_ids: only these snapshots (of ``run_id``; default: all).
         names: role -> tensor name (see :func:`memory_to_episodes`).
         autoreset: the vector env's autoreset mode, or ``"auto"`` (see :func:`memory_to_episodes`).
+        max_episode_steps: the env's time limit (see :func:`unroll_series`).
 
     Returns:
         ``(episodes, steps)`` rows written.
@@ -510,18 +816,23 @@ def unroll_store(
     from rlarrow.io.memory.stored import snapshots
 
     st = as_store(store)
-    written = [0, 0]
-    next_ids: dict[str, int] = {}
+    wanted = None if snapshot_ids is None else set(snapshot_ids)
+    by_run: dict[str, list[tuple[MemorySnapshot, int]]] = {}
     for snap, (rid, sid) in snapshots(st, run_id=run_id, snapshot_id=snapshot_id, with_keys=True):
-        if rid not in next_ids:
-            ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == rid)
-            next_ids[rid] = (pc.max(ids.column(0)).as_py() + 1) if ids.num_rows else 0
-        episodes, steps = memory_to_episodes(snap, run_id=rid, names=names,
-                                             first_episode_id=next_ids[rid], snapshot_id=sid,
-                                             autoreset=autoreset)
-        st.append("steps", steps)
-        st.append("episodes", episodes)
-        next_ids[rid] += episodes.num_rows
-        written[0] += episodes.num_rows
-        written[1] += steps.num_rows
+        if wanted is None or sid in wanted:
+            by_run.setdefault(rid, []).append((snap, sid))
+    written = [0, 0]
+    for rid, snaps in by_run.items():
+        ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == rid)
+        next_id = (pc.max(ids.column(0)).as_py() + 1) if ids.num_rows else 0
+        for series in memory_series([s for s, _ in snaps]):
+            episodes, steps = unroll_series([snaps[i][0] for i in series], run_id=rid, names=names,
+                                            first_episode_id=next_id,
+                                            snapshot_ids=[snaps[i][1] for i in series],
+                                            autoreset=autoreset, max_episode_steps=max_episode_steps)
+            st.append("steps", steps)
+            st.append("episodes", episodes)
+            next_id += episodes.num_rows
+            written[0] += episodes.num_rows
+            written[1] += steps.num_rows
     return written[0], written[1]

@@ -1,0 +1,203 @@
+"""One memory's consecutive exports unroll as one time series (issue 35).
+
+A vector env is played step by step as gymnasium 1.x plays it (next-step or same-step
+autoreset, a ``TimeLimit``), its transitions stored as skrl's memory stores them, and the
+memory exported each time it fills under skrl's own file names. What ``import_memory(...,
+episodes=True)`` makes of the exports is compared with the episodes the env played.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlarrow
+from rlarrow.io.memory.importer import import_memory
+from rlarrow.io.memory.npz import write_npz
+from rlarrow.io.memory.snapshot import MemorySnapshot
+from rlarrow.io.memory.unroll import memory_series, unroll_series
+
+
+@dataclass
+class Played:
+    """What the env played: each env's finished episodes as (transitions, return, truncated)."""
+
+    exports: list[dict[str, np.ndarray]]
+    episodes: dict[int, list[tuple[int, float, bool]]] = field(default_factory=dict)
+
+
+def play(*, envs: int = 3, memory_size: int = 20, exports: int = 6, limit: int = 9, mode: str = "next-step",
+         seed: int = 0) -> Played:
+    """Episodes end at random (terminated) or after ``limit`` steps (truncated), as a vector env does."""
+    rng = np.random.default_rng(seed)
+    steps = memory_size * exports
+    out = {k: np.zeros((steps, envs, n), dt) for k, n, dt in (
+        ("observations", 3, np.float32), ("next_observations", 3, np.float32), ("actions", 1, np.int64),
+        ("rewards", 1, np.float32), ("terminated", 1, bool), ("truncated", 1, bool))}
+    played: dict[int, list[tuple[int, float, bool]]] = {e: [] for e in range(envs)}
+    obs = rng.normal(size=(envs, 3)).astype(np.float32)
+    length, ret, reset_next = np.zeros(envs, int), np.zeros(envs), np.zeros(envs, bool)
+    for t in range(steps):
+        for e in range(envs):
+            row = {"observations": obs[e], "actions": [t % 2]}
+            if reset_next[e]:  # next-step: this step resets the sub-env, action ignored, reward 0
+                new = rng.normal(size=3).astype(np.float32)
+                row |= {"next_observations": new, "rewards": [0.0], "terminated": [False],
+                        "truncated": [False]}
+                reset_next[e] = False
+            else:
+                new = (obs[e] + rng.normal(scale=0.1, size=3)).astype(np.float32)
+                reward = float(rng.integers(1, 4))
+                length[e] += 1
+                ret[e] += reward
+                term = bool(rng.random() < 0.12)
+                trunc = not term and length[e] == limit
+                if term or trunc:
+                    played[e].append((int(length[e]), float(ret[e]), trunc))
+                    length[e], ret[e] = 0, 0.0
+                    if mode == "next-step":
+                        reset_next[e] = True
+                    else:  # same-step: the reset observation is returned at once, and stored as next
+                        new = rng.normal(size=3).astype(np.float32)
+                row |= {"next_observations": new, "rewards": [reward], "terminated": [term],
+                        "truncated": [trunc]}
+            for k, v in row.items():
+                out[k][t, e] = v
+            obs[e] = new
+    files = [{k: v[i * memory_size:(i + 1) * memory_size] for k, v in out.items()} for i in range(exports)]
+    return Played(files, played)
+
+
+def skrl_name(i: int, memory: str = "0x7f3a2c1b9d50") -> str:
+    """The name skrl's ``Memory.save`` gives its i-th export (time written, id of the memory)."""
+    return f"24-05-01_10-{i // 60:02d}-{i % 60:02d}-{(37 * i) % 1000000:06d}_memory_{memory}"
+
+
+def export(played: Played, directory: Path, *, drop: tuple[str, ...] = (),
+           skip: tuple[int, ...] = ()) -> Path:
+    for i, tensors in enumerate(played.exports):
+        if i not in skip:
+            write_npz({k: v for k, v in tensors.items() if k not in drop},
+                      directory / "memories" / f"{skrl_name(i)}.npz")
+    return directory / "memories"
+
+
+def unrolled(store: Path) -> dict[int, list[dict]]:
+    eps = rlarrow.Store.open(store, readonly=True).read("episodes").sort_by("episode_id").to_pylist()
+    out: dict[int, list[dict]] = {}
+    for row in eps:
+        row["meta"] = json.loads(row["metadata"])
+        out.setdefault(row["env_index"], []).append(row)
+    return out
+
+
+def complete(rows: list[dict]) -> list[tuple[int, float, bool]]:
+    return [(r["num_steps"] - 1, r["return"], r["truncated"]) for r in rows
+            if not r["partial_start"] and not r["partial_end"]]
+
+
+@pytest.mark.parametrize("mode", ["next-step", "same-step"])
+def test_episodes_crossing_exports_are_one_episode(tmp_path, mode):
+    played = play(mode=mode)
+    report = import_memory([export(played, tmp_path)], tmp_path / "s", episodes=True, progress=False)
+    got = unrolled(tmp_path / "s")
+    crossing = 0
+    for env, rows in got.items():
+        # every episode the env finished, but the first (its start is before what an export shows)
+        # and the one still running, comes out whole: length, return, truncation
+        assert complete(rows) == played.episodes[env][1:], env
+        assert rows[0]["partial_start"] and rows[0]["meta"]["partial_start_at"] == "buffer start"
+        assert not rows[-1]["partial_end"] or rows[-1]["meta"]["partial_end_at"] == "last export"
+        assert sum(r["partial_start"] or r["partial_end"] for r in rows) == 1 + rows[-1]["partial_end"]
+        assert not any(r["truncated"] for r in rows if r["partial_end"])  # an edge is no time limit
+        crossing += sum(r["meta"]["snapshot_id"] != r["meta"]["snapshot_id_last"] for r in rows)
+        assert all(r["meta"]["autoreset"] == mode and r["meta"]["autoreset_from"] == "data" for r in rows)
+    assert crossing >= 5 and not any("autoreset" in a for a in report.assumptions)
+    steps = rlarrow.Store.open(tmp_path / "s", readonly=True).read("steps", columns=["reward"])
+    assert 0.0 not in steps.column("reward").to_pylist()  # no autoreset row kept, at a boundary or not
+
+
+def test_a_missing_export_cuts_the_series_and_is_said(tmp_path):
+    played = play(exports=7)
+    report = import_memory([export(played, tmp_path, skip=(3,))], tmp_path / "s", episodes=True,
+                           progress=False)
+    said = [a for a in report.assumptions if "not consecutive" in a]
+    assert len(said) == 1 and skrl_name(2) in said[0] and skrl_name(4) in said[0], report.assumptions
+    for env, rows in unrolled(tmp_path / "s").items():
+        at_gap = [r for r in rows if r["meta"].get("partial_end_at") == "gap"]
+        after = [r for r in rows if r["meta"].get("partial_start_at") == "gap"]
+        assert len(after) == 1 and after[0]["meta"]["snapshot"] == skrl_name(4)
+        assert len(at_gap) <= 1 and all(r["meta"]["snapshot_last"] == skrl_name(2) for r in at_gap)
+        # what is complete is true: each a contiguous run of the env's own episodes
+        whole = complete(rows)
+        truth = played.episodes[env]
+        before = [r for r in rows if r["episode_id"] < after[0]["episode_id"]]
+        assert whole[:len(complete(before))] == truth[1:1 + len(complete(before))]
+        tail = complete([r for r in rows if r["episode_id"] > after[0]["episode_id"]])
+        assert tail and tail == truth[len(truth) - len(tail):]
+
+
+def test_a_memory_without_truncated_is_said_and_cut_at_the_time_limit(tmp_path):
+    played = play(limit=6, exports=5)
+    memories = export(played, tmp_path, drop=("truncated",))  # as skrl's DQN stores it
+    report = import_memory([memories], tmp_path / "joined", episodes=True, progress=False)
+    said = [a for a in report.assumptions if "no truncated tensor" in a]
+    assert len(said) == 1 and "--max-episode-steps N" in said[0] and "may be several joined" in said[0]
+    joined = unrolled(tmp_path / "joined")
+    assert any(r["num_steps"] - 1 > 6 for rows in joined.values() for r in rows)  # episodes ran together
+    report = import_memory([memories], tmp_path / "cut", episodes=True, progress=False, max_episode_steps=6)
+    assert not any("truncated" in a for a in report.assumptions), report.assumptions
+    for env, rows in unrolled(tmp_path / "cut").items():
+        truth = played.episodes[env]
+        whole = complete(rows)
+        # the first episode's start is unknown, so the cuts begin after its end: the ones after match
+        assert whole == truth[len(truth) - len(whole):] and len(whole) >= len(truth) - 4, env
+        assert all(r["meta"]["max_episode_steps"] == 6 for r in rows)
+    with pytest.raises(rlarrow.ArgumentError, match="--max-episode-steps"):
+        import_memory([memories], tmp_path / "bad", episodes=True, progress=False, max_episode_steps=0)
+
+
+def test_a_csv_without_num_envs_is_refused_for_episodes(tmp_path):
+    from click.testing import CliRunner
+
+    from rlarrow.cli.commands import cli
+    from rlarrow.io.memory.csv import write_csv
+
+    played = play(exports=1)
+    path = write_csv(MemorySnapshot(played.exports[0]), tmp_path / "memories" / f"{skrl_name(0)}.csv")
+    with pytest.raises(rlarrow.InvalidInputError, match=r"num_envs=N.*--num-envs N"):
+        import_memory([path], tmp_path / "s", episodes=True, progress=False)
+    assert not (tmp_path / "s").exists()  # refused before anything is written
+    result = CliRunner().invoke(cli, ["convert", str(path), "-o", str(tmp_path / "s"), "--episodes"])
+    assert result.exit_code != 0 and "--num-envs" in result.output
+    ok = import_memory([path], tmp_path / "s", episodes=True, progress=False, num_envs=3)
+    assert ok.episodes > 3
+
+
+def test_series_are_one_memory_in_time_order():
+    z = {"observations": np.zeros((4, 2, 1), np.float32)}
+    snaps = [MemorySnapshot(dict(z), name=n) for n in (
+        skrl_name(2), skrl_name(0, "0x1"), skrl_name(0), "memory", skrl_name(1), skrl_name(1, "0x1"))]
+    assert memory_series(snaps) == [[2, 4, 0], [1, 5], [3]]
+    twice = [MemorySnapshot(dict(z), name=skrl_name(0)), MemorySnapshot(dict(z), name=skrl_name(0))]
+    assert memory_series(twice) == [[0], [1]]  # one export imported twice is not joined to itself
+    other = MemorySnapshot({"observations": np.zeros((4, 3, 1), np.float32)}, name=skrl_name(3))
+    assert memory_series([snaps[0], other]) == [[0], [1]]  # other envs: another memory
+
+
+def test_two_exports_unroll_as_the_one_buffer_they_split():
+    played = play(exports=2)
+    snaps = [MemorySnapshot(dict(t), name=skrl_name(i), is_full=True, write_pointer=0, env_pointer=0)
+             for i, t in enumerate(played.exports)]
+    whole = MemorySnapshot({k: np.concatenate([t[k] for t in played.exports]) for k in played.exports[0]},
+                           name="whole", is_full=True, write_pointer=0, env_pointer=0)
+    episodes, steps = unroll_series(snaps, run_id="r", snapshot_ids=[0, 1])
+    want_eps, want_steps = unroll_series([whole], run_id="r")
+    assert steps.equals(want_steps)
+    cols = [c for c in episodes.column_names if c not in ("metadata", "metadata_types")]
+    assert episodes.select(cols).equals(want_eps.select(cols))
+    assert episodes.num_rows > 10
