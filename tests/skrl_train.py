@@ -85,25 +85,31 @@ class Run:
     recorder: Path
     memory_size: int
     timesteps: int
+    max_episode_steps: int | None = None
     stats: list[tuple[int, float, int]] = field(default_factory=list)
 
 
-def train(algo: str, mode: str, out: Path, *, timesteps: int = 1000, seed: int = 0) -> Run:
-    """Train skrl's ``algo`` ("ppo", "dqn") with gymnasium autoreset ``mode`` ("next-step", "same-step")."""
+def train(algo: str, mode: str, out: Path, *, timesteps: int = 1000, seed: int = 0,
+          max_episode_steps: int | None = None) -> Run:
+    """Train skrl's ``algo`` ("ppo", "dqn") with gymnasium autoreset ``mode`` ("next-step", "same-step").
+
+    ``max_episode_steps``: the env's time limit (gymnasium's ``TimeLimit``; CartPole's own is 500).
+    """
     set_seed(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small MLPs: threads cost more than they give
     try:
-        return _train(algo, mode, out, timesteps)
+        return _train(algo, mode, out, timesteps, max_episode_steps)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(algo: str, mode: str, out: Path, timesteps: int) -> Run:
+def _train(algo: str, mode: str, out: Path, timesteps: int, max_episode_steps: int | None) -> Run:
     modes = gym.vector.AutoresetMode
     autoreset = {"next-step": modes.NEXT_STEP, "same-step": modes.SAME_STEP}
+    limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     venv = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": autoreset[mode]})
+                        vector_kwargs={"autoreset_mode": autoreset[mode]}, **limit)
     stats = EpisodeStats(gym.wrappers.vector.RecordEpisodeStatistics(venv))
     recorded = RecordVectorEpisodes(stats, out / "recorded.rlarrow")
     env = wrap_env(recorded, wrapper="gymnasium")
@@ -134,7 +140,7 @@ def _train(algo: str, mode: str, out: Path, timesteps: int) -> Run:
     env.close()  # the recorder commits its episodes (the running ones as partial_end)
     return Run(algo=algo, mode=mode, exports={f: out / "memory" / f / "memories" for f in FORMATS},
                recorder=out / "recorded.rlarrow", memory_size=memory_size, timesteps=timesteps,
-               stats=stats.finished)
+               max_episode_steps=max_episode_steps, stats=stats.finished)
 
 
 class GaussianPolicy(GaussianMixin, Model):  # type: ignore[misc]

@@ -4,8 +4,11 @@ A real skrl 2 PPO and DQN train on ``gymnasium.make_vec("CartPole-v1", num_envs=
 autoreset modes (tests/skrl_train.py); skrl's memory exports itself (pt, npz, csv) each time
 it fills, and the same env is recorded by rlarrow's vector recorder and gymnasium's
 ``RecordEpisodeStatistics``. ``import_memory(exports, store, episodes=True)`` must give the
-episodes those two saw: every episode that lies whole in one export, with its length,
-return, first observation and (where the memory holds it) last observation; none invented.
+episodes those two saw: one memory's exports are one time series, so every episode the exports
+hold from start to end (across exports too) comes out with its length, return, termination or
+truncation (a time limit of 25 or 10 steps; skrl's DQN stores no ``truncated``, so its convert gets
+``max_episode_steps``), first observation and (where the memory holds it) last observation;
+none invented.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_PEERS, reason="needs skrl 2, gymnasium 1.x and torch (the test extras)"),
     pytest.mark.slow,
 ]
+#: time limits that cut episodes often: PPO's CartPole episodes grow past 25 steps, DQN's
+#: (epsilon-greedy at first) last about 10
+LIMITS = {"ppo": 25, "dqn": 10}
 RUNS = [("ppo", "next-step"), ("ppo", "same-step"), ("dqn", "next-step"), ("dqn", "same-step")]
 
 
@@ -37,7 +43,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]
 
     out = {}
     for algo, mode in RUNS:
-        out[algo, mode] = train(algo, mode, tmp_path_factory.mktemp(f"{algo}-{mode}"))
+        out[algo, mode] = train(algo, mode, tmp_path_factory.mktemp(f"{algo}-{mode}"),
+                                max_episode_steps=LIMITS[algo])
     return out
 
 
@@ -64,24 +71,20 @@ def episodes_by_env(store: Path) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def whole_in_one_export(lengths: list[int], mode: str, memory_size: int,
-                        windows: int) -> list[tuple[int, int]]:
-    """Which of an env's episodes (by transitions) an export holds whole, start and end seen.
+def aligned(whole: list[dict[str, Any]], done: list[dict[str, Any]]) -> int:
+    """Where an env's complete unrolled episodes begin among the episodes it finished.
 
-    Returns ``(k, e_k)`` for each: the episode's index and the trainer step of its end.
-
-    skrl exports its memory each time it fills, so export w holds trainer steps
-    [w * memory_size, (w + 1) * memory_size). Episode k runs from s_k to e_k; with next-step
-    autoreset one more step (the reset) separates it from the next. An export shows an
-    episode whole when the end of the one before is in the same export (else the unrolling
-    cannot know where it began: partial_start).
+    The first export begins with the env's first episode, but a legacy export cannot say so
+    (its first episode is ``partial_start``); a memory without ``truncated`` is cut at the time
+    limit only from its first known end on, so a few more episodes may open the series
+    partial. Past that, every finished episode follows, in order.
     """
-    ends, start = [], 0
-    for n in lengths:
-        ends.append(start + n - 1)
-        start = ends[-1] + (2 if mode == "next-step" else 1)
-    return [(k, ends[k]) for k in range(1, len(ends))
-            if ends[k - 1] // memory_size == ends[k] // memory_size and ends[k] < windows * memory_size]
+    key = [(r["num_steps"], r["return"]) for r in whole]
+    for k in range(1, 5):
+        if [(r["num_steps"], r["return"]) for r in done[k:k + len(key)]] == key:
+            return k
+    first = [(r["num_steps"], r["return"]) for r in done[:8]]
+    raise AssertionError(f"the complete episodes {key[:5]}... are not the env's {first}...")
 
 
 @pytest.mark.parametrize(("algo", "mode"), RUNS)
@@ -93,43 +96,63 @@ def test_memory_exports_unroll_to_the_recorded_episodes(runs, tmp_path, algo, mo
         done = [r for r in recorded[env] if not r["partial_end"]]
         stats = [(r, n) for e, r, n in run.stats if e == env]
         assert [(r["return"], r["num_steps"] - 1) for r in done] == stats
-    assert not any(r["truncated"] for rows in recorded.values() for r in rows)  # DQN stores no truncated
+    truncations = sum(r["truncated"] for rows in recorded.values() for r in rows)
+    assert truncations >= 8  # the time limit cut episodes
 
     tables = {}
     for fmt, directory in run.exports.items():
         store = tmp_path / fmt
-        report = import_memory([directory], store, episodes=True, num_envs=4, progress=False)
+        # skrl's DQN stores no truncated: the time limit is said (PPO's memory has truncated)
+        limit = {"max_episode_steps": run.max_episode_steps} if algo == "dqn" else {}
+        report = import_memory([directory], store, episodes=True, num_envs=4, progress=False, **limit)
         windows = report.snapshots
         assert windows == run.timesteps // run.memory_size
-        assert not any("autoreset" in a for a in report.assumptions), report.assumptions  # read from the data
+        assert not any("autoreset" in a or "truncated" in a or "consecutive" in a
+                       for a in report.assumptions), report.assumptions  # read from the data
         memory = episodes_by_env(store)
+        unknown_final = 0
         for env in range(4):
             done = [r for r in recorded[env] if not r["partial_end"]]
-            expected = whole_in_one_export([r["num_steps"] - 1 for r in done], mode, run.memory_size, windows)
             whole = [r for r in memory[env] if not r["partial_start"] and not r["partial_end"]]
-            assert len(whole) == len(expected) > 5, (fmt, env)
-            for got, (k, end) in zip(whole, expected, strict=True):
-                want = done[k]
-                assert (got["num_steps"], got["return"], got["terminated"]) == \
-                    (want["num_steps"], want["return"], want["terminated"])
+            # all the env finished in the exported steps, but a few at the start: every one whole
+            shortest = min(r["num_steps"] - 1 for r in done)
+            unexported = run.timesteps - windows * run.memory_size
+            assert len(whole) >= len(done) - 4 - unexported // shortest > 5, (fmt, env)
+            k = aligned(whole, done)
+            for got, want in zip(whole, done[k:], strict=False):
+                assert (got["num_steps"], got["return"], got["terminated"], got["truncated"]) == \
+                    (want["num_steps"], want["return"], want["terminated"], want["truncated"])
                 assert np.array_equal(got["first_obs"], want["first_obs"])
                 assert got["meta"]["autoreset"] == mode and got["meta"]["autoreset_from"] == "data"
-                # the final observation: DQN's next_observations; for PPO the autoreset step's
-                # state, unless the export ends with the episode; never skrl's same-step reset obs
-                known = mode == "next-step" and (algo == "dqn" or (end + 1) % run.memory_size != 0)
-                if known:
+                # the final observation: DQN's next_observations; for PPO the autoreset step's state
+                # (in the next export, when the episode ends one), unless the exports end there;
+                # never skrl's same-step reset observation
+                if got["last_obs"] is not None:
                     assert np.array_equal(got["last_obs"], want["last_obs"])
+                    assert mode == "next-step"
                 else:  # said, not invented
-                    assert got["last_obs"] is None and got["meta"]["final_observation"] == "unknown"
-            # episodes cut by an export's edge are flagged, one per env and export at most
+                    assert got["meta"]["final_observation"] == "unknown"
+                    unknown_final += mode == "next-step"
+            # exports are joined: only the series' first and last episodes are partial
             partial = [r for r in memory[env] if r["partial_start"] or r["partial_end"]]
-            assert len(memory[env]) == len(whole) + len(partial) and len(partial) <= 2 * windows
+            assert len(partial) <= 2 and not any(r["truncated"] for r in partial if r["partial_end"])
+            assert any(r["meta"]["snapshot_id"] != r["meta"]["snapshot_id_last"] for r in whole)
+        assert unknown_final <= (4 if algo == "ppo" else 0)  # PPO: the last export's very last row
         assert report.episodes == sum(len(v) for v in memory.values())
         tables[fmt] = rlarrow.Store.open(store, readonly=True).read(
             "steps", columns=["episode_id", "step", "env_index", "observation", "action", "reward",
                               "is_last"])
     # skrl's csv keeps every value the pt and npz exports hold (dtypes included)
     assert tables["csv"].equals(tables["pt"]) and tables["npz"].equals(tables["pt"])
+
+
+def test_a_dqn_memory_without_the_time_limit_says_episodes_may_be_joined(runs, tmp_path):
+    run = runs["dqn", "next-step"]
+    report = import_memory([run.exports["npz"]], tmp_path / "s", episodes=True, progress=False)
+    said = [a for a in report.assumptions if "no truncated tensor" in a]
+    assert len(said) == 1 and "--max-episode-steps" in said[0], report.assumptions
+    lengths = rlarrow.Store.open(tmp_path / "s", readonly=True).read("episodes").column("num_steps")
+    assert max(lengths.to_pylist()) - 1 > run.max_episode_steps  # joined across the time limit, as said
 
 
 def _renamed(src: Path, dst: Path, rename: dict[str, str]) -> Path:
