@@ -97,7 +97,7 @@ def test_a_clean_store_has_no_findings(clean):
     report = check_store(clean)
     assert report.findings == [] and report.ok and report.errors == report.warnings == 0
     assert report.skipped == {} and list(report.counts) == list(CHECKS)
-    assert str(report) == "no problems found in 10 checks"
+    assert str(report) == f"no problems found in {len(CHECKS)} checks" and len(CHECKS) == 16
 
 
 def test_stores_rlarrow_writes_are_clean(tmp_path):
@@ -284,6 +284,10 @@ def test_binary_layout_dict_observations_in_a_second_layout(clean):
     assert got == {
         ("nonfinite", "pix", 0, 5): "observation.img[1, 2] is nan (1 of 16 elements not finite)",
         ("frozen", "pix", 0, 10): "the same observation for 60 consecutive steps (10 to 69; frozen_steps=50)",
+        # the null observation is no NaN, but inside the episode it leaves a transition without its next
+        ("null_observations", "pix", 0, 3): "the observation is null on 1 step(s) that are not the last "
+        "(first: step 3): the transitions into them have no next observation; the source lost them (delete "
+        "the episode, or import it again from a source that has them)",
     }
 
 
@@ -386,7 +390,8 @@ def test_max_findings_keeps_the_first_and_counts_all(clean):
     data = json.loads(json.dumps(report.to_dict()))
     assert data["errors"] == LENGTH - 1 and len(data["findings"]) == 5 and data["ok"] is False
     assert data["parameters"] == {"min_length": 2, "frozen_steps": 50, "spike_sigma": 10.0,
-                                  "checks": ["nonfinite"], "max_findings": 5, "memory_limit": None}
+                                  "checks": ["nonfinite"], "max_findings": 5, "memory_limit": None,
+                                  "max_episode_steps": None}
 
 
 # ------------------------------------------------------------------ rlarrow check
@@ -398,7 +403,8 @@ def run_check(*args: str):
 
 def test_cli_exit_status_follows_errors_and_warnings(clean, tmp_path):
     ok = run_check(str(clean.path))
-    assert ok.exit_code == 0 and ok.stdout.strip() == f"{clean.path}: no problems found in 10 checks"
+    assert ok.exit_code == 0
+    assert ok.stdout.strip() == f"{clean.path}: no problems found in {len(CHECKS)} checks"
     add_episode(clean, 80, 1)  # a warning only
     assert run_check(str(clean.path)).exit_code == 0
     assert run_check(str(clean.path), "--strict").exit_code == 1
@@ -526,7 +532,7 @@ def test_fix_adds_the_missing_runs_and_episodes_rows_in_one_commit(clean):
     assert again.exit_code == 0
     assert again.stdout.splitlines()[-1] == (
         f"{clean.path}: nothing to fix safely: the store is unchanged (version {version + 1}); "
-        "now: no problems found in 10 checks")
+        f"now: no problems found in {len(CHECKS)} checks")
     assert rlarrow.Store.open(clean.path).version == version + 1
     assert check_store(clean.path).findings == []
 
@@ -612,3 +618,121 @@ def test_fix_of_a_converted_input_is_refused(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "is not one" in result.output and "convert it first" in result.output
     assert list(scratch.iterdir()) == []  # refused before converting anything
+
+
+# ------------------------------------------------------------------ what users of memory exports hit
+
+
+def memory_store(tmp_path: Path, name: str, exports: list[Path], *, together: bool = True, **kw) -> Path:
+    """A store of skrl-named exports converted with --episodes: in one convert, or one convert each."""
+    from rlarrow.io.memory.importer import import_memory
+
+    store = tmp_path / name
+    for group in [exports] if together else [[e] for e in exports]:
+        import_memory(group, store, run_id=RUN, episodes=True, progress=False, **kw)
+    return store
+
+
+def test_export_cuts_an_unrolling_per_export_left_and_a_missing_export(tmp_path):
+    from test_unroll_series import export, play, skrl_name
+
+    files = sorted(export(play(exports=5), tmp_path / "m").glob("*.npz"))
+    assert found(check_store(memory_store(tmp_path, "joined", files)), "export_cuts") == []
+    apart = found(check_store(memory_store(tmp_path, "apart", files, together=False)), "export_cuts")
+    # each export unrolled alone: its inner edges cut episodes the next export continues
+    assert len(apart) >= 8 and all(f.severity == "warning" and f.table == "episodes" for f in apart)
+    assert any(f"partial_end at the end of export {skrl_name(1)}, but export {skrl_name(2)}" in f.message
+               for f in apart), [f.message for f in apart]
+    assert all("convert the exports together" in f.message for f in apart)
+    gap = found(check_store(memory_store(tmp_path, "gap", files[:2] + files[3:])), "export_cuts")
+    assert gap and all(f"missing between {skrl_name(1)} and {skrl_name(3)}" in f.message for f in gap)
+
+
+def test_reset_rows_an_export_unrolled_alone_starts_with(tmp_path):
+    from test_unroll_series import skrl_name
+
+    from rlarrow.io.memory.npz import write_npz
+
+    def tensors(states, rewards, done, nxt):
+        col = lambda v, dt: np.asarray(v, dt).reshape(len(v), 1, 1)  # noqa: E731
+        return {"observations": col(states, np.float32), "next_observations": col(nxt, np.float32),
+                "actions": col([0] * len(states), np.int64), "rewards": col(rewards, np.float32),
+                "terminated": col(done, bool), "truncated": col([0] * len(states), bool)}
+
+    # an episode ends with the first export; the second begins with its autoreset row (state 4, reward 0)
+    first = tensors([1, 2, 3], [1, 1, 1], [0, 0, 1], [2, 3, 4])
+    second = tensors([4, 10, 11], [0, 1, 1], [0, 0, 1], [10, 11, 12])
+    files = [write_npz(t, tmp_path / "m" / f"{skrl_name(i)}.npz") for i, t in enumerate([first, second])]
+    apart = memory_store(tmp_path, "apart", files, together=False, autoreset="next-step")
+    [finding] = found(check_store(apart), "reset_rows")
+    assert (finding.episode_id, finding.step) == (1, 0) and "autoreset row of episode 0" in finding.message
+    joined = memory_store(tmp_path, "joined", files, autoreset="next-step")
+    assert found(check_store(joined), "reset_rows") == []
+
+
+def test_time_limit_finds_episodes_joined_across_it(tmp_path):
+    from test_unroll_series import export, play
+
+    files = sorted(export(play(limit=6, exports=4), tmp_path / "m", drop=("truncated",)).glob("*.npz"))
+    joined = memory_store(tmp_path, "joined", files)
+    assert found(check_store(joined), "time_limit") == []  # no limit known: nothing to compare with
+    long = found(check_store(joined, max_episode_steps=6), "time_limit")
+    assert long and all("more than max_episode_steps=6" in f.message for f in long)
+    assert any("--max-episode-steps 6" in f.message for f in long)
+    cut = memory_store(tmp_path, "cut", files, max_episode_steps=6)
+    # the limit recorded by the convert is used; only the first, partial episodes (whose start the
+    # data does not show) can still be longer, and say so
+    left = found(check_store(cut), "time_limit")
+    assert all("first, partial episode" in f.message for f in left)
+    assert len(left) < len(long)
+
+
+def test_null_observations_inside_an_episode(clean):
+    from rlarrow.core.tensors import with_null_rows
+
+    def hole(cols):
+        cols["observation"] = with_null_rows(to_arrow(cols["observation"]), np.arange(5) == 2)
+
+    add_episode(clean, 10, 5, edit=hole)
+    [finding] = found(check_store(clean), "null_observations")
+    assert (finding.severity, finding.episode_id, finding.step) == ("error", 10, 2)
+    assert "no next observation" in finding.message
+
+
+def test_empty_imports_an_event_file_of_no_scalars(tmp_path):
+    torch_tb = pytest.importorskip("torch.utils.tensorboard", reason="writing an event file needs torch")
+    from rlarrow.io.importing import import_paths
+
+    logs = tmp_path / "logs"
+    writer = torch_tb.SummaryWriter(str(logs))
+    writer.add_text("notes", "no scalars here")
+    writer.close()
+    import_paths([logs], tmp_path / "s", progress=False)
+    [finding] = found(check_store(tmp_path / "s"), "empty_imports")
+    assert finding.table == "sources" and "imported as 0 scalars" in finding.message
+    st = rlarrow.Store.create(tmp_path / "ok")
+    populate(st)
+    assert found(check_store(st), "empty_imports") == []
+
+
+@pytest.mark.parametrize("next_states", [True, False])
+def test_interleaved_envs_of_a_csv_read_as_one_env(tmp_path, next_states):
+    from test_unroll_series import play, skrl_name
+
+    from rlarrow.io.memory.csv import write_csv
+    from rlarrow.io.memory.importer import import_memory
+    from rlarrow.io.memory.snapshot import MemorySnapshot
+
+    tensors = play(envs=3, exports=1, memory_size=40).exports[0]
+    if not next_states:
+        tensors = {k: v for k, v in tensors.items() if k != "next_observations"}
+    path = write_csv(MemorySnapshot(tensors), tmp_path / f"{skrl_name(0)}.csv")
+    import_memory([path], tmp_path / "one", progress=False)  # num_envs not given: 1 is assumed
+    [finding] = found(check_store(tmp_path / "one"), "interleaved")
+    assert finding.severity == "error" and "look like 3 envs interleaved" in finding.message
+    assert "--num-envs 3" in finding.message
+    import_memory([path], tmp_path / "three", progress=False, num_envs=3)
+    assert found(check_store(tmp_path / "three"), "interleaved") == []
+    if next_states:  # `rlarrow check` of the csv itself: its memory is checked, no episodes guessed
+        result = run_check(str(path), "--only", "interleaved")
+        assert result.exit_code == 1 and "--num-envs 3" in result.stdout, result.output

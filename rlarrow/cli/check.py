@@ -33,7 +33,8 @@ __all__ = ["CHECK_NAMES", "check"]
 #: The checks ``--only`` takes (those of :data:`rlarrow.query.doctor.CHECKS`, named here so that
 #: ``rlarrow --help`` does not import DuckDB, NumPy and pyarrow; a test keeps the two equal).
 CHECK_NAMES = ("alignment", "duplicates", "references", "gaps", "monotonic", "nonfinite", "frozen", "spikes",
-               "short_episodes", "memory")
+               "short_episodes", "memory", "null_observations", "export_cuts", "reset_rows", "time_limit",
+               "empty_imports", "interleaved")
 
 
 
@@ -64,6 +65,9 @@ def _is_store(path: str) -> bool:
               help="Report one observation repeated for more consecutive steps than this.")
 @click.option("--spike-sigma", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="Report action elements this many standard deviations from their mean.")
+@click.option("--max-episode-steps", type=click.IntRange(min=1), metavar="N",
+              help="The env's time limit: report episodes longer (joined across it). Default: the limit a "
+                   "convert recorded in the episodes' metadata.")
 @click.option("--only", "only", multiple=True, metavar="CHECK", callback=_only,
               help=f"Run only this check (repeatable, or comma-separated): {', '.join(CHECK_NAMES)}.")
 @click.option("--max-lines", type=click.IntRange(min=0), default=50, show_default=True,
@@ -75,11 +79,15 @@ def _is_store(path: str) -> bool:
                    "commands for the rest. Nothing is deleted or rewritten. Stores only.")
 @_friendly_errors
 def check(source: str, as_json: bool, output: str | None, min_length: int, frozen_steps: int,
-          spike_sigma: float, only: list[str] | None, max_lines: int, strict: bool, fix: bool) -> None:
+          spike_sigma: float, max_episode_steps: int | None, only: list[str] | None, max_lines: int,
+          strict: bool, fix: bool) -> None:
     """Check STORE_OR_INPUT for what training would otherwise find.
 
     Bad alignment flags, duplicate or missing rows, gaps, NaN and inf, frozen observations,
-    action spikes, 1-step episodes, replay memories whose pointers disagree with their rows.
+    action spikes, 1-step episodes, replay memories whose pointers disagree with their rows,
+    null observations inside episodes, episodes of memory exports cut at an export's edge or
+    starting with an autoreset row, episodes joined across a time limit, imports that gave no
+    rows, and one-env memories whose rows are several envs interleaved.
 
     STORE_OR_INPUT is a store, or anything `rlarrow convert` reads (an skrl memory export, an
     experiment directory, ...): it is converted into a temporary store (with --episodes),
@@ -107,7 +115,8 @@ def check(source: str, as_json: bool, output: str | None, min_length: int, froze
     from rlarrow.query.doctor import check_store, fix_store, fixable
 
     options: dict[str, Any] = {"min_length": min_length, "frozen_steps": frozen_steps,
-                               "spike_sigma": spike_sigma, "checks": only}
+                               "spike_sigma": spike_sigma, "checks": only,
+                               "max_episode_steps": max_episode_steps}
     converted: list[str] | None = None
     is_store = _is_store(source)
     if fix and not is_store:
@@ -168,7 +177,7 @@ def _check_converted(source: str, options: dict[str, Any]) -> tuple[Any, list[st
 
     Returns the report and the conversion's report lines.
     """
-    from rlarrow.core.errors import UnsupportedInputError
+    from rlarrow.core.errors import InvalidInputError, UnsupportedInputError
     from rlarrow.io.importing import import_paths
     from rlarrow.query.doctor import check_store
 
@@ -176,9 +185,15 @@ def _check_converted(source: str, options: dict[str, Any]) -> tuple[Any, list[st
     try:
         store = os.path.join(directory, "store.rlarrow")
         try:  # the convert command's call, with its defaults and --episodes
-            imported = import_paths([source], store, run_id=None, name=None, again=False, episodes=True,
-                                    names=None, autoreset=None, skip_corrupt=False, num_envs=None,
-                                    memory_size=None, dtype="float32", layout="binary")
+            try:
+                imported = import_paths([source], store, run_id=None, name=None, again=False, episodes=True,
+                                        names=None, autoreset=None, skip_corrupt=False, num_envs=None,
+                                        memory_size=None, dtype="float32", layout="binary")
+            except InvalidInputError as exc:
+                if "does not record num_envs" not in str(exc):
+                    raise
+                # a csv export: its memory is checked, unrolled into no episodes (num_envs unknown)
+                imported = import_paths([source], store, episodes=False, progress=False)
         except UnsupportedInputError as exc:
             raise click.BadParameter("not a store (it has no _rlarrow_store.json), and not an input rlarrow "
                                      f"convert reads: {_cli_spelling(str(exc))}",

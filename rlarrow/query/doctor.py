@@ -41,6 +41,26 @@ check              severity  what it finds
                              state: sizes or pointers that differ between rows, indices or
                              pointers outside the buffer, ``filled`` flags that contradict
                              ``is_full`` / ``write_pointer`` / ``env_pointer``
+``empty_imports``  warning   a source in ``sources`` that gave no rows: an event file imported as
+                             0 scalars (its run has none), a memory export whose snapshot has no
+                             rows, an episode dataset whose run has no steps
+``null_observations`` error  a null observation on a step that is not its episode's last (the
+                             transition into it has no next observation)
+``export_cuts``    warning   an episode unrolled from a memory export that is ``partial_end``
+                             at the export's end (``partial_start`` at its start) while a later
+                             (earlier) export of the same memory (skrl's ``<time>_memory_<id>``
+                             names) is in the run: unrolled apart, or at a missing export (gap)
+``reset_rows``     warning   an episode unrolled with next-step autoreset whose first step is the
+                             autoreset row of the episode before it in its env (reward 0, the
+                             observation that episode's final one)
+``time_limit``     warning   an episode with more transitions than the env's time limit
+                             (``max_episode_steps=``, else the one its metadata records): episodes
+                             joined across it (a memory without ``truncated``)
+``interleaved``    error     a one-env memory snapshot whose rows are several envs interleaved (a
+                             csv converted without ``--num-envs``): with next states, row t's next
+                             state is row t + k's state for 90% of rows at one k > 1 and under 50%
+                             at k = 1; without, states k rows apart have a median distance under a
+                             quarter of neighbouring rows'
 =================  ========  ===================================================================
 
 A check whose tables are empty is skipped and named in :attr:`Report.skipped`. Each check
@@ -305,8 +325,9 @@ class _Context:
     """What a check works with: the store, a DuckDB connection, the parameters, the tally."""
 
     def __init__(self, st: Store, con: Any, *, min_length: int, frozen_steps: int, spike_sigma: float,
-                 tally: _Tally) -> None:
+                 tally: _Tally, max_episode_steps: int | None = None) -> None:
         self.st = st
+        self.max_episode_steps = max_episode_steps
         self.con = con
         self.min_length = min_length
         self.frozen_steps = frozen_steps
@@ -825,6 +846,198 @@ def _memory(ctx: _Context) -> None:
             from m where states = 1 and bad_fill > 0 and wp >= 0 and wp < size_hi)""")
 
 
+@_register("null_observations", ("steps",), "null observations on steps that are not an episode's last")
+def _null_observations(ctx: _Context) -> None:
+    # a transition's next observation is the next step's: null inside an episode breaks it
+    ctx.emit_sql(" union all ".join(f"""
+        select 'error' as severity, 'steps' as tbl, run_id, episode_id, min(step) as step,
+               'the observation is null on ' || count(*) || ' step(s) that are not the last (first: step '
+               || min(step) || '): the transitions into them have no next observation; the source lost '
+               || 'them (delete the episode, or import it again from a source that has them)' as message
+        from {view} where observation is null and not is_last
+        group by run_id, episode_id""" for view, _ in ctx.layouts("steps")))
+
+
+_SKRL_MEMORY_ID = r"'^\d{2}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-\d{6}_memory_(0x[0-9a-fA-F]+)$'"
+
+
+@_register("export_cuts", ("episodes",),
+           "episodes of a memory cut at an export's edge that the next export continues")
+def _export_cuts(ctx: _Context) -> None:
+    if not ctx.rows("memory"):
+        return
+    ctx.emit_sql(f"""
+        with snaps as (
+            select distinct run_id, snapshot_name as name,
+                   regexp_extract(snapshot_name, {_SKRL_MEMORY_ID}, 1) as memory
+            from memory where regexp_matches(snapshot_name, {_SKRL_MEMORY_ID})),
+        e as (
+            select run_id, episode_id, partial_start, partial_end,
+                   metadata->>'$.snapshot' as first_name,
+                   coalesce(metadata->>'$.snapshot_last', metadata->>'$.snapshot') as last_name,
+                   metadata->>'$.partial_start_at' as start_at, metadata->>'$.partial_end_at' as end_at
+            from episodes
+            where (partial_start or partial_end) and metadata->>'$.source' = 'memory'),
+        cut as (
+            select e.run_id, e.episode_id, e.end_at as cut_at, e.last_name as here,
+                   (select min(s.name) from snaps s where s.run_id = e.run_id
+                        and s.memory = regexp_extract(e.last_name, {_SKRL_MEMORY_ID}, 1)
+                        and s.name > e.last_name) as other, 'end' as side
+            from e where e.partial_end
+            union all
+            select e.run_id, e.episode_id, e.start_at, e.first_name,
+                   (select max(s.name) from snaps s where s.run_id = e.run_id
+                        and s.memory = regexp_extract(e.first_name, {_SKRL_MEMORY_ID}, 1)
+                        and s.name < e.first_name), 'start'
+            from e where e.partial_start)
+        select 'warning' as severity, 'episodes' as tbl, run_id, episode_id, null::bigint as step,
+               case when cut_at = 'gap'
+                    then 'partial_' || side || ' at a gap: an export of this memory is missing between '
+                         || (case when side = 'end' then here || ' and ' || other
+                                  else other || ' and ' || here end)
+                         || ' (the episode goes on in the lost rows); convert the missing export with the '
+                         || 'others to join it'
+                    else 'partial_' || side || ' at the ' || side || ' of export ' || here || ', but export '
+                         || other || ' of the same memory '
+                         || (case when side = 'end' then 'follows' else 'precedes' end)
+                         || ': the episode goes on there, unrolled apart; delete the run''s episodes and '
+                         || 'convert the exports together (rlarrow convert ... --episodes) to join them' end
+                   as message
+        from cut where other is not null""")
+
+
+@_register("reset_rows", ("episodes", "steps"),
+           "a vector env's autoreset row counted as an episode's first step")
+def _reset_rows(ctx: _Context) -> None:
+    # with next-step autoreset the step after an end returns the reset observation with reward 0;
+    # kept as a step (an export unrolled alone), it starts the next episode at the final
+    # observation of the one before, instead of at the reset observation
+    ctx.emit_sql(" union all ".join(f"""(
+        with e as (
+            select run_id, episode_id, env_index, metadata->>'$.autoreset' as mode,
+                   lag(episode_id) over w as prev_id, lag(partial_end) over w as prev_partial_end
+            from episodes where metadata->>'$.source' = 'memory'
+            window w as (partition by run_id, env_index order by episode_id))
+        select 'warning' as severity, 'steps' as tbl, e.run_id, e.episode_id, 0 as step,
+               'the first step is the autoreset row of episode ' || e.prev_id
+               || ' (reward 0, its observation that episode''s final one): next-step autoreset rows are '
+               || 'no step of any episode; delete the run''s episodes and convert its exports again '
+               || '(rlarrow convert ... --episodes drops them)'
+               as message
+        from e join {view} f on f.run_id = e.run_id and f.episode_id = e.episode_id and f.step = 0
+               join {view} l on l.run_id = e.run_id and l.episode_id = e.prev_id and l.is_last
+        where e.mode = 'next-step' and not e.prev_partial_end and f.reward = 0
+          and l.observation is not null and f.observation = l.observation)"""
+                                    for view, _ in ctx.layouts("steps")))
+
+
+@_register("time_limit", ("episodes",),
+           "episodes longer than the env's time limit: episodes joined across it")
+def _time_limit(ctx: _Context) -> None:
+    given = "null" if ctx.max_episode_steps is None else str(int(ctx.max_episode_steps))
+    ctx.emit_sql(f"""
+        select 'warning' as severity, 'episodes' as tbl, run_id, episode_id, null::bigint as step,
+               'the episode has ' || (num_steps - 1) || ' transitions, more than max_episode_steps=' || lim
+               || ': episodes joined across the time limit (a memory without truncated, such as '
+               || 'skrl''s DQN''s)'
+               || (case when partial_start then '; it is the first, partial episode, whose start (and so its '
+                        || 'time-limit cuts) the data does not show'
+                        else '; convert the memory again with --max-episode-steps ' || lim
+                             || ' to cut them' end)
+               as message
+        from (select *, coalesce({given}, try_cast(metadata->>'$.max_episode_steps' as bigint)) as lim
+              from episodes)
+        where lim is not null and num_steps - 1 > lim""")
+
+
+@_register("empty_imports", ("runs", "sources"), "imported sources that gave no rows")
+def _empty_imports(ctx: _Context) -> None:
+    if not ctx.rows("sources"):
+        return
+    def none_in(table: str, extra: str = "") -> str:
+        if not ctx.rows(table):
+            return "true"
+        return f"not exists (select 1 from {table} t where t.run_id = s.run_id{extra})"
+
+    memory = none_in("memory", " and t.snapshot_id = s.snapshot_id")
+    ctx.emit_sql(f"""
+        select 'warning' as severity, 'sources' as tbl, run_id, null::bigint as episode_id,
+               null::bigint as step, message
+        from (select s.run_id, s.path,
+                     case when s.format = 'tfevents' and {none_in("scalars")} then
+                              'event file ' || s.path || ' was imported as 0 scalars: the run has none (an '
+                              || 'event file of histograms, images or text only, or an empty log?); '
+                              || 'check the file, and delete the run if it holds nothing'
+                          when s.snapshot_id is not null and {memory} then
+                              'memory export ' || s.path || ' was imported as 0 rows (snapshot '
+                              || s.snapshot_id || ' has no rows in memory); check the file and convert '
+                              || 'it again'
+                          when s.format <> 'tfevents' and s.snapshot_id is null and {none_in("steps")}
+                               and {none_in("scalars")} and {none_in("memory")} then
+                              s.format || ' source ' || s.path || ' was imported as 0 rows: its run has no '
+                              || 'steps, scalars or memory rows; check the source, and delete the run if it '
+                              || 'holds nothing'
+                     end as message
+              from sources s)
+        where message is not null""")
+
+
+_INTERLEAVE_LAGS = 16
+
+
+@_register("interleaved", ("memory",),
+           "one-env memory snapshots whose rows are several envs interleaved (num_envs not given)")
+def _interleaved(ctx: _Context) -> None:
+    from rlarrow.io.memory.stored import snapshots
+
+    one_env = ctx.con.sql("select run_id, snapshot_id from memory group by run_id, snapshot_id "
+                          f"having max(num_envs) = 1 and count(*) >= {4 * _INTERLEAVE_LAGS}").fetchall()
+    for run_id, snapshot_id in one_env:
+        for snap in snapshots(ctx.st, run_id=run_id, snapshot_id=snapshot_id):
+            found = _interleaving(snap.tensors)
+            if found is not None:
+                lag, why = found
+                ctx.emit("error", "memory", run_id, None, None,
+                         f"snapshot {snapshot_id} ({snap.name}): read as one env, its rows look like {lag} "
+                         f"envs interleaved ({why}); a csv export converted without its num_envs? convert "
+                         f"it again with --num-envs {lag}, its episodes are garbage")
+
+
+def _interleaving(tensors: dict[str, np.ndarray]) -> tuple[int, str] | None:
+    """The number of envs a one-env memory's rows interleave, and the evidence; None if they do not.
+
+    With next states: row t's next state is row t + k's state for most rows at one lag k > 1 and
+    for few at lag 1. Without: states k rows apart are far closer (median distance under a
+    quarter) than neighbours, which envs whose state moves a little each step show and
+    independent or unrelated rows never do.
+    """
+    name = next((n for n in ("observations", "states") if n in tensors), None)
+    if name is None:
+        return None
+    states = tensors[name].reshape(len(tensors[name]), -1).astype(np.float64)
+    keep = ~np.isnan(states).all(axis=1)
+    states = states[: int(np.flatnonzero(keep)[-1]) + 1] if keep.any() else states[:0]
+    n = len(states)
+    if n < 4 * _INTERLEAVE_LAGS:
+        return None
+    nxt = tensors.get(f"next_{name}")
+    lags = range(1, _INTERLEAVE_LAGS + 1)
+    if nxt is not None:
+        nxt = nxt.reshape(len(nxt), -1)[:n].astype(np.float64)
+        share = [float(np.mean(np.all(nxt[:n - k] == states[k:], axis=1))) for k in lags]
+        best = int(np.argmax(share[1:])) + 2
+        if share[0] < 0.5 and share[best - 1] >= 0.9:
+            return best, (f"the next state of a row is the state {best} rows on in {share[best - 1]:.0%} "
+                          f"of rows, the state of the next row in {share[0]:.0%}")
+        return None
+    dist = [float(np.median(np.linalg.norm(states[k:] - states[:n - k], axis=1))) for k in lags]
+    best = int(np.argmin(dist[1:])) + 2
+    if dist[0] > 0 and dist[best - 1] < 0.25 * dist[0]:
+        return best, (f"rows {best} apart differ by {dist[best - 1]:.3g} (median), neighbouring rows by "
+                      f"{dist[0]:.3g}")
+    return None
+
+
 # ------------------------------------------------------------------ entry point
 
 
@@ -837,6 +1050,7 @@ def check_store(
     checks: Sequence[str] | None = None,
     max_findings: int = DEFAULT_MAX_FINDINGS,
     memory_limit: str | None = None,
+    max_episode_steps: int | None = None,
 ) -> Report:
     """Check ``store`` for the problems :data:`CHECKS` know (module docs: what each finds).
 
@@ -850,6 +1064,8 @@ def check_store(
         memory_limit: DuckDB's memory limit for the checks' joins, aggregates and windows
             (``"1GB"``), past which they spill to a temporary directory (deleted afterwards);
             None: DuckDB's default (80% of RAM). The NumPy checks hold a few record batches.
+        max_episode_steps: the env's time limit, for ``time_limit`` (default: the one an
+            episode's metadata records, where a convert was given it).
 
     Returns:
         The :class:`Report`: ``ok`` when no check found an error.
@@ -882,6 +1098,8 @@ def check_store(
         raise ArgumentError(f"spike_sigma={spike_sigma!r}: pass a positive number of standard deviations")
     if int(max_findings) < 0:
         raise ArgumentError(f"max_findings={max_findings}: pass 0 or more")
+    if max_episode_steps is not None and int(max_episode_steps) < 1:
+        raise ArgumentError(f"max_episode_steps={max_episode_steps}: pass the env's time limit, 1 or more")
     import duckdb
 
     from rlarrow.core.store import as_store
@@ -890,7 +1108,7 @@ def check_store(
     st = as_store(store, readonly=True)
     parameters = {"min_length": int(min_length), "frozen_steps": int(frozen_steps),
                   "spike_sigma": float(spike_sigma), "checks": names, "max_findings": int(max_findings),
-                  "memory_limit": memory_limit}
+                  "memory_limit": memory_limit, "max_episode_steps": max_episode_steps}
     tally = _Tally(int(max_findings))
     skipped: dict[str, str] = {}
     con = connect(st, warn=False)
@@ -906,7 +1124,8 @@ def check_store(
             shutil.rmtree(spill, ignore_errors=True)
         raise ArgumentError(f"memory_limit={memory_limit!r}: {exc} (pass a size such as '2GB')") from exc
     ctx = _Context(st, con, min_length=int(min_length), frozen_steps=int(frozen_steps),
-                   spike_sigma=float(spike_sigma), tally=tally)
+                   spike_sigma=float(spike_sigma), tally=tally,
+                   max_episode_steps=None if max_episode_steps is None else int(max_episode_steps))
     try:
         for name in names:
             check = CHECKS[name]
