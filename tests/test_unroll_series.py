@@ -159,6 +159,19 @@ def test_a_memory_without_truncated_is_said_and_cut_at_the_time_limit(tmp_path):
         assert all(r["meta"]["max_episode_steps"] == 6 for r in rows)
     with pytest.raises(rlarrow.ArgumentError, match="--max-episode-steps"):
         import_memory([memories], tmp_path / "bad", episodes=True, progress=False, max_episode_steps=0)
+    # the command line says the same
+    from click.testing import CliRunner
+
+    from rlarrow.cli.commands import cli
+
+    result = CliRunner().invoke(cli, ["convert", str(memories), "-o", str(tmp_path / "cli"), "--episodes",
+                                      "--max-episode-steps", "6"])
+    assert result.exit_code == 0, result.output
+    def content(store: Path) -> list[tuple]:
+        return [(r["episode_id"], r["num_steps"], r["return"], r["truncated"], r["partial_start"])
+                for rows in unrolled(store).values() for r in rows]
+
+    assert content(tmp_path / "cli") == content(tmp_path / "cut")
 
 
 def test_a_csv_without_num_envs_is_refused_for_episodes(tmp_path):
