@@ -419,21 +419,26 @@ def memory_series(snapshots: Sequence[MemorySnapshot]) -> list[list[int]]:
         >>> memory_series([MemorySnapshot(dict(z), name=n) for n in names])
         [[2, 0], [1]]
     """
+    shapes = [(s.memory_size, s.num_envs, tuple((n, v.dtype.str, v.shape[2:]) for n, v in s.tensors.items()))
+              for s in snapshots]
+    return _series([s.name for s in snapshots], shapes)
+
+
+def _series(names: Sequence[str | None], shapes: Sequence[Any]) -> list[list[int]]:
+    """:func:`memory_series` of snapshots known by their names and shapes (anything comparable)."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     out: list[list[int]] = []
-    for i, snap in enumerate(snapshots):
-        found = SKRL_EXPORT_NAME.match(snap.name or "")
+    for i, (name, shape) in enumerate(zip(names, shapes, strict=True)):
+        found = SKRL_EXPORT_NAME.match(name or "")
         if not found:
             out.append([i])
             continue
-        key = (found["memory"], snap.memory_size, snap.num_envs,
-               tuple((n, v.dtype.str, v.shape[2:]) for n, v in snap.tensors.items()))
-        groups.setdefault(key, []).append(i)
+        groups.setdefault((found["memory"], shape), []).append(i)
     for members in groups.values():
-        if len({snapshots[i].name for i in members}) < len(members):
+        if len({names[i] for i in members}) < len(members):
             out += [[i] for i in members]
         else:
-            out.append(sorted(members, key=lambda i: snapshots[i].name))
+            out.append(sorted(members, key=lambda i: str(names[i])))
     return sorted(out, key=min)
 
 
@@ -817,19 +822,30 @@ def unroll_store(
 
     st = as_store(store)
     wanted = None if snapshot_ids is None else set(snapshot_ids)
-    by_run: dict[str, list[tuple[MemorySnapshot, int]]] = {}
-    for snap, (rid, sid) in snapshots(st, run_id=run_id, snapshot_id=snapshot_id, with_keys=True):
-        if wanted is None or sid in wanted:
-            by_run.setdefault(rid, []).append((snap, sid))
+    # the snapshots' names and sizes first (a few columns), then one series at a time in memory
+    where = None
+    for column, value in (("run_id", run_id), ("snapshot_id", snapshot_id)):
+        if value is not None:
+            where = pc.field(column) == value if where is None else where & (pc.field(column) == value)
+    keys = st.read("memory", columns=["run_id", "snapshot_id", "snapshot_name", "memory_size", "num_envs"],
+                   filter=where)
+    keys = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate(
+        [("snapshot_name", "min"), ("memory_size", "max"), ("num_envs", "max")])
+    by_run: dict[str, list[tuple[int, str | None, tuple[int, int]]]] = {}
+    for row in sorted(keys.to_pylist(), key=lambda r: (r["run_id"], r["snapshot_id"])):
+        if wanted is None or row["snapshot_id"] in wanted:
+            by_run.setdefault(row["run_id"], []).append(
+                (row["snapshot_id"], row["snapshot_name_min"], (row["memory_size_max"], row["num_envs_max"])))
     written = [0, 0]
-    for rid, snaps in by_run.items():
+    for rid, known in by_run.items():
         ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == rid)
         next_id = (pc.max(ids.column(0)).as_py() + 1) if ids.num_rows else 0
-        for series in memory_series([s for s, _ in snaps]):
-            episodes, steps = unroll_series([snaps[i][0] for i in series], run_id=rid, names=names,
-                                            first_episode_id=next_id,
-                                            snapshot_ids=[snaps[i][1] for i in series],
-                                            autoreset=autoreset, max_episode_steps=max_episode_steps)
+        for series in _series([k[1] for k in known], [k[2] for k in known]):
+            sids = [known[i][0] for i in series]
+            loaded = [snap for sid in sids for snap in snapshots(st, run_id=rid, snapshot_id=sid)]
+            episodes, steps = unroll_series(loaded, run_id=rid, names=names, first_episode_id=next_id,
+                                            snapshot_ids=sids, autoreset=autoreset,
+                                            max_episode_steps=max_episode_steps)
             st.append("steps", steps)
             st.append("episodes", episodes)
             next_id += episodes.num_rows
