@@ -101,9 +101,12 @@ def complete(rows: list[dict]) -> list[tuple[int, float, bool]]:
 
 
 @pytest.mark.parametrize("mode", ["next-step", "same-step"])
-def test_episodes_crossing_exports_are_one_episode(tmp_path, mode):
+@pytest.mark.parametrize("next_states", [True, False], ids=["next_states", "ppo-like"])
+def test_episodes_crossing_exports_are_one_episode(tmp_path, mode, next_states):
     played = play(mode=mode)
-    report = import_memory([export(played, tmp_path)], tmp_path / "s", episodes=True, progress=False)
+    drop = () if next_states else ("next_observations",)  # skrl's PPO stores no next observations
+    report = import_memory([export(played, tmp_path, drop=drop)], tmp_path / "s", episodes=True,
+                           progress=False)
     got = unrolled(tmp_path / "s")
     crossing = 0
     for env, rows in got.items():
@@ -139,6 +142,28 @@ def test_a_missing_export_cuts_the_series_and_is_said(tmp_path):
         assert whole[:len(complete(before))] == truth[1:1 + len(complete(before))]
         tail = complete([r for r in rows if r["episode_id"] > after[0]["episode_id"]])
         assert tail and tail == truth[len(truth) - len(tail):]
+
+
+def test_without_next_states_a_gap_after_an_end_shows_with_next_step(tmp_path):
+    # skrl's PPO stores no next observations: a missing export shows where an env's episode ended
+    # with the export before it (next-step autoreset: the next must begin with the reset row)
+    for seed in range(50):
+        played = play(exports=5, seed=seed)
+        before, after = played.exports[1], played.exports[3]
+        ended = (before["terminated"][-1, :, 0] | before["truncated"][-1, :, 0])
+        reset_row = (after["rewards"][0, :, 0] == 0) & ~after["terminated"][0, :, 0]
+        if (ended & ~reset_row).any():
+            break
+    memories = export(played, tmp_path, drop=("next_observations",), skip=(2,))
+    report = import_memory([memories], tmp_path / "s", episodes=True, progress=False)
+    said = [a for a in report.assumptions if "not consecutive" in a]
+    assert len(said) == 1 and "autoreset row" in said[0], report.assumptions
+    for env, rows in unrolled(tmp_path / "s").items():
+        assert sum(r["meta"].get("partial_start_at") == "gap" for r in rows) == 1
+        whole = complete(rows)
+        truth = played.episodes[env]
+        # every complete episode is one the env played (none glued across the missing rows)
+        assert all(any(truth[i:i + 1] == [w] for i in range(len(truth))) for w in whole), env
 
 
 def test_a_memory_without_truncated_is_said_and_cut_at_the_time_limit(tmp_path):

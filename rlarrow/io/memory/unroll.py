@@ -44,7 +44,8 @@ the snapshot (:func:`detect_autoreset`), for all envs together:
    same-step, a different one none (exact, skrl stores the same tensor twice); without
    ``next_states`` the two give the same rows and same-step is used;
 2. if all of them are possible autoreset transitions, the mode is next-step, read from the
-   data when no other transition of the snapshot has reward 0; when some do, zeros after
+   data when no other transition of the snapshot has reward 0 (its first excepted: what
+   precedes it is unknown); when some do, zeros after
    the ends do not tell next-step from an env whose first reward is 0: next-step is assumed;
 3. if no end is followed by a transition in the snapshot, the mode cannot be read:
    next-step (gymnasium 1.x's default) is assumed.
@@ -313,6 +314,7 @@ def _detect(envs: Sequence[_EnvRows], cuts: Sequence[np.ndarray] | None = None) 
         after = ends + 1
         other = np.ones(len(rows), bool)
         other[after] = False
+        other[0] = False  # what came before the first row is unknown: it may follow an end too
         n_zero_elsewhere += int(np.count_nonzero(rows.rewards[other] == 0))
         has_next = rows.next_states is not None
         if not len(ends):
@@ -456,15 +458,25 @@ def _new_rows(prev: MemorySnapshot, snap: MemorySnapshot, orders: list[np.ndarra
     return [np.arange(min(wp + 1 if e < ep else wp, snap.memory_size)) for e in range(snap.num_envs)]
 
 
-def _gap(prev: list[_EnvRows], nxt: list[_EnvRows]) -> str | None:
+def _gap(prev: list[_EnvRows], nxt: list[_EnvRows], next_step: bool) -> str | None:
     """Why exports ``prev`` and ``nxt`` (each env's rows) are not consecutive, or None.
 
     With ``next_states``, an env whose last transition of ``prev`` did not end an episode goes on
-    in ``nxt`` from that transition's next state: another first state means rows are missing
-    in between (an export lost). Without ``next_states`` nothing shows: None.
+    in ``nxt`` from that transition's next state (with next-step autoreset, ``next_step``, one
+    that ended too: the autoreset row's state is the final observation). With next-step
+    autoreset, an env whose last transition ended an episode begins ``nxt`` with the autoreset
+    row (reward 0, not done), ``next_states`` or not. Anything else means rows are missing in
+    between (an export lost). Otherwise nothing shows: None.
     """
     for env, (a, b) in enumerate(zip(prev, nxt, strict=True)):
-        if not len(a) or not len(b) or a.next_states is None or a.done()[-1]:
+        if not len(a) or not len(b):
+            continue
+        ended = bool(a.done()[-1])
+        if next_step and ended and not (b.rewards[0] == 0 and not b.done()[0]):
+            return (f"env {env}: its episode ended with the export, but the next export does not begin with "
+                    "next-step's autoreset row (reward 0, not done): rows are missing between them (an "
+                    "export lost?)")
+        if a.next_states is None or (ended and not next_step):
             continue
         if not _same(b.states[:1], a.next_states[-1:])[0]:
             return (f"env {env}: the next state of its last transition is not the first state of the next "
@@ -507,9 +519,13 @@ def _time_limit_cuts(done: np.ndarray, limit: int, skip_reset: bool, start_known
     return cut
 
 
-def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | None]
+def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | None], autoreset: str
                    ) -> tuple[list[list[int]], list[list[np.ndarray]], list[str]]:
-    """A series' segments (positions, split where an export is missing), each snapshot's orders, gaps."""
+    """A series' segments (positions, split where an export is missing), each snapshot's orders, gaps.
+
+    Next-step autoreset (given, or read exactly from the ends inside the exports, so that a gap
+    cannot hide it) lets :func:`_gap` check the exports that begin after an episode's end too.
+    """
     orders: list[list[np.ndarray]] = []
     for k, snap in enumerate(snaps):
         order, known = time_order(snap)
@@ -520,10 +536,17 @@ def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | No
         orders.append(_new_rows(snaps[k - 1], snap, order) if k else order)
     segments: list[list[int]] = [[0]]
     gaps: list[str] = []
+    if len(snaps) == 1:
+        return segments, orders, gaps
+    rows = [[_env_rows([snap], [order], roles, e) for e in range(snap.num_envs)]
+            for snap, order in zip(snaps, orders, strict=True)]
+    if autoreset == "auto":
+        inside = _detect([r for per_env in rows for r in per_env])
+        next_step = inside.mode == "next-step" and inside.exact
+    else:
+        next_step = autoreset == "next-step"
     for k in range(1, len(snaps)):
-        prev = [_env_rows([snaps[k - 1]], [orders[k - 1]], roles, e) for e in range(snaps[k].num_envs)]
-        nxt = [_env_rows([snaps[k]], [orders[k]], roles, e) for e in range(snaps[k].num_envs)]
-        why = _gap(prev, nxt)
+        why = _gap(rows[k - 1], rows[k], next_step)
         if why is None:
             segments[-1].append(k)
         else:
@@ -587,7 +610,7 @@ def unroll_series(
                 first.memory_size, first.num_envs):
             raise InvalidInputError(snap.path or snap.name, "not an export of the memory before it "
                                     f"({first.name}): its tensors or sizes differ; unroll it on its own")
-    segments, orders, gaps = _split_at_gaps(snapshots, roles)
+    segments, orders, gaps = _split_at_gaps(snapshots, roles, autoreset)
     where = first.name or first.path
     for gap in gaps:
         warnings.warn(f"{where}: exports of one memory are not consecutive ({gap}); the episodes around the "
