@@ -8,6 +8,7 @@ episodes=True)`` makes of the exports is compared with the episodes the env play
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,23 @@ def test_a_csv_without_num_envs_is_refused_for_episodes(tmp_path):
     assert result.exit_code != 0 and "--num-envs" in result.output
     ok = import_memory([path], tmp_path / "s", episodes=True, progress=False, num_envs=3)
     assert ok.episodes > 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="writing a .pt export needs torch: pip install 'rlarrow[torch]'")
+def test_exports_of_one_memory_in_two_formats_are_copies_not_one_series(tmp_path):
+    from rlarrow.io.memory.pt import write_pt
+
+    played = play(exports=3)
+    for i, tensors in enumerate(played.exports):  # each fill saved twice, a microsecond apart
+        write_npz(tensors, tmp_path / "memories" / f"{skrl_name(2 * i)}.npz")
+        write_pt(MemorySnapshot(tensors), tmp_path / "memories" / f"{skrl_name(2 * i + 1)}.pt")
+    import_memory([tmp_path / "memories"], tmp_path / "both", episodes=True, progress=False)
+    import_memory(sorted((tmp_path / "memories").glob("*.npz")), tmp_path / "npz", episodes=True,
+                  progress=False)
+    both, npz = unrolled(tmp_path / "both"), unrolled(tmp_path / "npz")
+    for env in npz:  # two series, each the npz one: nothing glued to its own copy
+        assert sorted(complete(both[env])) == sorted(complete(npz[env]) * 2) != []
 
 
 def test_series_are_one_memory_in_time_order():

@@ -437,7 +437,8 @@ def import_memory(
                 warnings.simplefilter("always", AssumptionWarning)
                 report.episodes, report.steps = unroll_store(
                     st, run_id=run_id, snapshot_ids=range(next_snapshot, next_snapshot + len(files)),
-                    names=names, autoreset=autoreset, max_episode_steps=max_episode_steps)
+                    names=names, autoreset=autoreset, max_episode_steps=max_episode_steps,
+                    formats={next_snapshot + i: detect_format(f) for i, f in enumerate(files)})
             _sort_warnings(caught, report, autoreset_assumed)
         if autoreset_assumed:
             first = autoreset_assumed[0]

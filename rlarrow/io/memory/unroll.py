@@ -818,6 +818,7 @@ def unroll_store(
     names: Mapping[str, str] | None = None,
     autoreset: str = "auto",
     max_episode_steps: int | None = None,
+    formats: Mapping[int, str] | None = None,
 ) -> tuple[int, int]:
     """Unroll the store's memory snapshots into its ``episodes`` and ``steps`` tables.
 
@@ -834,6 +835,9 @@ def unroll_store(
         names: role -> tensor name (see :func:`memory_to_episodes`).
         autoreset: the vector env's autoreset mode, or ``"auto"`` (see :func:`memory_to_episodes`).
         max_episode_steps: the env's time limit (see :func:`unroll_series`).
+        formats: each snapshot id's export format, where known: exports of one memory in
+            different formats (a memory saved as pt and as npz at each fill) are copies, not
+            one series.
 
     Returns:
         ``(episodes, steps)`` rows written.
@@ -854,11 +858,13 @@ def unroll_store(
                    filter=where)
     keys = keys.group_by(["run_id", "snapshot_id"], use_threads=False).aggregate(
         [("snapshot_name", "min"), ("memory_size", "max"), ("num_envs", "max")])
-    by_run: dict[str, list[tuple[int, str | None, tuple[int, int]]]] = {}
+    by_run: dict[str, list[tuple[int, str | None, tuple[int, int, str | None]]]] = {}
     for row in sorted(keys.to_pylist(), key=lambda r: (r["run_id"], r["snapshot_id"])):
         if wanted is None or row["snapshot_id"] in wanted:
+            fmt = (formats or {}).get(row["snapshot_id"])
             by_run.setdefault(row["run_id"], []).append(
-                (row["snapshot_id"], row["snapshot_name_min"], (row["memory_size_max"], row["num_envs_max"])))
+                (row["snapshot_id"], row["snapshot_name_min"],
+                 (row["memory_size_max"], row["num_envs_max"], fmt)))
     written = [0, 0]
     for rid, known in by_run.items():
         ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == rid)
