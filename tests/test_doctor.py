@@ -679,6 +679,8 @@ def test_time_limit_finds_episodes_joined_across_it(tmp_path):
     long = found(check_store(joined, max_episode_steps=6), "time_limit")
     assert long and all("more than max_episode_steps=6" in f.message for f in long)
     assert any("--max-episode-steps 6" in f.message for f in long)
+    result = run_check(str(joined), "--only", "time_limit", "--max-episode-steps", "6", "--strict")
+    assert result.exit_code == 1 and "more than max_episode_steps=6" in result.stdout  # warnings, --strict
     cut = memory_store(tmp_path, "cut", files, max_episode_steps=6)
     # the limit recorded by the convert is used; only the first, partial episodes (whose start the
     # data does not show) can still be longer, and say so
