@@ -239,6 +239,11 @@ def test_a_full_disk_during_migration_leaves_the_store_as_it_was_or_migrated(sma
                     failures.append(str(exc))
             leave += PAGE
         assert failures and any(MANIFEST_NAME in f for f in failures)
+        # each says exactly what it committed: nothing, or the files rewritten before it stopped
+        for f in failures:
+            nothing = "Nothing of this operation was committed" in f or "the store is as it was" in f
+            assert nothing != ("stopped part way" in f), f
+        assert any("Committed before it stopped (kept, readable): scalars (" in f for f in failures)
     finally:
         migrations.unregister_migration("scalars", from_major=0)
     with rlarrow.Store.open(path) as store:  # (a Delta commit the full disk stopped is written now)

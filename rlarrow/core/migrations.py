@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import FormatVersionError
+from rlarrow.core.errors import FormatVersionError, StoreError
 from rlarrow.core.progress import iterate as _iterate
 from rlarrow.core.store import Store, encode_schema
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT
@@ -113,29 +113,17 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
                            f"{_schema.format_version(_schema.FORMAT_VERSION)}")
         if dry_run or not actions:
             return actions or ["nothing to do: the store is current"]
-        for name, fns in plans.items():
-            spec = _schema.table(name.partition(".")[0])
-
-            def transform(data: pa.Table, fns: list[Migration] = fns, table: str = spec.name) -> pa.Table:
-                for fn in fns:
-                    data = fn(data)
-                return _schema.conform(table, data)
-
-            version = _schema.format_version(spec.version)
-            entry = manifest["tables"][name]
-            names = [f["name"] for f in entry["files"]]
-            for file_name in _iterate(names, f"migrate {name}", "file", None if progress else False):
-                # A file's own footer says whether an interrupted run already migrated it.
-                info = _schema.read_file_info(store.path / name / file_name)
-                if info.schema_version[0] < spec.version[0]:
-                    m.rewrite(name, [file_name], transform=transform)
-            entry = manifest["tables"][name]
-            entry["schema_version"] = version
-            entry["schema"] = None
-            if entry["files"]:
-                first = _schema.read_file_info(store.path / name / entry["files"][0]["name"])
-                entry["schema"] = encode_schema(first.schema.remove_metadata())
-            m.write()
+        done: list[str] = []  # the tables (files) migrated and committed so far
+        try:
+            _migrate_tables(store, m, plans, progress, done)
+        except (StoreError, OSError) as exc:
+            if not done:
+                raise
+            cause = str(exc).replace(" Nothing of this operation was committed; every earlier commit "
+                                     "is intact", "")
+            raise StoreError(f"{path}: the migration stopped part way ({cause}). Committed before it "
+                             f"stopped (kept, readable): {', '.join(done)}. Run `rlarrow migrate {path}` "
+                             "again once the cause is fixed: it goes on from there") from exc
         for name in _schema.TABLE_NAMES:  # tables added since the store was written
             if name not in manifest["tables"]:
                 (Path(path) / name).mkdir(exist_ok=True)
@@ -146,3 +134,39 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
         manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
         m.write()
     return actions
+
+
+def _migrate_tables(store: Any, m: Any, plans: dict[str, list[Migration]], progress: bool,
+                    done: list[str]) -> None:
+    """Rewrite each planned table's files (one journaled commit each); ``done`` says what was committed."""
+    manifest = m.manifest
+    for name, fns in plans.items():
+        spec = _schema.table(name.partition(".")[0])
+
+        def transform(data: pa.Table, fns: list[Migration] = fns, table: str = spec.name) -> pa.Table:
+            for fn in fns:
+                data = fn(data)
+            return _schema.conform(table, data)
+
+        version = _schema.format_version(spec.version)
+        entry = manifest["tables"][name]
+        names = [f["name"] for f in entry["files"]]
+        rewritten = 0
+        for file_name in _iterate(names, f"migrate {name}", "file", None if progress else False):
+            # A file's own footer says whether an interrupted run already migrated it.
+            info = _schema.read_file_info(store.path / name / file_name)
+            if info.schema_version[0] < spec.version[0]:
+                m.rewrite(name, [file_name], transform=transform)
+                rewritten += 1
+                if rewritten == 1:
+                    done.append(name)
+                done[-1] = f"{name} ({rewritten} of {len(names)} files)"
+        entry = manifest["tables"][name]
+        entry["schema_version"] = version
+        entry["schema"] = None
+        if entry["files"]:
+            first = _schema.read_file_info(store.path / name / entry["files"][0]["name"])
+            entry["schema"] = encode_schema(first.schema.remove_metadata())
+        m.write()
+        if not rewritten:
+            done.append(f"{name} (its files migrated before)")

@@ -130,12 +130,17 @@ class CompactingStore(RepairStore):
     def vacuum(self, *, retain_hours: float = RETAIN_HOURS) -> list[str]:
         """Delete the files compactions and edits replaced more than ``retain_hours`` ago.
 
-        Such files stay on disk so that earlier versions stay readable (``version=``, and
-        Delta Lake engines' time travel) and are deleted ``retain_hours`` after they were
-        replaced (7 days by default, as Delta Lake does). ``retain_hours=0`` deletes all of
-        them now: versions before the last compaction or edit can no longer be read, and
-        a plain glob of a table's ``*.parquet`` reads its current rows exactly again.
-        Manifest segments no manifest names any more (``segments.py``) are deleted too.
+        Such files are kept aside (``STORE/.rlarrow-retired/TABLE/``, out of their table
+        directory, so a glob of the table is exact meanwhile) so that earlier versions stay
+        readable (``version=``), and are deleted ``retain_hours`` after they were replaced
+        (7 days by default, as Delta Lake does). ``retain_hours=0`` deletes all of them now:
+        versions before the last compaction or edit can no longer be read. Manifest
+        segments no manifest names any more (``segments.py``) are deleted too.
+
+        Raises:
+            StoreError: the manifest could not be written after files were deleted (a full
+                disk): the error says how many were deleted; the store reads as before,
+                less the versions that needed them.
 
         Returns:
             The files deleted (``TABLE/NAME``).
@@ -160,7 +165,16 @@ class CompactingStore(RepairStore):
             deleted = self._delete_retired(
                 manifest, older_than_ms=int(time.time() * 1000 - retain_hours * 3_600_000) + 1)
             if manifest.get("retired", []) != before:
-                self._write_manifest(manifest)
+                try:
+                    self._write_manifest(manifest)
+                except StoreError as exc:
+                    cause = str(exc).replace(" Nothing of this operation was committed; every earlier "
+                                             "commit is intact", "")
+                    raise StoreError(
+                        f"{self.path}: vacuum deleted {len(deleted)} replaced files, but recording that in "
+                        f"the manifest failed ({cause}). The tables are whole and read as before; the "
+                        "versions that needed those files can no longer be read, and the next writer "
+                        "forgets them (run `rlarrow vacuum` again once there is space)") from exc
             # Manifest segments no longer listed (a compaction or edit changed a table's list):
             # a reader that read an earlier manifest reads the current one again.
             _segments.delete_segments(self.path, _segments.segment_names(self._manifest_bytes()))
