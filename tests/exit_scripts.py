@@ -133,10 +133,13 @@ def memory(store: str) -> None:
 
     mem = RandomMemory(memory_size=100, num_envs=2, device="cpu", export=True, export_format="parquet",
                        export_directory=store)
-    mem.create_tensor("states", 3)
-    mem.create_tensor("terminated", 1, dtype=torch.bool)
-    for t in range(250):
-        mem.add_samples(states=torch.full((2, 3), float(t)), terminated=torch.zeros(2, 1, dtype=torch.bool))
+    for name, size, dtype in [("states", 3, None), ("actions", 1, None), ("rewards", 1, None),
+                              ("terminated", 1, torch.bool), ("truncated", 1, torch.bool)]:
+        mem.create_tensor(name, size, dtype)
+    for t in range(250):  # episodes of 10 steps, the step number as the state (same-step autoreset)
+        mem.add_samples(states=torch.full((2, 3), float(t)), actions=torch.zeros(2, 1),
+                        rewards=torch.ones(2, 1), terminated=torch.full((2, 1), t % 10 == 9),
+                        truncated=torch.zeros(2, 1, dtype=torch.bool))
     say(made=250)
 
 

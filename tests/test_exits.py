@@ -75,7 +75,7 @@ def test_table_writer_never_closed_commits_at_exit(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAS["torch"], reason="needs torch (pip install rlarrow[torch])")
 def test_replay_memory_exports_its_last_rows_at_exit(tmp_path: Path) -> None:
-    from rlarrow.io.memory.importer import read_memory
+    from rlarrow.io.memory.importer import import_memory, read_memory
 
     run("memory", tmp_path)
     files = sorted((tmp_path / "memories").glob("*.parquet"))
@@ -84,6 +84,17 @@ def test_replay_memory_exports_its_last_rows_at_exit(tmp_path: Path) -> None:
     assert (last.is_full, last.write_pointer) == (True, 50)
     # the rows the pointer says are new are the last 50 steps the script added
     assert last.tensors["states"][:50, :, 0].tolist() == [[float(t)] * 2 for t in range(200, 250)]
+    # one memory's exports are one time series: every step once, 25 whole episodes of 10 per env
+    import_memory([tmp_path / "memories"], tmp_path / "s.rlarrow", episodes=True, autoreset="same-step")
+    with rlarrow.Store.open(tmp_path / "s.rlarrow") as st:
+        eps, steps = st.read("episodes"), st.read("steps", columns=["env_index", "observation", "is_last"])
+    assert eps.num_rows == 50 and not any(eps["partial_end"].to_pylist())
+    # (a full first export could follow a fill nobody exported: each env's first start is unknown)
+    assert sum(eps["partial_start"].to_pylist()) == 2
+    assert eps["num_steps"].to_pylist() == [11] * 50 and eps["return"].to_pylist() == [10.0] * 50
+    for env in (0, 1):
+        rows = steps.filter(pc.and_(pc.equal(steps["env_index"], env), pc.invert(steps["is_last"])))
+        assert [o[0] for o in rows["observation"].to_pylist()] == list(range(250))
 
 
 @pytest.mark.skipif(not (HAS["skrl"] and HAS["torch"] and HAS["gymnasium"]),
