@@ -18,16 +18,16 @@ $(BIN)/python:
 $(STAMP): pyproject.toml constraints.txt Makefile | $(BIN)/python
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -e '.[$(EXTRAS)]'
-	# test-only peer: robomimic's reader, without the packages only its training needs
-	$(PIP_INSTALL) --no-deps robomimic==0.3.0
 	# test-only peers: LeRobot's LeRobotDataset, 0.4.4 (reads v3.0) and 0.3.3 (v2.1, with the
 	# datasets 3.6 it needs, in a directory of its own put on PYTHONPATH by the test). lerobot pins
 	# torch < 2.11, whose PyPI builds are CUDA: both go in --no-deps, with the packages its dataset
 	# code imports and torchvision 0.22.1 (its pyav video backend) without its CUDA dependencies.
 	# (Not draccus, which lerobot's training configs need: its wheel installs a top-level `tests`
-	# package that hides this project's.)
+	# package that hides this project's.) The installs that resolve dependencies come first: one
+	# after a --no-deps install makes pip complain of the dependency conflicts of its peers.
 	$(PIP_INSTALL) 'datasets>=4,<5' 'huggingface-hub<0.36' jsonlines pandas accelerate 'packaging<26'
-	$(PIP_INSTALL) --no-deps lerobot==0.4.4 torchvision==0.22.1
+	# test-only peer: robomimic's reader, without the packages only its training needs
+	$(PIP_INSTALL) --no-deps robomimic==0.3.0 lerobot==0.4.4 torchvision==0.22.1
 	$(PIP_INSTALL) --no-deps --upgrade --target $(VENV)/peers/lerobot-0.3.3 lerobot==0.3.3 datasets==3.6.0
 	@touch $@
 
