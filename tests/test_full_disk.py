@@ -327,7 +327,7 @@ def _cli_store(path: Path) -> dict[str, str]:
         warnings.simplefilter("ignore")
         import_paths([FIXTURES / "minari" / "cartpole" / "hdf5-v0"], path, progress=False, run_id="minari")
         import_paths([FIXTURES / "skrl" / "wrapped" / "memories"], path, progress=False, run_id="skrl",
-                     episodes=True)
+                     episodes=True, num_envs=4)
         import_paths([FIXTURES / "tfevents"], path, progress=False, run_id="events")
     with rlarrow.Store.open(path, auto_compact=None) as store:
         for i in range(4):  # small files for compact to merge
@@ -345,7 +345,7 @@ def _other_store(path: Path) -> None:
 #: are replaced): (id, arguments, what it writes outside the store)
 CLI_OPERATIONS = [
     ("convert", ["convert", os.fspath(FIXTURES / "skrl" / "partial" / "memories"), "-o", "STORE",
-                 "--run-id", "new", "--episodes"], None),
+                 "--run-id", "new", "--episodes", "--num-envs", "4"], None),
     ("convert-new", ["convert", os.fspath(FIXTURES / "skrl" / "partial" / "memories"), "-o", "OUT"], "OUT"),
     ("delete", ["delete", "STORE", "--run", "skrl"], None),
     ("delete-episode", ["delete", "STORE", "--run", "minari", "--episode", "1"], None),

@@ -68,6 +68,10 @@ def _is_store(path: str) -> bool:
 @click.option("--max-episode-steps", type=click.IntRange(min=1), metavar="N",
               help="The env's time limit: report episodes longer (joined across it). Default: the limit a "
                    "convert recorded in the episodes' metadata.")
+@click.option("--layout", type=click.IntRange(min=1), metavar="N",
+              help="Check the observations and actions of steps layout N only (a store of runs whose "
+                   "tensors differ, PPO and DQN, has several: `rlarrow info` lists them). The episode, "
+                   "run and reference checks cover every run.")
 @click.option("--only", "only", multiple=True, metavar="CHECK", callback=_only,
               help=f"Run only this check (repeatable, or comma-separated): {', '.join(CHECK_NAMES)}.")
 @click.option("--max-lines", type=click.IntRange(min=0), default=50, show_default=True,
@@ -79,8 +83,8 @@ def _is_store(path: str) -> bool:
                    "commands for the rest. Nothing is deleted or rewritten. Stores only.")
 @_friendly_errors
 def check(source: str, as_json: bool, output: str | None, min_length: int, frozen_steps: int,
-          spike_sigma: float, max_episode_steps: int | None, only: list[str] | None, max_lines: int,
-          strict: bool, fix: bool) -> None:
+          spike_sigma: float, max_episode_steps: int | None, layout: int | None, only: list[str] | None,
+          max_lines: int, strict: bool, fix: bool) -> None:
     """Check STORE_OR_INPUT for what training would otherwise find.
 
     Bad alignment flags, duplicate or missing rows, gaps, NaN and inf, frozen observations,
@@ -116,7 +120,7 @@ def check(source: str, as_json: bool, output: str | None, min_length: int, froze
 
     options: dict[str, Any] = {"min_length": min_length, "frozen_steps": frozen_steps,
                                "spike_sigma": spike_sigma, "checks": only,
-                               "max_episode_steps": max_episode_steps}
+                               "max_episode_steps": max_episode_steps, "layout": layout}
     converted: list[str] | None = None
     is_store = _is_store(source)
     if fix and not is_store:

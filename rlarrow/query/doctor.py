@@ -325,9 +325,10 @@ class _Context:
     """What a check works with: the store, a DuckDB connection, the parameters, the tally."""
 
     def __init__(self, st: Store, con: Any, *, min_length: int, frozen_steps: int, spike_sigma: float,
-                 tally: _Tally, max_episode_steps: int | None = None) -> None:
+                 tally: _Tally, max_episode_steps: int | None = None, layout: int | None = None) -> None:
         self.st = st
         self.max_episode_steps = max_episode_steps
+        self.layout = layout  # the steps layout whose tensors are checked (None: every one)
         self.con = con
         self.min_length = min_length
         self.frozen_steps = frozen_steps
@@ -401,7 +402,8 @@ class _Context:
         dirs = self.st.layout_dirs(table)
         if len(dirs) <= 1:
             return [(table, layout_number(dirs[0]) if dirs else 1)]
-        return [(f"{table}_{layout_number(d)}", layout_number(d)) for d in dirs]
+        return [(f"{table}_{layout_number(d)}", layout_number(d)) for d in dirs
+                if table != "steps" or self.layout is None or layout_number(d) == self.layout]
 
     def files(self, table: str, layout: int) -> list[Path]:
         """The files of one layout of ``table``, pinned (readable whatever compactions do meanwhile)."""
@@ -1051,6 +1053,7 @@ def check_store(
     max_findings: int = DEFAULT_MAX_FINDINGS,
     memory_limit: str | None = None,
     max_episode_steps: int | None = None,
+    layout: int | None = None,
 ) -> Report:
     """Check ``store`` for the problems :data:`CHECKS` know (module docs: what each finds).
 
@@ -1066,6 +1069,9 @@ def check_store(
             None: DuckDB's default (80% of RAM). The NumPy checks hold a few record batches.
         max_episode_steps: the env's time limit, for ``time_limit`` (default: the one an
             episode's metadata records, where a convert was given it).
+        layout: check the observations and actions of this layout of ``steps`` only
+            (:meth:`rlarrow.Store.layouts`; a store of PPO and DQN runs has two); None: every
+            layout. The checks of episodes, runs and their references cover every run.
 
     Returns:
         The :class:`Report`: ``ok`` when no check found an error.
@@ -1106,9 +1112,14 @@ def check_store(
     from rlarrow.query.connection import connect
 
     st = as_store(store, readonly=True)
+    if layout is not None:
+        have = [info.layout for info in st.layouts("steps")] or [1]
+        if int(layout) not in have:
+            raise ArgumentError(f"{st.path}: steps has no layout {layout}; it has "
+                                f"{', '.join(map(str, have))} (`rlarrow info {st.path}` lists them)")
     parameters = {"min_length": int(min_length), "frozen_steps": int(frozen_steps),
                   "spike_sigma": float(spike_sigma), "checks": names, "max_findings": int(max_findings),
-                  "memory_limit": memory_limit, "max_episode_steps": max_episode_steps}
+                  "memory_limit": memory_limit, "max_episode_steps": max_episode_steps, "layout": layout}
     tally = _Tally(int(max_findings))
     skipped: dict[str, str] = {}
     con = connect(st, warn=False)
@@ -1125,7 +1136,8 @@ def check_store(
         raise ArgumentError(f"memory_limit={memory_limit!r}: {exc} (pass a size such as '2GB')") from exc
     ctx = _Context(st, con, min_length=int(min_length), frozen_steps=int(frozen_steps),
                    spike_sigma=float(spike_sigma), tally=tally,
-                   max_episode_steps=None if max_episode_steps is None else int(max_episode_steps))
+                   max_episode_steps=None if max_episode_steps is None else int(max_episode_steps),
+                   layout=None if layout is None else int(layout))
     try:
         for name in names:
             check = CHECKS[name]
