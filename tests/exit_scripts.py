@@ -76,6 +76,44 @@ def envlogger_forever(store: str) -> None:
         episode += 1
 
 
+def catch_all(store: str) -> None:
+    """Three episodes recorded, then a loop that swallows every exception (as pytest and notebooks do)."""
+    import time
+
+    from rlarrow import EnvLogger
+
+    env = EnvLogger(walk_env(), store, run_id="walk")
+    for _ in range(3):
+        ts = env.reset()
+        while not ts.last():
+            ts = env.step(1)
+    say(ready=True)
+    while True:
+        try:
+            time.sleep(0.01)
+        except BaseException:  # noqa: BLE001, S110 - what a test runner or a REPL does
+            pass
+
+
+def forked(store: str) -> None:
+    """EnvLogger in a multiprocessing child started by fork, never closed (the child ends by os._exit)."""
+    import multiprocessing
+
+    from rlarrow import EnvLogger
+
+    def child() -> None:
+        env = EnvLogger(walk_env(), store, run_id="child")
+        for _ in range(4):
+            ts = env.reset()
+            while not ts.last():
+                ts = env.step(1)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    say(made=process.exitcode)
+
+
 def own_handler(store: str) -> None:
     """A program with its own SIGTERM handler: rlarrow leaves it in place."""
     import signal
@@ -184,6 +222,7 @@ def skrl_writer(store: str) -> None:
 
 
 SCENARIOS = {"envlogger": envlogger, "envlogger-forever": envlogger_forever, "own-handler": own_handler,
+             "catch-all": catch_all, "forked": forked,
              "vector": vector, "table-writer": table_writer, "memory": memory, "skrl-writer": skrl_writer}
 
 if __name__ == "__main__":

@@ -10,10 +10,17 @@ closed, newest first, which commits what it buffered:
   exception, Ctrl-C's ``KeyboardInterrupt``), by an :mod:`atexit` hook;
 - when the process is asked to stop with ``SIGTERM`` (or ``SIGHUP``, a closed terminal):
   where that signal still has its default action (nobody installed a handler) and a
-  recorder is opened in the main thread, rlarrow installs a handler that raises
-  :class:`SystemExit` (status 128 + the signal number, as a shell reports a signal), so
-  ``finally`` blocks and the exit hook run as for Ctrl-C. A handler the program set
-  itself is left alone: its author decides, and can call :func:`close_all`.
+  recorder is opened in the main thread, rlarrow installs a handler. It puts the default
+  action back first (a second signal ends the process at once), then commits what is
+  open and ends the process by the same signal, as the default action would (its exit
+  status says so). Where the signal interrupts rlarrow's own code (a step being
+  recorded, a commit), it raises :class:`SystemExit` (status 128 + the signal number)
+  instead, so that code unwinds as on Ctrl-C before the exit hook commits. A handler
+  the program set itself is left alone: its author decides, and can call
+  :func:`close_all`.
+- when a ``multiprocessing`` child started by fork ends (it leaves by ``os._exit``,
+  skipping :mod:`atexit`): its own recorders are committed by a
+  ``multiprocessing.util.Finalize`` hook.
 
 A ``SIGKILL`` (or a crash of the interpreter) cannot be caught: what was committed by then
 survives (each commit is atomic), and what was buffered since the last flush is lost. The
@@ -21,8 +28,10 @@ flush intervals bound that (``flush_every_steps``/``flush_every_seconds`` of the
 recorders, ``flush_seconds`` of the loggers).
 
 An object stays registered, so alive, until it is closed or the interpreter exits: one
-dropped without ``close()`` is still committed at exit. A forked child (a DataLoader
-worker) starts with an empty registry: the parent's objects are the parent's to commit.
+dropped without ``close()`` is still committed at exit. An object tracked ``weak=True``
+(a replay memory, whose tensors may be large) is not kept alive: dropped, it is gone
+as it would be without rlarrow. A forked child (a DataLoader worker) starts with an
+empty registry: the parent's objects are the parent's to commit.
 
 Example:
     >>> class Buffer:
@@ -47,7 +56,9 @@ import os
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 __all__ = ["STOP_SIGNALS", "close_all", "is_tracked", "track", "untrack"]
@@ -56,34 +67,37 @@ __all__ = ["STOP_SIGNALS", "close_all", "is_tracked", "track", "untrack"]
 STOP_SIGNALS: tuple[str, ...] = ("SIGTERM", "SIGHUP")
 
 _lock = threading.RLock()
-# id(obj) -> (obj, close): insertion ordered, closed newest first. Strong references on
-# purpose: an object dropped without close() must still be committed at exit.
-_open: dict[int, tuple[Any, Callable[[], object]]] = {}
-_hooked = False
+# id(obj) -> (obj or a weak reference to it, close): insertion ordered, closed newest first.
+# Strong references by default: an object dropped without close() must still be committed.
+_open: dict[int, tuple[Any, Any, bool]] = {}
 _pid = os.getpid()
+_stopping = False  # set once the exit commit began: no handler is installed again
 
 
-def track(obj: Any, close: Callable[[], object]) -> None:
+def track(obj: Any, close: Callable[[], object], *, weak: bool = False) -> None:
     """Have ``close()`` called at exit (or on SIGTERM) unless :func:`untrack` comes first.
 
     ``close`` must commit what ``obj`` buffered and be harmless when called twice. Objects
     are closed newest first, so an owner registered after what it owns is closed before it.
+    ``weak``: do not keep ``obj`` alive (``close`` must then be one of its methods).
     """
-    global _hooked
     with _lock:
-        _open[id(obj)] = (obj, close)
-        if not _hooked:
-            _hooked = True
-            atexit.register(_at_exit)
-            os.register_at_fork(after_in_child=_forget)
+        if weak:
+            _open[id(obj)] = (weakref.ref(obj), weakref.WeakMethod(close), True)
+        else:
+            _open[id(obj)] = (obj, close, False)
     _install_signal_handlers()
+
+
+def _target(entry: tuple[Any, Any, bool]) -> Any:
+    return entry[0]() if entry[2] else entry[0]
 
 
 def untrack(obj: Any) -> None:
     """Forget ``obj`` (it was closed); unknown objects are ignored."""
     with _lock:
         entry = _open.get(id(obj))
-        if entry is not None and entry[0] is obj:
+        if entry is not None and _target(entry) is obj:
             del _open[id(obj)]
 
 
@@ -91,7 +105,7 @@ def is_tracked(obj: Any) -> bool:
     """Whether ``obj`` is open and will be closed at exit."""
     with _lock:
         entry = _open.get(id(obj))
-        return entry is not None and entry[0] is obj
+        return entry is not None and _target(entry) is obj
 
 
 def close_all() -> list[tuple[Any, BaseException]]:
@@ -105,7 +119,11 @@ def close_all() -> list[tuple[Any, BaseException]]:
             if not _open:
                 return failed
             key = next(reversed(_open))
-            obj, close = _open.pop(key)
+            entry = _open.pop(key)
+        obj = _target(entry)
+        close = entry[1]() if entry[2] else entry[1]
+        if obj is None or close is None:
+            continue  # (tracked weakly, and gone)
         try:
             close()
         except Exception as exc:  # noqa: BLE001 - close the others, then report
@@ -113,27 +131,66 @@ def close_all() -> list[tuple[Any, BaseException]]:
 
 
 def _at_exit() -> None:
+    global _stopping
     if os.getpid() != _pid:
         return
+    _stopping = True
     for obj, exc in close_all():
         # the interpreter is going away: stderr is all there is to tell the user with
         print(f"rlarrow: at exit, committing what {obj!r} buffered failed: {exc}", file=sys.stderr)
 
 
 def _forget() -> None:
-    global _pid
-    _pid = os.getpid()
-    with _lock:
-        _open.clear()
+    """In a forked child: an empty registry of its own."""
+    global _pid, _lock, _stopping
+    _pid, _stopping = os.getpid(), False
+    _lock = threading.RLock()  # (the parent's may have been held by another thread at the fork)
+    _open.clear()
 
 
-def _stop(signum: int, frame: object) -> None:
-    """A stop signal: exit as Ctrl-C would, so that ``finally`` blocks and :func:`_at_exit` run."""
-    sys.exit(128 + signum)
+class _Hook:
+    """What multiprocessing calls in a child it forked (after clearing its finalizers)."""
+
+    @staticmethod
+    def in_child(hook: _Hook) -> None:
+        import multiprocessing.util
+
+        # a forked multiprocessing child ends by os._exit: atexit does not run, its finalizers do
+        multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
+
+
+def _hook_multiprocessing() -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.register_after_fork(_HOOK, _Hook.in_child)
+
+
+_HOOK = _Hook()
+atexit.register(_at_exit)
+os.register_at_fork(after_in_child=_forget)
+_hook_multiprocessing()
+
+
+def _inside_rlarrow(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs rlarrow's code (a step being recorded, a commit)."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("rlarrow."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """A stop signal: commit what is open, then end as the signal's default action would."""
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    if _inside_rlarrow(frame):
+        sys.exit(128 + signum)  # unwind the step or commit first, as on Ctrl-C; the exit hook commits
+    _at_exit()
+    os.kill(os.getpid(), signum)
 
 
 def _install_signal_handlers() -> None:
-    if threading.current_thread() is not threading.main_thread():
+    if _stopping or threading.current_thread() is not threading.main_thread():
         return  # signal.signal works only there; a recorder opened in a thread still commits at exit
     for name in STOP_SIGNALS:
         signum = getattr(signal, name, None)

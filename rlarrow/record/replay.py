@@ -39,7 +39,7 @@ import numpy as np
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, AssumptionWarning
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, AssumptionWarning, RLArrowWarning
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 __all__ = ["EXPORT_FORMATS", "Memory", "RandomMemory"]
@@ -227,10 +227,7 @@ class Memory:
             raise ArgumentError(f"none of {sorted(tensors)} is a tensor of this memory; create them first "
                                 f"(it has {self.get_tensor_names()})")
         name0, first = items[0]
-        if not self._unexported:
-            self._unexported = True
-            if self.export and self.export_format == "parquet":
-                exits.track(self, self.close)  # exported at exit unless an export comes first
+        self._added()
         sample_dims = self.tensors[name0].ndim - 2
         if first.ndim == sample_dims:  # one sample, for the next env
             for name, t in items:
@@ -276,13 +273,31 @@ class Memory:
             for name, t in items:
                 self.tensors[name][:rows - head].copy_(t[head:].unsqueeze(1))
             self.memory_index = rows - head
+            self._added()
+
+    def _added(self) -> None:
+        """Rows were added: with parquet exports, they are exported at exit unless an export comes first."""
+        if not self._unexported:
             self._unexported = True
+            if self.export and self.export_format == "parquet":
+                # weakly: a memory dropped before the exit (a main() that returned, an agent per trial
+                # of a sweep) is freed, exporting its last rows as it goes (__del__)
+                exits.track(self, self.close, weak=True)
+
+    def __del__(self) -> None:
+        if getattr(self, "_unexported", False) and self.export and self.export_format == "parquet":
+            try:
+                self.close()
+            except Exception as exc:  # noqa: BLE001 - a finalizer cannot raise: say what was lost
+                warnings.warn(f"{type(self).__name__} dropped: exporting its last rows to "
+                              f"{self.export_directory} failed ({exc})", RLArrowWarning, stacklevel=1)
 
     def _on_fill(self) -> None:
         self.filled = True
         if self.export:
             self.save(self.export_directory, self.export_format)
             self._unexported = False
+            exits.untrack(self)  # (tracked again by the next rows added)
 
     def close(self) -> None:
         """Export the rows added since the last export (``export_format="parquet"`` only).
@@ -293,7 +308,8 @@ class Memory:
         writes one for them. It runs by itself when the interpreter exits or the process
         is stopped with SIGTERM (:mod:`rlarrow.core.exits`); calling it again is harmless.
         The legacy formats are left as skrl leaves them: their files cannot say which rows
-        are new.
+        are new. A memory dropped before the exit (a ``main()`` that returned) exports them
+        as it is freed.
 
         Returns:
             None.
