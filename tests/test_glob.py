@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import polars as pl
+import pytest
 from click.testing import CliRunner
 
 import rlarrow
@@ -116,3 +117,30 @@ rlarrow.Store.open(sys.argv[1]).compact("scalars")
     assert glob_counts(store.path, "scalars")[0] == 8  # the window the docs name: until the next writer
     rlarrow.Store.open(store.path)  # a writer's recovery moves them out
     assert glob_counts(store.path, "scalars") == (4, 4)
+
+
+def test_a_linked_retired_directory_is_never_written_read_or_deleted_through(tmp_path: Path) -> None:
+    """A received store whose `.rlarrow-retired` links elsewhere: nothing outside is touched."""
+    outside = tmp_path / "outside"
+    (outside / "scalars").mkdir(parents=True)
+    victim = outside / "scalars" / "keep.txt"
+    victim.write_text("not the store's")
+    store = rlarrow.Store.create(tmp_path / "s", auto_compact=None)
+    for i in range(3):
+        store.append("scalars", {"run_id": "r", "scope": "train", "tag": "t", "step": [i], "value": [1.0]})
+    before = store.version
+    store.compact("scalars")
+    replaced = store.manifest()["retired"]
+    aside = tmp_path / "s" / ".rlarrow-retired"
+    for rel in replaced:  # the kept files go elsewhere, and the directory becomes a link there
+        os.replace(aside / rel, outside / rel)
+    (aside / "scalars").rmdir()
+    aside.rmdir()
+    aside.symlink_to(outside)
+    with pytest.raises(rlarrow.CorruptFileError, match="symbolic link"):
+        rlarrow.Store.open(store.path, version=before).read("scalars")
+    assert rlarrow.Store.open(store.path).vacuum(retain_hours=0) == []  # nothing deleted through it
+    assert victim.read_text() == "not the store's"
+    assert all((outside / rel).exists() for rel in replaced)
+    assert rlarrow.Store.open(store.path).manifest()["retired"] == []  # (the entries are gone all the same)
+    assert rlarrow.Store.open(store.path).read("scalars").num_rows == 3

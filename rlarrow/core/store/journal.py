@@ -380,7 +380,11 @@ class JournalStore(StoreBase):
                 keep.append(rel)  # an earlier version may read it (time travel)
                 continue
             gone = False
-            for path in (retired_location(self.path, rel), self.path / rel):  # moved out, or not yet
+            try:
+                aside = [retired_location(self.path, rel)]
+            except CorruptFileError:  # (a link: never deleted through; the entry goes all the same)
+                aside = []
+            for path in (*aside, self.path / rel):  # moved out, or not yet
                 try:
                     path.unlink()
                     gone = True

@@ -281,11 +281,22 @@ RETIRED_DIR = ".rlarrow-retired"
 def retired_location(root: Path, rel: str) -> Path:
     """Where the retired file ``rel`` (``TABLE/NAME``) of the store at ``root`` is kept.
 
+    Raises:
+        CorruptFileError: ``.rlarrow-retired`` or its table directory is a symbolic link
+            (it could lead outside the store: rlarrow never reads, moves or deletes through one).
+
     Example:
         >>> retired_location(Path("runs.rlarrow"), "steps/a.parquet").as_posix()
         'runs.rlarrow/.rlarrow-retired/steps/a.parquet'
     """
-    return root / RETIRED_DIR / rel
+    path = root / RETIRED_DIR / rel
+    for directory in (root / RETIRED_DIR, path.parent):
+        if directory.is_symlink():
+            raise CorruptFileError(directory, "is a symbolic link; the replaced files a store keeps aside "
+                                   "must be inside it (rlarrow never follows a link out of a store): "
+                                   "remove the link (versions before the last compaction then cannot "
+                                   "be read) or replace it with the directory itself")
+    return path
 
 
 def check_inside(table_dir: Path, name: str) -> Path:

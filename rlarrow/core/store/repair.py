@@ -392,7 +392,10 @@ class RepairStore(TableStore):
                     size += os.stat(os.path.join(root, f)).st_size
         retired_bytes = 0
         for rel in m.get("retired", []):
-            for path in (retired_location(self.path, rel), self.path / rel):  # (moved out, or not yet)
+            sizes: list[Path] = []
+            with contextlib.suppress(CorruptFileError):  # (kept aside through a link: not counted)
+                sizes.append(retired_location(self.path, rel))
+            for path in (*sizes, self.path / rel):  # (moved out, or not yet)
                 with contextlib.suppress(OSError):
                     retired_bytes += path.stat().st_size
                     break

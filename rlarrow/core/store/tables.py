@@ -397,9 +397,8 @@ class TableStore(JournalStore):
         uncommitted = [f.tmp for f in self._tx.files if f.table == table] if self._tx else []
         listed = self._manifest["tables"][table]["files"]
         # (an earlier version, opened with version=, lists files replaced since: kept aside)
-        aside = retired_location(self.path, table)
-        return [check_inside(aside if f.get("retired") else directory, f["name"])
-                for f in listed] + uncommitted
+        return [check_inside(retired_location(self.path, f"{table}/{f['name']}").parent if f.get("retired")
+                             else directory, f["name"]) for f in listed] + uncommitted
 
     def row_count(self, table: str, *, layout: int | None = None) -> int:
         """Committed rows of ``table`` (of one of its layouts with ``layout``)."""
