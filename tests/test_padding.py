@@ -4,8 +4,10 @@ An episode's last row has a null action, reward and discount (RLDS alignment). R
 windows or ``delta_steps`` samples, a null int or bool action must come with
 ``action_is_pad`` and hold the fill (0 / False), never a valid action; ``normalize=`` must
 leave padded positions at 0. Transitions streamed from a PPO memory that skrl saved (no
-``next_states``: each episode's final observation is null once unrolled) must leave those
-rows out, as the SQL view does, instead of handing NaN next observations to training.
+``next_states``: each episode's final observation is null once unrolled) must keep the
+transitions that end an episode, with their reward and ``done``, and their next observation
+masked (``next_observation_is_pad``, the fill 0), as the SQL view keeps them with a null
+``next_observation``: never NaN, never dropped.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def test_normalised_padding_stays_the_fill(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("skrl") is None,
                     reason="skrl writes the memory: pip install skrl")
-def test_ppo_memory_transitions_leave_out_rows_without_a_next_observation(tmp_path):
+def test_ppo_memory_terminal_transitions_are_kept_with_a_masked_next_observation(tmp_path):
     from skrl.memories.torch import RandomMemory
 
     from rlarrow.io.memory.importer import import_memory
@@ -91,14 +93,44 @@ def test_ppo_memory_transitions_leave_out_rows_without_a_next_observation(tmp_pa
                            terminated=torch.rand(2, 1, generator=g) < 0.1,
                            truncated=torch.zeros(2, 1, dtype=torch.bool),
                            log_prob=torch.randn(2, 1, generator=g))
+    terminated = int(memory.get_tensor_by_name("terminated").sum())
+    rewards = memory.get_tensor_by_name("rewards").reshape(-1).numpy()
     memory.save(str(tmp_path), format="npz")
     import_memory([tmp_path / "memories"], tmp_path / "s", episodes=True, progress=False)
     null = rlarrow.sql(tmp_path / "s", "select count(*) as n from steps where observation is null")["n"]
-    null = null[0].as_py()
-    assert null > 0  # (each episode's final observation was never stored)
-    sql = rlarrow.sql(tmp_path / "s", "select count(*) as n from transitions")["n"][0].as_py()
-    got = 0
-    for b in StreamingDataset(tmp_path / "s", "transitions", batch_size=16):
+    assert null[0].as_py() > 0  # (each episode's final observation was never stored: same-step autoreset)
+    sql = rlarrow.sql(tmp_path / "s", "select episode_id, step, reward, next_observation, done, truncated "
+                                      "from transitions order by episode_id, step")
+    # every stored row is a transition: those that end an episode too (they were left out before,
+    # so `terminated` never reached a Q-learning target); their next observation is null in SQL
+    assert sql.num_rows == 64
+    done = np.asarray(sql["done"].to_pylist())
+    no_next = np.asarray(sql["next_observation"].is_null().to_pylist())
+    assert done.sum() == terminated > 0 and no_next[done].all()
+    assert sorted(sql["reward"].to_pylist()) == sorted(rewards.astype(np.float64).tolist())  # each once
+    got: dict[str, list] = {}
+    for b in StreamingDataset(tmp_path / "s", "transitions", batch_size=16, seed=1,
+                              columns=["episode_id", "step", "observation", "action", "reward"]):
+        assert set(b) >= {"next_observation", "next_observation_is_pad"}
         assert not b["next_observation"].isnan().any() and not b["observation"].isnan().any()
-        got += len(b["done"])
-    assert got == sql == 64 - null  # every stored transition but those without a next observation
+        for k, v in b.items():
+            got.setdefault(k, []).append(v.numpy())
+    rows = {k: np.concatenate(v) for k, v in got.items()}
+    order = np.lexsort((rows["step"], rows["episode_id"]))
+    rows = {k: v[order] for k, v in rows.items()}
+    # torch and SQL agree row for row: the null next observations are the masked ones, at the fill
+    assert rows["episode_id"].tolist() == sql["episode_id"].to_pylist()
+    assert rows["step"].tolist() == sql["step"].to_pylist()
+    assert rows["done"].tolist() == done.tolist()
+    assert rows["truncated"].tolist() == sql["truncated"].to_pylist()
+    assert rows["next_observation_is_pad"].tolist() == no_next.tolist()
+    assert (rows["next_observation"][no_next] == 0).all()
+    want = np.array([v for v in sql["next_observation"].to_pylist() if v is not None], np.float32)
+    np.testing.assert_array_equal(rows["next_observation"][~no_next], want)
+    np.testing.assert_array_equal(rows["reward"], np.asarray(sql["reward"].to_pylist(), np.float32))
+    # normalize= leaves the padded next observations at the fill, never a normalised number
+    normed = list(StreamingDataset(tmp_path / "s", "transitions", batch_size=64, shuffle=False,
+                                   normalize="mean_std"))[0]
+    pad = normed["next_observation_is_pad"]
+    assert pad.sum() == no_next.sum() and (normed["next_observation"][pad] == 0).all()
+    assert (normed["next_observation"][~pad] != 0).all()

@@ -157,9 +157,11 @@ def test_transitions_pair_observations_with_the_next(store):
         by_key[pos[i].tobytes()] = (e, s)
     total = 0
     for b in ds:
-        assert set(b) == {"observation", "next_observation", "action", "reward", "reward_is_pad", "done",
-                          "truncated"}
+        # (next_observation_is_pad: a null next observation is kept, masked, not left out)
+        assert set(b) == {"observation", "next_observation", "next_observation_is_pad", "action", "reward",
+                          "reward_is_pad", "done", "truncated"}
         assert not b["reward_is_pad"].any()  # every transition has its reward
+        assert not b["next_observation_is_pad"].any()  # and its next observation
         obs, nxt_obs = b["observation"]["position"].numpy(), b["next_observation"]["position"].numpy()
         for o, nxt, done in zip(obs, nxt_obs, b["done"].tolist(), strict=True):
             e, s = by_key[o.tobytes()]

@@ -143,9 +143,12 @@ def _want(run: str) -> dict:
 
 
 def _unmasked(got: dict) -> dict:
-    """The samples without their masks, checked: every transition here has its reward and discount."""
+    """The samples without their masks, checked: every transition here has its reward, discount
+    and next observation (each episode keeps its final one)."""
     masks = {k for k in got if k.endswith("_is_pad")}
-    assert masks == {"reward_is_pad", "discount_is_pad"}
+    # (the next observation is masked, not required: a terminal transition without its final
+    # observation is kept; the observation, required on the step row, has no mask of its own)
+    assert masks == {"reward_is_pad", "discount_is_pad", "next_observation_is_pad"}
     assert not any(np.asarray(got[k]).any() for k in masks)
     return {k: v for k, v in got.items() if k not in masks}
 

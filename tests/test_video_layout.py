@@ -167,16 +167,20 @@ def test_streaming_decodes_shuffled_windows_and_transitions(stores, workers):
                 out[batch["observation"]["state"][i].numpy().tobytes()] = (
                     batch["observation"]["images"]["top"][i].numpy(),
                     batch["next_observation"]["images"]["top"][i].numpy(),
+                    bool(batch["next_observation_is_pad"][i]),
                 )
         return out
 
     a, b = transitions(kept, workers), transitions(decoded, 0)
-    # each episode's last action has no next observation (LeRobot keeps none): no transition,
-    # never one with a black next frame
-    assert a.keys() == b.keys() and len(a) == sum(LENGTHS) - len(LENGTHS)
-    for key, (obs, nxt) in b.items():
+    # every frame is a transition: each episode's last action too (it carries the final reward
+    # and done), whose next observation LeRobot does not keep: masked, its frame the fill (black)
+    # in both layouts, never a frame passed off as data (this was sum(LENGTHS) - 3, left out)
+    assert a.keys() == b.keys() and len(a) == sum(LENGTHS)
+    assert sum(pad for _, _, pad in a.values()) == sum(pad for _, _, pad in b.values()) == len(LENGTHS)
+    for key, (obs, nxt, pad) in b.items():
         np.testing.assert_array_equal(a[key][0], obs)
         np.testing.assert_array_equal(a[key][1], nxt)
+        assert a[key][2] == pad and (not pad or not nxt.any())
     windows = [
         w["observation"]["images"]["top"]
         for w in StreamingDataset(kept, "steps", columns=["observation"], sequence_length=3, batch_size=64)

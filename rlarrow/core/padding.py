@@ -23,9 +23,12 @@ training loop as a valid value:
   value, as ``LeRobotDataset`` gives it, or :data:`FILL` where even that row is null.
 * **Normalisation** (:func:`fill`): ``normalize=`` puts :data:`FILL` back at every padded
   position after normalising, so a pad never becomes a plausible number.
-* **Transitions** (``rlarrow.core.transitions.REQUIRED``): a step row whose observation or
-  action is null, or whose next row's observation is null, is no transition and is left out
-  (SQL view and NumPy alike); ``reward`` and ``discount`` keep masks.
+* **Transitions** (``rlarrow.core.transitions.REQUIRED``, ``NEXT_MASKED``): a step row whose
+  observation or action is null is no transition and is left out (SQL view and NumPy alike),
+  so those two come without a mask of the step row; a next row whose observation is null (an
+  episode's last transition in a LeRobot import or a same-step-autoreset memory) is kept, its
+  ``next_observation`` at :data:`FILL` with ``next_observation_is_pad`` true (SQL: null);
+  ``reward`` and ``discount`` keep masks.
 
 Example:
     >>> import numpy as np

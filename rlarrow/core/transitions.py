@@ -24,14 +24,18 @@ column                 row           value
 
 A flag is false where its expression is null (``coalesce(..., false)`` in SQL).
 
-Which rows become transitions (:data:`NEXT_ROW`, :data:`REQUIRED`, :data:`NEXT_REQUIRED`): a
-step row whose episode (same ``run_id`` and ``episode_id``) has a next row, whose
-``observation`` and ``action`` are not null, and whose next row's ``observation`` is not null.
-An episode's last row (null action) makes none, so an episode of N actions gives N
-transitions; a row that is not a transition (a LeRobot import's last action, whose next row
-has no observation; a memory's row whose next observation was never stored) is left out, never
-handed over as NaN or 0 (``rlarrow.core.padding``). A null ``reward`` or ``discount`` is kept,
-with a mask (``reward_is_pad``) in the NumPy samples.
+Which rows become transitions (:data:`NEXT_ROW`, :data:`REQUIRED`): a step row whose episode
+(same ``run_id`` and ``episode_id``) has a next row and whose ``observation`` and ``action``
+are not null. An episode's last row (null action) makes none, so an episode of N actions gives
+N transitions; a row whose own observation or action is null is left out. The next row's
+observation may be null (:data:`NEXT_MASKED`): a LeRobot import's last action (LeRobot keeps no
+observation after it), a memory's transition that ends an episode with same-step autoreset
+(the final observation was never stored). Such a transition is kept, with its reward and its
+``done`` / ``truncated``, since RL needs it (a terminal transition's target does not bootstrap
+from the next observation): ``next_observation`` is null in SQL, and in the NumPy samples it
+holds the fill with ``next_observation_is_pad`` true (``rlarrow.core.padding``: a null is
+never handed over without a mask that says so). A null ``reward`` or ``discount`` is kept too,
+with its mask (``reward_is_pad``) in the NumPy samples.
 
 Two constructions derive from this definition:
 
@@ -78,6 +82,7 @@ __all__ = [
     "EPISODE",
     "FLAG_ONLY",
     "NAMES",
+    "NEXT_MASKED",
     "NEXT_REQUIRED",
     "NEXT_ROW",
     "NEXT_SOURCES",
@@ -85,6 +90,7 @@ __all__ = [
     "STEP_COLUMNS",
     "TransitionColumn",
     "flags",
+    "from_step_row",
     "from_steps",
     "from_windows",
     "next_names",
@@ -150,10 +156,16 @@ EPISODE: tuple[str, ...] = ("run_id", "episode_id")
 #: ... and the next ``step`` (SQL: the next higher one; NumPy windows: ``step + 1``).
 NEXT_ROW = "step"
 
-#: A step row where one of these ``steps`` columns is null makes no transition ...
+#: A step row where one of these ``steps`` columns is null makes no transition (in the NumPy
+#: samples they so come without a mask of their step row: it would never be true).
 REQUIRED: tuple[str, ...] = ("observation", "action")
-#: ... nor one whose next row is null in one of these.
-NEXT_REQUIRED: tuple[str, ...] = ("observation",)
+#: A next row may be null in any column: none is required of it (kept for older callers:
+#: empty since a terminal transition without its final observation is kept, masked).
+NEXT_REQUIRED: tuple[str, ...] = ()
+#: The ``steps`` columns read from the next row that may be null there: the transition's copy
+#: (``next_observation``) is null in SQL, and in the NumPy samples the fill with a mask
+#: ``next_observation_is_pad`` (``rlarrow.core.padding``; per dict leaf where the step's masks are).
+NEXT_MASKED: tuple[str, ...] = ("observation",)
 
 #: The ``steps`` columns read from the next row, each once, in order.
 NEXT_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s for c in COLUMNS if c.row == "next" for s in c.sources))
@@ -287,11 +299,13 @@ def from_steps(step: Mapping[str, Any], next_step: Mapping[str, Any]) -> dict[st
     """Transitions from step rows and their next rows, as NumPy columns.
 
     ``step`` and ``next_step`` hold the same ``steps`` columns (flat names: ``observation.x``
-    for a struct field), row *i* of ``next_step`` the next row of row *i*'s episode. Every
-    column of ``step`` comes through under its name, but ``is_terminal`` and ``is_last``,
-    which only make flags; a column read from the next row comes right after its source
-    (``next_observation.x`` after ``observation.x``); ``done`` and ``truncated`` come last,
-    when ``next_step`` holds the columns they are made of.
+    for a struct field; masks ``observation_is_pad``), row *i* of ``next_step`` the next row
+    of row *i*'s episode. Every column of ``step`` comes through under its name
+    (:func:`from_step_row`), but ``is_terminal`` and ``is_last``, which only make flags, and the
+    masks of :data:`REQUIRED` columns; a column read from the next row comes right after its
+    source (``next_observation.x`` after ``observation.x``, ``next_observation_is_pad`` for
+    ``observation_is_pad``); ``done`` and ``truncated`` come last, when ``next_step`` holds
+    the columns they are made of.
 
     Example:
         >>> import numpy as np
@@ -300,35 +314,62 @@ def from_steps(step: Mapping[str, Any], next_step: Mapping[str, Any]) -> dict[st
         >>> {k: v.tolist() for k, v in out.items()}
         {'reward': [1.0], 'done': [False], 'truncated': [True]}
     """
-    nexts = [c for c in COLUMNS if c.row == "next" and c.value is not None]
     out: dict[str, Any] = {}
     for key, value in step.items():
-        head, rest = _split(key)
-        if head in FLAG_ONLY:
-            continue
-        out[key] = value
-        for c in nexts:
-            if c.value == head and key in next_step:
-                out[c.name + rest] = next_step[key]
+        if from_step_row(key):
+            out[key] = value
+        if key in next_step:
+            for name in next_names(key):
+                out[name] = next_step[key]
     out.update(flags(next_step))
     return out
 
 
 def next_names(key: str) -> list[str]:
-    """The transition columns a flat ``steps`` column also gives from the next row.
+    """The transition columns a flat ``steps`` column (or its mask) also gives from the next row.
 
     Example:
         >>> next_names("observation.position"), next_names("reward")
         (['next_observation.position'], [])
+        >>> next_names("observation_is_pad")  # (the mask of the next row's observation)
+        ['next_observation_is_pad']
     """
     return list(_next_names(key))
+
+
+def from_step_row(key: str) -> bool:
+    """Whether a flat ``steps`` column (or mask) comes through from the step row as it is.
+
+    All do but the flags' sources (``is_terminal``, ``is_last``) and the masks of
+    :data:`REQUIRED` columns (never true on a transition's step row: it is left out there).
+
+    Example:
+        >>> [from_step_row(k) for k in ("observation.position", "observation_is_pad", "is_last")]
+        [True, False, False]
+    """
+    return _from_step_row(key)
+
+
+def _unmasked(key: str) -> tuple[str, str]:
+    """A flat key as the column it is or masks, and the mask suffix (``""`` for a column)."""
+    from rlarrow.core.padding import SUFFIX
+
+    return (key[: -len(SUFFIX)], SUFFIX) if key.endswith(SUFFIX) else (key, "")
 
 
 @lru_cache(maxsize=1024)
 def _next_names(key: str) -> tuple[str, ...]:
     # (a loader asks for each column of each batch: 3 us a column in Python)
-    head, rest = _split(key)
-    return tuple(c.name + rest for c in COLUMNS if c.row == "next" and c.value == head)
+    column, mask = _unmasked(key)
+    head, rest = _split(column)
+    return tuple(c.name + rest + mask for c in COLUMNS if c.row == "next" and c.value == head)
+
+
+@lru_cache(maxsize=1024)
+def _from_step_row(key: str) -> bool:
+    column, mask = _unmasked(key)
+    head = _split(column)[0]
+    return head not in FLAG_ONLY and not (mask and head in REQUIRED)
 
 
 def flags(next_step: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -377,7 +377,8 @@ class Windows:
             got = {}
             after = s + 1
             for k, v in self.base.items():
-                got[k] = take(v, s)
+                if _transitions.from_step_row(k):
+                    got[k] = take(v, s)
                 for name in _transitions.next_names(k):
                     got[name] = take(v, after)
             for k, v in self.flags.items():
@@ -553,8 +554,11 @@ class SampleSource:
                                      and not any(_under(d, c) or _under(c, d) for d in deltas))]
                 needs = [c for c in [_padding.FRAME_COLUMN] if c in names]
             else:
+                # (transitions: a REQUIRED column is never null on a step row, but may be on the
+                # next row: its mask is read for the next row's copy, next_observation_is_pad)
                 required = _transitions.REQUIRED if transitions else ()
-                masked = [c for c in chosen if c in _padding.NULLABLE and c not in required]
+                nexts = _transitions.NEXT_MASKED if transitions else ()
+                masked = [c for c in chosen if c in _padding.NULLABLE and (c not in required or c in nexts)]
                 needs = [c for c in required if c in names]
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
                    transitions=transitions, filesystem=fs, deltas=deltas, videos=videos,
@@ -686,9 +690,8 @@ class SampleSource:
             whole_at = np.zeros(size, dtype=bool)
             if size >= L:
                 whole_at[: size - L + 1] = chain[L - 1:] == chain[: size - L + 1]
-            if self.transitions:  # a step row with an observation and an action, and a next observation
+            if self.transitions:  # a step row with an observation and an action (the next one: masked)
                 whole_at[: size - 1] &= _laid_out(_transitions.valid_rows(table), order)[:-1]
-                whole_at[: size - 1] &= _laid_out(_transitions.valid_next_rows(table), order)[1:]
             keep &= whole_at[position]
             if not keep.any():
                 return None

@@ -134,7 +134,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             "Training samples"): on ``steps``, every nullable column read (``observation``,
             ``action``, ``reward``, ``discount``) comes with ``<column>_is_pad`` in rows and
             windows too, a null position holds 0, and ``transitions`` leave out the rows
-            that are none (null observation, action or next observation).
+            that are none (null observation or action) and keep a transition whose next
+            observation is null (an episode's last in a LeRobot import or a same-step
+            autoreset memory) with ``next_observation_is_pad`` true.
         delta_timestamps, fps: the same in seconds, at ``fps`` steps per second (each time a
             whole number of steps, within 1e-4 s).
         stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
