@@ -391,7 +391,7 @@ def test_max_findings_keeps_the_first_and_counts_all(clean):
     assert data["errors"] == LENGTH - 1 and len(data["findings"]) == 5 and data["ok"] is False
     assert data["parameters"] == {"min_length": 2, "frozen_steps": 50, "spike_sigma": 10.0,
                                   "checks": ["nonfinite"], "max_findings": 5, "memory_limit": None,
-                                  "max_episode_steps": None}
+                                  "max_episode_steps": None, "layout": None}
 
 
 # ------------------------------------------------------------------ rlarrow check
@@ -738,3 +738,26 @@ def test_interleaved_envs_of_a_csv_read_as_one_env(tmp_path, next_states):
     if next_states:  # `rlarrow check` of the csv itself: its memory is checked, no episodes guessed
         result = run_check(str(path), "--only", "interleaved")
         assert result.exit_code == 1 and "--num-envs 3" in result.stdout, result.output
+
+
+def test_layout_narrows_the_tensor_checks_to_one_steps_layout(tmp_path):
+    """A store of PPO-like (float) and DQN-like (int) episodes: --layout N checks one layout's tensors."""
+    st = rlarrow.Store.create(tmp_path / "s")
+    nan_obs = np.zeros((4, 2), np.float32)
+    nan_obs[1, 0] = np.nan  # a NaN in the float run's observations
+    for run, action, obs in (("ppo", [0.5, -0.5, 0.25, None], nan_obs),
+                             ("dqn", [1, 0, 1, None], np.zeros((4, 2), np.float32))):
+        st.append("steps", {"run_id": run, "episode_id": 0, "step": np.arange(4), "env_index": 0,
+                            "observation": obs, "action": action, "reward": [1.0, 1.0, 1.0, None],
+                            "is_first": [True, False, False, False], "is_last": [False, False, False, True],
+                            "is_terminal": [False, False, False, True]})
+    assert [list(info.run_ids) for info in st.layouts("steps")] == [["ppo"], ["dqn"]]
+    every = check_store(st)
+    assert any(f.run_id == "ppo" and f.check == "nonfinite" for f in every.findings)
+    only_dqn = check_store(st, layout=2)
+    assert not any(f.check == "nonfinite" for f in only_dqn.findings)  # the float layout was not read
+    assert only_dqn.parameters["layout"] == 2
+    with pytest.raises(ArgumentError, match="no layout 3; it has 1, 2"):
+        check_store(st, layout=3)
+    out = CliRunner().invoke(check, [str(tmp_path / "s"), "--layout", "1", "--json"])
+    assert "nonfinite" in out.output
