@@ -134,3 +134,22 @@ def test_ppo_memory_terminal_transitions_are_kept_with_a_masked_next_observation
     pad = normed["next_observation_is_pad"]
     assert pad.sum() == no_next.sum() and (normed["next_observation"][pad] == 0).all()
     assert (normed["next_observation"][~pad] != 0).all()
+
+
+def test_table_dataset_masks_null_rows_of_every_dtype(tmp_path: Path) -> None:
+    """Map-style access too: a null int action or float reward is 0 with a mask, never a valid-looking value."""
+    from rlarrow.train.torch import TableDataset
+
+    st = rlarrow.Store.create(tmp_path / "s")
+    st.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(3), "env_index": 0,
+                        "observation": np.ones((3, 2), np.float32), "action": [3, 1, None],
+                        "reward": [1.0, 2.0, None], "discount": [1.0, 1.0, None],
+                        "is_first": [True, False, False], "is_last": [False, False, True],
+                        "is_terminal": [False, False, True]})
+    ds = TableDataset(st, columns=["step", "action", "reward", "observation"])
+    rows = ds[[0, 1, 2]]
+    assert rows["action"].tolist() == [3, 1, 0] and rows["action_is_pad"].tolist() == [False, False, True]
+    assert rows["reward"].tolist() == [1.0, 2.0, 0.0] and rows["reward_is_pad"].tolist() == [False, False, True]
+    assert rows["observation_is_pad"].tolist() == [False, False, False]
+    assert "step_is_pad" not in rows  # (a column that is never null has no mask)
+    assert bool(ds[2]["action_is_pad"]) and int(ds[2]["action"]) == 0

@@ -51,9 +51,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
-from rlarrow.core.padding import fill
+from rlarrow.core.padding import columns as padding_columns
+from rlarrow.core.padding import fill, mask_name
+from rlarrow.core.store import table_of
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
@@ -65,7 +68,6 @@ from rlarrow.train.samples import (  # noqa: E402
     delta_steps_of,
     flat,
     nest,
-    to_numpy,
     units,
 )
 
@@ -762,6 +764,10 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
     batch at once and hands the rows to the default collate. ``layout``: one layout of the
     table (:meth:`rlarrow.Store.layouts`); None: all of them, with the columns every layout
     has with the same type. ``version``: the store as it was at that version.
+
+    Padding is never data (:mod:`rlarrow.core.padding`): every column the table's schema lets
+    be null comes with ``<column>_is_pad``, true on its null rows, which hold 0 (``False``),
+    never NaN or a value that looks valid.
     """
 
     def __init__(self, store: StoreLike, table: str = "steps", *, columns: Sequence[str] | None = None,
@@ -775,6 +781,10 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         names = schema.names if schema is not None else []
         self.columns = list(columns) if columns is not None else names
         self.offsets = np.concatenate([[0], np.cumsum([u.rows for u in self.units])]).astype(np.int64)
+        # the columns the table's schema lets be null (a memory's named tensors are never null:
+        # layouts read together keep only the tensors every one has)
+        nullable = {c.name for c in _schema.table(table_of(table)).columns if c.nullable and not c.is_json}
+        self._masked = [c for c in self.columns if c in nullable]
         self.cache_groups = cache_groups
         self._cache: dict[int, dict[str, np.ndarray]] = {}
 
@@ -786,9 +796,9 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         if got is None:
             unit = self.units[k]
             table = pq.ParquetFile(unit.file).read_row_group(unit.group, columns=self.columns)
-            got = {}
-            for name in self.columns:
-                flat(name, to_numpy(table.column(name)), got)
+            got, masks = padding_columns(table, self.columns, self._masked)
+            for name in self._masked:  # (a row group with no nulls in a column: a mask all false)
+                got[mask_name(name)] = masks.get(mask_name(name), np.zeros(table.num_rows, bool))
             if len(self._cache) >= self.cache_groups:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[k] = got
