@@ -576,3 +576,30 @@ def test_image_channel_stats_are_lerobots_shape_with_exact_merged_quantiles():
     for key, q in {"q01": 0.01, "q10": 0.1, "q50": 0.5, "q90": 0.9, "q99": 0.99}.items():
         want = np.quantile(seen, q, axis=0, method="inverted_cdf")
         np.testing.assert_array_equal(entry[key].reshape(-1), want)
+
+
+def test_stats_of_a_store_of_several_algorithms_and_scalar_runs(tmp_path):
+    """`rlarrow stats` over PPO-like and DQN-like runs (two steps layouts) and a run of scalars alone."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    import rlarrow
+    from rlarrow.cli.commands import cli
+    from rlarrow.core.errors import RLArrowWarning
+
+    st = rlarrow.Store.create(tmp_path / "s")
+    for run, action in (("ppo", np.array([[0.5, 1.0], [0.25, 0.0], [0.0, 0.0]], np.float32)),
+                        ("dqn", [1, 0, None])):
+        st.append("steps", {"run_id": run, "episode_id": 0, "step": np.arange(3), "env_index": 0,
+                            "observation": np.full((3, 2), 2.0, np.float32), "action": action,
+                            "reward": [1.0, 3.0, None], "is_first": [True, False, False],
+                            "is_last": [False, False, True], "is_terminal": [False, False, True]})
+    st.append("scalars", {"run_id": "logs", "scope": "train", "tag": "loss", "step": [0], "value": [1.0]})
+    with pytest.warns(RLArrowWarning, match=r"leave out action \(\(2,\) in steps; \(\) in steps.2\)"):
+        out = CliRunner().invoke(cli, ["stats", str(tmp_path / "s")])
+    assert out.exit_code == 0, out.output
+    shown = _json.loads(out.output[out.output.index("{"):])
+    assert "action" not in shown and shown["reward"]["mean"] == [2.0]  # every run's rewards, no action
+    one = CliRunner().invoke(cli, ["stats", str(tmp_path / "s"), "--layout", "2"])
+    assert one.exit_code == 0 and "action" in _json.loads(one.output[one.output.index("{"):])

@@ -570,6 +570,21 @@ def _blocks_for_quantiles(sentinel: pa.Table,
     return full, read
 
 
+def _clashing(segments: pa.Table) -> dict[str, str]:
+    """The columns whose shape differs between steps layouts, each with what it is in each."""
+    try:
+        _check_shapes(segments)
+        return {}
+    except ArgumentError:
+        pass
+    seen: dict[str, dict[tuple[int, ...], str]] = {}
+    for column, layout, shape in zip(*(segments.column(n).to_pylist() for n in ("column", "layout", "shape")),
+                                     strict=True):
+        seen.setdefault(column, {}).setdefault(tuple(shape), layout)
+    return {column: "; ".join(f"{shape} in {layout}" for shape, layout in shapes.items())
+            for column, shapes in seen.items() if len(shapes) > 1}
+
+
 def _check_shapes(segments: pa.Table) -> None:
     """One shape per column, or an error saying how to choose a layout."""
     keys = pc.binary_join_element_wise(segments.column("column"), segments.column("layout"), "\0")
@@ -639,6 +654,21 @@ def combine_stored(store: _Store, *, runs: Iterable[str] | None = None,
     uncovered = _uncovered_runs(store, sentinel)
     if flt is not None:
         sentinel = sentinel.filter(flt)
+    if wanted is None and layout is None:
+        # runs whose tensors differ (a PPO and a DQN run): every column but the clashing ones,
+        # as the combined SQL views do; naming one (columns=) or a layout reads it
+        clash = _clashing(everything.filter(everything.column("episode_id").is_valid()))
+        if clash:
+            import warnings
+
+            from rlarrow.core.errors import RLArrowWarning
+
+            warnings.warn(f"{store.path}: the statistics of all runs leave out "
+                          + ", ".join(f"{c} ({what})" for c, what in sorted(clash.items()))
+                          + ", whose shape differs between steps layouts; pick one with layout=N "
+                          "(`--layout N` on the command line; Store.layouts('steps') lists them)",
+                          RLArrowWarning, stacklevel=3)
+            wanted = set(everything.column("column").to_pylist()) - set(clash)
     columns_flt = None if wanted is None else pc.field("column").isin(sorted(wanted))
     both = _and(flt, columns_flt)
     stored = everything if both is None else everything.filter(both)

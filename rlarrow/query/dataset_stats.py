@@ -261,7 +261,10 @@ def _image_stats(st: Any, runs: list[str], chosen: set[tuple[str, int]] | None,
     from rlarrow.core.tensors import to_numpy
 
     per_run: dict[str, dict[str, ImageStats]] = {}
+    with_steps = {run for info in st.layouts("steps") for run in info.run_ids}
     for run in runs:
+        if run not in with_steps:
+            continue  # (a run of scalars alone, or of memory snapshots: no frames)
         with DmEnvRows(st, run_id=run) as reader:
             leaves: list[tuple[str, tuple[str, ...]]] | None = None
             for k in range(reader.num_episodes):
