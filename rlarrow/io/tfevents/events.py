@@ -299,7 +299,13 @@ class EventFileWriter:
                                                    file_version="brain.Event:2")]
         self._tags: dict[str, bytes] = {}
         self.flush_every = flush_every
-        self.flush()
+        try:
+            self.flush()
+        except BaseException:  # (a full disk): the file is not left open
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError):
+                fh.close()
+            raise
         exits.track(self, self.close)  # written out at exit (or on SIGTERM) when never closed
 
     def add_scalar(self, tag: str, value: float | int, step: int = 0, wall_time: float | None = None, *,
