@@ -137,7 +137,7 @@ def test_ppo_memory_terminal_transitions_are_kept_with_a_masked_next_observation
 
 
 def test_table_dataset_masks_null_rows_of_every_dtype(tmp_path: Path) -> None:
-    """Map-style access too: a null int action or float reward is 0 with a mask, never a valid-looking value."""
+    """Map-style access too: a null int action or float reward is 0 with a mask, never a valid value."""
     from rlarrow.train.torch import TableDataset
 
     st = rlarrow.Store.create(tmp_path / "s")
@@ -149,7 +149,8 @@ def test_table_dataset_masks_null_rows_of_every_dtype(tmp_path: Path) -> None:
     ds = TableDataset(st, columns=["step", "action", "reward", "observation"])
     rows = ds[[0, 1, 2]]
     assert rows["action"].tolist() == [3, 1, 0] and rows["action_is_pad"].tolist() == [False, False, True]
-    assert rows["reward"].tolist() == [1.0, 2.0, 0.0] and rows["reward_is_pad"].tolist() == [False, False, True]
+    assert rows["reward"].tolist() == [1.0, 2.0, 0.0]
+    assert rows["reward_is_pad"].tolist() == [False, False, True]
     assert rows["observation_is_pad"].tolist() == [False, False, False]
     assert "step_is_pad" not in rows  # (a column that is never null has no mask)
     assert bool(ds[2]["action_is_pad"]) and int(ds[2]["action"]) == 0
