@@ -50,15 +50,19 @@ def walk_env(length: int = 7) -> Any:
     return Walk()
 
 
+def play(env: Any, episodes: int = 1) -> None:
+    """Run ``episodes`` whole episodes of a dm_env environment (an EnvLogger), action 1 each step."""
+    for _ in range(episodes):
+        ts = env.reset()
+        while not ts.last():
+            ts = env.step(1)
+
+
 def envlogger(store: str) -> None:
     """EnvLogger, ten episodes, never closed (envlogger's own keeps all ten)."""
     from rlarrow import EnvLogger
 
-    env = EnvLogger(walk_env(), store, run_id="walk")
-    for _ in range(10):
-        ts = env.reset()
-        while not ts.last():
-            ts = env.step(1)
+    play(EnvLogger(walk_env(), store, run_id="walk"), 10)
     say(made={"episodes": 10, "steps": 10 * 8})
 
 
@@ -69,9 +73,7 @@ def envlogger_forever(store: str) -> None:
     env = EnvLogger(walk_env(), store, run_id="walk", flush_every_steps=None, flush_every_seconds=None)
     episode = 0
     while True:
-        ts = env.reset()
-        while not ts.last():
-            ts = env.step(1)
+        play(env)
         say(finished=episode)
         episode += 1
 
@@ -82,11 +84,7 @@ def catch_all(store: str) -> None:
 
     from rlarrow import EnvLogger
 
-    env = EnvLogger(walk_env(), store, run_id="walk")
-    for _ in range(3):
-        ts = env.reset()
-        while not ts.last():
-            ts = env.step(1)
+    play(EnvLogger(walk_env(), store, run_id="walk"), 3)
     say(ready=True)
     while True:
         try:
@@ -102,11 +100,7 @@ def forked(store: str) -> None:
     from rlarrow import EnvLogger
 
     def child() -> None:
-        env = EnvLogger(walk_env(), store, run_id="child")
-        for _ in range(4):
-            ts = env.reset()
-            while not ts.last():
-                ts = env.step(1)
+        play(EnvLogger(walk_env(), store, run_id="child"), 4)
 
     process = multiprocessing.get_context("fork").Process(target=child)
     process.start()
@@ -127,9 +121,7 @@ def own_handler(store: str) -> None:
     signal.signal(signal.SIGTERM, handler)
     env = EnvLogger(walk_env(), store, run_id="walk")
     say(kept=signal.getsignal(signal.SIGTERM) is handler)
-    ts = env.reset()
-    while not ts.last():
-        ts = env.step(1)
+    play(env)
 
 
 def vector(store: str) -> None:
