@@ -35,7 +35,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import FormatVersionError, StoreError
 from rlarrow.core.progress import iterate as _iterate
 from rlarrow.core.store import Store, encode_schema
-from rlarrow.core.store.manifest import SEGMENTED_FORMAT
+from rlarrow.core.store.manifest import SEGMENTED_FORMAT, failure_cause
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
@@ -119,8 +119,7 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
         except (StoreError, OSError) as exc:
             if not done:
                 raise
-            cause = str(exc).replace(" Nothing of this operation was committed; every earlier commit "
-                                     "is intact", "")
+            cause = failure_cause(exc)
             raise StoreError(f"{path}: the migration stopped part way ({cause}). Committed before it "
                              f"stopped (kept, readable): {', '.join(done)}. Run `rlarrow migrate {path}` "
                              "again once the cause is fixed: it goes on from there") from exc

@@ -38,7 +38,7 @@ from rlarrow.core.store.files import (
 )
 from rlarrow.core.store.journal import RETAIN_HOURS, apply_pending
 from rlarrow.core.store.layouts import table_of
-from rlarrow.core.store.manifest import check_inside, fsync_dir, write_error
+from rlarrow.core.store.manifest import check_inside, failure_cause, fsync_dir, write_error
 from rlarrow.core.store.repair import RepairStore
 
 __all__ = ["CompactingStore", "Maintenance"]
@@ -168,8 +168,7 @@ class CompactingStore(RepairStore):
                 try:
                     self._write_manifest(manifest)
                 except StoreError as exc:
-                    cause = str(exc).replace(" Nothing of this operation was committed; every earlier "
-                                             "commit is intact", "")
+                    cause = failure_cause(exc)
                     raise StoreError(
                         f"{self.path}: vacuum deleted {len(deleted)} replaced files, but recording that in "
                         f"the manifest failed ({cause}). The tables are whole and read as before; the "

@@ -35,9 +35,9 @@ from rlarrow._version import __version__
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 
-__all__ = ["MANIFEST_NAME", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands", "check_inside",
+__all__ = ["MANIFEST_NAME", "NOTHING_COMMITTED", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands", "check_inside",
            "check_manifest_versions", "copy_tree", "decode_schema", "empty_manifest", "encode_schema",
-           "forget", "fsync_dir",
+           "failure_cause", "forget", "fsync_dir",
            "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "retired_location",
            "validate", "write_error", "write_file", "written"]
 
@@ -371,7 +371,22 @@ def write_error(path: Path, exc: OSError) -> StoreError:
                      "access",
     }.get(exc.errno or 0, "")
     return StoreError(f"{path}: could not write ({exc.strerror or exc}){'; ' + reason if reason else ''}. "
-                      "Nothing of this operation was committed; every earlier commit is intact")
+                      f"{NOTHING_COMMITTED}")
+
+
+#: What :func:`write_error` says of the operation; one that committed part of its work first
+#: says what it did instead (:func:`failure_cause`).
+NOTHING_COMMITTED = "Nothing of this operation was committed; every earlier commit is intact"
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a step failed, without :data:`NOTHING_COMMITTED`: for an operation that committed earlier steps.
+
+    Example:
+        >>> failure_cause(StoreError(f"s/m: could not write (disk full). {NOTHING_COMMITTED}"))
+        's/m: could not write (disk full).'
+    """
+    return str(exc).replace(f" {NOTHING_COMMITTED}", "").replace(NOTHING_COMMITTED, "").rstrip()
 
 
 def fsync_dir(path: Path) -> None:
