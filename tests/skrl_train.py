@@ -21,6 +21,7 @@ from skrl.agents.torch.ppo import PPO, PPO_CFG
 from skrl.envs.wrappers.torch import wrap_env
 from skrl.memories.torch import RandomMemory
 from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model
+from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 
@@ -90,21 +91,23 @@ class Run:
 
 
 def train(algo: str, mode: str, out: Path, *, timesteps: int = 1000, seed: int = 0,
-          max_episode_steps: int | None = None) -> Run:
+          max_episode_steps: int | None = None, value_scaler: bool = False) -> Run:
     """Train skrl's ``algo`` ("ppo", "dqn") with gymnasium autoreset ``mode`` ("next-step", "same-step").
 
-    ``max_episode_steps``: the env's time limit (gymnasium's ``TimeLimit``; CartPole's own is 500).
+    ``max_episode_steps``: the env's time limit (gymnasium's ``TimeLimit``; CartPole's own is 500);
+    ``value_scaler``: PPO scales its values with skrl's ``RunningStandardScaler`` (its examples do).
     """
     set_seed(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small MLPs: threads cost more than they give
     try:
-        return _train(algo, mode, out, timesteps, max_episode_steps)
+        return _train(algo, mode, out, timesteps, max_episode_steps, value_scaler)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(algo: str, mode: str, out: Path, timesteps: int, max_episode_steps: int | None) -> Run:
+def _train(algo: str, mode: str, out: Path, timesteps: int, max_episode_steps: int | None,
+           value_scaler: bool = False) -> Run:
     modes = gym.vector.AutoresetMode
     autoreset = {"next-step": modes.NEXT_STEP, "same-step": modes.SAME_STEP}
     limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
@@ -115,6 +118,8 @@ def _train(algo: str, mode: str, out: Path, timesteps: int, max_episode_steps: i
     env = wrap_env(recorded, wrapper="gymnasium")
     experiment = {"directory": str(out / "runs"), "write_interval": 0, "checkpoint_interval": 0}
     agent: Any
+    scaler = {"value_preprocessor": RunningStandardScaler,
+              "value_preprocessor_kwargs": {"size": 1, "device": "cpu"}} if value_scaler else {}
     if algo == "ppo":  # PPO's memory is its rollout buffer: it fills (and exports) every `rollouts` steps
         memory_size = 128
         memory = ExportAll(memory_size=memory_size, num_envs=NUM_ENVS, device="cpu", export=True,
@@ -123,7 +128,7 @@ def _train(algo: str, mode: str, out: Path, timesteps: int, max_episode_steps: i
                             "value": Critic(env.observation_space, env.action_space)},
                     memory=memory, observation_space=env.observation_space, action_space=env.action_space,
                     device="cpu", cfg=PPO_CFG(rollouts=memory_size, learning_epochs=2, mini_batches=2,
-                                              experiment=experiment))
+                                              experiment=experiment, **scaler))
     else:
         memory_size = 250
         memory = ExportAll(memory_size=memory_size, num_envs=NUM_ENVS, device="cpu", export=True,

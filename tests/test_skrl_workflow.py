@@ -191,3 +191,34 @@ def test_skrl1_names_and_a_names_mapping_unroll_alike(runs, tmp_path):
     for other in ("s1", "s2"):
         got = content(tmp_path / other)
         assert got[0].equals(want[0]) and got[1].equals(want[1]), other
+
+
+@pytest.mark.parametrize("mode", ["next-step", "same-step", "same-step, scaled values"])
+def test_a_missing_ppo_export_is_found_by_its_advantages(runs, tmp_path, mode):
+    # skrl's PPO stores no next observations; its exports chain by the returns and advantages the
+    # update wrote after each export (tested from the next export): a lost file cuts the series.
+    # With skrl's RunningStandardScaler the returns are stored scaled (an affine link)
+    if mode.endswith("scaled values"):
+        from skrl_train import train
+
+        run = train("ppo", "same-step", tmp_path / "run", max_episode_steps=LIMITS["ppo"], value_scaler=True)
+    else:
+        run = runs["ppo", mode]
+    files = sorted(run.exports["npz"].glob("*.npz"))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for i, path in enumerate(files):
+        if i != 3:
+            (kept / path.name).write_bytes(path.read_bytes())
+    report = import_memory([kept], tmp_path / "s", episodes=True, progress=False)
+    said = [a for a in report.assumptions if "not consecutive" in a]
+    assert len(said) == 1 and files[2].stem in said[0] and files[4].stem in said[0], report.assumptions
+    assert "returns and advantages" in said[0] or "autoreset row" in said[0]
+    recorded = episodes_by_env(run.recorder)
+    memory = episodes_by_env(tmp_path / "s")
+    for env in range(4):
+        played = [(r["num_steps"], r["return"]) for r in recorded[env] if not r["partial_end"]]
+        whole = [(r["num_steps"], r["return"]) for r in memory[env]
+                 if not r["partial_start"] and not r["partial_end"]]
+        assert whole and all(w in played for w in whole), env  # none glued across the lost rows
+        assert sum(r["meta"].get("partial_start_at") == "gap" for r in memory[env]) == 1

@@ -257,3 +257,51 @@ def test_two_exports_unroll_as_the_one_buffer_they_split():
     cols = [c for c in episodes.column_names if c not in ("metadata", "metadata_types")]
     assert episodes.select(cols).equals(want_eps.select(cols))
     assert episodes.num_rows > 10
+
+
+def ppo_exports(played: Played, *, gamma: float = 0.99, lam: float = 0.95) -> list[dict[str, np.ndarray]]:
+    """``played``'s exports as skrl's PPO writes them: no next observations; ``values`` of the rollout,
+    ``returns`` and ``advantages`` of the rollout before it (its update runs after the export)."""
+    out = []
+    computed = None
+    for tensors in played.exports:
+        values = tensors["observations"].sum(axis=2, keepdims=True).astype(np.float32)
+        last = tensors["next_observations"][-1].sum(axis=1, keepdims=True)
+        rewards, ended = tensors["rewards"], tensors["terminated"]
+        adv, running = np.zeros_like(values), np.zeros_like(last)
+        for i in reversed(range(len(values))):
+            following = values[i + 1] if i < len(values) - 1 else last
+            running = rewards[i] - values[i] + gamma * ~ended[i] * (following + lam * running)
+            adv[i] = running
+        row = {k: v for k, v in tensors.items() if k != "next_observations"} | {"values": values}
+        nan = np.full_like(values, np.nan)
+        row |= {"returns": nan, "advantages": nan} if computed is None else computed
+        out.append(row)
+        computed = {"returns": adv + values,
+                    "advantages": ((adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)).astype(np.float32)}
+    return out
+
+
+def test_without_next_states_ppo_advantages_show_a_missing_export(tmp_path):
+    played = play(exports=6, mode="same-step")
+    played.exports = ppo_exports(played)
+    report = import_memory([export(played, tmp_path / "all")], tmp_path / "whole", episodes=True,
+                           progress=False)
+    assert not any("consecutive" in a or "cannot be seen" in a for a in report.assumptions)
+    report = import_memory([export(played, tmp_path / "lost", skip=(3,))], tmp_path / "s", episodes=True,
+                           progress=False)
+    said = [a for a in report.assumptions if "not consecutive" in a]
+    assert len(said) == 1 and skrl_name(2) in said[0] and skrl_name(4) in said[0], report.assumptions
+    assert "returns and advantages" in said[0]
+    for env, rows in unrolled(tmp_path / "s").items():
+        assert sum(r["meta"].get("partial_start_at") == "gap" for r in rows) == 1
+        truth = played.episodes[env]
+        assert all(w in truth for w in complete(rows)), env  # none glued across the missing rows
+
+
+def test_a_memory_whose_gaps_cannot_be_seen_says_so(tmp_path):
+    played = play(exports=4, mode="same-step")
+    report = import_memory([export(played, tmp_path, drop=("next_observations",))], tmp_path / "s",
+                           episodes=True, progress=False)
+    said = [a for a in report.assumptions if "cannot be seen" in a]
+    assert len(said) == 1 and "4 exports" in said[0] and "no next_states" in said[0], report.assumptions

@@ -108,6 +108,7 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
+from rlarrow.io.memory.continuity import gae_links
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 if TYPE_CHECKING:
@@ -545,8 +546,18 @@ def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | No
         next_step = inside.mode == "next-step" and inside.exact
     else:
         next_step = autoreset == "next-step"
+    links = gae_links(snaps) if roles.get("next_states") is None else None
+    if links is None and roles.get("next_states") is None:
+        warnings.warn(f"{snaps[0].name or snaps[0].path}: a missing export between the {len(snaps)} exports "
+                      "of this memory cannot be seen (it stores no next_states, and no returns and "
+                      "advantages that chain its exports): episodes are joined across them as if none were "
+                      "missing",
+                      AssumptionWarning, stacklevel=4)
     for k in range(1, len(snaps)):
         why = _gap(rows[k - 1], rows[k], next_step)
+        if why is None and links is not None and links[k - 1] is False:
+            why = ("its returns and advantages (computed by PPO from the rollout before it) do not match "
+                   "the values of the export before it: rows are missing between them (an export lost?)")
         if why is None:
             segments[-1].append(k)
         else:
