@@ -54,7 +54,8 @@ def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
               help="A mixture: each run's statistics weighted as if sampled with probability W "
                    "(repeatable; weights are normalised).")
 @click.option("--column", "columns", multiple=True, metavar="NAME",
-              help="Only this column (observation, action, reward, discount, observation.KEY; repeatable).")
+              help="Only this column (observation, action, reward, discount, observation.KEY; LeRobot's "
+                   "timestamp, frame_index, episode_index, index, task_index; repeatable).")
 @click.option("--no-quantiles", is_flag=True, help="Moments, min and max only (no q01..q99): faster.")
 @click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
               help="The store as it was at version N (`rlarrow history STORE`).")
@@ -73,22 +74,26 @@ def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights:
     commit, for the episodes selected; steps written without them (older stores, Ray-staged
     files) are read once from the data. Camera frames (uint8 H x W x C observations) per
     channel in [0, 1], shape (C, 1, 1), from the frames LeRobot samples of each episode;
-    a LeRobot import's columns under LeRobot's feature names.
+    a LeRobot import's columns under LeRobot's feature names. With them, for every run,
+    LeRobot's timestamp, frame_index, episode_index, index and task_index of the frames
+    `rlarrow export --format lerobot` would write of the selection: the stats.json it writes.
     """
+    from rlarrow.io.lerobot import FRAME_KEYS
     from rlarrow.query.dataset_stats import lerobot_stats_json, stats, write_stats_json
 
     start = time.perf_counter()
     selection: dict[str, Any] = dict(where=where, runs=list(runs) or None, weights=weights,
                                      columns=list(columns) or None, quantiles=not no_quantiles,
                                      version=version, layout=layout)
-    result = stats(store, **selection)
-    if not result:
+    data = [c for c in columns if c not in FRAME_KEYS]
+    result = stats(store, **{**selection, "columns": data or None}) if data or not columns else {}
+    if not result and (data or not columns):
         raise click.ClickException("no steps in the selection: nothing to compute statistics of")
     shown = lerobot_stats_json(store, **selection)
     took = time.perf_counter() - start
     if not shown:
-        raise click.ClickException(f"the selected steps hold no values of {sorted(result)} (all null): "
-                                   "nothing to write")
+        raise click.ClickException(f"the selected steps hold no values of {sorted(result) or list(columns)} "
+                                   "(all null, or no step with an action): nothing to write")
     if not no_quantiles:
         without = sorted(name for name in result if result[name].count and not result[name].has_quantiles
                          and name in shown)

@@ -322,11 +322,16 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
     """
     from rlarrow.core import metadata as _metadata
     from rlarrow.core.store import opened
+    from rlarrow.io.lerobot import FRAME_KEYS
+    from rlarrow.io.lerobot.writing import frame_key_stats
 
     if episodes is not None and not isinstance(episodes, pa.Table):
         episodes = list(episodes)  # (read twice)
-    result = stats(store, where=where, runs=runs, episodes=episodes, weights=weights, columns=columns,
-                   quantiles=quantiles, version=version, layout=layout)
+    wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+    data = None if wanted is None else [c for c in wanted if c not in FRAME_KEYS]
+    keys = FRAME_KEYS if wanted is None else tuple(k for k in FRAME_KEYS if k in wanted)
+    result = stats(store, where=where, runs=runs, episodes=episodes, weights=weights, columns=data,
+                   quantiles=quantiles, version=version, layout=layout) if data is None or data else {}
     with opened(store, readonly=True, version=version) as st:
         chosen: set[tuple[str, int]] | None = None
         if episodes is not None or where is not None:
@@ -343,8 +348,14 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
         all_runs = st.read("runs", columns=["run_id", "source", "metadata", "metadata_types"]).to_pylist()
         selected = [r for r in all_runs if (runs is None or r["run_id"] in set(runs))
                     and (weights is None or float(weights.get(r["run_id"], 0.0)) > 0)]
-        wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
-        images = _image_stats(st, [r["run_id"] for r in selected], chosen, weights, quantiles, wanted)
+        images = _image_stats(st, [r["run_id"] for r in selected], chosen, weights, quantiles, data)
+        # the runs with steps, in the runs table's order (then any without a runs row)
+        framed = sorted({run for info in st.layouts("steps") if layout is None or info.layout == layout
+                         for run in info.run_ids if runs is None or run in set(runs)})
+        known = [r["run_id"] for r in all_runs]
+        framed.sort(key=lambda run: known.index(run) if run in known else len(known))
+        bookkeeping = frame_key_stats(st, framed, episodes=chosen, weights=weights,
+                                      quantiles=quantiles) if keys else {}
     out: dict[str, dict[str, list[Any]]] = {}
     for name, value in result.items():
         if value.count and name not in images and not any(name.startswith(i + ".") for i in images):
@@ -361,4 +372,6 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
                 features |= set(info["features"])
         if "reward" in out and "next.reward" in features:
             out["next.reward"] = out.pop("reward")
+    out.update({name: {k: v.tolist() for k, v in bookkeeping[name].items()} for name in keys
+                if name in bookkeeping})
     return out

@@ -2,7 +2,8 @@
 
 The LeRobot fixture is imported; ``rlarrow stats STORE -o stats.json`` and the export's
 ``meta/stats.json`` are compared with lerobot 0.4.4's own ``compute_episode_stats`` and
-``aggregate_stats`` (``lerobot_stats_peer.py``, in a subprocess) on the same frames.
+``aggregate_stats`` (``lerobot_stats_peer.py``, in a subprocess) on the same frames, LeRobot's
+bookkeeping features (timestamp, frame_index, episode_index, index, task_index) included.
 
 Quantile definitions. rlarrow's ``qNN`` is the quantile of every value of the selection
 merged, by ``numpy``'s ``inverted_cdf`` definition (the smallest value whose share of values
@@ -50,7 +51,9 @@ needs_lerobot = pytest.mark.skipif(
 
 SRC = FIXTURES / "lerobot" / "pusht_v30"
 FEATURES = ("observation.state", "action", "observation.image", "observation.images.top")
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")  # LeRobot's own
 IMAGES = ("observation.image", "observation.images.top")
+LEROBOT_STATS = json.loads((SRC / "meta" / "stats.json").read_text())
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 
 
@@ -68,7 +71,12 @@ def lerobots_stats(frames: dict[int, dict[str, np.ndarray]], tmp_path: Path) -> 
 
 
 def stored_frames(store: rlarrow.Store) -> dict[int, dict[str, np.ndarray]]:
-    """Each episode's frames as the store holds them (cameras decoded), as LeRobot would get them."""
+    """Each episode's frames as the store holds them (cameras decoded), as LeRobot would get them,
+    with the bookkeeping columns of the fixture's own data files (LeRobot's, not rlarrow's)."""
+    import pyarrow.parquet as pq
+
+    data = pq.read_table(SRC / "data" / "chunk-000" / "file-000.parquet", columns=list(BOOKKEEPING))
+    own = {name: data.column(name).to_numpy() for name in BOOKKEEPING}
     out: dict[int, dict[str, np.ndarray]] = {}
     with rlarrow.Reader(store) as reader:
         for k in range(len(reader.episodes)):
@@ -78,6 +86,9 @@ def stored_frames(store: rlarrow.Store) -> dict[int, dict[str, np.ndarray]]:
             out[k] = {"observation.state": obs["state"][frame], "action": cols["action"][frame],
                       "observation.image": obs["image"][frame],
                       "observation.images.top": obs["images"]["top"][frame]}
+            mine = own["episode_index"] == k
+            assert mine.sum() == frame.sum()  # the same frames
+            out[k].update({name: own[name][mine] for name in BOOKKEEPING})
     return out
 
 
@@ -96,7 +107,12 @@ def test_stats_json_is_lerobots_and_the_export_writes_the_same_quantiles(tmp_pat
     exported = json.loads((tmp_path / "out" / "meta" / "stats.json").read_text())
     frames = stored_frames(store)
     theirs = lerobots_stats(frames, tmp_path)
-    for name in FEATURES:
+    assert set(ours) == set(exported) == set(LEROBOT_STATS)  # LeRobot's own stats.json's features
+    for name in BOOKKEEPING:  # the export's own numbers; LeRobot's aggregate is checked below
+        assert ours[name] == exported[name], name
+        for key in ("min", "max", "mean", "std", "count"):  # and what lerobot wrote for the fixture
+            np.testing.assert_allclose(ours[name][key], LEROBOT_STATS[name][key], rtol=1e-6, err_msg=name)
+    for name in FEATURES + BOOKKEEPING:
         ours_f = {k: np.asarray(v) for k, v in ours[name].items()}
         # one definition: the export's dataset statistics are the ones `rlarrow stats` gives
         for key, value in ours_f.items():
@@ -125,3 +141,89 @@ def test_stats_json_is_lerobots_and_the_export_writes_the_same_quantiles(tmp_pat
                 width = (column[-1] - column[0]) / 5000
                 lo, hi = column[max(0, i - 1)] - width, column[min(len(column) - 1, i + 1)] + width
                 assert lo <= want.reshape(-1)[j] <= hi, (name, key, j, want.reshape(-1)[j], lo, hi)
+
+
+def cli_stats_json(store: Path, out: Path, *args: str) -> dict[str, dict[str, list[float]]]:
+    result = CliRunner().invoke(cli, ["stats", str(store), "-o", str(out), *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def assert_same_stats(ours: dict, exported: dict, names: dict[str, str], *,
+                      apart: tuple[str, ...] = ()) -> None:
+    """``stats -o`` against the export's ``meta/stats.json``: bookkeeping exactly, data to 1e-12.
+
+    ``names``: the export's feature name of each of rlarrow's columns, where they differ;
+    ``apart``: columns whose values are not compared.
+    """
+    assert {names.get(k, k) for k in ours} == set(exported) - {"next.done"}
+    for name in BOOKKEEPING:
+        assert ours[name] == exported[name], name
+    for name, value in ours.items():
+        if name in apart:
+            continue
+        assert value.keys() == exported[names.get(name, name)].keys(), name
+        for key, got in value.items():
+            np.testing.assert_allclose(exported[names.get(name, name)][key], got, rtol=1e-12, err_msg=name)
+
+
+def test_stats_o_is_the_exports_stats_json_for_a_lerobot_import(tmp_path):
+    from rlarrow.io.lerobot import export_lerobot, import_lerobot
+
+    import_lerobot(SRC, tmp_path / "s", progress=False)
+    ours = cli_stats_json(tmp_path / "s", tmp_path / "stats.json")
+    export_lerobot(tmp_path / "s", tmp_path / "out", images="png", progress=False)
+    exported = json.loads((tmp_path / "out" / "meta" / "stats.json").read_text())
+    assert set(ours) == set(exported) == set(LEROBOT_STATS)
+    assert_same_stats(ours, exported, {})
+    assert ours["timestamp"]["max"] == [np.float32(0.7).item()]  # the run's own (float32) timestamps
+    assert ours["task_index"]["max"] == [1] and ours["index"]["max"] == [18]
+    # a selection is numbered as an export of it would be: from 0, in the episodes' order
+    part = cli_stats_json(tmp_path / "s", tmp_path / "part.json", "--where", "episode_id >= 1")
+    assert part["episode_index"]["max"] == [1] and part["index"]["max"] == [8 + 5 - 1]
+    assert part["index"]["count"] == part["action"]["count"] == [13]
+    only = cli_stats_json(tmp_path / "s", tmp_path / "only.json", "--column", "index", "--column", "action")
+    assert set(only) == {"index", "action"} and only["index"] == ours["index"]
+
+
+def test_stats_o_is_the_exports_stats_json_for_a_gym_recording(tmp_path):
+    import gymnasium as gym
+
+    from rlarrow.io.lerobot import export_lerobot
+    from rlarrow.record.gym import RecordEpisodes
+
+    lengths: dict[str, list[int]] = {}
+    for run, seed in (("a", 1), ("b", 2)):
+        env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "s", run_id=run)
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        for _ in range(3):
+            n, done = 0, False
+            while not done:
+                _, _, term, trunc, _ = env.step(env.action_space.sample())
+                n, done = n + 1, term or trunc
+            lengths.setdefault(run, []).append(n)
+            env.reset()
+        env.close()  # (a fourth episode, open: its one observation has no action, so no frame)
+    ours = cli_stats_json(tmp_path / "s", tmp_path / "stats.json", "--run", "b")
+    with pytest.warns(UserWarning, match="3 final observation"):
+        export_lerobot(tmp_path / "s", tmp_path / "out", run_id="b", progress=False)
+    exported = json.loads((tmp_path / "out" / "meta" / "stats.json").read_text())
+    frames = sum(lengths["b"])
+    # (not yet the same: stats -o's observation is of every step, each episode's final
+    # observation too, which the export leaves out, LeRobot having no frame for it)
+    assert ours["observation"]["count"] == [frames + 4]
+    assert_same_stats(ours, exported, {"observation": "observation.state", "reward": "next.reward"},
+                      apart=("observation",))
+    assert ours["index"]["count"] == [frames] and ours["index"]["max"] == [frames - 1]
+    assert ours["episode_index"]["max"] == [2] and ours["frame_index"]["max"] == [max(lengths["b"]) - 1]
+    assert ours["timestamp"]["max"] == [np.float32((max(lengths["b"]) - 1) / 30).item()]  # frame / 30 fps
+    assert ours["task_index"]["min"] == ours["task_index"]["max"] == [0]  # the export's one task
+    # both runs: numbered on, the runs in the store's order
+    both = cli_stats_json(tmp_path / "s", tmp_path / "both.json")
+    total = sum(lengths["a"]) + frames
+    assert both["index"]["max"] == [total - 1] and both["episode_index"]["max"] == [5]
+    # a mixture leaves out the runs of weight 0: run a alone, numbered from 0
+    mixed = cli_stats_json(tmp_path / "s", tmp_path / "mix.json", "--weight", "a=1", "--weight", "b=0")
+    assert mixed["index"]["mean"] == [(sum(lengths["a"]) - 1) / 2]
+    assert mixed["episode_index"]["mean"] == [pytest.approx(np.average(range(3), weights=lengths["a"]))]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -52,7 +53,7 @@ from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, ImageStats, image
 from rlarrow.core.store import StoreLike
 from rlarrow.io.lerobot.reading import FRAME_KEYS
 
-__all__ = ["CODEBASES", "IMAGE_MODES", "export_lerobot"]
+__all__ = ["CODEBASES", "IMAGE_MODES", "export_lerobot", "frame_key_stats"]
 
 #: the LeRobot codebase versions :func:`export_lerobot` writes
 CODEBASES = ("v3.0", "v2.1")
@@ -146,14 +147,10 @@ def export_lerobot(
     check_target(directory, overwrite=overwrite, what="a LeRobot export")
     with DmEnvRows(store, run_id=run_id) as reader:
         reader.refuse_bytes("a LeRobot dataset")
-        run = reader.run
-        meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
-        meta = meta if isinstance(meta, dict) else {}
-        info = meta.get("info") if run.get("source") == "lerobot" else None
-        mine = isinstance(info, dict) and isinstance(info.get("features"), dict)
+        meta, info, own = _run_info(reader.run)
+        mine = info is not None
         if fps is not None and (isinstance(fps, bool) or not isinstance(fps, int) or fps < 1):
             raise ArgumentError(f"fps={fps!r}: LeRobot's fps is a positive integer")
-        own = int(info["fps"]) if mine and info and isinstance(info.get("fps"), int) else None
         rate = int(fps or own or 30)
         # next.reward where any step has a reward (the run's, not its first episode's: NaN elsewhere)
         rewards = (
@@ -163,14 +160,14 @@ def export_lerobot(
         tasks: dict[int, str] = (
             {int(k): str(v) for k, v in meta["tasks"].items()}
             if mine and isinstance(meta.get("tasks"), dict) and meta["tasks"]
-            else {0: task or str(run.get("name") or reader.run_id)}
+            else {0: task or str(reader.run.get("name") or reader.run_id)}
         )
         ep_meta = reader.episode_metadata()
         with (
             fresh_directory(directory, overwrite=overwrite, what="a LeRobot export") as tmp,
             bar(reader.num_episodes, "export lerobot", "episode", progress) as pbar,
         ):
-            out = _Dataset(tmp, codebase, rate, images, info if mine else None)
+            out = _Dataset(tmp, codebase, rate, images, info)
             for k in range(reader.num_episodes):
                 frames = _frames(reader, k, mine, rate, timestamps=rate == own, rewards=rewards)
                 if frames is not None:
@@ -180,7 +177,7 @@ def export_lerobot(
                 else:
                     out.skipped += 1
                 pbar.update(1)
-            out.finish(tasks, robot_type=info.get("robot_type") if mine and info else None)
+            out.finish(tasks, robot_type=info.get("robot_type") if info else None)
     if out.skipped or out.finals:
         warnings.warn(
             f"{directory}: LeRobot keeps no observation after an episode's last action: "
@@ -189,6 +186,77 @@ def export_lerobot(
             stacklevel=2,
         )
     return Path(directory)
+
+
+def frame_key_stats(
+    store: StoreLike,
+    runs: Iterable[str],
+    *,
+    episodes: Collection[tuple[str, int]] | None = None,
+    weights: Mapping[str, float] | None = None,
+    quantiles: bool = True,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The statistics of LeRobot's bookkeeping features, as :func:`export_lerobot` writes them.
+
+    ``timestamp``, ``frame_index``, ``episode_index``, ``index`` and ``task_index`` (LeRobot's
+    ``FRAME_KEYS``) of the frames an export of these episodes writes: the steps with an
+    action; timestamps the run's own for a LeRobot import, else frame / fps (30 unless the
+    run's ``info.json`` says); episodes numbered from 0 and frames from 0 over the runs in the
+    order given, each run's episodes in its order (``episodes``: only these ``(run_id,
+    episode_id)``); ``task_index`` the run's own, else 0 (the export's one task). Each entry
+    has LeRobot's keys and shapes; the quantiles (``quantiles``, and ``datasketches``
+    installed) are those of the values merged. With ``weights`` (``{run_id: w}``) each run's
+    statistics are mixed with its weight (:meth:`ColumnStats.combine`); runs of weight 0
+    are left out. ``rlarrow stats -o`` adds these to the data features' statistics.
+
+    Example:
+        >>> frame_key_stats("pusht.rlarrow", ["pusht"])["index"]["max"]  # doctest: +SKIP
+        array([18])
+    """
+    from rlarrow.core.dm_env_rows import DmEnvRows
+
+    features: dict[str, _Feature] = {}
+    parts: dict[str, list[tuple[str, ColumnStats]]] = {}
+    episode = first = 0
+    for run_id in runs:
+        if weights is not None and not float(weights.get(run_id, 0.0)) > 0:
+            continue
+        with DmEnvRows(store, run_id=run_id) as reader:
+            _, info, own = _run_info(reader.run)
+            rate = own or 30
+            schema = reader.store.schema("steps")
+            have = set(schema.names) if schema is not None else set()
+            if "action" not in have:
+                continue  # (no frames: the export refuses such a run)
+            columns = ["is_last", "action"] + (["metadata", "metadata_types"] if info is not None else [])
+            columns = [c for c in columns if c in have]
+            for k in range(reader.num_episodes):
+                if episodes is not None and (run_id, int(reader.episode_ids[k])) not in episodes:
+                    continue
+                table = reader.episode_table(k, columns=columns)
+                n = _frame_count(table)
+                if not n:
+                    continue
+                values = _frame_keys(table, n, info is not None, rate, timestamps=rate == own)
+                values.update(_numbering(n, episode, first))
+                for name in FRAME_KEYS:
+                    if name not in features:  # fixed by the first frames, as the export's
+                        features[name] = _numeric_feature(name, values[name], info)
+                    feature = features[name]
+                    stats = _column_stats(feature.check(values[name], name, episode), feature)
+                    assert isinstance(stats, ColumnStats)  # (numeric)
+                    parts.setdefault(name, []).append((run_id, stats))
+                episode, first = episode + 1, first + n
+    out = {}
+    for name, got in parts.items():
+        if weights is None:
+            whole = ColumnStats.combine([p for _, p in got])
+        else:
+            order = list(dict.fromkeys(run for run, _ in got))
+            per_run = [ColumnStats.combine([p for r, p in got if r == run]) for run in order]
+            whole = ColumnStats.combine(per_run, weights=[float(weights[run]) for run in order])
+        out[name] = _entry(whole, features[name], quantiles=quantiles)
+    return out
 
 
 def _flat(values: Any, prefix: str) -> dict[str, Any]:
@@ -224,12 +292,10 @@ def _frames(
     table = reader.episode_table(k)
     rows = table.num_rows
     names = table.column_names
-    last = table.column("is_last").to_numpy(zero_copy_only=False)
-    action = table.column("action") if "action" in names else None
-    ended = rows > 0 and (bool(last[-1]) or (action is not None and not action[rows - 1].is_valid))
-    n = rows - 1 if ended else rows
-    if n <= 0 or action is None or action.null_count >= rows:
+    n = _frame_count(table)
+    if not n:
         return None
+    action = table.column("action")
     episode = int(reader.episode_ids[k])
     out: dict[str, Any] = {"_final": False}
     for name in ("observation", "action"):
@@ -256,7 +322,45 @@ def _frames(
     if n < rows:
         done[-1] = bool(table.column("is_terminal")[n].as_py())
     out["next.done"] = done
-    if mine and "metadata" in names:  # the frame features the import kept as step metadata
+    out.update(_frame_keys(table, n, mine, rate, timestamps=timestamps))
+    return out
+
+
+def _run_info(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+    """A run's metadata, its LeRobot ``info.json`` (None unless imported from LeRobot) and fps."""
+    meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
+    meta = meta if isinstance(meta, dict) else {}
+    info = meta.get("info") if run.get("source") == "lerobot" else None
+    if not (isinstance(info, dict) and isinstance(info.get("features"), dict)):
+        return meta, None, None
+    return meta, info, int(info["fps"]) if isinstance(info.get("fps"), int) else None
+
+
+def _frame_count(table: pa.Table) -> int:
+    """How many of an episode's first rows are LeRobot frames (0: none).
+
+    A frame is a step with an action: an episode that ended (``is_last``, or a null last
+    action) leaves its final observation out. ``table`` needs ``is_last`` and ``action``.
+    """
+    rows = table.num_rows
+    if rows == 0 or "action" not in table.column_names:
+        return 0
+    action = table.column("action")
+    last = table.column("is_last").to_numpy(zero_copy_only=False)
+    ended = bool(last[-1]) or not action[rows - 1].is_valid
+    n = rows - 1 if ended else rows
+    return 0 if n <= 0 or action.null_count >= rows else n
+
+
+def _frame_keys(table: pa.Table, n: int, mine: bool, rate: int, *, timestamps: bool) -> dict[str, Any]:
+    """An episode's first ``n`` rows' ``timestamp``, ``frame_index`` and ``task_index``.
+
+    For a LeRobot run (``mine``) also the other frame features its import kept as step
+    metadata. ``timestamps``: a LeRobot run's own (false when the fps changes them); else frame / ``rate``.
+    ``table`` needs ``metadata`` and ``metadata_types`` for a LeRobot run.
+    """
+    out: dict[str, Any] = {}
+    if mine and "metadata" in table.column_names:  # the frame features the import kept as step metadata
         rows_meta = _metadata.decode_column(
             table.column("metadata").slice(0, n).to_pylist(),
             table.column("metadata_types").slice(0, n).to_pylist(),
@@ -274,6 +378,28 @@ def _frames(
     out["frame_index"] = np.arange(n, dtype=np.int64)
     out.setdefault("task_index", np.zeros(n, np.int64))
     return out
+
+
+def _numbering(n: int, episode: int, first: int) -> dict[str, np.ndarray]:
+    """An exported episode's ``episode_index`` and ``index`` (its frames' places in the dataset)."""
+    return {"episode_index": np.full(n, episode, np.int64),
+            "index": np.arange(first, first + n, dtype=np.int64)}
+
+
+def _numeric_feature(name: str, values: np.ndarray, info: dict[str, Any] | None) -> _Feature:
+    """A numeric feature: the LeRobot run's own dtype (``info``), else the values'."""
+    original = dict(((info or {}).get("features") or {}).get(name) or {})
+    dtype = (
+        np.dtype(original["dtype"])
+        if original.get("dtype") not in (None, "image", "video")
+        else values.dtype
+    )
+    if dtype.kind not in "biuf":
+        raise InvalidInputError(
+            None, f"{name}: values of dtype {values.dtype} have no LeRobot feature type"
+        )
+    spec = {"dtype": dtype.name, "shape": list(values.shape[1:]) or [1], "names": original.get("names")}
+    return _Feature("numeric", dtype, tuple(values.shape[1:]), spec)
 
 
 def _is_frame(values: np.ndarray) -> bool:
@@ -345,17 +471,7 @@ class _Dataset:
                     "has_audio": False,
                 }
             return _Feature(kind, np.dtype(np.uint8), shape, spec)
-        dtype = (
-            np.dtype(original["dtype"])
-            if original.get("dtype") not in (None, "image", "video")
-            else values.dtype
-        )
-        if dtype.kind not in "biuf":
-            raise InvalidInputError(
-                None, f"{name}: values of dtype {values.dtype} have no LeRobot feature type"
-            )
-        spec = {"dtype": dtype.name, "shape": list(shape) or [1], "names": original.get("names")}
-        return _Feature("numeric", dtype, shape, spec)
+        return _numeric_feature(name, values, self.info)
 
     def _fix(self, frames: dict[str, Any]) -> dict[str, _Feature]:
         order = list((self.info or {}).get("features") or {})
@@ -386,8 +502,7 @@ class _Dataset:
     def add(self, frames: dict[str, Any], ep_tasks: list[str]) -> None:
         e = len(self.episodes)
         n = len(frames["frame_index"])
-        frames["episode_index"] = np.full(n, e, np.int64)
-        frames["index"] = np.arange(self.frames, self.frames + n, dtype=np.int64)
+        frames.update(_numbering(n, e, self.frames))
         if "observation" in frames:
             plain = frames.pop("observation")
             frames[self._name_plain(plain)] = plain
