@@ -25,6 +25,8 @@ import numpy as np
 
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
+__all__ = ["GAE_TENSORS", "follows_by_gae", "gae_links"]
+
 #: the tensors a PPO rollout memory holds for the check (skrl 1 and 2 name them alike)
 GAE_TENSORS = ("values", "returns", "advantages")
 #: largest residual of a fit that still means "consecutive" (advantages are normalised: ~1)
