@@ -558,12 +558,16 @@ def _export_format_help() -> str:
 @click.option("--keep-video", is_flag=True,
               help="LeRobot datasets: keep the cameras as video (the store's video layout: each episode's "
                    "segment copied, not decoded; readers decode frames on demand) instead of uint8 frames.")
+@click.option("--allow-hdf5-links", is_flag=True,
+              help="HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external links and virtual "
+                   "datasets whose files lie in the input's own directory (refused by default; never "
+                   "outside it, whatever this flag).")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
             again: bool,
-            keep_images_encoded: bool, keep_video: bool) -> None:
+            keep_images_encoded: bool, keep_video: bool, allow_hdf5_links: bool = False) -> None:
     """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
 
@@ -583,7 +587,7 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
                               skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
                               dtype="float64" if float64 else "float32", layout=layout,
                               images="encoded" if keep_images_encoded else "decode",
-                              video="keep" if keep_video else "decode")
+                              video="keep" if keep_video else "decode", hdf5_links=allow_hdf5_links)
     except (Exception, KeyboardInterrupt):
         click.echo("convert: nothing was committed; the store is as it was before", err=True)
         raise

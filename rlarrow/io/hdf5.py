@@ -77,15 +77,17 @@ SMALL_ELEMENTS = 4096
 _DEMO = re.compile(r"demo_(\d+)")
 
 
-def hdf5_layout(path: str | os.PathLike[str]) -> str | None:
+def hdf5_layout(path: str | os.PathLike[str], *, allow_links: bool = False) -> str | None:
     """``"d4rl"``, ``"robomimic"`` or None: which layout the HDF5 file ``path`` has (h5py needed).
 
     Raises:
         MissingDependencyError: h5py is not installed.
         UnsupportedInputError: not an HDF5 file.
         CorruptFileError: an HDF5 file that cannot be opened.
+        HDF5RefusedError: a file that reaches outside itself or declares more than it holds
+            (:func:`rlarrow.core.hdf5_files.check_contained`).
     """
-    with open_hdf5(path) as f, guarded(path, "the file's top-level groups"):
+    with open_hdf5(path, allow_links=allow_links) as f, guarded(path, "the file's top-level groups"):
         return _layout(f)
 
 
@@ -106,8 +108,13 @@ def import_hdf5(
     name: str | None = None,
     progress: bool | None = None,
     chunk_bytes: int = CHUNK_BYTES,
+    allow_hdf5_links: bool = False,
 ) -> EpisodesReport:
     """Import a D4RL or robomimic HDF5 file into ``store`` as one run (see the module docs).
+
+    Nothing outside the file is read: external links, virtual datasets and external storage
+    are refused, and so is a dataset that declares more than the file holds
+    (:func:`rlarrow.core.hdf5_files.check_contained`), before anything is read.
 
     Args:
         path: the ``.hdf5`` file.
@@ -116,16 +123,21 @@ def import_hdf5(
         name: the run's name (default: the file's name).
         progress: a progress bar (None: when stderr is a terminal).
         chunk_bytes: how much to read at a time, over all of a chunk's datasets.
+        allow_hdf5_links: follow external links and virtual datasets whose files lie in the
+            input's own directory (``rlarrow convert --allow-hdf5-links``); never outside it.
 
     Raises:
         UnsupportedInputError: not HDF5, or neither layout (the message lists what the file holds).
         CorruptFileError: damaged data, or datasets that disagree (row counts, shapes).
         MissingDependencyError: h5py is not installed (``pip install 'rlarrow[hdf5]'``).
+        HDF5RefusedError: an external link, virtual dataset or external storage (without
+            ``allow_hdf5_links``, or leading outside the input's directory), or a dataset that
+            declares more rows than the file holds.
 
     Example:
         >>> import_hdf5("robomimic/lift/ph/low_dim_v15.hdf5", "runs.rlarrow")  # doctest: +SKIP
     """
-    with open_hdf5(path) as f:
+    with open_hdf5(path, allow_links=allow_hdf5_links) as f:
         with guarded(path, "the file's top-level groups"):
             layout = _layout(f)
             top = sorted(f)
@@ -143,20 +155,20 @@ def import_hdf5(
 
 def import_d4rl(path: str | os.PathLike[str], store: StoreLike, **options: Any) -> EpisodesReport:
     """:func:`import_hdf5` of a file that must have D4RL's layout."""
-    _must_be(path, "d4rl")
+    _must_be(path, "d4rl", options.get("allow_hdf5_links", False))
     return import_hdf5(path, store, **options)
 
 
 def import_robomimic(path: str | os.PathLike[str], store: StoreLike, **options: Any) -> EpisodesReport:
     """:func:`import_hdf5` of a file that must have robomimic's layout."""
-    _must_be(path, "robomimic")
+    _must_be(path, "robomimic", options.get("allow_hdf5_links", False))
     return import_hdf5(path, store, **options)
 
 
-def _must_be(path: str | os.PathLike[str], layout: str) -> None:
+def _must_be(path: str | os.PathLike[str], layout: str, allow_links: bool) -> None:
     if not is_hdf5_file(path):
         raise UnsupportedInputError(path, "not an HDF5 file (no HDF5 signature)")
-    found = hdf5_layout(path)
+    found = hdf5_layout(path, allow_links=allow_links)
     if found != layout:
         raise UnsupportedInputError(
             path, f"not a {layout} file (its layout is {found or 'neither D4RL nor robomimic'})"

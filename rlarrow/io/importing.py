@@ -343,6 +343,7 @@ def import_paths(
     images: str = "decode",
     video: str = "decode",
     progress: bool | None = None,
+    hdf5_links: bool = False,
 ) -> ImportReport:
     """Import ``inputs`` into ``store``, one run per unit (see the module docs), all or nothing.
 
@@ -369,6 +370,9 @@ def import_paths(
         video: LeRobot datasets: ``"decode"`` cameras to uint8 frames, or ``"keep"`` them as
             video (see :func:`rlarrow.io.lerobot.import_lerobot`).
         progress: progress bars (None: when stderr is a terminal).
+        hdf5_links: HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external
+            links and virtual datasets whose files lie in the input's own directory (refused
+            by default; never outside it: :func:`rlarrow.core.hdf5_files.check_contained`).
 
     Raises:
         InvalidInputError, UnsupportedInputError, CorruptFileError, StoreError: what stopped
@@ -417,7 +421,8 @@ def import_paths(
                                    autoreset=autoreset, max_episode_steps=max_episode_steps,
                                    skip_corrupt=skip_corrupt, num_envs=num_envs,
                                    memory_size=memory_size, dtype=dtype, layout=layout, images=images,
-                                   video=video, progress=progress, report=report, hashes=hashes, now=now)
+                                   video=video, progress=progress, report=report, hashes=hashes, now=now,
+                                   hdf5_links=hdf5_links)
                 report.runs.append(rid)
                 for p in todo:
                     seen_now[hashes[p][0]] = rid
@@ -505,11 +510,11 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
                  max_episode_steps: int | None, skip_corrupt: bool,
                  num_envs: int | None, memory_size: int | None, dtype: str, layout: str, images: str,
                  video: str, progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
-                 now: datetime) -> str:
+                 now: datetime, hdf5_links: bool = False) -> str:
     options = ImportOptions(run_id=run_id, name=name, episodes=episodes, names=names, autoreset=autoreset,
                             max_episode_steps=max_episode_steps, skip_corrupt=skip_corrupt,
                             num_envs=num_envs, memory_size=memory_size, dtype=dtype, layout=layout,
-                            images=images, video=video, progress=progress)
+                            images=images, video=video, progress=progress, hdf5_links=hdf5_links)
     snapshot_of: dict[Path, int] = {}
     if u.fmt is not None:  # one format: its own import, through the registry
         assert u.fmt.import_ is not None

@@ -176,12 +176,18 @@ def import_minari(
     run_id: str | None = None,
     name: str | None = None,
     progress: bool | None = None,
+    allow_hdf5_links: bool = False,
 ) -> EpisodesReport:
     """Import a Minari dataset into ``store`` as one run (see the module docs).
+
+    ``allow_hdf5_links``: Minari's HDF5 backend: follow external links and virtual datasets
+    of ``main_data.hdf5`` whose files lie in its own directory (refused by default, as is
+    anything that leads outside it: :func:`rlarrow.core.hdf5_files.check_contained`).
 
     Raises:
         UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet.
         CorruptFileError: an episode file that cannot be read.
+        HDF5RefusedError: ``main_data.hdf5`` reaches outside itself or declares more than it holds.
     """
     from rlarrow.core.progress import bar
 
@@ -209,7 +215,8 @@ def import_minari(
             if not h5.is_file():
                 raise CorruptFileError(h5, "missing: the dataset's metadata.json says its data is HDF5, "
                                        "and this file holds it; restore the dataset or download it again")
-            source: _PartEpisodes | _Hdf5Episodes = _Hdf5Episodes(stack.enter_context(open_hdf5(h5)), h5)
+            source: _PartEpisodes | _Hdf5Episodes = _Hdf5Episodes(
+                stack.enter_context(open_hdf5(h5, allow_links=allow_hdf5_links)), h5)
         else:
             source = _PartEpisodes(data, fmt)
         _check_dataset(data / "metadata.json", meta, len(source), None)

@@ -94,6 +94,8 @@ class ImportOptions:
         images: RLDS datasets: decode images (``"decode"``) or keep their bytes (``"encoded"``).
         video: LeRobot datasets: decode cameras (``"decode"``) or keep them as video (``"keep"``).
         progress: progress bars (None: when stderr is a terminal).
+        hdf5_links: HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external links
+            and virtual datasets whose files lie in the input's own directory.
     """
 
     run_id: str | None = None
@@ -111,6 +113,7 @@ class ImportOptions:
     images: str = "decode"
     video: str = "decode"
     progress: bool | None = None
+    hdf5_links: bool = False
 
 
 @dataclass
@@ -251,13 +254,15 @@ def _is_minari(path: Path) -> bool:
 def _hdf5_dataset(path: Path) -> bool:
     """An HDF5 file (by signature) of D4RL's or robomimic's layout; not a damaged one (h5py needed)."""
     from rlarrow.core.errors import RLArrowError
-    from rlarrow.core.hdf5_files import is_hdf5_file
+    from rlarrow.core.hdf5_files import HDF5RefusedError, is_hdf5_file
     from rlarrow.io.hdf5 import hdf5_layout
 
     if not is_hdf5_file(path):
         return False
     try:
         return hdf5_layout(path) is not None
+    except HDF5RefusedError:  # nothing of it looked at: its import refuses it, saying why
+        return True
     except RLArrowError:  # damaged: given by name, the unsupported-input message says so
         return False
 
@@ -378,7 +383,7 @@ def _import_minari(sources: Sequence[Path], store: Store, options: ImportOptions
 
     (directory,) = sources
     report = import_minari(directory, store, run_id=options.run_id, name=options.name,
-                           progress=options.progress)
+                           progress=options.progress, allow_hdf5_links=options.hdf5_links)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -454,7 +459,8 @@ def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) 
     from rlarrow.io.hdf5 import import_hdf5
 
     (path,) = sources
-    report = import_hdf5(path, store, run_id=options.run_id, name=options.name, progress=options.progress)
+    report = import_hdf5(path, store, run_id=options.run_id, name=options.name, progress=options.progress,
+                         allow_hdf5_links=options.hdf5_links)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -501,7 +507,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         name="minari", summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
         detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
         suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
-        convert_options=("--run-id", "--name", "--again"), export_options=(*_EXPORT_OPTIONS, "--data-format"),
+        convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
+        export_options=(*_EXPORT_OPTIONS, "--data-format"),
         export_help="minari (a run's episodes as a Minari dataset; --data-format hdf5|arrow|parquet)",
         convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
     ),
@@ -529,7 +536,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",
         detect=_is_hdf5, kind="file", import_=_import_hdf5, suffixes=(".hdf5", ".h5", ".he5", ".hdf"),
         single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
-        convert_options=("--run-id", "--name", "--again"),
+        convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
         convert_help=("FILE.hdf5", "a D4RL or robomimic HDF5 file: one run of episodes each"),
     ),
     Format(
