@@ -268,6 +268,20 @@ def test_robomimic_and_minari_hdf5_are_checked_too(tmp_path, canary):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak memory is read from Linux's "
                     "/proc/self/status")
+def test_a_minari_main_data_symlinked_outside_the_dataset_is_refused(tmp_path, canary):
+    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.minari import import_minari
+
+    minari = tmp_path / "minari"
+    shutil.copytree(FIXTURES / "minari" / "cartpole" / "hdf5-v0", minari)
+    main = minari / "data" / "main_data.hdf5"
+    main.rename(canary / "main_data.hdf5")
+    os.symlink(canary / "main_data.hdf5", main)
+    with pytest.raises(HDF5RefusedError, match="outside the dataset") as info:
+        import_minari(minari, tmp_path / "m", progress=False)
+    assert str(info.value).startswith(f"{main}: a symlink to {canary / 'main_data.hdf5'}")
+
+
 def test_the_sparse_bomb_ends_within_a_second_and_200_mb(tmp_path):
     """Timed and measured in a fresh process: the refusal comes before anything is allocated.
 

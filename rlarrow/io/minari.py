@@ -41,7 +41,7 @@ from rlarrow.core.errors import (
     MissingDependencyError,
     UnsupportedInputError,
 )
-from rlarrow.core.hdf5_files import guarded, leaves, open_hdf5, plain
+from rlarrow.core.hdf5_files import HDF5RefusedError, guarded, leaves, open_hdf5, plain
 from rlarrow.core.metadata import nest
 from rlarrow.core.step_columns import declare_steps, same_fields
 from rlarrow.core.store import StoreLike, opened
@@ -215,6 +215,10 @@ def import_minari(
             if not h5.is_file():
                 raise CorruptFileError(h5, "missing: the dataset's metadata.json says its data is HDF5, "
                                        "and this file holds it; restore the dataset or download it again")
+            if not Path(os.path.realpath(h5)).is_relative_to(os.path.realpath(directory)):
+                raise HDF5RefusedError(h5, f"a symlink to {os.path.realpath(h5)}, outside the dataset; "
+                                       "rlarrow reads nothing outside its input: copy the file into the "
+                                       "dataset")
             source: _PartEpisodes | _Hdf5Episodes = _Hdf5Episodes(
                 stack.enter_context(open_hdf5(h5, allow_links=allow_hdf5_links)), h5)
         else:
