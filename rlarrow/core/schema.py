@@ -283,6 +283,12 @@ def table(name: str) -> TableSchema:
     Raises:
         KeyError: no such table (the message lists the tables).
     """
+    given: object = name  # (any object reaches here from a caller's mistake)
+    if not isinstance(given, str):
+        from rlarrow.core.errors import ArgumentTypeError
+
+        raise ArgumentTypeError(f"table: give a table's name ({', '.join(TABLE_NAMES)}), "
+                                f"not {type(given).__name__} {given!r:.60}")
     try:
         return _TABLES[name]
     except KeyError:

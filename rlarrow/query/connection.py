@@ -59,9 +59,10 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, RLArrowWarning, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, RLArrowWarning, StoreError
 
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
@@ -649,6 +650,11 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
     """
     if output not in ("arrow", "polars", "pandas"):
         raise ArgumentError(f"output={output!r}: use 'arrow', 'polars' or 'pandas'")
+    _arguments.text(query, "query", what="a SQL query (a string)")
+    if params is not None and (isinstance(params, (str, bytes))
+                               or not isinstance(params, (Sequence, Mapping))):
+        raise ArgumentTypeError(f"params: give a list of values for the query's ? placeholders (or a mapping "
+                                f"for $name ones), not {type(params).__name__} {params!r:.60}")
     import duckdb
 
     con = connect(store, version=version, warn=False)
@@ -880,9 +886,12 @@ def iter_episodes(
 
     from rlarrow.core.tensors import to_numpy
 
+    _arguments.integer(batch_episodes, "batch_episodes", minimum=1)
+    if run_id is not None:
+        _arguments.text(run_id, "run_id", what="a run id")
     st = _store(store)
-    cols = list(columns or ["observation", "action", "reward", "discount", "is_first", "is_last",
-                            "is_terminal"])
+    cols = _arguments.names(columns, "columns", what="column name") or [
+        "observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal"]
     keys_source = "episodes" if where is not None else "steps"
     query = f"select distinct run_id, episode_id from {keys_source}"
     conds = [f"({where})"] if where is not None else []

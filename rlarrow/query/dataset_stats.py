@@ -38,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, lerobot_entry
 from rlarrow.core.store import StoreLike
@@ -99,8 +100,8 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
         >>> stats("runs.rlarrow", where="metadata->>'split' = 'train'")  # doctest: +SKIP
         {'action': ColumnStats(shape=(6,), count=81920, ...), ...}
     """
-    if isinstance(runs, str):
-        raise ArgumentTypeError("runs takes a list of run ids, not one string")
+    runs = _arguments.names(runs, "runs", what="run id")
+    columns = _arguments.names(columns, "columns", what="column name")
     try:
         return _stats(store, where, runs, episodes, weights, columns, quantiles, version, layout)
     except CorruptFileError:
@@ -138,8 +139,8 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
                           if (r, e) in keep]
             else:
                 chosen = by_sql
-        run_list = None if runs is None else [str(r) for r in runs]
-        wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+        run_list = _arguments.names(runs, "runs", what="run id")
+        wanted = _arguments.names(columns, "columns", what="column name")
         wanted = _check_names(st, run_list, list(weights or ()), wanted)
         if weights is None:
             return combine_stored(st, runs=run_list, episodes=chosen, columns=wanted, quantiles=quantiles,
@@ -327,7 +328,8 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
 
     if episodes is not None and not isinstance(episodes, pa.Table):
         episodes = list(episodes)  # (read twice)
-    wanted = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+    runs = _arguments.names(runs, "runs", what="run id")
+    wanted = _arguments.names(columns, "columns", what="column name")
     data = None if wanted is None else [c for c in wanted if c not in FRAME_KEYS]
     keys = FRAME_KEYS if wanted is None else tuple(k for k in FRAME_KEYS if k in wanted)
     result = stats(store, where=where, runs=runs, episodes=episodes, weights=weights, columns=data,

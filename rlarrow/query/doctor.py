@@ -104,6 +104,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, StoreError
 
 if TYPE_CHECKING:
@@ -1091,21 +1092,19 @@ def check_store(
         (['steps run=r episode=0 step=1: step 1 is missing (the episode goes on at step 2)'], \
 {'memory': 'no rows in memory'})
     """
-    names = list(CHECKS) if checks is None else list(dict.fromkeys(checks))
+    chosen = _arguments.names(checks, "checks", what="check")
+    names = list(CHECKS) if chosen is None else list(dict.fromkeys(chosen))
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ArgumentError(f"unknown check(s) {', '.join(map(repr, unknown))}: "
                             f"choose from {', '.join(CHECKS)}")
-    if int(min_length) < 1:
-        raise ArgumentError(f"min_length={min_length}: an episode has at least 1 step; pass 1 or more")
-    if int(frozen_steps) < 1:
-        raise ArgumentError(f"frozen_steps={frozen_steps}: pass 1 or more")
+    _arguments.integer(min_length, "min_length", minimum=1)
+    _arguments.integer(frozen_steps, "frozen_steps", minimum=1)
     if not (isinstance(spike_sigma, (int, float)) and math.isfinite(spike_sigma) and spike_sigma > 0):
         raise ArgumentError(f"spike_sigma={spike_sigma!r}: pass a positive number of standard deviations")
-    if int(max_findings) < 0:
-        raise ArgumentError(f"max_findings={max_findings}: pass 0 or more")
-    if max_episode_steps is not None and int(max_episode_steps) < 1:
-        raise ArgumentError(f"max_episode_steps={max_episode_steps}: pass the env's time limit, 1 or more")
+    _arguments.integer(max_findings, "max_findings", minimum=0)
+    if max_episode_steps is not None:
+        _arguments.integer(max_episode_steps, "max_episode_steps", minimum=1)
     import duckdb
 
     from rlarrow.core.store import as_store

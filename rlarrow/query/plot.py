@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import StoreError
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class _Runs:
             f"select distinct run_id from {table} where run_id not in (select run_id from runs)").fetchall()]
         self.names = {r[0]: r[1] for r in data if r[1] is not None}
         self.num_envs = {r[0]: r[2] for r in data if r[2] is not None}
-        self.chosen = self._choose(store_path, [runs] if isinstance(runs, str) else runs)
+        self.chosen = self._choose(store_path, _arguments.names(runs, "runs", what="run id"))
         self.group_by = group_by
         self.groups: dict[str, str] = {}
         if group_by is not None:
@@ -230,8 +231,9 @@ def plot_scalars(store: StoreLike, tags: Sequence[str] | str, *, runs: Sequence[
         >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]  # doctest: +SKIP
         ['algo=ppo mean ± std (3 runs)', 'algo=sac mean ± std (3 runs)']
     """
+    tags = _arguments.names(tags, "tags", what="scalar tag")
+    _arguments.integer(smooth, "smooth", minimum=0)
     plt = _pyplot()
-    tags = [tags] if isinstance(tags, str) else list(tags)
     con, path = _connect(store, layout)
     try:
         chosen = _Runs(con, path, "scalars", runs, group_by, _within(layout))
@@ -318,6 +320,7 @@ def plot_episodes(store: StoreLike, *, runs: Sequence[str] | str | None = None, 
     Raises:
         PlotError: the store has no episodes with a return (for these runs), or a run is unknown.
     """
+    _arguments.integer(smooth, "smooth", minimum=0)
     plt = _pyplot()
     con, path = _connect(store, layout)
     try:

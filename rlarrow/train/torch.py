@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
@@ -182,6 +183,21 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         from rlarrow.core.store import Store, as_store
 
         super().__init__()
+        _arguments.integer(batch_size, "batch_size", minimum=1)
+        _arguments.integer(buffer_rows, "buffer_rows", minimum=1)
+        _arguments.integer(sequence_length, "sequence_length", minimum=1)
+        columns = _arguments.names(columns, "columns", what="column name")
+        if world_size is not None:
+            _arguments.integer(world_size, "world_size", minimum=1)
+        if rank is not None:
+            _arguments.integer(rank, "rank", minimum=0)
+        if fps is not None:
+            _arguments.number(fps, "fps", minimum=0, above=True)
+        for arg, deltas in (("delta_steps", delta_steps), ("delta_timestamps", delta_timestamps)):
+            if deltas is not None and (not isinstance(deltas, Mapping) or any(
+                    isinstance(v, (str, bytes)) or not isinstance(v, Sequence) for v in deltas.values())):
+                raise ArgumentTypeError(f"{arg}: give a mapping of column names to lists of offsets, e.g. "
+                                        f"{{'action': [0, 1, 2]}}, not {deltas!r:.80}")
         if (rank is None) != (world_size is None) or (
                 rank is not None and world_size is not None and not 0 <= rank < world_size):
             raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
@@ -779,7 +795,8 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         self.units = units(st.files(table, layout=layout))
         schema, _ = _shared_schema(st, table, st.layout_dirs(table, layout))
         names = schema.names if schema is not None else []
-        self.columns = list(columns) if columns is not None else names
+        _arguments.integer(cache_groups, "cache_groups", minimum=1)
+        self.columns = names if columns is None else _arguments.names(columns, "columns", what="column name")
         self.offsets = np.concatenate([[0], np.cumsum([u.rows for u in self.units])]).astype(np.int64)
         # the columns the table's schema lets be null (a memory's named tensors are never null:
         # layouts read together keep only the tensors every one has)

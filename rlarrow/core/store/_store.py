@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
 from rlarrow.core.store.edits import EditingStore
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, LOCK_NAME, _unwritable
 from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
@@ -66,6 +67,13 @@ class Store(EditingStore):
         _recover: bool | None = None,
     ) -> None:
         # (``_check_versions``/``_recover``: the names these had before they were public)
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentTypeError(f"path: give the store's directory (a str or a path), not "
+                                    f"{type(path).__name__} {path!r:.60}")
+        if not os.fspath(path):
+            raise ArgumentError("path: an empty path: give the store's directory")
+        if version is not None:
+            version = _arguments.integer(version, "version", minimum=0)
         check_versions = check_versions if _check_versions is None else _check_versions
         recover = recover if _recover is None else _recover
         self.path = Path(path)

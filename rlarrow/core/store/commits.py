@@ -22,10 +22,17 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import has_module
-from rlarrow.core.errors import ArgumentError, RLArrowError, SchemaMismatchError, StoreError
+from rlarrow.core.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    RLArrowError,
+    SchemaMismatchError,
+    StoreError,
+)
 from rlarrow.core.store import files as _files
 from rlarrow.core.store.base import _Transaction, _TxFile
 from rlarrow.core.store.compaction import CompactingStore
@@ -181,6 +188,7 @@ class CommittingStore(CompactingStore):
         flush_seconds: float | None = None,
     ) -> TableWriter:
         """A buffered writer for ``table``; see :class:`TableWriter`."""
+        _schema.table(table_of(table))
         w = TableWriter(self, table, row_group_bytes=row_group_bytes, file_bytes=file_bytes,
                         flush_rows=flush_rows, flush_seconds=flush_seconds)
         self._writers.append(w)
@@ -215,6 +223,12 @@ class CommittingStore(CompactingStore):
             SchemaMismatchError: every problem with the data, at once (one line per column
                 whose type differs from the layout's).
         """
+        if not isinstance(data, (pa.Table, pa.RecordBatch, Mapping)):
+            raise ArgumentTypeError(f"data: give an Arrow table or record batch, or a mapping of column "
+                                    f"names to values, not {type(data).__name__} {data!r:.60}")
+        _schema.table(table_of(table))
+        if threads is not None:
+            _arguments.integer(threads, "threads", minimum=1)
         threads = threads or os.cpu_count() or 1
         row_group_bytes = _files.ROW_GROUP_BYTES  # (read now: a tuning knob tests and benchmarks set)
         if threads > 1 and isinstance(data, (pa.Table, pa.RecordBatch)) and data.nbytes > 2 * row_group_bytes:
@@ -478,7 +492,7 @@ class CommittingStore(CompactingStore):
         """
         if run_id is None:
             run_id = new_run_id()
-        elif self.has_run(run_id):
+        elif self.has_run(_arguments.text(run_id, "run_id", what="a run id")):
             raise StoreError(f"{self.path}: run {run_id!r} already exists; choose another run_id")
         row = _schema.build(
             "runs",
@@ -508,6 +522,7 @@ class CommittingStore(CompactingStore):
             >>> st.has_run(run), st.has_run("no-such-run")
             (True, False)
         """
+        _arguments.text(run_id, "run_id", what="a run id")
         if self.row_count("runs") == 0:
             return False
         import pyarrow.compute as pc

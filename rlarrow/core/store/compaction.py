@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError, StoreError
 from rlarrow.core.progress import iterate as _iterate
@@ -155,10 +156,7 @@ class CompactingStore(RepairStore):
             >>> len(store.vacuum()), len(store.vacuum(retain_hours=0))
             (0, 3)
         """
-        if retain_hours < 0:
-            from rlarrow.core.errors import ArgumentError
-
-            raise ArgumentError(f"retain_hours must be >= 0, not {retain_hours}")
+        retain_hours = _arguments.number(retain_hours, "retain_hours", minimum=0)
         with self._locked():
             manifest = self._recover(self._read_manifest())
             before = list(manifest.get("retired", []))
@@ -227,7 +225,7 @@ class CompactingStore(RepairStore):
             table -> (files before, files after) for the tables that changed (a further
             layout of a table under its directory's name, ``steps.2``).
         """
-        tables = [table] if isinstance(table, str) else list(table or _schema.TABLE_NAMES)
+        tables = _arguments.names(table, "table", what="table name") or list(_schema.TABLE_NAMES)
         for name in tables:
             _schema.table(table_of(name))
         self.refresh()

@@ -49,8 +49,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 from rlarrow.core.store.commits import CommittingStore
 from rlarrow.core.store.files import (
     batch_rows,
@@ -69,11 +70,16 @@ _BATCH_ROWS = 65536
 
 
 def _episode_keys(episodes: Iterable[Any]) -> list[tuple[str, int]]:
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
+        raise ArgumentTypeError(f"episodes: give a list of (run_id, episode_id) pairs, not "
+                                f"{type(episodes).__name__} {episodes!r:.60}")
     keys = []
     for item in episodes:
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise ArgumentError(f"episodes: give (run_id, episode_id) pairs, not {item!r:.60}")
-        keys.append((str(item[0]), int(item[1])))
+        run = _arguments.text(item[0], "episodes", what="a run id (a string) first in each pair")
+        episode = _arguments.integer(item[1], "episodes", minimum=0)
+        keys.append((run, episode))
     return keys
 
 
@@ -81,8 +87,8 @@ class _Selection:
     """Which rows an edit is about: whole runs, or episodes of runs."""
 
     def __init__(self, runs: Sequence[str] | None, episodes: Iterable[Any] | None) -> None:
-        self.runs = sorted({str(r) for r in runs or []})
-        self.episodes = sorted(set(_episode_keys(episodes or [])))
+        self.runs = sorted(set(_arguments.names(runs, "runs", what="run id") or []))
+        self.episodes = sorted(set(_episode_keys(episodes if episodes is not None else [])))
         if not self.runs and not self.episodes:
             raise ArgumentError("nothing selected: give runs=[...] and/or "
                                 "episodes=[(run_id, episode_id), ...]")
@@ -127,8 +133,11 @@ class EditingStore(CommittingStore):
         Returns:
             Rows deleted per table directory (empty when nothing matched: no new version).
 
+        A bare string is one run id (``runs="r0"`` is ``runs=["r0"]``).
+
         Raises:
             ArgumentError: nothing selected.
+            ArgumentTypeError: ``runs`` not a run id or a list of them, ``episodes`` not pairs.
             StoreError: the store is read-only, or a write failed (nothing changed).
         """
         selection = _Selection(runs, episodes)
@@ -292,6 +301,9 @@ class EditingStore(CommittingStore):
                 merge the other way), or the stores' table versions differ (``rlarrow migrate``).
         """
         # (type(self): the Store class, which this layer may not import: it is built on it)
+        if not isinstance(other, (EditingStore, str, os.PathLike)):
+            raise ArgumentTypeError(f"other: give a Store or a store's path, not {type(other).__name__} "
+                                    f"{other!r:.60}")
         src: EditingStore = other if isinstance(other, EditingStore) else type(self)(  # type: ignore[call-arg]
             other, readonly=True)
         if os.path.realpath(src.path) == os.path.realpath(self.path):

@@ -32,6 +32,9 @@ __all__ = ["LayoutInfo", "data_run_ids", "file_run_ids", "has_layouts", "layout_
 
 def table_of(name: str) -> str:
     """The table a layout directory belongs to: ``steps.2`` -> ``steps`` (``steps`` -> ``steps``)."""
+    given: object = name  # (any object reaches here from a caller's mistake)
+    if not isinstance(given, str):
+        _schema.table(given)  # type: ignore[arg-type]  # an ArgumentTypeError naming the argument
     return name.partition(".")[0]
 
 

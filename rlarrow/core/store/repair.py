@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
 from rlarrow.core.store.layouts import layout_number, table_of
@@ -219,7 +220,9 @@ class RepairStore(TableStore):
             []
         """
         self.refresh()
-        names = [table] if isinstance(table, str) else list(table or self._manifest["tables"])
+        names = _arguments.names(table, "table", what="table name") or list(self._manifest["tables"])
+        for name in names:
+            _schema.table(table_of(name))
         # a table's further layouts (TABLE.N) are checked with it
         names = list(dict.fromkeys(n for name in names for n in (self._layout_names(name) or [name])))
         problems: list[FileProblem] = []

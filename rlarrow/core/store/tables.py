@@ -20,8 +20,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import ArgumentTypeError, CorruptFileError, SchemaMismatchError, StoreError
+from rlarrow.core.errors import (
+    ArgumentTypeError,
+    CorruptFileError,
+    NotFoundError,
+    SchemaMismatchError,
+    StoreError,
+)
 from rlarrow.core.store.journal import _READ_ATTEMPTS, JournalStore
 from rlarrow.core.store.layouts import (
     LayoutInfo,
@@ -464,16 +471,24 @@ class TableStore(JournalStore):
             >>> store.read("memory", columns=["run_id", "values"]).to_pylist()
             [{'run_id': 'ppo', 'values': [1.0]}, {'run_id': 'dqn', 'values': None}]
 
+        A bare string for ``columns`` is one column (``columns="reward"``).
+
         Raises:
+            NotFoundError: ``columns`` names a column the table does not have.
             CorruptFileError: a file of the table is damaged (the error names it).
             SchemaMismatchError: ``columns`` names a column whose type differs between the
                 layouts read together.
         """
+        columns = _arguments.names(columns, "columns", what="column name")
         for attempt in range(_READ_ATTEMPTS):
             files = self.files(table, layout=layout)
             self.check_columns(table, columns, layout=layout)
             try:
                 dataset = self.dataset(table, layout=layout, files=files)
+                unknown = [c for c in columns or [] if c not in dataset.schema.names]
+                if unknown:
+                    raise NotFoundError(f"columns: no column {', '.join(map(repr, unknown))} in table "
+                                        f"{table!r}; its columns are {', '.join(dataset.schema.names)}")
                 result = dataset.to_table(columns=list(columns) if columns is not None else None,
                                           filter=filter)
                 break

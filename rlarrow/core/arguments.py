@@ -1,0 +1,93 @@
+"""Arguments checked where they enter the public API, each error naming the argument.
+
+One place for what every public function that takes ids, names or counts needs: a bare
+string given where a list is expected is *one* id (never a list of its characters), and
+a wrong type, an empty name, a NaN or a count below its minimum is an
+:class:`~rlarrow.core.errors.ArgumentError` (or :class:`~rlarrow.core.errors.ArgumentTypeError`)
+that says which argument and what it takes.
+
+Example:
+    >>> from rlarrow.core.arguments import names, integer
+    >>> names("r0", "runs")
+    ['r0']
+    >>> names(("a", "b"), "runs")
+    ['a', 'b']
+    >>> integer(0, "batch_size", minimum=1)
+    Traceback (most recent call last):
+    ...
+    rlarrow.core.errors.ArgumentError: batch_size=0: give an integer of at least 1
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any, overload
+
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError
+
+__all__ = ["integer", "names", "number", "text"]
+
+
+@overload
+def names(value: None, argument: str, *, what: str = ...) -> None: ...
+@overload
+def names(value: str | Iterable[Any], argument: str, *, what: str = ...) -> list[str]: ...
+def names(value: Any, argument: str, *, what: str = "name") -> list[str] | None:
+    """``value`` as a list of non-empty strings: a bare string is one; None stays None.
+
+    Raises:
+        ArgumentTypeError: ``value`` is not a string or an iterable of strings (bytes,
+            a number, a mapping, an item that is not a string).
+        ArgumentError: an empty string among them.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif isinstance(value, (bytes, bytearray, memoryview)) or isinstance(value, dict) \
+            or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{argument}: give a {what} (a string) or a list of them, "
+                                f"not {type(value).__name__} {value!r:.60}")
+    else:
+        items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ArgumentTypeError(f"{argument}: each {what} must be a string, not "
+                                    f"{type(item).__name__} {item!r:.60}")
+        if not item:
+            raise ArgumentError(f"{argument}: an empty {what} (''): give the {what} itself")
+    return items
+
+
+def text(value: Any, argument: str, *, what: str = "a string") -> str:
+    """``value`` if it is a non-empty string, else an error naming ``argument``."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{argument}: give {what}, not {type(value).__name__} {value!r:.60}")
+    if not value:
+        raise ArgumentError(f"{argument}: an empty string: give {what}")
+    return value
+
+
+def integer(value: Any, argument: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int (a bool or a float is refused), at least ``minimum`` when given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{argument}: give an integer, not {type(value).__name__} {value!r:.60}")
+    result = int(value)
+    if minimum is not None and result < minimum:
+        raise ArgumentError(f"{argument}={result}: give an integer of at least {minimum}")
+    return result
+
+
+def number(value: Any, argument: str, *, minimum: float | None = None, above: bool = False) -> float:
+    """``value`` as a finite float, at least (``above``: more than) ``minimum`` when given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{argument}: give a number, not {type(value).__name__} {value!r:.60}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ArgumentError(f"{argument}={result}: give a finite number")
+    if minimum is not None and (result <= minimum if above else result < minimum):
+        raise ArgumentError(f"{argument}={result}: give a number {'above' if above else 'of at least'} "
+                            f"{minimum:g}")
+    return result
