@@ -38,7 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlarrow.core.errors import InvalidInputError, UnsupportedInputError
+from rlarrow.core import arguments as _arguments
+from rlarrow.core.errors import ArgumentError, InvalidInputError, UnsupportedInputError
 from rlarrow.core.store import Store, StoreLike, as_store, new_run_id
 from rlarrow.io import registry
 from rlarrow.io.memory.importer import collapse_assumptions
@@ -377,7 +378,16 @@ def import_paths(
     Raises:
         InvalidInputError, UnsupportedInputError, CorruptFileError, StoreError: what stopped
             the import; nothing of it was committed.
+        ArgumentError: no inputs, or an option out of range (a bare path is one input).
     """
+    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not inputs:
+        raise ArgumentError("inputs: give the files, directories or globs to import")
+    for option, count in (("num_envs", num_envs), ("memory_size", memory_size)):
+        if count is not None:
+            _arguments.integer(count, option, minimum=1)
+    if dtype not in ("float32", "float64"):
+        raise ArgumentError(f"dtype={dtype!r}: csv floats are read as 'float32' or 'float64'")
     units = _plan(inputs)
     for option, value, default, fmt, flag in (("video", video, "decode", "lerobot", "--keep-video"),
                                               ("images", images, "decode", "rlds", "--keep-images-encoded")):

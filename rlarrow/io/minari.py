@@ -683,7 +683,7 @@ def export_minari(
     from rlarrow.core.targets import check_target, fresh_directory
 
     if data_format not in DATA_FORMATS:
-        raise ArgumentError(f"Minari data format {data_format!r}; Minari writes {', '.join(DATA_FORMATS)}")
+        raise ArgumentError(f"data_format={data_format!r}: Minari writes {', '.join(DATA_FORMATS)}")
     check_target(directory, overwrite=overwrite, what="a Minari export")
     minari = require("minari", feature="writing Minari datasets")
     from minari.dataset.minari_storage import MinariStorage

@@ -49,9 +49,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.episodes import EpisodeRows
-from rlarrow.core.errors import CorruptFileError, MissingDependencyError, UnsupportedInputError
+from rlarrow.core.errors import (
+    CorruptFileError,
+    InvalidInputError,
+    MissingDependencyError,
+    UnsupportedInputError,
+)
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
@@ -147,11 +153,16 @@ def parse_features(spec: Any, where: str = "features") -> Feature:
     if not isinstance(spec, dict):
         raise UnsupportedInputError(None, f"{where}: not a TFDS feature description")
     if "featuresDict" in spec:
-        features = (spec["featuresDict"] or {}).get("features") or {}
+        features = _object(spec["featuresDict"], f"{where}: featuresDict").get("features") or {}
+        features = _object(features, f"{where}: featuresDict.features")
         return Feature("dict", children={k: parse_features(v, f"{where}/{k}") for k, v in features.items()})
     if "sequence" in spec:
-        seq = spec["sequence"] or {}
-        length = int(seq.get("length", -1) or -1)
+        seq = _object(spec["sequence"], f"{where}: sequence")
+        try:
+            length = int(seq.get("length", -1) or -1)
+        except (TypeError, ValueError):
+            raise InvalidInputError(None, f"{where}: sequence length {seq.get('length')!r} is not a "
+                                          "number") from None
         if length not in (-1, 0):
             raise UnsupportedInputError(
                 None,
@@ -160,16 +171,24 @@ def parse_features(spec: Any, where: str = "features") -> Feature:
             )
         return Feature("sequence", item=parse_features(seq.get("feature"), where))
     if "tensor" in spec or "image" in spec or "classLabel" in spec:
-        body = spec.get("tensor") or spec.get("image") or {}
-        dims = tuple(int(d) for d in ((body.get("shape") or {}).get("dimensions") or []))
+        body = _object(spec.get("tensor") or spec.get("image") or {}, f"{where}: tensor")
+        dims = _dimensions(body.get("shape"), where)
         if "classLabel" in spec:
             return Feature("tensor", np.dtype(np.int64), ())
-        dtype = str(body.get("dtype") or "uint8")
+        dtype = body.get("dtype") or "uint8"
         if dtype == "string":
             return Feature("text", shape=dims)
         if "image" in spec:
-            return Feature("image", np.dtype(dtype), dims, str(body.get("encodingFormat") or "png"))
-        return Feature("tensor", np.dtype(dtype), dims, str(body.get("encoding") or "none"))
+            fmt = body.get("encodingFormat") or "png"
+            if fmt not in ("png", "jpeg"):
+                raise InvalidInputError(None, f"{where}: image encodingFormat {fmt!r}; TFDS writes 'png' or "
+                                              "'jpeg'")
+            return Feature("image", _dtype(dtype, where), dims, fmt)
+        encoding = body.get("encoding") or "none"
+        if encoding not in ("none", "bytes", "zlib"):
+            raise InvalidInputError(None, f"{where}: tensor encoding {encoding!r}; TFDS writes 'none', "
+                                          "'bytes' or 'zlib'")
+        return Feature("tensor", _dtype(dtype, where), dims, encoding)
     if "text" in spec:
         return Feature("text")
     name = str(spec.get("pythonClassName", "?")).rsplit(".", 1)[-1]
@@ -178,6 +197,44 @@ def parse_features(spec: Any, where: str = "features") -> Feature:
         f"{where}: a {name} feature, which rlarrow does not decode yet (it reads "
         "tensors, scalars, images, text, class labels, dicts and step datasets)",
     )
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an error naming where in features.json."""
+    if not isinstance(value, dict):
+        raise InvalidInputError(None, f"{where} is {type(value).__name__} {value!r:.40}; TFDS writes an "
+                                      "object")
+    return value
+
+
+def _dimensions(shape: Any, where: str) -> tuple[int, ...]:
+    """A tensor's ``shape.dimensions`` (strings of integers, -1 for a size known per record)."""
+    dims = _object(shape if shape is not None else {}, f"{where}: shape").get("dimensions") or []
+    if not isinstance(dims, list):
+        raise InvalidInputError(None, f"{where}: shape dimensions {dims!r:.40} are not a list")
+    out = []
+    for d in dims:
+        try:
+            n = int(d)
+        except (TypeError, ValueError):
+            n = -2
+        if n < -1 or isinstance(d, (bool, float)):
+            raise InvalidInputError(None, f"{where}: shape dimension {d!r:.20} is not a size (an integer "
+                                          ">= 0, or -1 for one known per record)")
+        out.append(n)
+    return tuple(out)
+
+
+def _dtype(name: Any, where: str) -> np.dtype[Any]:
+    """A tensor's numeric dtype by TFDS's name (``float32``, ``uint8``, ``bool``...)."""
+    try:
+        dtype = np.dtype(name) if isinstance(name, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
+        raise InvalidInputError(None, f"{where}: dtype {name!r:.30} is not a numeric type TFDS writes "
+                                      "(bool, int8..int64, uint8..uint64, float16..float64, string)")
+    return dtype
 
 
 # --------------------------------------------------------------------------- tf.train.Example
@@ -468,13 +525,14 @@ def read_episodes(
     """
     from rlarrow.core.tfrecord import HEADER_BYTES, ReadCounts, read_records
 
+    splits = _arguments.names(splits, "splits", what="split name")
     data = dataset_dir(directory)
     if data is None:
         raise UnsupportedInputError(
             directory, "not a TFDS dataset (dataset_info.json, features.json and *.tfrecord-* shards)"
         )
     info, features = _json(data / "dataset_info.json"), _json(data / "features.json")
-    root = parse_features(features)
+    root = _parsed_features(data, features)
     if root.kind != "dict" or "steps" not in root.children or root.children["steps"].kind != "sequence":
         raise UnsupportedInputError(
             data / "features.json", "not an RLDS dataset: no 'steps' sequence feature"
@@ -569,6 +627,16 @@ def _shards(data: Path, name: str, split: str) -> list[Path]:
         if m and p.name.startswith(f"{name}-{split}."):
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
+
+
+def _parsed_features(data: Path, spec: Any) -> Feature:
+    """:func:`parse_features` of ``data/features.json``, its errors naming that file."""
+    try:
+        return parse_features(spec)
+    except InvalidInputError as exc:
+        if exc.path is not None:
+            raise
+        raise type(exc)(data / "features.json", str(exc)) from None
 
 
 def _json(path: Path) -> Any:
@@ -694,6 +762,7 @@ def import_rlds(
 
     if images not in IMAGE_MODES:
         raise ArgumentError(f"images={images!r}: one of {', '.join(IMAGE_MODES)}")
+    splits = _arguments.names(splits, "splits", what="split name")
     data = dataset_dir(directory)
     if data is None:
         raise UnsupportedInputError(
@@ -877,6 +946,7 @@ def export_rlds(
 
     check_target(directory, overwrite=overwrite, what="an RLDS export")
     example = _example_class()
+    _arguments.integer(episodes_per_shard, "episodes_per_shard", minimum=1)
     with DmEnvRows(store, run_id=run_id) as reader:
         run = reader.run
         meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlarrow.core import arguments as _arguments
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentTypeError, InvalidInputError, RLArrowWarning, StoreError
@@ -602,6 +603,7 @@ class SummaryWriter:
         metadata: Any = None,
         flush_secs: float = 10.0,
     ) -> None:
+        _arguments.number(flush_secs, "flush_secs", minimum=0, above=True)
         self._log = _WriterLog(store, run_id, name=name, metadata=metadata, flush_seconds=flush_secs,
                                tfevents_dir=log_dir)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)

@@ -92,7 +92,7 @@ class Memory:
     ) -> None:
         torch = _torch()
         if export_format not in EXPORT_FORMATS:
-            raise ArgumentError(f"unsupported export format {export_format!r}; choose one of "
+            raise ArgumentError(f"export_format={export_format!r} is not supported; choose one of "
                                 f"{', '.join(EXPORT_FORMATS)}")
         if memory_size < 1 or num_envs < 1:
             raise ArgumentError(f"memory_size and num_envs must be positive, got {memory_size}, {num_envs}")

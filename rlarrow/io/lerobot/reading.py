@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -69,6 +70,30 @@ VIDEO_ROW_GROUP_BYTES = 2 << 20
 
 #: the per-frame bookkeeping features LeRobot adds; kept as each step's metadata
 FRAME_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def _check_info(path: Path, info: dict[str, Any]) -> None:
+    """``fps`` a positive number, each feature's dtype one LeRobot writes and its shape sizes."""
+    fps = info.get("fps")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float))
+                            or not math.isfinite(fps) or fps <= 0):
+        raise CorruptFileError(path, f"fps {fps!r:.30} is not a positive number of frames per second: "
+                                     "the dataset is damaged (LeRobot writes e.g. \"fps\": 30)")
+    for key, spec in info["features"].items():
+        dtype = spec["dtype"]
+        if dtype not in ("image", "video", "string"):
+            try:
+                numeric = np.dtype(dtype).kind in "biuf"
+            except TypeError:
+                numeric = False
+            if not numeric:
+                raise CorruptFileError(path, f"feature {key!r} has dtype {dtype!r:.30}, not one LeRobot "
+                                             "writes (float32, int64, bool, ..., image, video, string)")
+        shape = spec.get("shape") or []
+        if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise CorruptFileError(path, f"feature {key!r} has shape {shape!r:.40}; LeRobot writes a list "
+                                         "of sizes, e.g. [2]")
 
 
 def _info(path: Path) -> dict[str, Any] | None:
@@ -152,6 +177,7 @@ def import_lerobot(
         raise CorruptFileError(
             root / "meta" / "info.json", "its features are not {name: {dtype, shape}}: the dataset is damaged"
         )
+    _check_info(root / "meta" / "info.json", info)
     episodes = _episodes(root)
     tasks = _tasks(root)
     stats_path = root / "meta" / "stats.json"
