@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -53,7 +54,10 @@ def _debug() -> bool:
 
 
 #: Python spellings in rlarrow's messages -> what a user of the command line types instead.
-_CLI_SPELLINGS: list[tuple[str, str]] = [
+#: Python argument names whose option is spelled otherwise (the rest: ``max_rows`` -> ``--max-rows``).
+_OPTIONS = {"run_id": "run", "runs": "run", "weights": "weight", "columns": "column"}
+
+_CLI_SPELLINGS: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
     (r" ?\([a-z_]+=[^()]*? in Python\)", ""),  # "with --overwrite (overwrite=True in Python)"
     # "(overwrite=True; --overwrite in the CLI)"
     (r"\([a-z_]+=[^();]*; (--[a-z0-9-]+) in the CLI\)", r"(\1)"),
@@ -80,6 +84,9 @@ _CLI_SPELLINGS: list[tuple[str, str]] = [
     (r" or a pyarrow type such as rlarrow\.tensors\.tensor_type\(.*?layout='binary'\)", ""),
     (r"\(map names with names=\{role: name\}(, on the command line --names [^)]*)?\)",
      "(name the tensor of each role with --names ROLE=TENSOR,..., e.g. --names states=obs,actions=act)"),
+    # an argument a message names, as the option that sets it
+    (r"^(retain_hours|table|run_id|runs|spike_sigma|weights|columns|fps)(=|:)",
+     lambda m: "--" + _OPTIONS.get(m.group(1), m.group(1).replace("_", "-")) + m.group(2)),
     (r"\(pass new_layout=True to add a layout of the table with these types\)",
      "(convert into another store, -o NEW_STORE; from Python, new_layout=True adds a layout with "
      "these types)"),
@@ -88,8 +95,6 @@ _CLI_SPELLINGS: list[tuple[str, str]] = [
 
 def _cli_spelling(message: str) -> str:
     """``message`` with Python spellings (``overwrite=True``, ``Store.create(...)``) as CLI flags."""
-    import re
-
     for pattern, replacement in _CLI_SPELLINGS:
         message = re.sub(pattern, replacement, message)
     return message
@@ -141,7 +146,7 @@ def cli(debug: bool) -> None:
 @cli.command()
 @click.argument("store", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--runs", "max_runs", default=20, show_default=True,
+@click.option("--runs", "max_runs", type=click.IntRange(min=0), default=20, show_default=True,
               help="List at most this many runs (0: all).")
 @_friendly_errors
 def info(store: str, as_json: bool, max_runs: int) -> None:
@@ -681,7 +686,8 @@ _LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps
               help="table: a readable box (csv with -o); csv, json (one object per line), parquet: "
                    "streamed to -o FILE or to stdout.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to this file.")
-@click.option("--max-rows", type=int, default=40, show_default=True, help="Rows shown by --format table.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Rows shown by --format table.")
 @click.option("--tensor", "tensors", multiple=True, metavar="NAME=TABLE.COLUMN",
               help="csv/json: result column NAME holds the binary-layout tensor TABLE.COLUMN (for a renamed "
                    "column, e.g. obs=steps.observation); repeatable.")
@@ -729,6 +735,8 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     from rlarrow.query import output as _export
     from rlarrow.query.connection import _store, connect, export_relation
 
+    if not query.strip():
+        raise click.UsageError("QUERY is empty: give a SQL query, e.g. 'select * from episodes limit 5'")
     given: dict[str, str] = {}
     for item in tensors:
         name, eq, column = item.partition("=")
