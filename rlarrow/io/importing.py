@@ -86,11 +86,27 @@ def content_hash(path: str | os.PathLike[str]) -> tuple[str, int]:
 
 
 def _files_below(directory: Path) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(directory):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        found += [Path(dirpath) / n for n in filenames if not n.startswith(".")]
-    return [f for f in found if f.is_file() and not f.is_symlink()]
+    """The regular files below ``directory``, hidden ones left out, in walk order.
+
+    A symlink is neither followed nor looked through (``os.walk`` stats what each link points
+    to, which may be outside the input: issue 36).
+    """
+    found: list[Path] = []
+    pending = [os.fspath(directory)]
+    while pending:
+        try:
+            with os.scandir(pending.pop(0)) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                found.append(Path(entry.path))
+    return found
 
 
 def _file_format(f: Path) -> Format | None:
