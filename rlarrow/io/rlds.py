@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
+from rlarrow.core.confined import MAX_IMAGE_PIXELS, file_name_part, inflate, inside, png_size
 from rlarrow.core.episodes import EpisodeRows
 from rlarrow.core.errors import (
     CorruptFileError,
@@ -95,14 +96,22 @@ def dataset_dir(path: str | os.PathLike[str]) -> Path | None:
         return p
     if not p.is_dir():
         return None
-    versions = [d for d in p.iterdir() if d.is_dir() and _is_dataset(d)]
+    versions = [d for d in p.iterdir() if _version_dir(p, d.name) and _is_dataset(d)]
     if not versions:
         return None
     return max(versions, key=lambda d: tuple(int(x) if x.isdigit() else 0 for x in d.name.split(".")))
 
 
+def _version_dir(root: Path, name: str) -> bool:
+    """Whether ``root/name`` is a folder inside ``root`` (an entry leading outside is no version of it)."""
+    try:
+        return inside(root, name).is_dir()
+    except InvalidInputError:
+        return False
+
+
 def _is_dataset(p: Path) -> bool:
-    if not ((p / "dataset_info.json").is_file() and (p / "features.json").is_file()):
+    if not (inside(p, "dataset_info.json").is_file() and inside(p, "features.json").is_file()):
         return False
     return any(".tfrecord" in f.name for f in p.iterdir())
 
@@ -373,11 +382,10 @@ def _decode(
                 f"{where}: {key} holds {len(got) if isinstance(got, list) else 0} "
                 f"encoded tensors for {n} steps",
             )
-        try:
-            raw = [zlib.decompress(b) if feature.encoding == "zlib" else b for b in got]
-        except zlib.error as exc:
-            raise CorruptFileError(path, f"{where}: {key} is not zlib data ({exc})") from exc
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # (zlib: decompressed to the declared size at most, refused at once if the bytes cannot hold it)
+        raw = [inflate(b, size, source=path, what=f"{where}: {key}") if feature.encoding == "zlib" else b
+               for b in got]
         if any(len(b) != size for b in raw):
             raise CorruptFileError(
                 path, f"{where}: {key} holds a tensor of another size than {shape} {dtype}"
@@ -463,6 +471,20 @@ def _pillow(image: Any, blob: bytes, shape: tuple[int, ...], path: Path, where: 
     return np.asarray(image)
 
 
+def _check_size(size: tuple[int, int], shape: tuple[int, ...], path: Path, where: str) -> None:
+    """An image's (width, height) from its header against its feature's shape and MAX_IMAGE_PIXELS."""
+    width, height = size
+    declared = tuple(shape[:2]) if len(shape) == 3 else (-1, -1)
+    if width * height > MAX_IMAGE_PIXELS or any(
+        d not in (-1, got) for d, got in zip(declared, (height, width), strict=True)
+    ):
+        raise CorruptFileError(
+            path,
+            f"{where} is {height}x{width} pixels; features.json says {shape} (and rlarrow decodes at most "
+            f"{MAX_IMAGE_PIXELS} pixels an image): the dataset is damaged",
+        )
+
+
 def _images(data: list[bytes], feature: Feature, path: Path, where: str) -> np.ndarray:
     try:
         from PIL import Image
@@ -476,12 +498,19 @@ def _images(data: list[bytes], feature: Feature, path: Path, where: str) -> np.n
     jpeg = _jpeg_decoder(shape[-1] if len(shape) == 3 else 3)
     out: np.ndarray | None = None
     for i, blob in enumerate(data):
+        header = png_size(blob)  # (checked before Pillow looks at it, then again as Pillow reads it)
+        if header is not None:
+            _check_size(header[::-1], shape, path, f"{where}: image {i}")
         try:
+            opened = Image.open(io.BytesIO(blob))  # (the header only: its size checked before decoding)
+            _check_size(opened.size, shape, path, f"{where}: image {i}")
             if jpeg is not None and blob[:2] == b"\xff\xd8":
                 image = jpeg(blob)
             else:
-                image = _pillow(Image.open(io.BytesIO(blob)), blob, shape, path, f"{where}: image {i}")
-        except (OSError, ValueError, SyntaxError) as exc:
+                image = _pillow(opened, blob, shape, path, f"{where}: image {i}")
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            if isinstance(exc, CorruptFileError):
+                raise
             raise CorruptFileError(path, f"{where}: image {i} cannot be decoded ({exc})") from exc
         if image.ndim == 2 and len(shape) == 3:
             image = image[:, :, None]
@@ -531,7 +560,7 @@ def read_episodes(
         raise UnsupportedInputError(
             directory, "not a TFDS dataset (dataset_info.json, features.json and *.tfrecord-* shards)"
         )
-    info, features = _json(data / "dataset_info.json"), _json(data / "features.json")
+    info, features = _json(inside(data, "dataset_info.json")), _json(inside(data, "features.json"))
     root = _parsed_features(data, features)
     if root.kind != "dict" or "steps" not in root.children or root.children["steps"].kind != "sequence":
         raise UnsupportedInputError(
@@ -564,7 +593,7 @@ def read_episodes(
             index = sum(lengths[:s]) if lengths else read
             log = ReadCounts()
             count = 0
-            with open(shard, "rb") as fh:
+            with open(inside(data, shard.name, what="the shard"), "rb") as fh:
                 for chunk in read_records(fh, shard, log=log):
                     for off, length in zip(chunk.offsets.tolist(), chunk.lengths.tolist(), strict=True):
                         payload = chunk.data[off + HEADER_BYTES : off + HEADER_BYTES + length]
@@ -768,7 +797,7 @@ def import_rlds(
         raise UnsupportedInputError(
             directory, "not a TFDS dataset (dataset_info.json, features.json and *.tfrecord-* shards)"
         )
-    info, features = _json(data / "dataset_info.json"), _json(data / "features.json")
+    info, features = _json(inside(data, "dataset_info.json")), _json(inside(data, "features.json"))
     if str(info.get("fileFormat", "tfrecord")) != "tfrecord":
         raise UnsupportedInputError(
             data,
@@ -819,8 +848,10 @@ def _labels(data: Path) -> dict[str, list[str]]:
     """ClassLabel names: ``<feature>.labels.txt`` (``steps-action``, ``outcome``), one name a line."""
     out = {}
     for path in sorted(data.glob("*.labels.txt")):
+        # (a label file that is a symlink must stay inside the dataset: its text goes into the run)
+        text = inside(data, path.name, what="the ClassLabel names file")
         try:
-            out[path.name[: -len(".labels.txt")]] = path.read_text(encoding="utf-8").splitlines()
+            out[path.name[: -len(".labels.txt")]] = text.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             raise CorruptFileError(path, f"ClassLabel names that cannot be read ({exc})") from exc
     return out
@@ -985,6 +1016,11 @@ def export_rlds(
             em = entry[1]
             split = (em.get("rlds") or {}).get("split") if mine and isinstance(em, dict) else None
             by_split.setdefault(str(split or "train"), []).append(entry)
+        for split in by_split:  # (names of the shards: from the store, which a hostile dataset filled)
+            file_name_part(split, what="the split", fix=_RENAME)
+        labels: dict[str, Any] = meta["labels"] if mine and isinstance(meta.get("labels"), dict) else {}
+        for key in labels:
+            file_name_part(str(key), what="the ClassLabel feature", fix=_RENAME)
         with fresh_directory(directory, overwrite=overwrite, what="an RLDS export") as tmp:
             splits = []
             for split, ks in by_split.items():
@@ -1019,10 +1055,13 @@ def export_rlds(
             }
             (tmp / "dataset_info.json").write_text(json.dumps(out_info, indent=1))
             (tmp / "features.json").write_text(json.dumps(features, indent=1))
-            for key, names in (meta.get("labels") or {}).items() if mine else ():  # ClassLabel names
+            for key, names in labels.items():  # ClassLabel names
                 (tmp / f"{key}.labels.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
     return Path(directory)
 
+
+_RENAME = ("an RLDS export names its files after it; rlarrow has no command to rename it in a store: "
+           "rename it in the dataset and import that again")
 
 _TENSOR_CLASS = "tensorflow_datasets.core.features.tensor_feature.Tensor"
 

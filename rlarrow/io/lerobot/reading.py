@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
+from rlarrow.core.confined import MAX_IMAGE_PIXELS, check_template, inside, png_size
 from rlarrow.core.episodes import EpisodeRows
 from rlarrow.core.errors import (
     ArgumentError,
@@ -97,7 +98,7 @@ def _check_info(path: Path, info: dict[str, Any]) -> None:
 
 
 def _info(path: Path) -> dict[str, Any] | None:
-    info = path / "meta" / "info.json"
+    info = inside(path, "meta/info.json")
     if not info.is_file():
         return None
     try:
@@ -112,7 +113,7 @@ def is_lerobot_dir(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     info = _info(p)
     version = str((info or {}).get("codebase_version", ""))
-    return info is not None and version.startswith(("v2", "v3")) and (p / "data").is_dir()
+    return info is not None and version.startswith(("v2", "v3")) and inside(p, "data").is_dir()
 
 
 def _read(path: Path, what: str) -> pa.Table:
@@ -180,13 +181,17 @@ def import_lerobot(
     _check_info(root / "meta" / "info.json", info)
     episodes = _episodes(root)
     tasks = _tasks(root)
-    stats_path = root / "meta" / "stats.json"
+    stats_path = inside(root, "meta/stats.json")
     try:
         stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise CorruptFileError(stats_path, f"not readable JSON ({exc}): the dataset is damaged") from exc
     if video not in VIDEO_MODES:
         raise ArgumentError(f"video={video!r}: one of {', '.join(VIDEO_MODES)}")
+    _check_pixels(root, features)
+    for template in ("data_path", "video_path"):  # (before the store is opened: a bomb costs nothing)
+        if isinstance(info.get(template), str):
+            check_template(info[template], source=root / "meta" / "info.json")
     videos = [k for k, f in features.items() if f.get("dtype") == "video"]
     if videos:
         _require_av(root, keep=video == "keep")
@@ -274,6 +279,22 @@ def import_lerobot(
         return report
 
 
+def _check_pixels(root: Path, features: dict[str, Any]) -> None:
+    """Refuse cameras of more than MAX_IMAGE_PIXELS pixels a frame, before any frame is decoded."""
+    for key, spec in features.items():
+        shape = spec.get("shape")
+        if spec.get("dtype") not in ("image", "video") or not isinstance(shape, list):
+            continue
+        dims = [d for d in shape[:2] if isinstance(d, int) and not isinstance(d, bool)]
+        if len(dims) == 2 and dims[0] * dims[1] > MAX_IMAGE_PIXELS:
+            raise CorruptFileError(
+                root / "meta" / "info.json",
+                f"{key} declares frames of {dims[0]}x{dims[1]} pixels; rlarrow decodes frames of at most "
+                f"{MAX_IMAGE_PIXELS} pixels (the limit of Pillow's Image.MAX_IMAGE_PIXELS): the dataset is "
+                "damaged or hostile",
+            )
+
+
 def _require_av(root: Path, keep: bool = False) -> None:
     try:
         import av  # noqa: F401
@@ -294,11 +315,11 @@ def _jsonl(path: Path) -> list[Any]:
 
 def _episodes_v2(root: Path) -> list[dict[str, Any]]:
     """v2.0/v2.1: meta/episodes.jsonl, with each episode's stats from episodes_stats.jsonl (v2.1)."""
-    path = root / "meta" / "episodes.jsonl"
+    path = inside(root, "meta/episodes.jsonl")
     if not path.is_file():
         raise CorruptFileError(path, "missing: a LeRobot v2 dataset lists its episodes there")
     rows = [r for r in _jsonl(path) if isinstance(r, dict)]
-    stats_path = root / "meta" / "episodes_stats.jsonl"
+    stats_path = inside(root, "meta/episodes_stats.jsonl")
     stats = (
         {r.get("episode_index"): r.get("stats") for r in _jsonl(stats_path) if isinstance(r, dict)}
         if stats_path.is_file()
@@ -314,9 +335,9 @@ def _episodes_v2(root: Path) -> list[dict[str, Any]]:
 
 
 def _episodes(root: Path) -> list[dict[str, Any]]:
-    if (root / "meta" / "episodes.jsonl").is_file() and not (root / "meta" / "episodes").is_dir():
+    if inside(root, "meta/episodes.jsonl").is_file() and not inside(root, "meta/episodes").is_dir():
         return _episodes_v2(root)
-    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    files = _listed(root, "meta/episodes", "chunk-*", "file-*.parquet")
     if not files:
         raise CorruptFileError(
             root / "meta" / "episodes", "no episode files (meta/episodes/chunk-*/file-*.parquet)"
@@ -339,14 +360,36 @@ def _episodes(root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _listed(root: Path, folder: str, *patterns: str) -> list[Path]:
+    """The files under ``root/folder`` whose path below it matches ``patterns`` (one a level), sorted.
+
+    Listed a folder at a time, each entry confined to ``root`` before it is looked into (a
+    ``glob`` would list the folder a symlinked ``chunk-000`` points to, wherever it is).
+    """
+    import fnmatch
+
+    found = [inside(root, folder)]
+    for pattern in patterns:
+        below = []
+        for directory in found:
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError:
+                continue
+            below += [inside(root, directory.relative_to(Path(os.path.realpath(root))) / name)
+                      for name in names if fnmatch.fnmatchcase(name, pattern)]
+        found = below
+    return [p for p in found if p.is_file()]
+
+
 def _tasks(root: Path) -> dict[int, str]:
-    if (root / "meta" / "tasks.jsonl").is_file():  # v2
+    if inside(root, "meta/tasks.jsonl").is_file():  # v2
         return {
             int(r["task_index"]): str(r.get("task"))
-            for r in _jsonl(root / "meta" / "tasks.jsonl")
+            for r in _jsonl(inside(root, "meta/tasks.jsonl"))
             if isinstance(r, dict) and isinstance(r.get("task_index"), int)
         }
-    path = root / "meta" / "tasks.parquet"
+    path = inside(root, "meta/tasks.parquet")
     if not path.is_file():
         return {}
     table = _read(path, "the tasks file")
@@ -368,9 +411,7 @@ class _Frames:
         template = str(
             self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
         )
-        path = self.root / _formatted(
-            self.root, template, episode_chunk=index // self.chunks, episode_index=index
-        )
+        path = _formatted(self.root, template, episode_chunk=index // self.chunks, episode_index=index)
         return _in_order(_read(path, "an episode's data file"), ep, path, int(ep["length"]))
 
     def __init__(self, root: Path, info: dict[str, Any]) -> None:
@@ -387,7 +428,7 @@ class _Frames:
         if ep.get("_v2"):  # v2: a file per episode
             return self._episode_v2(ep)
         key = (int(ep["data/chunk_index"]), int(ep["data/file_index"]))
-        path = self.root / _formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
+        path = _formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
         if key != self.key:
             self.table, self.key = _read(path, "a data file"), key
         assert self.table is not None
@@ -445,7 +486,7 @@ def _columns(
             )
         elif dtype == "image":
             shape = tuple(spec.get("shape") or ())
-            values = _images(table.column(key), root, key, int(shape[-1]) if len(shape) == 3 else 3)
+            values = _images(table.column(key), root, key, shape)
         elif dtype == "string":
             extra[key] = np.asarray(table.column(key).to_pylist(), dtype=object)
             continue
@@ -499,20 +540,40 @@ def _numbers(
     return out
 
 
-def _images(column: pa.ChunkedArray, root: Path, key: str, channels: int = 3) -> np.ndarray:
+def _check_frame(size: tuple[int, int], shape: tuple[Any, ...], root: Path, key: str, i: int) -> None:
+    """A frame's (height, width) from its header against the declared shape and MAX_IMAGE_PIXELS."""
+    height, width = size
+    if (len(shape) == 3 and size != tuple(shape[:2])) or width * height > MAX_IMAGE_PIXELS:
+        raise CorruptFileError(
+            root,
+            f"{key}: frame {i} is an image of {height}x{width} pixels; info.json declares {shape} "
+            f"(and rlarrow decodes at most {MAX_IMAGE_PIXELS} pixels): the dataset is damaged",
+        )
+
+
+def _images(column: pa.ChunkedArray, root: Path, key: str, shape: tuple[Any, ...] = ()) -> np.ndarray:
+    """A column of PNG frames decoded, each checked against the declared ``(H, W, C)`` before decoding."""
     try:
         from PIL import Image
     except ImportError as exc:
         raise MissingDependencyError(
             f"{root}: {key} holds PNG images; decoding them needs Pillow: pip install pillow", name="PIL"
         ) from exc
+    channels = int(shape[-1]) if len(shape) == 3 else 3
     out = []
     for i, cell in enumerate(column.to_pylist()):
         data = cell.get("bytes") if isinstance(cell, dict) else cell
         if not isinstance(data, bytes):
             raise CorruptFileError(root, f"{key}: frame {i} holds no image bytes")
+        header = png_size(data)  # (its size checked before Pillow looks at it, then again as Pillow reads it)
+        if header is not None:
+            _check_frame(header, shape, root, key, i)
         try:
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data))  # (reads the header only)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            raise CorruptFileError(root, f"{key}: frame {i} is not a readable image ({exc})") from exc
+        _check_frame(image.size[::-1], shape, root, key, i)
+        try:
             out.append(
                 np.asarray(image.convert("L"))[:, :, None]
                 if channels == 1
@@ -545,7 +606,7 @@ def _video(
             info.get("video_path")
             or "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
         )
-        path = root / _formatted(
+        path = _formatted(
             root,
             template,
             video_key=key,
@@ -564,7 +625,7 @@ def _video(
             raise CorruptFileError(
                 root, f"episode {ep['episode_index']} does not say where its {key} video is"
             )
-        path = root / _formatted(root, template, video_key=key, chunk_index=chunk, file_index=file)
+        path = _formatted(root, template, video_key=key, chunk_index=chunk, file_index=file)
     if ((info.get("features") or {}).get(key) or {}).get("info", {}).get("video.is_depth_map"):
         raise UnsupportedInputError(path, f"{key} is a depth-map video, which rlarrow does not decode yet")
     fps = Fraction(str(info.get("fps") or 1)).limit_denominator(1000)
@@ -584,7 +645,7 @@ def _video(
                 "copied apart: import it with its cameras decoded",
             )
         segment = "" if ep.get("_v2") else f" [{start}, {stop}) s"  # (v2: the whole file)
-        return copied, f"{path.relative_to(root)}{segment}"
+        return copied, f"{path.relative_to(os.path.realpath(root))}{segment}"
     out = np.empty((n, *shape), np.uint8) if len(shape) == 3 else None
     got = 0
     try:
@@ -592,6 +653,11 @@ def _video(
             if not container.streams.video:
                 raise CorruptFileError(path, "holds no video stream: the dataset is damaged")
             stream = container.streams.video[0]
+            size = (stream.codec_context.height, stream.codec_context.width)
+            if len(shape) == 3 and size != (0, 0) and size != tuple(shape[:2]):  # (before a frame is decoded)
+                raise CorruptFileError(
+                    path, f"{key}: the video's frames are {size[0]}x{size[1]}; info.json says {shape}"
+                )
             if float(start) > 0 and stream.time_base:  # to the key frame before the segment: not from 0
                 container.seek(
                     int(float(start) / stream.time_base), stream=stream, backward=True, any_frame=False
@@ -625,16 +691,25 @@ def _video(
     return out
 
 
-def _formatted(root: Path, template: str, **names: Any) -> str:
-    """A path template of info.json (``data_path``, ``video_path``) filled in."""
+def _formatted(root: Path, template: str, **names: Any) -> Path:
+    """A path template of info.json (``data_path``, ``video_path``) filled in: a file inside ``root``.
+
+    The template is checked before it is filled in (no field wider than
+    :data:`~rlarrow.core.confined.MAX_FORMAT_WIDTH`), and the path it gives must stay inside
+    the dataset, symlinks followed (:func:`~rlarrow.core.confined.inside`).
+    """
+    source = root / "meta" / "info.json"
+    check_template(template, source=source)
     try:
-        return template.format(**names)
+        name = template.format(**names)
     except (KeyError, ValueError, IndexError, AttributeError) as exc:
         raise CorruptFileError(
-            root / "meta" / "info.json",
+            source,
             f"the path template {template!r} cannot be filled in "
             f"({type(exc).__name__}: {exc}): the dataset is damaged",
         ) from exc
+    fields = ", ".join(f"{k}={v!r}" for k, v in names.items())
+    return inside(root, name, source=source, what=f"the path template {template!r} ({fields}) gives")
 
 
 def _type_of(values: Any) -> pa.DataType:

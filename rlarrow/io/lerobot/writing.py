@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlarrow.core import metadata as _metadata
+from rlarrow.core.confined import file_name_part
 from rlarrow.core.errors import ArgumentError, InvalidInputError, MissingDependencyError
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, ImageStats, image_channel_stats, lerobot_entry
 from rlarrow.core.store import StoreLike
@@ -70,6 +71,11 @@ _V2_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index
 #: LeRobot's video settings (lerobot's encode_video_frames): AV1, 4:2:0, key frame every 2, CRF 30
 _CODEC, _CODEC_NAME, _VIDEO_OPTIONS = "libsvtav1", "av1", {"g": "2", "crf": "30"}
 _MIN_SIDE = 4  # SVT-AV1 refuses frames narrower or lower than 4 pixels
+_RENAME = (
+    "a LeRobot dataset names its video folders after its features (and keys its statistics by "
+    "'stats/NAME/...'); rlarrow has no command to rename a field in a store: rename it where the "
+    "run came from and import it again"
+)
 
 
 @dataclass
@@ -480,6 +486,8 @@ class _Dataset:
             keys = [k for k in keys if not k.startswith("next.") or k in order]
         keys.sort(key=lambda k: order.index(k) if k in order else len(order))
         keys += list(FRAME_KEYS)
+        for key in keys:  # (a camera's name is a folder of videos/; names come from the store's fields)
+            file_name_part(key, what="the LeRobot feature", fix=_RENAME)
         features = {k: self._feature(k, frames[k]) for k in keys}
         for name, f in features.items():
             # lerobot 0.1-0.3 takes every feature named *image* for an RGB camera: its statistics
