@@ -474,6 +474,7 @@ class SampleSource:
         self.needs = [c for c in needs if c not in columns]
         self.filesystem = filesystem
         self.lease: Any = None  # a ReaderLease pinning the units' files, when from a local store
+        self.version: int | None = None  # the store version of those files (from_store, a local store)
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
 
     @classmethod
@@ -499,9 +500,16 @@ class SampleSource:
         # workers, in Ray tasks holding copies of this source) reads them whatever compacts
         # the store meanwhile
         lease = store.process_lease() if hasattr(store, "process_lease") else None
+        view: dict[str, list[Any]] = {}
         if hasattr(store, "layout_dirs"):  # a Store: its layouts
-            files = (lease.pin_view(store, [source])[source] if lease is not None
-                     else store.files(source, refresh=False))
+            # (the steps and their videos from one manifest: the view of one store version,
+            # which ``version`` names afterwards)
+            tables = [source]
+            if source == "steps" and "videos" in store._manifest["tables"]:
+                tables.append("videos")
+            view = (lease.pin_view(store, tables) if lease is not None
+                    else {t: store.files(t, refresh=False) for t in tables})
+            files = view[source]
             layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
             files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
             schema, lacking = _shared_schema(store, source, layouts)
@@ -541,8 +549,7 @@ class SampleSource:
             chosen += [d.split(".")[0] for d in deltas if d.split(".")[0] not in chosen]
         videos: list[str] = []
         if source == "steps" and "observation" in chosen and hasattr(store, "layout_dirs"):
-            videos = list(lease.pin_view(store, ["videos"])["videos"] if lease is not None
-                          else store.files("videos", refresh=False))
+            videos = list(view.get("videos", []))
         elif source == "steps" and "observation" in chosen and _has_videos(store):
             raise StoreError(f"{store.path}: its cameras in the video layout are decoded from a local store "
                              "only; pull it first (rlarrow.core.remote.pull)")
@@ -564,6 +571,8 @@ class SampleSource:
                    transitions=transitions, filesystem=fs, deltas=deltas, videos=videos,
                    masked=masked, needs=needs)
         made.lease = lease  # the links live as long as the source (and copies in workers read them)
+        #: the store version whose files these are (None: not a local store)
+        made.version = int(store.version) if hasattr(store, "layout_dirs") else None
         return made
 
     def __getstate__(self) -> dict[str, Any]:

@@ -203,9 +203,6 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
         st = store if hasattr(store, "filesystem") else as_store(store, readonly=True, version=version)
-        #: the store version this dataset reads (record it with the run: read it again with
-        #: ``version=``); None for a remote store
-        self.version: int | None = st.version if isinstance(st, Store) else None
         if delta_timestamps is not None:
             if delta_steps is not None:
                 raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
@@ -214,6 +211,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
                                               sequence_length=sequence_length, layout=layout,
                                               delta_steps=delta_steps)
+        #: the store version this dataset reads: the one whose files it listed (record it with
+        #: the run: ``version=`` reads exactly these rows again); None for a remote store
+        self.version: int | None = self.source.version if isinstance(st, Store) else None
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.buffer_rows = max(buffer_rows, batch_size)
@@ -248,7 +248,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
             wants_quantiles = normalize == "quantile" or (
                 isinstance(normalize, Mapping) and "quantile" in normalize.values())
-            given = store_stats(st, quantiles=wants_quantiles, layout=layout)
+            given = store_stats(st, quantiles=wants_quantiles, layout=layout, version=self.version)
         for name, value in given.items():
             if not isinstance(value, ColumnStats):
                 raise ArgumentTypeError(f"stats[{name!r}] is a {type(value).__name__}, not a ColumnStats")

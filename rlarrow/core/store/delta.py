@@ -554,22 +554,41 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
     manifest["version"] = version
     manifest["pending"] = None
     manifest["retired"], manifest["retired_at"], manifest["delta_due"] = [], {}, []
+    backlog = [d for d in current.get("delta_due") or () if isinstance(d, dict)]
     for name in list(manifest["tables"]):
         entry = manifest["tables"][name]
+        # A version still waiting in the backlog (``delta_due`` with its files: its Delta commit
+        # could not be written yet) is not in the log: the manifest keeps that version's files.
+        # (An item without files names a commit that follows the manifest that lists it: the
+        # current version, read from the manifest itself, or written already.)
+        due = [d for d in backlog if d.get("table") == name and "files" in d
+               and isinstance(d.get("version"), int) and d["version"] <= version]
         log = DeltaLog(root / name)
-        log.refresh(until_store_version=version)
-        if log.version < 0 and log.history_from is not None and log.history_from > version:
-            raise NotFoundError(f"{root}: table {name!r} has no history before version {log.history_from} "
-                                "(its Delta log was started then, for files already there: set aside by "
-                                "`rlarrow repair`); read that version or a later one")
-        if log.version < 0:
-            if name != table_of(name):
-                del manifest["tables"][name]  # a layout made later
-            else:
-                entry.update(schema=None, rows=0, files=[])
-            continue
-        config = (log.metadata or {}).get("configuration") or {}
-        files = log.ordered()
+        try:
+            log.refresh(until_store_version=version)
+        except CorruptFileError:
+            if not due:
+                raise
+        listed: list[DeltaFile]
+        if due and log.store_version < due[-1]["version"]:
+            item = due[-1]
+            listed = [DeltaFile(f["name"], int(f["rows"]), int(f["bytes"]), "") for f in item["files"]]
+            config = {_SCHEMA_KEY: item.get("schema"),
+                      "rlarrow.schemaVersion": entry.get("schema_version", "1.0")}
+        else:
+            if log.version < 0 and log.history_from is not None and log.history_from > version:
+                raise NotFoundError(f"{root}: table {name!r} has no history before version "
+                                    f"{log.history_from} (its Delta log was started then, for files already "
+                                    "there: set aside by `rlarrow repair`); read that version or a later one")
+            if log.version < 0:
+                if name != table_of(name):
+                    del manifest["tables"][name]  # a layout made later
+                else:
+                    entry.update(schema=None, rows=0, files=[])
+                continue
+            config = (log.metadata or {}).get("configuration") or {}
+            listed = log.ordered()
+        files = listed
         moved = {f.name for f in files if not (root / name / f.name).is_file()
                  and retired_location(root, f"{name}/{f.name}").is_file()}  # replaced since: kept aside
         gone = [f.name for f in files if f.name not in moved and not (root / name / f.name).is_file()]
@@ -578,7 +597,7 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
                                 f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
                                 "no longer in the store (deleted by `rlarrow vacuum` or a migration, or "
                                 "moved out by `rlarrow repair`); read a later version")
-        entry["schema"] = config.get(_SCHEMA_KEY, entry.get("schema"))
+        entry["schema"] = config.get(_SCHEMA_KEY) or entry.get("schema")
         entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
         entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes, **({"retired": True} if
                                                                                   f.name in moved else {})}
