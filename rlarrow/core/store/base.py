@@ -195,11 +195,12 @@ class StoreBase:
             log = logs[table] = DeltaLog(self.path / table)
         return log
 
-    def _delta_changes(self, table: str,
-                       entry: dict[str, Any]) -> tuple[list[DeltaFile], list[DeltaFile]] | None:
+    def _delta_changes(self, table: str, entry: dict[str, Any],
+                       latest: int) -> tuple[list[DeltaFile], list[DeltaFile]] | None:
         """What ``table``'s Delta log lacks of ``entry`` (None: nothing; it is current)."""
         log = self._delta_log(table)
         log.refresh()
+        log.check_not_ahead(latest)  # (the store's version before this change)
         if not entry["files"] and log.version < 0:
             return None  # never had a file: no Delta table yet
         adds, removes = log.diff(entry["files"])
@@ -230,7 +231,7 @@ class StoreBase:
                     changed.append(table)
                 continue
             try:
-                if self._delta_changes(table, entry) is not None:
+                if self._delta_changes(table, entry, int(manifest.get("version", 0))) is not None:
                     changed.append(table)
             except (CorruptFileError, OSError) as exc:
                 # A damaged log must not stop commits (the manifest is the store's truth); the
@@ -271,6 +272,7 @@ class StoreBase:
             log = self._delta_log(table)
             try:
                 log.refresh()
+                log.check_not_ahead(int(manifest.get("version", 0)))
                 if log.store_version >= item["version"] or (not files and log.version < 0):
                     continue  # written already (or nothing to log yet)
                 adds, removes = log.diff(files)

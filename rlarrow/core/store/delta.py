@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import stat
 import time
@@ -57,6 +58,7 @@ from rlarrow._version import __version__
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive, temp_owner
 from rlarrow.core.store.manifest import (
+    decode_schema,
     encode_schema,
     fsync_dir,
     is_plain_file_name,
@@ -95,6 +97,167 @@ class _State:
     history_from: int | None = None
     files: dict[str, DeltaFile] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (Delta engines refuse it)")
+
+
+#: The largest number a Delta ``long`` holds.
+_LONG = (1 << 63) - 1
+_ORDER_KEY = re.compile(rf"(?:[0-9]{{{_SEG}}})?(?:\.[0-9]{{{_SEG}}})*")
+_ACTIONS = ("commitInfo", "protocol", "metaData", "add", "remove")
+
+
+@dataclass
+class _Commit:
+    """One commit, checked: its store version and what it changes (nothing applied yet)."""
+
+    store_version: int
+    rebuilt: bool
+    metadata: dict[str, Any] | None
+    adds: list[DeltaFile]
+    removes: list[str]
+
+
+class _Checker:
+    """The checks of one commit's actions: each wrong value is a CorruptFileError naming it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def bad(self, where: str, value: Any, want: str) -> CorruptFileError:
+        shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+        return CorruptFileError(self.path, f"is a damaged Delta commit: {where} is {shown:.80}, not {want} "
+                                "(`rlarrow repair STORE --apply` sets the table's log aside and starts a new "
+                                "one; the store's data is not affected)")
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.bad(where, value, "a JSON object")
+        return value
+
+    def long(self, value: Any, where: str, *, optional: bool = False) -> int | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _LONG:
+            raise self.bad(where, value, "a whole number from 0 to 2^63-1")
+        return value
+
+    def text(self, value: Any, where: str, *, optional: bool = False) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise self.bad(where, value, "a string")
+        return value
+
+    def flag(self, value: Any, where: str, *, optional: bool = False) -> bool | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, bool):
+            raise self.bad(where, value, "true or false")
+        return value
+
+    def texts(self, value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
+        """A map of strings to strings (or null), as the protocol's partitionValues, tags, ..."""
+        if value is None and optional:
+            return {}
+        for key, item in self.obj(value, where).items():
+            self.text(item, f"{where}[{key!r:.40}]", optional=True)
+        return dict(value)
+
+    def json(self, value: Any, where: str) -> dict[str, Any]:
+        try:
+            return self.obj(json.loads(self.text(value, where) or "", parse_constant=_no_constant), where)
+        except (ValueError, RecursionError):
+            raise self.bad(where, value, "a JSON object") from None
+
+    def name(self, action: dict[str, Any], where: str) -> str:
+        raw = self.text(action.get("path"), f"{where}.path") or ""
+        try:
+            name = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            name = raw
+        if not is_plain_file_name(name):
+            # (rlarrow never reads, renames or deletes a file outside the table directory)
+            raise CorruptFileError(self.path, f"names the file {name!r:.200}, not a plain name in the table "
+                                   "directory; rlarrow's Delta logs list only their own files")
+        return name
+
+    def commit(self, actions: list[dict[str, Any]]) -> _Commit:
+        """Every field rlarrow writes, of the type the protocol gives it (and rlarrow's own)."""
+        info: dict[str, Any] | None = None
+        metadata: dict[str, Any] | None = None
+        adds: list[DeltaFile] = []
+        removes: list[str] = []
+        for i, action in enumerate(actions):
+            kinds = [k for k in action if k in _ACTIONS]
+            if len(action) != 1 or len(kinds) != 1:
+                raise self.bad(f"line {i + 1}", sorted(action)[:4],
+                               f"one of the actions rlarrow writes ({', '.join(_ACTIONS)})")
+            kind = kinds[0]
+            body = self.obj(action[kind], kind)
+            if kind == "commitInfo":
+                if info is not None:
+                    raise self.bad("a second commitInfo", "", "one commitInfo per commit")
+                info = body
+                self.long(body.get("timestamp"), "commitInfo.timestamp", optional=True)
+                self.text(body.get("operation"), "commitInfo.operation", optional=True)
+            elif kind == "protocol":
+                reader = self.long(body.get("minReaderVersion"), "protocol.minReaderVersion")
+                writer = self.long(body.get("minWriterVersion"), "protocol.minWriterVersion")
+                if set(body) - set(PROTOCOL) or (reader or 0) > PROTOCOL["minReaderVersion"] \
+                        or (writer or 0) > PROTOCOL["minWriterVersion"]:
+                    raise self.bad("protocol", body, f"{PROTOCOL} (rlarrow writes no table features)")
+            elif kind == "metaData":
+                self.text(body.get("id"), "metaData.id")
+                self.text(body.get("name"), "metaData.name", optional=True)
+                self.text(body.get("description"), "metaData.description", optional=True)
+                fmt = self.obj(body.get("format"), "metaData.format")
+                self.text(fmt.get("provider"), "metaData.format.provider")
+                self.texts(fmt.get("options"), "metaData.format.options", optional=True)
+                self.json(body.get("schemaString"), "metaData.schemaString")
+                columns = body.get("partitionColumns")
+                if columns != []:
+                    raise self.bad("metaData.partitionColumns", columns, "[] (rlarrow's tables are not "
+                                   "partitioned)")
+                config = self.texts(body.get("configuration"), "metaData.configuration", optional=True)
+                self.long(body.get("createdTime"), "metaData.createdTime", optional=True)
+                if config.get(_SCHEMA_KEY) is not None:
+                    try:
+                        decode_schema(config[_SCHEMA_KEY])
+                    except (ValueError, pa.ArrowException):
+                        raise self.bad(f"metaData.configuration[{_SCHEMA_KEY!r}]", config[_SCHEMA_KEY],
+                                       "an Arrow schema rlarrow wrote") from None
+                metadata = body
+            elif kind == "add":
+                name = self.name(body, "add")
+                if self.texts(body.get("partitionValues"), "add.partitionValues"):
+                    raise self.bad("add.partitionValues", body["partitionValues"], "{}")
+                size = self.long(body.get("size"), "add.size") or 0
+                self.long(body.get("modificationTime"), "add.modificationTime")
+                self.flag(body.get("dataChange"), "add.dataChange")
+                rows = self.long(self.json(body.get("stats"), "add.stats").get("numRecords"),
+                                 "add.stats.numRecords") or 0
+                order = self.texts(body.get("tags"), "add.tags").get(_ORDER_TAG)
+                if not isinstance(order, str) or not order or len(order) > 64 * (_SEG + 1) \
+                        or not _ORDER_KEY.fullmatch(order):
+                    raise self.bad(f"add.tags[{_ORDER_TAG!r}]", order, "an order key rlarrow wrote")
+                adds.append(DeltaFile(name, rows, size, order))
+            else:
+                removes.append(self.name(body, "remove"))
+                self.flag(body.get("dataChange"), "remove.dataChange")
+                self.long(body.get("deletionTimestamp"), "remove.deletionTimestamp", optional=True)
+                self.flag(body.get("extendedFileMetadata"), "remove.extendedFileMetadata", optional=True)
+                self.texts(body.get("partitionValues"), "remove.partitionValues", optional=True)
+                self.long(body.get("size"), "remove.size", optional=True)
+        if info is None:
+            raise self.bad("its commitInfo", None, "there (rlarrow writes one in every commit)")
+        marks = self.obj(info.get("rlarrow"), "commitInfo.rlarrow")
+        store_version = self.long(marks.get("storeVersion"), "commitInfo.rlarrow.storeVersion") or 0
+        self.text(marks.get("table"), "commitInfo.rlarrow.table", optional=True)
+        rebuilt = bool(self.flag(marks.get("rebuilt"), "commitInfo.rlarrow.rebuilt", optional=True))
+        return _Commit(store_version, rebuilt, metadata, adds, removes)
 
 
 def order_after(key: str | None) -> str:
@@ -290,69 +453,98 @@ class DeltaLog:
     def refresh(self, *, until_store_version: int | None = None) -> None:
         """Read the commits written since the last one read (up to a store version).
 
+        Every field rlarrow writes is checked before anything is applied: a commit that is
+        not JSON lines, or one whose value of any field is not of its type (a damaged log), is
+        a CorruptFileError naming it, and the state stays that of the commit before. A
+        commit after ``until_store_version`` is never needed, so damage there does not stop
+        reading an earlier version.
+
         Raises:
-            CorruptFileError: a commit file is not the JSON lines the protocol describes, or
-                the log or a commit is a link or not a regular file.
+            CorruptFileError: a commit file is damaged (above), or the log or a commit is a
+                link or not a regular file.
         """
         if not self._check_dir():
             return
         while True:
+            if until_store_version is not None and self._state.version >= 0 \
+                    and self._state.store_version >= until_store_version:
+                return  # (each commit is of a later store version than the one before)
             path = self._path(self._state.version + 1)
             data = self.read_commit(path)
             if data is None:
                 return
-            actions = self._parse(path, data)
-            info: Any = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-            store_version = info.get("rlarrow", {}).get("storeVersion") if isinstance(info, dict) else None
-            marks = (info.get("rlarrow") or {}) if isinstance(info, dict) else {}
-            if self._state.version < 0 and marks.get("rebuilt"):
-                self._state.history_from = store_version if isinstance(store_version, int) else None
-            if (until_store_version is not None and isinstance(store_version, int)
-                    and store_version > until_store_version):
+            if until_store_version is not None:
+                first = self.first_info(data)
+                if first is not None and first[0] > until_store_version:
+                    if self._state.version < 0 and (first[1]["rlarrow"] or {}).get("rebuilt") is True:
+                        self._state.history_from = first[0]
+                    return
+            commit = _Checker(path).commit(self._parse(path, data))
+            if self._state.version < 0 and commit.rebuilt:
+                self._state.history_from = commit.store_version
+            if until_store_version is not None and commit.store_version > until_store_version:
                 return
-            self._apply(path, actions)
+            if self._state.version >= 0 and commit.store_version <= self._state.store_version:
+                raise CorruptFileError(path, f"is a damaged Delta commit: its store version "
+                                       f"{commit.store_version} is not after the one before "
+                                       f"({self._state.store_version}); `rlarrow repair STORE --apply` sets "
+                                       "the table's log aside and starts a new one")
+            self._apply(commit)
             self._state.version += 1
-            if isinstance(store_version, int):
-                self._state.store_version = store_version
+            self._state.store_version = commit.store_version
+
+    @staticmethod
+    def first_info(data: bytes) -> tuple[int, dict[str, Any]] | None:
+        """The store version and commitInfo of a commit's first line (rlarrow's), if it is whole."""
+        try:
+            first = data.split(b"\n", 1)[0].decode("utf-8")
+            info = json.loads(first, parse_constant=_no_constant)["commitInfo"]
+            found = info["rlarrow"]["storeVersion"]
+        except (ValueError, RecursionError, UnicodeDecodeError, AttributeError, KeyError, TypeError):
+            return None
+        if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found <= _LONG:
+            return None
+        return found, info
 
     @staticmethod
     def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
         try:
-            actions = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CorruptFileError(path, f"is not a Delta Lake commit (JSON lines): {exc}") from exc
+            actions = [json.loads(line, parse_constant=_no_constant)
+                       for line in data.decode("utf-8").splitlines() if line.strip()]
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise CorruptFileError(path, f"is not a Delta Lake commit (JSON lines): {str(exc):.200}") \
+                from None
         if not all(isinstance(a, dict) for a in actions):
             raise CorruptFileError(path, "is not a Delta Lake commit: a line is not a JSON object")
         return actions
 
-    def _apply(self, path: Path, actions: list[dict[str, Any]]) -> None:
+    def _apply(self, commit: _Commit) -> None:
         self._synced = self._planned = None
         state = self._state
-        for action in actions:
-            if "metaData" in action:
-                state.metadata = action["metaData"]
-            elif "add" in action:
-                add = action["add"]
-                name = self._name(path, add)
-                try:
-                    stats = json.loads(add.get("stats") or "{}")
-                    rows = int(stats.get("numRecords", -1))
-                except (ValueError, TypeError, AttributeError):
-                    rows = -1
-                tags = add.get("tags") or {}
-                order = str(tags.get(_ORDER_TAG, ""))
-                state.files[name] = DeltaFile(name, rows, int(add.get("size", 0)), order)
-            elif "remove" in action:
-                state.files.pop(self._name(path, action["remove"]), None)
+        if commit.metadata is not None:
+            state.metadata = commit.metadata
+        for name in commit.removes:
+            state.files.pop(name, None)
+        for f in commit.adds:
+            state.files[f.name] = f
 
     @staticmethod
     def _name(path: Path, action: Any) -> str:
-        name = unquote(action.get("path", "")) if isinstance(action, dict) else ""
-        if not is_plain_file_name(name):
-            # (rlarrow never reads, renames or deletes a file outside the table directory)
-            raise CorruptFileError(path, f"names the file {name!r:.200}, not a plain name in the table "
-                                   "directory; rlarrow's Delta logs list only their own files")
-        return name
+        if not isinstance(action, dict):
+            raise CorruptFileError(path, "is a damaged Delta commit: an add or remove is not a JSON object")
+        return _Checker(path).name(action, "path")
+
+    def check_not_ahead(self, latest: int) -> None:
+        """Refuse a log that says it holds a store version after the store's latest (damage).
+
+        Raises:
+            CorruptFileError: it does (a writer would otherwise skip every commit up to it).
+        """
+        if self._state.store_version > latest:
+            raise CorruptFileError(self.log_dir, f"is a damaged Delta log: a commit says it is of store "
+                                   f"version {self._state.store_version}, after the store's latest "
+                                   f"({latest}); `rlarrow repair STORE --apply` sets it aside and starts a "
+                                   "new one")
 
     def ordered(self) -> list[DeltaFile]:
         """The files in the table's row order."""
@@ -479,7 +671,7 @@ class DeltaLog:
         data = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
         self._write_new(version, data)
         planned = self._planned
-        self._apply(self._path(version), actions)
+        self._apply(_Checker(self._path(version)).commit(actions))
         state.version = version
         state.store_version = store_version
         if planned is not None and planned[2] is adds and planned[3] is removes \

@@ -235,12 +235,12 @@ class JournalStore(StoreBase):
             if log_dir.is_symlink() or not log_dir.is_dir():
                 continue  # (never a link out of the store)
             for path in sorted(log_dir.glob("[0-9]" * 20 + ".json")):
-                with contextlib.suppress(OSError, ValueError, UnicodeDecodeError, CorruptFileError):
-                    first = (DeltaLog.read_commit(path) or b"").decode("utf-8").split("\n", 1)[0]
-                    info = json.loads(first).get("commitInfo") or {}
-                    v = (info.get("rlarrow") or {}).get("storeVersion")
-                    if not isinstance(v, int):
+                with contextlib.suppress(OSError, CorruptFileError):
+                    # (a damaged commit is left out: `rlarrow repair` names it)
+                    found = DeltaLog.first_info(DeltaLog.read_commit(path) or b"")
+                    if found is None:
                         continue
+                    v, info = found
                     item = by_version.setdefault(v, {"version": v, "timestamp": info.get("timestamp"),
                                                      "operation": info.get("operation"), "tables": {}})
                     item["tables"][name] = int(path.stem)

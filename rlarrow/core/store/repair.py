@@ -279,11 +279,23 @@ class RepairStore(TableStore):
         problems = []
         for table in self._manifest["tables"]:
             try:
-                DeltaLog(self.path / table).refresh()
+                log = DeltaLog(self.path / table)
+                log.refresh()
+                log.check_not_ahead(int(self._manifest.get("version", 0)))
             except CorruptFileError as exc:
                 problems.append(FileProblem(table, f"{table}/{LOG_DIR}", 0, f"Delta log damaged ({exc}); "
                                             "--apply sets it aside and starts a new one at the current "
                                             "version (earlier versions of this table can no longer be read)"))
+                continue
+            # rlarrow writes no checkpoints: one there is another writer's (or damage), which
+            # Delta engines would read before the commits; set aside, the commits read as before
+            log_dir = self.path / table / LOG_DIR
+            if log_dir.is_dir() and not log_dir.is_symlink():
+                for found in sorted(log_dir.iterdir()):
+                    if found.name == "_last_checkpoint" or ".checkpoint." in found.name:
+                        problems.append(FileProblem(table, f"{table}/{LOG_DIR}/{found.name}", 0,
+                                                    "a Delta checkpoint rlarrow did not write (Delta engines "
+                                                    "read it before the commits); --apply sets it aside"))
         return problems
 
     def _unadoptable(self) -> list[FileProblem]:
