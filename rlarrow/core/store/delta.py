@@ -159,11 +159,11 @@ class _Checker:
         return value
 
     def texts(self, value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
-        """A map of strings to strings (or null), as the protocol's partitionValues, tags, ..."""
+        """A map of strings to strings, as the protocol's partitionValues, tags, configuration."""
         if value is None and optional:
             return {}
         for key, item in self.obj(value, where).items():
-            self.text(item, f"{where}[{key!r:.40}]", optional=True)
+            self.text(item, f"{where}[{key!r:.40}]")  # (rlarrow writes no null there; deltalake refuses some)
         return dict(value)
 
     def json(self, value: Any, where: str) -> dict[str, Any]:
@@ -215,13 +215,13 @@ class _Checker:
                 self.text(body.get("description"), "metaData.description", optional=True)
                 fmt = self.obj(body.get("format"), "metaData.format")
                 self.text(fmt.get("provider"), "metaData.format.provider")
-                self.texts(fmt.get("options"), "metaData.format.options", optional=True)
+                self.texts(fmt.get("options"), "metaData.format.options")
                 self.json(body.get("schemaString"), "metaData.schemaString")
                 columns = body.get("partitionColumns")
                 if columns != []:
                     raise self.bad("metaData.partitionColumns", columns, "[] (rlarrow's tables are not "
                                    "partitioned)")
-                config = self.texts(body.get("configuration"), "metaData.configuration", optional=True)
+                config = self.texts(body.get("configuration"), "metaData.configuration")
                 self.long(body.get("createdTime"), "metaData.createdTime", optional=True)
                 if config.get(_SCHEMA_KEY) is not None:
                     try:
