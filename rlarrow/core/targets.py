@@ -10,7 +10,14 @@ so that nothing partial is left behind; a file-system failure is raised as an
 * :func:`atomic_file`: one file (``DIR/demo.hdf5``, ``memories/x.pt``);
 * :func:`fresh_directory`: a directory written whole (a Minari, RLDS, LeRobot or envlogger
   dataset, ``memories/``), which replaces the old one only when asked (``overwrite``);
-* :func:`check_target`: whether a directory may be written, before any work is done.
+* :func:`check_target`: whether a directory may be written, before any work is done;
+* :func:`in_child`: a native writer that can crash the process on a full disk (HDF5 does)
+  run in a child process, whose death by a signal becomes an :class:`OutputError`;
+* :func:`incomplete`: the :class:`OutputError` for a writer that wrote less than it was
+  given without saying so (envlogger's Riegeli writer on a full disk).
+
+A relative target is taken from the current directory: the temporary path each helper
+yields is absolute, so that a writer which joins paths itself (Minari's) writes inside it.
 
 Example:
     >>> import os, tempfile
@@ -28,12 +35,16 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from rlarrow.core.errors import InvalidInputError, OutputError, RLArrowError
 
-__all__ = ["atomic_file", "check_target", "fresh_directory", "output_error", "write_failure"]
+__all__ = ["atomic_file", "check_target", "fresh_directory", "in_child", "incomplete", "output_error",
+           "write_failure"]
+
+T = TypeVar("T")
 
 #: below this many free bytes a writer's own error (torch, HDF5) is taken for a full disk
 _NEARLY_FULL = 1 << 20
@@ -121,6 +132,30 @@ def _fsync(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # (a file system that cannot sync a directory: nothing to do)
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(root: Path) -> None:
+    """Sync every file under ``root``, then every directory, deepest first: all of it on disk."""
+    dirs = []
+    for here, _subdirs, files in os.walk(root):
+        dirs.append(Path(here))
+        for name in files:
+            p = Path(here) / name
+            if p.is_file() and not p.is_symlink():
+                _fsync(p)
+    for d in reversed(dirs):
+        _fsync_dir(d)
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path with ``path``'s file name; move it into place on success.
@@ -140,7 +175,7 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
         raise FileExistsError(f"{path}: exists; remove it, or replace it (overwrite=True; "
                               "--overwrite in the CLI)")
     created: list[Path] = []
-    tmp_dir = path.parent / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp_dir = Path(os.path.abspath(path.parent)) / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         try:
             created = _make_parents(path.parent)
@@ -149,6 +184,8 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
             yield tmp
             _fsync(tmp)
             os.replace(tmp, path)
+            with contextlib.suppress(OSError):  # (the file is in place: a failed sync here loses nothing)
+                _fsync_dir(path.parent)
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
     except BaseException as exc:
@@ -204,7 +241,7 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
     path = check_target(directory, overwrite=overwrite, what=what)
     replacing = path.exists()
     token = f"{os.getpid()}-{secrets.token_hex(4)}"
-    tmp = path.parent / f".{path.name}.rlarrow-new-{token}"
+    tmp = Path(os.path.abspath(path.parent)) / f".{path.name}.rlarrow-new-{token}"
     created: list[Path] = []
     try:
         created = _make_parents(path.parent)
@@ -218,6 +255,11 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
             tmp.rmdir()
             _remove_created(created)
             return
+        try:
+            _sync_tree(tmp)  # every file on disk before the rename makes it the target
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         old = path.parent / f".{path.name}.rlarrow-old-{token}"
         if path.exists():
             os.replace(path, old)
@@ -229,9 +271,142 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # (the directory is in place: a failed sync loses nothing)
+            _fsync_dir(path.parent)
     except BaseException as exc:
         failure = _as_write_failure(exc, tmp)  # (before the directories go: it asks their disk)
         _remove_created(created)
         if failure is not None:
             raise output_error(path, failure, replacing=replacing) from exc
         raise
+
+
+def _on_disk(target: str | os.PathLike[str]) -> Path:
+    """A path in the directory nearest ``target`` that exists: where :func:`write_failure` asks for room."""
+    where = Path(os.path.abspath(target))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return where / "x"
+
+
+def incomplete(target: str | os.PathLike[str], what: str) -> OutputError:
+    """The :class:`OutputError` for ``what`` written short, a writer having said nothing of it.
+
+    Some native writers (envlogger's Riegeli writer) log a failed write and carry on: the
+    export checks what it wrote and raises this when it is not all there. The cause is
+    taken for a full disk when the target's filesystem has (nearly) no room left.
+
+    Example:
+        >>> import tempfile
+        >>> "incomplete" in str(incomplete(tempfile.mkdtemp(), "steps.riegeli holds 3 of 5 records"))
+        True
+    """
+    failure = write_failure(RuntimeError(f"the writer left its output incomplete: {what}"), _on_disk(target))
+    return output_error(target, failure)
+
+
+def _child_main() -> None:
+    """A child of :func:`in_child`: die with the parent (Linux), run the call it is sent, answer.
+
+    ``argv``: the parent's pid and the file descriptor to answer on; the call, pickled, on stdin.
+    """
+    import ctypes
+    import pickle
+    import sys
+
+    parent, fd = int(sys.argv[1]), int(sys.argv[2])
+    if sys.platform.startswith("linux"):  # a parent killed takes its writer with it
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    if os.getppid() != parent:  # (the parent died before that)
+        os._exit(1)
+    fn, args, kwargs = pickle.load(sys.stdin.buffer)
+    try:
+        answer: tuple[str, object] = ("ok", fn(*args, **kwargs))
+    except BaseException as exc:  # the parent raises it, or what it says when it does not pickle
+        answer = ("error", exc)
+    try:
+        data = pickle.dumps(answer)
+        pickle.loads(data)
+    except Exception:
+        data = pickle.dumps(("error-text", f"{type(answer[1]).__name__}: {answer[1]}"))
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _stderr_fd() -> int | None:
+    """The process's standard error file descriptor (None: there is none to hand a child)."""
+    import sys
+
+    try:
+        return sys.__stderr__.fileno() if sys.__stderr__ is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def in_child(target: str | os.PathLike[str], fn: Callable[..., T], /, *args: object, what: str,
+             **kwargs: object) -> T:
+    """``fn(*args, **kwargs)`` run in a fresh Python process, for a writer that may crash it.
+
+    HDF5 can end the process with a segmentation fault when a full disk stops a write:
+    nothing in the process can catch that. In a child, its death by a signal is an
+    :class:`OutputError` naming ``target`` (a full disk when the filesystem has no room
+    left), and the caller's temporary target is removed as for any failure. ``fn`` and its
+    arguments must pickle (a module-level function; paths, not open stores), and so must its
+    result; an exception ``fn`` raises is raised here. The child is a new interpreter
+    (``python -c``, never the caller's ``__main__`` again) importing this rlarrow: it costs
+    the imports ``fn`` needs, about a second. It dies with the parent (Linux), and its
+    standard output goes to the parent's standard error.
+
+    Raises:
+        OutputError: the child died by a signal or exited without an answer.
+
+    Example:
+        >>> import tempfile
+        >>> in_child(tempfile.mkdtemp(), divmod, 7, 2, what="test")
+        (3, 1)
+    """
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    payload = pickle.dumps((fn, args, kwargs))
+    root = os.fspath(Path(__file__).resolve().parents[2])  # (the child imports this rlarrow)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    read_fd, write_fd = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from rlarrow.core.targets import _child_main; _child_main()",
+             str(os.getpid()), str(write_fd)],
+            stdin=subprocess.PIPE, stdout=_stderr_fd(),
+            pass_fds=(write_fd,), env=env)
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as answers:
+        try:
+            assert child.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.write(payload)
+                child.stdin.close()
+            data = answers.read()
+            child.wait()
+        except BaseException:  # Ctrl-C: the writer stops too, before the temporary target goes
+            child.kill()
+            child.wait()
+            raise
+    if not data:
+        code = child.returncode
+        how = (f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"exited with status {code} without finishing")
+        failure = write_failure(RuntimeError(f"the {what} writer {how}"), _on_disk(target))
+        if failure.errno != errno.ENOSPC:
+            failure = OSError(errno.EIO, f"the {what} writer {how}; the disk may be full", os.fspath(target))
+        raise output_error(target, failure)
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise value
+    if kind == "error-text":
+        raise OutputError(target, f"the {what} writer failed: {value}. Nothing partial was left there; "
+                          "the store was only read, it is unchanged", reason=str(value))
+    return value  # type: ignore[no-any-return]
