@@ -841,9 +841,9 @@ def export_robomimic(
     from rlarrow.core.deps import require
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.errors import InvalidInputError
-    from rlarrow.core.targets import atomic_file, write_failure
+    from rlarrow.core.targets import atomic_file, in_child
 
-    h5py = require("h5py", feature="writing robomimic HDF5 files")
+    require("h5py", feature="writing robomimic HDF5 files")
     target = Path(path)
     if target.is_dir():
         raise InvalidInputError(target, "a directory: give the robomimic .hdf5 file to write")
@@ -851,18 +851,30 @@ def export_robomimic(
         raise InvalidInputError(target, "exists: pass overwrite=True (--overwrite) to replace it")
     with DmEnvRows(store, run_id=run_id) as reader:
         reader.refuse_bytes("a robomimic file")
-    # (-o DIR: DIR/demo.hdf5, DIR made when missing and removed again on failure)
-    with atomic_file(target, overwrite=True) as tmp, DmEnvRows(store, run_id=run_id) as reader:
-        with open(tmp, "w+b") as raw:
-            sink = _WriteOnce(raw)
-            try:
-                with h5py.File(sink, "w") as f:
-                    _write_robomimic(reader, f)
-            except (OSError, RuntimeError) as exc:  # HDF5 says a failed write in its own words
-                raise write_failure(sink.error or exc, tmp) from exc
-            if sink.error is not None:
-                raise sink.error
+        source = (os.path.abspath(reader.store.path), reader.store.version, reader.run_id)
+    # (-o DIR: DIR/demo.hdf5, DIR made when missing and removed again on failure). HDF5 can
+    # crash the process on a full disk: it writes in a child process, which reads the same version
+    with atomic_file(target, overwrite=True) as tmp:
+        in_child(target, _robomimic_file, *source, os.fspath(tmp), what="robomimic (HDF5)")
     return target
+
+
+def _robomimic_file(store: str, version: int, run_id: str, tmp: str) -> None:
+    """Write run ``run_id`` of ``store`` at ``version`` as a robomimic file at ``tmp`` (in a child)."""
+    import h5py
+
+    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.targets import write_failure
+
+    with DmEnvRows(store, run_id=run_id, version=version) as reader, open(tmp, "w+b") as raw:
+        sink = _WriteOnce(raw)
+        try:
+            with h5py.File(sink, "w") as f:
+                _write_robomimic(reader, f)
+        except (OSError, RuntimeError) as exc:  # HDF5 says a failed write in its own words
+            raise write_failure(sink.error or exc, tmp) from exc
+        if sink.error is not None:
+            raise sink.error
 
 
 class _WriteOnce(io.RawIOBase):

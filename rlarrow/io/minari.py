@@ -680,16 +680,40 @@ def export_minari(
     from rlarrow.core.deps import require
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.errors import ArgumentError, RLArrowWarning
-    from rlarrow.core.targets import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory, in_child
 
     if data_format not in DATA_FORMATS:
         raise ArgumentError(f"data_format={data_format!r}: Minari writes {', '.join(DATA_FORMATS)}")
     check_target(directory, overwrite=overwrite, what="a Minari export")
-    minari = require("minari", feature="writing Minari datasets")
-    from minari.dataset.minari_storage import MinariStorage
-
+    require("minari", feature="writing Minari datasets")
     with DmEnvRows(store, run_id=run_id) as reader:
         reader.refuse_bytes("a Minari dataset")
+        source = (os.path.abspath(reader.store.path), reader.store.version, reader.run_id)
+    with fresh_directory(directory, overwrite=overwrite, what="a Minari export") as tmp:
+        if data_format == "hdf5":  # HDF5 can crash the process on a full disk: a child process writes
+            written, left, total = in_child(directory, _write_minari, *source, os.fspath(tmp), data_format,
+                                            dataset_id, what="Minari (HDF5)")
+        else:
+            written, left, total = _write_minari(*source, os.fspath(tmp), data_format, dataset_id)
+        if not written:
+            raise InvalidInputError(directory, f"none of the run's {total} episodes has its final "
+                                    "observation, which every Minari episode needs; nothing written")
+    if left:
+        warnings.warn(f"{directory}: {len(left)} episode(s) without a final observation were not written "
+                      f"(Minari cannot hold them): episode ids {left[:10]}{'...' if len(left) > 10 else ''}",
+                      RLArrowWarning, stacklevel=2)
+    return Path(directory)
+
+
+def _write_minari(store: str, version: int, run_id: str, tmp: str, data_format: str,
+                  dataset_id: str | None) -> tuple[int, list[int], int]:
+    """Write the Minari dataset into ``tmp`` (in a child, maybe): (written, ids left out, episodes)."""
+    import minari
+    from minari.dataset.minari_storage import MinariStorage
+
+    from rlarrow.core.dm_env_rows import DmEnvRows
+
+    with DmEnvRows(store, run_id=run_id, version=version) as reader:
         run = reader.run
         run_meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
         run_meta = run_meta if isinstance(run_meta, dict) else {}
@@ -708,32 +732,23 @@ def export_minari(
         ep_meta = reader.episode_metadata()
         truncated = _truncated(reader)
         written, left = 0, []
-        with fresh_directory(directory, overwrite=overwrite, what="a Minari export") as tmp:
-            storage = MinariStorage.new(tmp / "data", observation_space=spaces[0], action_space=spaces[1],
-                                        data_format=data_format, jpeg_encoding=False)
-            storage.update_metadata({**kept, "minari_version": minari.__version__})
-            for k in range(reader.num_episodes):
-                buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces,
-                                         truncated.get(int(reader.episode_ids[k])), data_format)
-                if buffer is None:
-                    left.append(int(reader.episode_ids[k]))
-                    continue
-                storage.update_episodes([buffer])
-                more = {key: value for key, value in (ep_meta[k] or {}).items()
-                        if key not in ("id", "total_steps", "seed", "options")} \
-                    if isinstance(ep_meta[k], dict) and run.get("source") == "minari" else {}
-                if more:  # what Minari's collector adds (rewards_sum, ...): back as it was
-                    storage.update_episode_metadata([more], [int(reader.episode_ids[k])])
-                written += 1
-            if not written:
-                raise InvalidInputError(directory, f"none of the run's {reader.num_episodes} episodes has "
-                                        "its final observation, which every Minari episode needs; nothing "
-                                        "written")
-    if left:
-        warnings.warn(f"{directory}: {len(left)} episode(s) without a final observation were not written "
-                      f"(Minari cannot hold them): episode ids {left[:10]}{'...' if len(left) > 10 else ''}",
-                      RLArrowWarning, stacklevel=2)
-    return Path(directory)
+        storage = MinariStorage.new(Path(tmp) / "data", observation_space=spaces[0], action_space=spaces[1],
+                                    data_format=data_format, jpeg_encoding=False)
+        storage.update_metadata({**kept, "minari_version": minari.__version__})
+        for k in range(reader.num_episodes):
+            buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces,
+                                     truncated.get(int(reader.episode_ids[k])), data_format)
+            if buffer is None:
+                left.append(int(reader.episode_ids[k]))
+                continue
+            storage.update_episodes([buffer])
+            more = {key: value for key, value in (ep_meta[k] or {}).items()
+                    if key not in ("id", "total_steps", "seed", "options")} \
+                if isinstance(ep_meta[k], dict) and run.get("source") == "minari" else {}
+            if more:  # what Minari's collector adds (rewards_sum, ...): back as it was
+                storage.update_episode_metadata([more], [int(reader.episode_ids[k])])
+            written += 1
+        return written, left, reader.num_episodes
 
 
 def _truncated(reader: Any) -> dict[int, bool]:
