@@ -665,6 +665,7 @@ def export_envlogger(
     from rlarrow.core.targets import check_target, fresh_directory
 
     check_target(directory, overwrite=overwrite, what="an envlogger export")
+    steps = with_metadata = 0
     envlogger = load()
     from envlogger.backends import riegeli_backend_writer
     from envlogger.converters import spec_codec
@@ -687,11 +688,42 @@ def export_envlogger(
                     writer.record_step(
                         envlogger.StepData(timestep, step.action, step.custom_data), is_new_episode=i == 0
                     )
+                    steps += 1
                 if episode_meta[k] is not None:
                     writer.set_episode_metadata(episode_meta[k])
+                    with_metadata += 1
         finally:
             writer.close()
+        _check_written(directory, tmp, steps, with_metadata)
     return Path(directory)
+
+
+def _check_written(directory: str | os.PathLike[str], tmp: Path, steps: int, with_metadata: int) -> None:
+    """Raise an OutputError unless ``tmp`` holds every record the export gave the Riegeli writer.
+
+    envlogger's writer logs a failed write (a full disk) and carries on, leaving files cut
+    short or empty: each file is walked chunk by chunk, and the step and episode-metadata
+    records counted.
+    """
+    from rlarrow.core.targets import incomplete
+
+    found = {"steps.riegeli": 0, "episode_metadata.riegeli": 0}
+    files = sorted(tmp.rglob("*.riegeli"))
+    names = {f.name for f in files}
+    for name in ("metadata.riegeli", "steps.riegeli", "step_offsets.riegeli", "episode_index.riegeli",
+                 "episode_metadata.riegeli"):
+        if name not in names:
+            raise incomplete(directory, f"{name} was not written")
+    for f in files:
+        try:
+            records = riegeli_record_count(f)
+        except CorruptFileError as exc:
+            raise incomplete(directory, f"{f.relative_to(tmp)} is cut short ({exc})") from exc
+        if f.name in found:
+            found[f.name] += records
+    for name, wanted in (("steps.riegeli", steps), ("episode_metadata.riegeli", with_metadata)):
+        if found[name] != wanted:
+            raise incomplete(directory, f"{name} holds {found[name]} of the {wanted} records written")
 
 
 def _scalar_caster(spec: Any) -> Any:
