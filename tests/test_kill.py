@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -202,3 +203,78 @@ def test_sigkill_during_imports_leaves_whole_runs(tmp_path):
 @NEEDS_IMPORTERS
 def test_sigkill_during_imports_many_times(tmp_path):
     _import_kill_loop(tmp_path, kills=40, seed=4)
+
+
+#: the exports the kill loop interrupts: the native writers (Riegeli, HDF5 in a child) first
+KILLED_EXPORTS = ["envlogger", "minari", "robomimic", "rlds", "lerobot", "pt"]
+
+
+def _export_kill_loop(tmp_path, formats: list[str], kills: int, seed: int) -> None:
+    """SIGKILL ``rlarrow export`` at a random moment: its target is absent or a complete export."""
+    import warnings
+
+    from conftest import FIXTURES
+    from test_full_disk import _reimported
+
+    from rlarrow.io.importing import import_paths
+
+    store = tmp_path / "store"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import_paths([FIXTURES / "minari" / "cartpole" / "hdf5-v0"], store, progress=False, run_id="minari")
+        import_paths([FIXTURES / "skrl" / "wrapped" / "memories"], store, progress=False, run_id="skrl")
+
+    def export(fmt: str, out: Path) -> tuple[list[str], list[str]]:
+        target = os.fspath(out / "demo.hdf5") if fmt == "robomimic" else os.fspath(out)
+        run = "skrl" if fmt == "pt" else "minari"
+        args = ["export", "STORE", "-o", "OUT/demo.hdf5" if fmt == "robomimic" else "OUT", "--format", fmt]
+        return [sys.executable, "-m", "rlarrow", "export", os.fspath(store), "-o", target, "--format", fmt,
+                "--run-id", run], args
+
+    def target_of(fmt: str, out: Path) -> Path:
+        return out / "demo.hdf5" if fmt == "robomimic" else out / "memories" if fmt == "pt" else out
+
+    def writing(target: Path) -> bool:
+        """Whether the export's temporary file or directory (beside its target) is there yet."""
+        try:
+            return any(p.name.startswith((f".{target.name}.rlarrow-new", ".rlarrow-tmp-"))
+                       for p in target.parent.iterdir())
+        except FileNotFoundError:
+            return False
+
+    references = {}
+    for fmt in formats:  # each export whole
+        command, args = export(fmt, tmp_path / f"ref-{fmt}")
+        subprocess.run(command, check=True, capture_output=True)
+        references[fmt] = _reimported(tmp_path / f"ref-{fmt}", args, tmp_path)
+    rng = random.Random(seed)
+    outcomes: Counter[str] = Counter()
+    for k in range(kills):
+        fmt = formats[k % len(formats)]
+        out = tmp_path / f"out{k}"
+        command, args = export(fmt, out)
+        target = target_of(fmt, out)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while child.poll() is None and not writing(target) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.8))  # once it writes: at any moment of the write, or after it
+        child.send_signal(signal.SIGKILL)  # (nothing when it has finished already)
+        child.wait()
+        if target.exists():  # complete: it imports back as the uninterrupted export did
+            assert _reimported(out, args, tmp_path) == references[fmt], f"{fmt}: a partial export"
+            outcomes["complete"] += 1
+        else:
+            outcomes["absent"] += 1
+        left = [p.name for p in target.parent.iterdir() if p.name.startswith(target.name) and p != target]
+        assert left == [], f"{fmt}: left {left} beside the target"  # (hidden temporaries may stay)
+    assert outcomes["absent"], "every export finished before its kill: the loop tested nothing"
+
+
+def test_sigkill_during_exports_leaves_no_target_or_a_complete_one(tmp_path):
+    _export_kill_loop(tmp_path, ["envlogger", "minari", "robomimic"], kills=3, seed=5)
+
+
+@pytest.mark.slow
+def test_sigkill_during_exports_many_times(tmp_path):
+    _export_kill_loop(tmp_path, KILLED_EXPORTS, kills=30, seed=6)
