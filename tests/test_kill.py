@@ -269,6 +269,20 @@ def _export_kill_loop(tmp_path, formats: list[str], kills: int, seed: int) -> No
         left = [p.name for p in target.parent.iterdir() if p.name.startswith(target.name) and p != target]
         assert left == [], f"{fmt}: left {left} beside the target"  # (hidden temporaries may stay)
     assert outcomes["absent"], "every export finished before its kill: the loop tested nothing"
+    # the hidden temporaries the kills left are removed by the next export beside them, once their
+    # process is gone and they are an hour old
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    recent = tmp_path / f".out.rlarrow-new-{gone}-0123abcd"
+    (tmp_path / f".rlarrow-tmp-{gone}-4567abcd").mkdir()  # (one for sure, of a dead process)
+    old = [p for p in tmp_path.iterdir() if ".rlarrow-new-" in p.name or p.name.startswith(".rlarrow-tmp-")]
+    recent.mkdir()
+    hour_ago = time.time() - 2 * 3600
+    for p in old:
+        os.utime(p, (hour_ago, hour_ago))
+    command, _ = export("minari", tmp_path / "after")
+    subprocess.run(command, check=True, capture_output=True)
+    assert [p.name for p in old if p.exists()] == [] and recent.exists()  # (a recent one may be writing)
 
 
 def test_sigkill_during_exports_leaves_no_target_or_a_complete_one(tmp_path):

@@ -33,16 +33,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from rlarrow.core.errors import InvalidInputError, OutputError, RLArrowError
 
-__all__ = ["atomic_file", "check_target", "fresh_directory", "in_child", "incomplete", "output_error",
-           "write_failure"]
+__all__ = ["STALE_SECONDS", "atomic_file", "check_target", "fresh_directory", "in_child", "incomplete",
+           "output_error", "sweep_leftovers", "write_failure"]
 
 T = TypeVar("T")
 
@@ -156,6 +158,61 @@ def _sync_tree(root: Path) -> None:
         _fsync_dir(d)
 
 
+#: the hidden siblings this module makes: ``.rlarrow-tmp-PID-HEX`` (a file's), ``.NAME.rlarrow-new-PID-HEX``
+#: and ``.NAME.rlarrow-old-PID-HEX`` (a directory's)
+_LEFTOVER = re.compile(r"^\.(?:rlarrow-tmp|.+\.rlarrow-(?:new|old))-(?P<pid>\d+)-[0-9a-f]{8}$")
+#: how old a leftover of a dead process must be before it is removed (a writer on another host
+#: sharing the directory has another pid space: an hour without a change is not a live export)
+STALE_SECONDS = 3600.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (EPERM: a process of another user)
+        return True
+    return True
+
+
+def sweep_leftovers(parent: str | os.PathLike[str], *, older_than: float = STALE_SECONDS) -> list[Path]:
+    """Remove the temporary targets killed exports left in ``parent``; return what was removed.
+
+    An export killed (SIGKILL, a power cut) leaves its hidden temporary sibling beside the
+    target, never the target itself. One whose process is gone and that has not changed for
+    ``older_than`` seconds is removed when the next export writes beside it.
+
+    Example:
+        >>> import tempfile, subprocess, sys
+        >>> parent = Path(tempfile.mkdtemp())
+        >>> dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+        ...                       capture_output=True, text=True).stdout.strip()
+        >>> (parent / f".out.rlarrow-new-{dead}-0123abcd").mkdir()
+        >>> [p.name for p in sweep_leftovers(parent, older_than=0)] == [f".out.rlarrow-new-{dead}-0123abcd"]
+        True
+    """
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _LEFTOVER.match(entry.name)
+        if not found or int(found["pid"]) == os.getpid() or _alive(int(found["pid"])):
+            continue
+        try:
+            changed = entry.stat(follow_symlinks=False).st_mtime
+            if not entry.is_dir(follow_symlinks=False) or now - changed < older_than:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path with ``path``'s file name; move it into place on success.
@@ -175,6 +232,7 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
         raise FileExistsError(f"{path}: exists; remove it, or replace it (overwrite=True; "
                               "--overwrite in the CLI)")
     created: list[Path] = []
+    sweep_leftovers(os.path.abspath(path.parent))
     tmp_dir = Path(os.path.abspath(path.parent)) / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         try:
@@ -240,6 +298,7 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
     """
     path = check_target(directory, overwrite=overwrite, what=what)
     replacing = path.exists()
+    sweep_leftovers(os.path.abspath(path.parent))
     token = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = Path(os.path.abspath(path.parent)) / f".{path.name}.rlarrow-new-{token}"
     created: list[Path] = []
