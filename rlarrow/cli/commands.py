@@ -733,7 +733,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     import pyarrow as pa
 
     from rlarrow.query import output as _export
-    from rlarrow.query.connection import _store, connect, export_relation
+    from rlarrow.query.connection import _connect, _store, _tables_read, export_relation
 
     if not query.strip():
         raise click.UsageError("QUERY is empty: give a SQL query, e.g. 'select * from episodes limit 5'")
@@ -759,7 +759,9 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         raise click.UsageError(_cli_spelling(str(exc))) from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RLArrowWarning)
-        con = connect(st, layout=layouts)
+        # (the files of the tables the query reads are checked whole first: Store.verify)
+        con = _connect(st, ema_window=None, database=":memory:", version=None, layout=layouts, warn=True,
+                       verify=_tables_read(query))
     for w in caught:
         if issubclass(w.category, RLArrowWarning):
             click.echo(f"note: {w.message}", err=True)

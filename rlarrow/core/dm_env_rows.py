@@ -52,8 +52,9 @@ import pyarrow as pa
 from rlarrow.core import alignment as _alignment
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import specs as _specs
-from rlarrow.core.errors import StoreError
-from rlarrow.core.store import Store, as_store
+from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.store import Store, as_store, open_checked
+from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
 from rlarrow.core.video import VideoFrames, with_frames
 
@@ -75,16 +76,17 @@ class StepData(NamedTuple):
     custom_data: Any = None
 
 
+_INDEX_KEYS = ["run_id", "episode_id", "step"]
+
+
 class _Rows:
     """The steps table's rows by global position, read a row group at a time (cached)."""
 
     def __init__(self, files: list[Path]) -> None:
-        import pyarrow.parquet as pq
-
         self.groups: list[tuple[Path, int]] = []
         starts = [0]
         for f in files:
-            meta = pq.ParquetFile(f).metadata
+            meta = open_checked(f).metadata
             for i in range(meta.num_row_groups):
                 self.groups.append((f, i))
                 starts.append(starts[-1] + meta.row_group(i).num_rows)
@@ -93,10 +95,8 @@ class _Rows:
         self.pinned = 0  # while a slice is assembled, keep all of its row groups
 
     def _read(self, g: int, columns: Sequence[str] | None = None) -> pa.Table:
-        import pyarrow.parquet as pq
-
         path, i = self.groups[g]
-        with pq.ParquetFile(path) as pf:
+        with open_checked(path) as pf:  # pages checked against their CRC-32s
             return pf.read_row_group(i, columns=columns)
 
     def _remember(self, g: int, table: pa.Table) -> None:
@@ -210,7 +210,12 @@ class DmEnvRows:
 
         self.store = as_store(data_directory, readonly=True, version=version)
         files = self.store.files("steps")
-        index = self.store.dataset("steps", files=files).to_table(columns=["run_id", "episode_id", "step"])
+        try:
+            index = self.store.dataset("steps", files=files).to_table(columns=_INDEX_KEYS)
+        except READ_ERRORS as exc:  # a page failed its CRC-32: name the file
+            self.store.verify("steps", files)
+            raise CorruptFileError(self.store.path / "steps", f"cannot be read ({exc}); `rlarrow info "
+                                   f"{self.store.path}` names the damaged file") from exc
         runs = pc.unique(index.column("run_id")).to_pylist()
         if run_id is None:
             if not runs:

@@ -52,7 +52,7 @@ import os
 import re
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -62,7 +62,8 @@ import pyarrow as pa
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, RLArrowWarning, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError, RLArrowWarning, StoreError
+from rlarrow.core.store import damaged_file
 
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
@@ -352,6 +353,13 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
         >>> con.sql('select run_id, avg("return") from episodes group by all').pl()  # doctest: +SKIP
         >>> connect("runs.rlarrow", layout=2).sql("select distinct run_id from steps")  # doctest: +SKIP
     """
+    return _connect(store, ema_window=ema_window, database=database, version=version, layout=layout,
+                    warn=warn, verify=_schema.TABLE_NAMES)
+
+
+def _connect(store: StoreLike, *, ema_window: int | None, database: str, version: int | None,
+             layout: int | Mapping[str, int] | None, warn: bool, verify: Collection[str]) -> Any:
+    """:func:`connect`, with the files of the tables in ``verify`` checked whole first."""
     import duckdb
 
     st = _store(store, version)
@@ -360,6 +368,12 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
     con = duckdb.connect(database)
     weakref.finalize(con, lease.release)
     pinned = lease.pin_view(st, _schema.TABLE_NAMES)
+    try:  # DuckDB checks no page CRC: it reads only files found whole (Store.verify)
+        for table in verify:
+            st.verify(table, pinned[table])
+    except CorruptFileError:
+        con.close()
+        raise
     combined: dict[str, _Combined] = {}
     for table in _schema.TABLE_NAMES:
         layouts = st.layout_dirs(table)  # (the view pin_view took)
@@ -577,30 +591,68 @@ def _ident(name: str) -> str:
 
 def _create_view(con: Any, st: Any, table: str, view: str, files: Sequence[Path],
                  schema: pa.Schema | None) -> None:
-    """The view ``view`` over ``files`` (of ``table``, in ``schema``; none: an empty view)."""
+    """The view ``view`` over ``files`` (of ``table``, in ``schema``; none: an empty view).
+
+    A missing or damaged file (one DuckDB cannot plan a read of) makes a view whose every
+    query fails naming the file; the other tables' views work.
+    """
+    import duckdb
+
     missing = [f for f in files if not os.path.lexists(f)]
-    if files and not missing:
-        source = f"read_parquet({_file_list(files)})"
+    failure = None
+    if missing:
+        failure = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
+                   f"{st.path}` names every damaged file, `rlarrow repair` drops them")
+    elif files:
         names = set(schema.names) if schema is not None else set()
-    else:
-        empty = schema or _schema.table(table).arrow_schema()
-        con.register(f"_rlarrow_empty_{view}", _plain(empty).empty_table())
-        source, names = f"_rlarrow_empty_{view}", set(empty.names)
-        if missing:  # damage: a query of this table fails naming it; the others work
-            message = (f"{missing[0]}: a listed file of table {table!r} is missing; `rlarrow info "
-                       f"{st.path}` names every damaged file, `rlarrow repair` drops them")
-            source += f" where (select error({_quote(message)})) is null"
-    # steps before their first commit have no tensor columns: null ones keep the SQL valid
-    extra = "".join(f", null::blob as {c}" for c in ("observation", "action")
-                    if table == "steps" and c not in names)
-    try:
-        con.execute(f"create or replace view {view} as select *{extra} from {source}")
-    except Exception as exc:
-        con.close()
-        err = _damaged(st, exc)
-        if err is exc:
-            raise
-        raise err from exc
+        try:
+            con.execute(f"create or replace view {view} as select *{_null_tensors(table, names)} "
+                        f"from read_parquet({_file_list(files)})")
+            return
+        except duckdb.Error as exc:
+            err = _damaged(st, exc)
+            try:
+                if err is exc:
+                    raise
+                st.verify(table, files)  # names the damaged file
+                _locate(st, files, exc)  # or one pyarrow reads but DuckDB cannot
+                raise err from exc
+            except CorruptFileError as found:
+                failure = str(found)
+            except BaseException:
+                con.close()
+                raise
+    empty = schema or _schema.table(table).arrow_schema()
+    con.register(f"_rlarrow_empty_{view}", _plain(empty).empty_table())
+    source = f"_rlarrow_empty_{view}"
+    if failure is not None:  # damage: a query of this table fails naming it; the others work
+        source += f" where (select error({_quote(failure)})) is null"
+    con.execute(f"create or replace view {view} as select *{_null_tensors(table, set(empty.names))} "
+                f"from {source}")
+
+
+def _locate(st: Any, files: Sequence[str | os.PathLike[str]], exc: Exception) -> None:
+    """Raise a CorruptFileError naming the first of ``files`` that DuckDB cannot read alone.
+
+    For DuckDB failing on the store's files without naming one: each is read whole on
+    its own connection (only after a failure, so its cost does not matter).
+    """
+    import duckdb
+
+    for f in files:
+        if not os.path.isfile(f):
+            continue
+        with duckdb.connect() as alone:
+            try:
+                alone.sql(f"select * from read_parquet({_quote(os.fspath(f))})").to_arrow_table()
+            except duckdb.Error as found:
+                raise damaged_file(f, found) from exc
+
+
+def _null_tensors(table: str, names: set[str]) -> str:
+    """Steps before their first commit have no tensor columns: null ones keep the SQL valid."""
+    return "".join(f", null::blob as {c}" for c in ("observation", "action")
+                   if table == "steps" and c not in names)
 
 
 def _damaged(st: Any, exc: Exception) -> Exception:
@@ -613,6 +665,9 @@ def _damaged(st: Any, exc: Exception) -> Exception:
         and (".parquet" in str(exc) or os.fspath(st.path) in str(exc)))
     if not reading:  # the query's own errors (syntax, names, types, error()) stay DuckDB's
         return exc
+    for named in re.findall(r"/[^\s'\"]*\.parquet", str(exc)):  # the file DuckDB names, if any
+        if os.path.isfile(named):
+            return damaged_file(named, exc)
     return StoreError(f"{st.path}: DuckDB could not read the store's files ({exc}); `rlarrow info` "
                       "and Store.read name a damaged file")
 
@@ -626,6 +681,26 @@ def _plain(schema: pa.Schema) -> pa.Schema:
             t = pa.struct(list(_plain(pa.schema(list(t)))))
         fields.append(pa.field(f.name, t, f.nullable))
     return pa.schema(fields)
+
+
+#: The views and macros that read a table under another name.
+_READS = {"transitions": ("steps",), "episode_returns": ("steps",), "smoothed": ("scalars",),
+          "steps_to_threshold": ("scalars",), "ema": ("scalars",), "video_frame": ("videos",)}
+
+
+def _tables_read(query: str) -> list[str]:
+    """The tables ``query`` may read: each table, view or macro named in it (a word of its text).
+
+    An over-estimate (a name in a string or a comment counts too), never an under-estimate
+    of what the views read: :func:`sql` checks these tables' files whole before DuckDB reads
+    them (a ``read_parquet`` of the user's own reads no store file through the views).
+    """
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
+    names: set[str] = set()
+    for word in words:
+        base = re.sub(r"(_\d+)?(_decoded)?$", "", word)
+        names.update(_READS.get(base, (base,)))
+    return [t for t in _schema.TABLE_NAMES if t in names]
 
 
 def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow",
@@ -657,7 +732,8 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
                                 f"for $name ones), not {type(params).__name__} {params!r:.60}")
     import duckdb
 
-    con = connect(store, version=version, warn=False)
+    con = _connect(store, ema_window=None, database=":memory:", version=version, layout=None, warn=False,
+                   verify=_tables_read(query))
     # the notes of the combined views this query reads (a query of scalars needs none)
     for name, note in _layout_notes(_store(store, version)).items():
         views = ("steps", "transitions", "episode_returns") if name == "steps" else (name,)
@@ -667,9 +743,12 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
-        err = _damaged(_store(store, version), exc)
+        st = _store(store, version)
+        err = _damaged(st, exc)
         if err is exc:
             raise
+        if not isinstance(err, CorruptFileError):  # name the file DuckDB did not
+            _locate(st, [f for t in _tables_read(query) for f in st.files(t)], exc)
         raise err from exc
     finally:
         con.close()
@@ -834,12 +913,16 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None, version: in
     pinned = st.process_lease().pin_view(st, [table])[table]
     names = st.layout_dirs(table, layout)  # (the view pin_view took)
     st.check_columns(table, layout=layout)
+    # Polars checks no page CRC: the frame reads only files found whole (Store.verify)
+    st.verify(table, [f for f in pinned if Path(f).parent.name in names])
     schema = st.schema(table, layout=layout)
     frames = []
     for name in names:
         files = [os.fspath(f) for f in pinned if Path(f).parent.name == name]
         if not files:
             continue
+        for f in files:  # a file pyarrow reads may still be one Polars cannot
+            _polars_reads(f)
         frame = pl.scan_parquet(files)
         if len(names) > 1:  # the columns this layout shares with the others
             own = st.schema(table, layout=int(name.partition(".")[2] or 1))
@@ -850,6 +933,33 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None, version: in
         empty = schema or _schema.table(table).arrow_schema()
         return pl.DataFrame(_plain(empty).empty_table()).lazy()
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
+
+
+#: (device, inode, size, mtime_ns) of the files Polars was seen to read whole.
+_POLARS_READ: set[tuple[int, int, int, int]] = set()
+
+
+def _polars_reads(path: str) -> None:
+    """Raise a CorruptFileError naming ``path`` if Polars cannot read it (once per unchanged file).
+
+    pyarrow (:meth:`~rlarrow.Store.verify`) checked its pages against their CRC-32s; what
+    the CRCs do not cover (page headers, the footer) may still be damage that pyarrow
+    tolerates and Polars does not, which would otherwise fail a ``collect()`` far from here
+    with a Polars error (or a ``PanicException``).
+    """
+    import polars as pl
+
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _POLARS_READ:
+        return
+    try:
+        pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
+        raise damaged_file(path, exc) from exc
+    if len(_POLARS_READ) > 1_000_000:
+        _POLARS_READ.clear()
+    _POLARS_READ.add(key)
 
 
 def iter_episodes(

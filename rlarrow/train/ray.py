@@ -103,6 +103,9 @@ def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] |
         names = st.layout_dirs(table, layout)  # (the view pin_view took)
         st.check_columns(table, columns, layout=layout)
         listed = [f for f in listed if Path(f).parent.name in names]
+        # Ray's read tasks would fail on damage with an error of their own, far from here:
+        # they read only files found whole (pages against their CRC-32s), once per process
+        st.verify(table, listed)
         schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
     else:  # a RemoteStore: one layout at a time where it has several (their files differ)
         numbers = st.layouts(table)

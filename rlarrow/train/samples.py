@@ -26,6 +26,7 @@ from rlarrow.core import metadata as _metadata
 from rlarrow.core import padding as _padding
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
+from rlarrow.core.store import open_checked
 
 __all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of",
            "expression_mask", "filter_mask", "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
@@ -56,8 +57,12 @@ class Unit:
 
 
 def open_file(path: str, filesystem: Any = None) -> pq.ParquetFile:
-    """A Parquet file of a store, on the local disk or on ``filesystem`` (a pyarrow one)."""
-    return pq.ParquetFile(path, filesystem=filesystem) if filesystem is not None else pq.ParquetFile(path)
+    """A Parquet file of a store, on the local disk or on ``filesystem`` (a pyarrow one).
+
+    Its reads check every page's CRC-32 and raise :class:`~rlarrow.core.errors.CorruptFileError`
+    naming the file (:func:`~rlarrow.core.store.checked.open_checked`).
+    """
+    return open_checked(path, filesystem)
 
 
 def units(files: Sequence[Any], filesystem: Any = None) -> list[Unit]:

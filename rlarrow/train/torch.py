@@ -57,7 +57,7 @@ from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 from rlarrow.core.padding import columns as padding_columns
 from rlarrow.core.padding import fill, mask_name
-from rlarrow.core.store import table_of
+from rlarrow.core.store import open_checked, table_of
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
@@ -812,7 +812,7 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         got = self._cache.get(k)
         if got is None:
             unit = self.units[k]
-            table = pq.ParquetFile(unit.file).read_row_group(unit.group, columns=self.columns)
+            table = open_checked(unit.file).read_row_group(unit.group, columns=self.columns)
             got, masks = padding_columns(table, self.columns, self._masked)
             for name in self._masked:  # (a row group with no nulls in a column: a mask all false)
                 got[mask_name(name)] = masks.get(mask_name(name), np.zeros(table.num_rows, bool))

@@ -66,6 +66,7 @@ from typing import Any
 
 from rlarrow.core.store import files as _files
 from rlarrow.core.store._store import Store, StoreLike, as_store, opened
+from rlarrow.core.store.checked import damaged_file, open_checked, verify_pages
 from rlarrow.core.store.commits import new_run_id
 from rlarrow.core.store.compaction import Maintenance
 from rlarrow.core.store.files import (
@@ -99,12 +100,13 @@ from rlarrow.core.store.repair import FileProblem, RepairReport, StoreInfo, Tabl
 from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import TableWriter
 
-__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "LOCK_NAME", "MANIFEST_NAME", "ROW_GROUP_BYTES", "CommitInfo",
-           "FileProblem", "LayoutInfo", "Maintenance", "ReaderLease", "RepairReport", "StagedFile", "Staging",
-           "Store", "StoreInfo", "StoreLike", "TableInfo", "TableWriter", "apply_pending", "as_store",
-           "check_inside", "check_manifest_versions", "decode_schema", "encode_schema", "fsync_dir",
-           "layout_directory", "layout_number", "new_run_id", "opened", "parse_manifest", "pending_parts",
-           "roll_forward", "table_of", "union_layouts", "validate_rows", "write_error"]
+__all__ = ["AUTO_COMPACT_FILES", "CommitInfo", "FILE_BYTES", "FileProblem", "LOCK_NAME", "LayoutInfo",
+           "MANIFEST_NAME", "Maintenance", "ROW_GROUP_BYTES", "ReaderLease", "RepairReport", "StagedFile",
+           "Staging", "Store", "StoreInfo", "StoreLike", "TableInfo", "TableWriter", "apply_pending",
+           "as_store", "check_inside", "check_manifest_versions", "damaged_file", "decode_schema",
+           "encode_schema", "fsync_dir", "layout_directory", "layout_number", "new_run_id", "open_checked",
+           "opened", "parse_manifest", "pending_parts", "roll_forward", "table_of", "union_layouts",
+           "validate_rows", "verify_pages", "write_error"]
 
 #: Sizes that stay settable here, as before the package was split: setting
 #: ``rlarrow.core.store.ROW_GROUP_BYTES`` sets it where it is read (:mod:`~rlarrow.core.store.files`).

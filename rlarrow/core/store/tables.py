@@ -504,6 +504,34 @@ class TableStore(JournalStore):
         """The ``runs`` table."""
         return self.read("runs")
 
+    def verify(self, table: str, files: Sequence[str | os.PathLike[str]] | None = None, *,
+               layout: int | None = None) -> None:
+        """Check ``files`` of ``table`` (default: its committed files) whole, for another engine to read.
+
+        Every page is read against its CRC-32 and every footer against the table's columns
+        (:func:`~rlarrow.core.store.checked.verify_pages`; what :meth:`read` checks as it
+        reads). DuckDB and Polars check neither: ``rlarrow.sql``, ``connect`` and ``scan``
+        call this first. A file found whole is not read again by this process while it is
+        unchanged (same inode, size and modification time). A missing file is left to the
+        read that needs it.
+
+        Example:
+            >>> import numpy as np, rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> _ = store.append("scalars", {"run_id": "r", "scope": "train", "tag": "x",
+            ...                              "step": np.arange(3), "value": np.zeros(3)})
+            >>> store.verify("scalars")
+
+        Raises:
+            CorruptFileError: naming the first damaged file, and how to set it aside.
+        """
+        from rlarrow.core.store.checked import verify_pages
+
+        files = self.files(table, layout=layout) if files is None else files
+        self._check_footers(table, files, layout)
+        for f in files:
+            verify_pages(f)
+
     def _check_footers(self, table: str, files: Sequence[str | os.PathLike[str]], layout: int | None) -> None:
         """Every file's footer schema is its layout's: no column renamed or lost by damage.
 
@@ -512,6 +540,8 @@ class TableStore(JournalStore):
         Checked once per file and process (files never change).
         """
         import pyarrow.parquet as pq
+
+        from rlarrow.core.store.checked import shown_path
 
         for f in files:
             path = os.fspath(f)
@@ -525,13 +555,14 @@ class TableStore(JournalStore):
             directory = os.path.basename(os.path.dirname(path))
             name = directory if table_of(directory) == table else None
             want = self.schema(table, layout=layout_number(name)) if name is not None else None
+            shown = shown_path(path)
             try:
                 got = pq.read_schema(path)
-            except (pa.ArrowException, OSError) as exc:
-                raise CorruptFileError(path, f"its footer cannot be read ({exc}); run `rlarrow repair "
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+                raise CorruptFileError(shown, f"its footer cannot be read ({exc}); run `rlarrow repair "
                                        f"{self.path}` to see what can be kept") from exc
             if want is not None and got.names != want.names:
-                raise CorruptFileError(path, f"its footer lists the columns {got.names}, not those of "
+                raise CorruptFileError(shown, f"its footer lists the columns {got.names}, not those of "
                                        f"{table!r} ({want.names}): the file is damaged; run `rlarrow repair "
                                        f"{self.path}` to see what can be kept")
             if len(_FOOTERS_OK) > 100_000:
