@@ -52,7 +52,7 @@ import pyarrow as pa
 from rlarrow.core import alignment as _alignment
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import specs as _specs
-from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.errors import StoreError
 from rlarrow.core.store import Store, as_store, open_checked
 from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
@@ -213,9 +213,7 @@ class DmEnvRows:
         try:
             index = self.store.dataset("steps", files=files).to_table(columns=_INDEX_KEYS)
         except READ_ERRORS as exc:  # a page failed its CRC-32: name the file
-            self.store.verify("steps", files)
-            raise CorruptFileError(self.store.path / "steps", f"cannot be read ({exc}); `rlarrow info "
-                                   f"{self.store.path}` names the damaged file") from exc
+            raise self.store.damage("steps", exc, files=files) from exc
         runs = pc.unique(index.column("run_id")).to_pylist()
         if run_id is None:
             if not runs:

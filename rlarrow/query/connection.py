@@ -64,6 +64,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError, RLArrowWarning, StoreError
 from rlarrow.core.store import damaged_file
+from rlarrow.core.store.checked import READ_ERRORS
 
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
@@ -1010,7 +1011,9 @@ def iter_episodes(
     if conds:
         query += " where " + " and ".join(conds)
     query += " order by run_id, episode_id"
-    con = connect(st, warn=False)  # (episodes are read from their own layouts below)
+    # steps are read below by filters that trust the footers' statistics: checked whole first
+    con = _connect(st, ema_window=None, database=":memory:", version=None, layout=None, warn=False,
+                   verify=dict.fromkeys((keys_source, "steps")))
     try:
         keys = con.sql(query).fetchall()
     finally:
@@ -1031,7 +1034,10 @@ def iter_episodes(
             if dataset is None:
                 dataset = datasets[where_run] = st.dataset("steps", layout=where_run)
             flt = (pc.field("run_id") == rid) & pc.field("episode_id").isin(eids)
-            table = dataset.to_table(columns=["episode_id", "step", *cols], filter=flt)
+            try:
+                table = dataset.to_table(columns=["episode_id", "step", *cols], filter=flt)
+            except READ_ERRORS as exc:  # a page failed its CRC-32: name the file
+                raise st.damage("steps", exc, layout=where_run) from exc
             table = table.sort_by([("episode_id", "ascending"), ("step", "ascending")])
             ids = table.column("episode_id").to_numpy()
             cuts = np.flatnonzero(np.diff(ids)) + 1

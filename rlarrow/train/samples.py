@@ -517,6 +517,7 @@ class SampleSource:
             files = view[source]
             layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
             files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
+            store.check_footers(source, files)  # (pages are checked as they are read)
             schema, lacking = _shared_schema(store, source, layouts)
         else:
             numbers = store.layouts(source) if hasattr(store, "layouts") else [1]  # a RemoteStore

@@ -792,7 +792,9 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
         from rlarrow.train.samples import _shared_schema
 
         st = as_store(store, readonly=True, version=version)
-        self.units = units(st.files(table, layout=layout))
+        files = st.files(table, layout=layout)
+        st.check_footers(table, files, layout=layout)  # (pages are checked as they are read)
+        self.units = units(files)
         schema, _ = _shared_schema(st, table, st.layout_dirs(table, layout))
         names = schema.names if schema is not None else []
         _arguments.integer(cache_groups, "cache_groups", minimum=1)

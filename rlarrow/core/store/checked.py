@@ -113,6 +113,42 @@ def open_checked(path: str | os.PathLike[str], filesystem: Any = None) -> pq.Par
     return pf
 
 
+def _check_statistics(path: str | os.PathLike[str], meta: Any, table: pa.Table) -> None:
+    """The footer's statistics of a row group's plain columns are those of the values read.
+
+    The footer has no checksum, and engines skip row groups by these statistics: damaged,
+    they would leave rows out of a filtered query without an error.
+    """
+    import pyarrow.compute as pc
+
+    for j in range(meta.num_columns):
+        chunk = meta.column(j)
+        name = chunk.path_in_schema
+        stats = chunk.statistics
+        if stats is None or name not in table.column_names:
+            continue  # (a nested column's leaves: the filters engines push down are on plain ones)
+        column = table.column(name)
+        kind = column.type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+                or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)):
+            continue
+        bad = stats.has_null_count and stats.null_count != column.null_count
+        if stats.has_min_max and not bad:
+            got = pc.min_max(column).as_py()
+            bad = not (_same(stats.min, got["min"]) and _same(stats.max, got["max"]))
+        if bad:
+            raise damaged_file(path, ValueError(f"the footer's statistics of column {name!r} are not "
+                                                "its values'"))
+
+
+def _same(recorded: Any, actual: Any) -> bool:
+    """A recorded statistic equals the value computed (NaN aside: writers leave it out)."""
+    nan = actual != actual or recorded != recorded  # noqa: PLR0124 - NaN is the one value unequal to itself
+    if isinstance(actual, float) and nan:
+        return True
+    return bool(recorded == actual)
+
+
 def verify_pages(path: str | os.PathLike[str]) -> None:
     """Read every page of ``path`` with its CRC-32 checked, once per process for an unchanged file.
 
@@ -133,7 +169,7 @@ def verify_pages(path: str | os.PathLike[str]) -> None:
         return
     with open_checked(path) as pf:
         for i in range(pf.num_row_groups):
-            pf.read_row_group(i)
+            _check_statistics(path, pf.metadata.row_group(i), pf.read_row_group(i))
     if len(_VERIFIED) > 1_000_000:
         _VERIFIED.clear()
     _VERIFIED.add(key)

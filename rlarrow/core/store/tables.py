@@ -532,6 +532,40 @@ class TableStore(JournalStore):
         for f in files:
             verify_pages(f)
 
+    def damage(self, table: str, exc: BaseException, *, layout: int | None = None,
+               files: Sequence[str | os.PathLike[str]] | None = None) -> CorruptFileError:
+        """The error for a failed pyarrow read of ``table``'s ``files``: it names the damaged file.
+
+        For a reader of :meth:`dataset` whose read raised ``exc`` (a page failing its CRC,
+        say): the files are checked whole (:meth:`verify`) to find the one at fault; if
+        none is, the error names the table's directory.
+
+        Example:
+            >>> try:  # doctest: +SKIP
+            ...     table = store.dataset("steps").to_table()
+            ... except (pyarrow.ArrowException, OSError) as exc:
+            ...     raise store.damage("steps", exc) from exc
+        """
+        try:
+            self.verify(table, files, layout=layout)
+        except CorruptFileError as found:
+            return found
+        return CorruptFileError(self.path / table, f"cannot be read ({exc}); `rlarrow info {self.path}` "
+                                "names every damaged file")
+
+    def check_footers(self, table: str, files: Sequence[str | os.PathLike[str]], *,
+                      layout: int | None = None) -> None:
+        """Every file's footer holds its layout's columns and types (a footer has no checksum).
+
+        Cheap (a footer read, once per process for an unchanged file): what a loader that
+        checks pages as it reads (:func:`~rlarrow.core.store.checked.open_checked`) checks
+        before it starts.
+
+        Raises:
+            CorruptFileError: naming a file whose footer cannot be read or is not its table's.
+        """
+        self._check_footers(table, files, layout)
+
     def _check_footers(self, table: str, files: Sequence[str | os.PathLike[str]], layout: int | None) -> None:
         """Every file's footer schema is its layout's: no column renamed or lost by damage.
 
@@ -565,6 +599,10 @@ class TableStore(JournalStore):
                 raise CorruptFileError(shown, f"its footer lists the columns {got.names}, not those of "
                                        f"{table!r} ({want.names}): the file is damaged; run `rlarrow repair "
                                        f"{self.path}` to see what can be kept")
+            if want is not None and not got.remove_metadata().equals(want.remove_metadata()):
+                raise CorruptFileError(shown, f"its footer gives columns of other types than {table!r}'s: "
+                                       f"the file is damaged; run `rlarrow repair {self.path}` to see what "
+                                       "can be kept")
             if len(_FOOTERS_OK) > 100_000:
                 _FOOTERS_OK.clear()
             _FOOTERS_OK.add(key)
