@@ -119,26 +119,36 @@ def _check_statistics(path: str | os.PathLike[str], meta: Any, table: pa.Table) 
     The footer has no checksum, and engines skip row groups by these statistics: damaged,
     they would leave rows out of a filtered query without an error.
     """
-    import pyarrow.compute as pc
-
     for j in range(meta.num_columns):
-        chunk = meta.column(j)
-        name = chunk.path_in_schema
-        stats = chunk.statistics
-        if stats is None or name not in table.column_names:
-            continue  # (a nested column's leaves: the filters engines push down are on plain ones)
-        column = table.column(name)
-        kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
-                or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)):
-            continue
-        bad = stats.has_null_count and stats.null_count != column.null_count
-        if stats.has_min_max and not bad:
-            got = pc.min_max(column).as_py()
-            bad = not (_same(stats.min, got["min"]) and _same(stats.max, got["max"]))
-        if bad:
+        try:
+            name = _statistics_differ(meta.column(j), table)
+        except (pa.ArrowException, OSError, ValueError) as exc:  # (a text min that is no UTF-8, say)
+            raise damaged_file(path, exc) from exc
+        if name is not None:
             raise damaged_file(path, ValueError(f"the footer's statistics of column {name!r} are not "
                                                 "its values'"))
+
+
+def _statistics_differ(chunk: Any, table: pa.Table) -> str | None:
+    """The column's name if a column chunk's statistics are not those of its values in ``table``."""
+    import pyarrow.compute as pc
+
+    name: str = chunk.path_in_schema
+    stats = chunk.statistics
+    if stats is None or name not in table.column_names:
+        return None  # (a nested column's leaves: the filters engines push down are on plain ones)
+    column = table.column(name)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)):
+        return None
+    if stats.has_null_count and stats.null_count != column.null_count:
+        return name
+    if stats.has_min_max:
+        got = pc.min_max(column).as_py()
+        if not (_same(stats.min, got["min"]) and _same(stats.max, got["max"])):
+            return name
+    return None
 
 
 def _same(recorded: Any, actual: Any) -> bool:
