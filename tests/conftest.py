@@ -15,6 +15,13 @@ REPO = Path(__file__).resolve().parents[1]
 #: how each was made.
 FIXTURES = REPO / "tests" / "fixtures"
 
+# the record of Parquet files checked whole (rlarrow.core.store.checked) kept for this run only,
+# in subprocesses too, never in the user's cache
+if "RLARROW_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["RLARROW_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlarrow-test-cache-")
+
 
 def run_python_blocks(rel: str) -> int:
     """Run the ```python blocks of a Markdown file of the repository, in order, in one namespace.

@@ -16,8 +16,11 @@ The quick tests feed a few dozen damaged files; ``-m slow`` many more.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -227,3 +230,32 @@ def test_many_damaged_files_read_as_they_were_or_named(seed, tmp_path, table):
         for outcome in judge(seed, where, table, i, lambda data, ops=ops: mutate(data, ops)).values():
             counts[outcome] = counts.get(outcome, 0) + 1
     assert counts.get("rejected", 0) > 0
+
+
+def test_the_record_of_checked_files_is_kept_across_processes_and_forgets_changed_files(tmp_path):
+    # each `rlarrow sql` is a new process: a file checked whole once is not read again, and a file
+    # changed since (its bytes in place, which move its modification time) is checked again
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    env = {**os.environ, "RLARROW_CACHE_DIR": os.fspath(tmp_path / "cache")}
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(pa.table({"x": list(range(1000))}), path, write_page_checksum=True)
+    code = ("import sys, rlarrow.core.store.checked as c\n"
+            "c.open_checked = lambda *a, **k: sys.exit(7)  # a read: exit 7\n"
+            f"c.verify_pages({os.fspath(path)!r})\n")
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert first.returncode == 7  # nothing recorded yet: the file is read
+    subprocess.run([sys.executable, "-c", f"from rlarrow.core.store.checked import verify_pages as v; "
+                    f"v({os.fspath(path)!r})"], env=env, check=True)
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr  # recorded by another process: not read again
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    with open(path, "r+b") as f:  # (in place: the same inode and size)
+        f.write(bytes(data))
+    changed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert changed.returncode == 7  # its modification time moved: read again
+    off = subprocess.run([sys.executable, "-c", code], env={**env, "RLARROW_CACHE_DIR": "off"},
+                         capture_output=True, text=True)
+    assert off.returncode == 7

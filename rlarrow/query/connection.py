@@ -936,31 +936,26 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None, version: in
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
 
 
-#: (device, inode, size, mtime_ns) of the files Polars was seen to read whole.
-_POLARS_READ: set[tuple[int, int, int, int]] = set()
-
-
 def _polars_reads(path: str) -> None:
     """Raise a CorruptFileError naming ``path`` if Polars cannot read it (once per unchanged file).
 
     pyarrow (:meth:`~rlarrow.Store.verify`) checked its pages against their CRC-32s; what
     the CRCs do not cover (page headers, the footer) may still be damage that pyarrow
     tolerates and Polars does not, which would otherwise fail a ``collect()`` far from here
-    with a Polars error (or a ``PanicException``).
+    with a Polars error (or a ``PanicException``). Recorded as
+    :func:`~rlarrow.core.store.checked.checked_once` records the page checks.
     """
     import polars as pl
 
-    st = os.stat(path)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if key in _POLARS_READ:
-        return
-    try:
-        pl.read_parquet(path)
-    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
-        raise damaged_file(path, exc) from exc
-    if len(_POLARS_READ) > 1_000_000:
-        _POLARS_READ.clear()
-    _POLARS_READ.add(key)
+    from rlarrow.core.store.checked import POLARS, checked_once
+
+    def run() -> None:
+        try:
+            pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
+            raise damaged_file(path, exc) from exc
+
+    checked_once(path, POLARS, run)
 
 
 def iter_episodes(

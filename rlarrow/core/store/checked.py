@@ -8,9 +8,15 @@ So there are two ways a reader here sees only undamaged values:
   reads check every page and raise :class:`~rlarrow.core.errors.CorruptFileError` naming
   the file, never a pyarrow error or an ``OSError``), and ``Store.dataset`` / ``Store.read``;
 - or hand another engine only files checked whole before: :func:`verify_pages` reads every
-  page of a file once and records it as verified for this process, keyed by the file's
-  device, inode, size and modification time, so a file changed afterwards (a new inode by a
-  rename, or new bytes, which move the modification time) is checked again.
+  page of a file once and records it as verified, keyed by the file's device, inode, size
+  and modification time, so a file changed afterwards (a new inode by a rename, as the store
+  writes, or new bytes, which move the modification time) is checked again. The record is
+  kept for the process and, so that each ``rlarrow sql`` does not read every file again, in
+  the user's cache (:func:`record_path`: ``$RLARROW_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/rlarrow``, else ``~/.cache/rlarrow``; one line per file, appended), never
+  in the store, which a reader does not write. Set ``RLARROW_CACHE_DIR=off`` to keep it in
+  the process only. A record that cannot be read or written is left aside: files are then
+  checked again, nothing is trusted that was not checked.
 
 Example:
     >>> import pathlib, tempfile, pyarrow as pa, pyarrow.parquet as pq
@@ -30,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +45,82 @@ import pyarrow.parquet as pq
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["READ_ERRORS", "damaged_file", "open_checked", "shown_path", "verify_pages"]
+__all__ = ["PAGES", "POLARS", "READ_ERRORS", "checked_once", "damaged_file", "open_checked", "record_path",
+           "shown_path", "verify_pages"]
 
 #: What pyarrow raises for a damaged file (a garbled column name is a UnicodeDecodeError).
 READ_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, OSError, UnicodeDecodeError)
 
-#: (device, inode, size, mtime_ns) of the files :func:`verify_pages` found whole.
-_VERIFIED: set[tuple[int, int, int, int]] = set()
+#: (check, device, inode, size, mtime_ns) of the files found whole by a check (not the change
+#: time: a reader pinning a file by a hard link moves it)
+#: (:data:`PAGES`: :func:`verify_pages`; :data:`POLARS`: Polars read them)
+_VERIFIED: set[tuple[int, ...]] = set()
+PAGES, POLARS = 0, 1
+#: the record file :data:`_VERIFIED` was loaded from (None: not yet, "": none)
+_LOADED: list[str] = []
+#: a record grown past this is started again (about 600,000 files)
+_RECORD_LIMIT = 32 << 20
+
+
+def record_path() -> Path | None:
+    """The file keeping :func:`verify_pages`'s record across processes; None: ``RLARROW_CACHE_DIR=off``."""
+    base = os.environ.get("RLARROW_CACHE_DIR")
+    if base is not None and base.strip().lower() in ("off", "0", "none", ""):
+        return None
+    if base is None:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        home = os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg or home, "rlarrow")
+    return Path(base) / "verified-parquet-v1.txt"
+
+
+def _load_record() -> None:
+    """Add the cross-process record to :data:`_VERIFIED` (once per process and record file)."""
+    path = record_path()
+    where = "" if path is None else os.fspath(path)
+    if _LOADED and _LOADED[0] == where:
+        return
+    _LOADED[:] = [where]
+    if path is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(_RECORD_LIMIT + 1)
+    except OSError:
+        return
+    if len(data) > _RECORD_LIMIT:
+        return
+    for line in data.split(b"\n"):
+        parts = line.split()
+        if len(parts) == 5 and all(p.isdigit() for p in parts):
+            _VERIFIED.add(tuple(int(p) for p in parts))
+
+
+def _remember(key: tuple[int, ...]) -> None:
+    """Record ``key`` for this process and append it to the record file (one ``write``: atomic)."""
+    if len(_VERIFIED) > 1_000_000:
+        _VERIFIED.clear()
+    _VERIFIED.add(key)
+    path = record_path()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_size > _RECORD_LIMIT:
+            os.ftruncate(fd, 0)
+        os.write(fd, (" ".join(map(str, key)) + "\n").encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 _VIEWS = ".rlarrow-views"
 
@@ -159,14 +235,11 @@ def _same(recorded: Any, actual: Any) -> bool:
     return bool(recorded == actual)
 
 
-def verify_pages(path: str | os.PathLike[str]) -> None:
-    """Read every page of ``path`` with its CRC-32 checked, once per process for an unchanged file.
+def checked_once(path: str | os.PathLike[str], check: int, run: Callable[[], object]) -> None:
+    """Run ``run`` (a check of ``path`` that raises on damage) unless ``path``, unchanged, passed it before.
 
-    A missing file is left to the read that needs it (which names it). The cost is one
-    read of the file through pyarrow, a row group at a time.
-
-    Raises:
-        CorruptFileError: a page fails its CRC-32 or the file cannot be decoded.
+    ``check``: which check (:data:`PAGES`, :data:`POLARS`). A missing file is left to the
+    read that needs it (which names it).
     """
     try:
         st = os.stat(path)
@@ -174,12 +247,26 @@ def verify_pages(path: str | os.PathLike[str]) -> None:
         return
     except OSError as exc:
         raise damaged_file(path, exc) from exc
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (check, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    _load_record()
     if key in _VERIFIED:
         return
-    with open_checked(path) as pf:
-        for i in range(pf.num_row_groups):
-            _check_statistics(path, pf.metadata.row_group(i), pf.read_row_group(i))
-    if len(_VERIFIED) > 1_000_000:
-        _VERIFIED.clear()
-    _VERIFIED.add(key)
+    run()
+    _remember(key)
+
+
+def verify_pages(path: str | os.PathLike[str]) -> None:
+    """Read every page of ``path`` with its CRC-32 checked, once for an unchanged file (:func:`checked_once`).
+
+    The cost is one read of the file through pyarrow, a row group at a time.
+
+    Raises:
+        CorruptFileError: a page fails its CRC-32 or the file cannot be decoded.
+    """
+
+    def run() -> None:
+        with open_checked(path) as pf:
+            for i in range(pf.num_row_groups):
+                _check_statistics(path, pf.metadata.row_group(i), pf.read_row_group(i))
+
+    checked_once(path, PAGES, run)
