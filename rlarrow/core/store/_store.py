@@ -23,7 +23,8 @@ from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
 from rlarrow.core.store.edits import EditingStore
-from rlarrow.core.store.files import AUTO_COMPACT_FILES, LOCK_NAME, _unwritable
+from rlarrow.core.store.entries import MANIFEST_FIX, open_lock, refuse_link
+from rlarrow.core.store.files import AUTO_COMPACT_FILES, _unwritable
 from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
 from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
 
@@ -85,6 +86,7 @@ class Store(EditingStore):
         self._lock_depth = 0
         self._lock_fd = None
         manifest_path = self.path / MANIFEST_NAME
+        refuse_link(manifest_path, "the store's manifest", MANIFEST_FIX)  # (never looked at through a link)
         if not manifest_path.is_file():
             if not self.path.exists():
                 raise StoreError(f"{self.path}: no such store; create it with "
@@ -140,7 +142,7 @@ class Store(EditingStore):
             StoreError: ``path`` holds a store (and not ``exist_ok``) or other files.
         """
         p = Path(path)
-        if (p / MANIFEST_NAME).exists():
+        if os.path.lexists(p / MANIFEST_NAME):
             if exist_ok:
                 return cls(p, auto_compact=auto_compact)
             raise StoreError(f"{p}: a store already exists here; open it with "
@@ -151,7 +153,7 @@ class Store(EditingStore):
             p.mkdir(parents=True, exist_ok=True)
             for name in _schema.TABLE_NAMES:
                 (p / name).mkdir(exist_ok=True)
-            (p / LOCK_NAME).touch()
+            os.close(open_lock(p))
         except OSError as exc:
             raise write_error(p, exc) from exc
         cls._write_manifest_at(p, empty_manifest())
@@ -179,7 +181,7 @@ class Store(EditingStore):
             FormatVersionError: written by an older major format (run ``rlarrow migrate``)
                 or a newer one (upgrade rlarrow).
         """
-        if create and not (Path(path) / MANIFEST_NAME).exists():
+        if create and not os.path.lexists(Path(path) / MANIFEST_NAME):
             return cls.create(path, auto_compact=auto_compact)
         return cls(path, readonly=readonly, auto_compact=auto_compact, version=version)
 

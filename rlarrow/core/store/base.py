@@ -24,6 +24,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store import manifest as _manifest
 from rlarrow.core.store.delta import DeltaFile, DeltaLog
+from rlarrow.core.store.entries import MANIFEST_FIX, open_entry, open_lock, read_entry
 from rlarrow.core.store.files import LOCK_NAME
 from rlarrow.core.store.manifest import (
     MANIFEST_NAME,
@@ -32,7 +33,6 @@ from rlarrow.core.store.manifest import (
     now_iso,
     parse_manifest,
     retired_location,
-    write_error,
 )
 from rlarrow.core.store.segments import encode_manifest, local_segments
 from rlarrow.core.store.writer import TableWriter
@@ -171,8 +171,8 @@ class StoreBase:
             source = self.path / rel
             if table in due or not source.is_file() or source.is_symlink():
                 continue
-            target = retired_location(self.path, rel)
             try:
+                target = retired_location(self.path, rel)
                 for directory in (target.parent.parent, target.parent):
                     with contextlib.suppress(FileExistsError):
                         directory.mkdir()
@@ -364,15 +364,7 @@ class StoreBase:
         if self.readonly:
             raise StoreError(f"{self.path}: cannot write: {self._readonly_reason}")
         if self._lock_depth == 0 and fcntl is not None:
-            try:
-                fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-            except PermissionError:
-                try:  # another user's lock file: flock needs only a read-only descriptor
-                    fd = os.open(self.path / LOCK_NAME, os.O_RDONLY)
-                except OSError as exc:
-                    raise write_error(self.path / LOCK_NAME, exc) from exc
-            except OSError as exc:
-                raise write_error(self.path / LOCK_NAME, exc) from exc
+            fd = open_lock(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except BaseException:
@@ -395,8 +387,9 @@ class StoreBase:
         """Hold off writers for a moment; yields False when one holds the lock (a commit runs)."""
         fd = None
         if fcntl is not None:
-            with contextlib.suppress(OSError):  # no lock file (a copy of a store): no writer here
-                fd = os.open(self.path / LOCK_NAME, os.O_RDONLY)
+            # no lock file (a copy of a store), or a link (no writer takes a lock through one): no writer here
+            with contextlib.suppress(OSError, CorruptFileError):
+                fd = open_entry(self.path / LOCK_NAME, os.O_RDONLY, what="the store's lock file")
         if fd is None:
             yield True
             return
@@ -413,7 +406,7 @@ class StoreBase:
     def _manifest_bytes(self) -> bytes:
         path = self.path / MANIFEST_NAME
         try:
-            return path.read_bytes()
+            return read_entry(path, what="the store's manifest", fix=MANIFEST_FIX)
         except FileNotFoundError:
             raise StoreError(f"{self.path}: the store's manifest {MANIFEST_NAME} disappeared") from None
         except OSError as exc:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
+from rlarrow.core.store.entries import open_lock, read_entry, store_dirs
 from rlarrow.core.store.layouts import layout_number, table_of
 from rlarrow.core.store.lease import _VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
@@ -260,14 +261,17 @@ class RepairStore(TableStore):
             return f"damaged Parquet ({exc})"
         return None
 
-    @staticmethod
-    def _set_aside(source: Path, target: Path) -> None:
-        """Move a damaged file (or log) out of the tables; a link is removed, never followed."""
+    def _set_aside(self, source: Path, rel: str) -> None:
+        """Move a damaged file (or log) to ``_damaged/REL``; a link is removed, never followed.
+
+        No level of ``_damaged/REL``'s directory may be a link (it could lead outside the store).
+        """
         if source.is_symlink():
             source.unlink()  # the link only, never what it points at
         elif source.exists():
+            target = self.path / _QUARANTINE / rel
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                store_dirs(self.path, Path(_QUARANTINE, rel).parent, "repair's _damaged directory")
                 os.replace(source, target)
             except OSError as exc:
                 raise write_error(target, exc) from exc
@@ -343,7 +347,7 @@ class RepairStore(TableStore):
             stamp = time.strftime("%Y%m%dT%H%M%S")
             for p in problems:
                 if p.file.endswith("/_delta_log"):
-                    self._set_aside(self.path / p.file, quarantine / f"{p.file}-{stamp}")
+                    self._set_aside(self.path / p.file, f"{p.file}-{stamp}")
                     self.__dict__.get("_delta_logs", {}).pop(p.table, None)
                     # the new log's first commit says that the table's history starts there
                     for item in manifest.get("delta_due", []):
@@ -360,7 +364,7 @@ class RepairStore(TableStore):
                 entry["files"], entry["rows"] = keep, sum(f["rows"] for f in keep)
             for p in problems:
                 if not p.file.endswith("/_delta_log"):
-                    self._set_aside(self.path / p.file, quarantine / p.file)
+                    self._set_aside(self.path / p.file, p.file)
             self._write_manifest(manifest)
             self._manifest = self._recover(self._read_manifest())
         return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
@@ -398,13 +402,7 @@ class RepairStore(TableStore):
                 # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
                 row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
                 runs.append(row)
-        size = 0
-        for root, dirs, fnames in os.walk(self.path):
-            if root == os.fspath(self.path) and _VIEWS_DIR in dirs:
-                dirs.remove(_VIEWS_DIR)  # readers' hard links: the same bytes again
-            for f in fnames:
-                with contextlib.suppress(OSError):
-                    size += os.stat(os.path.join(root, f)).st_size
+        size = _disk_bytes(os.fspath(self.path), skip=_VIEWS_DIR)  # (views: readers' links, the same bytes)
         retired_bytes = 0
         for rel in m.get("retired", []):
             sizes: list[Path] = []
@@ -412,7 +410,7 @@ class RepairStore(TableStore):
                 sizes.append(retired_location(self.path, rel))
             for path in (*sizes, self.path / rel):  # (moved out, or not yet)
                 with contextlib.suppress(OSError):
-                    retired_bytes += path.stat().st_size
+                    retired_bytes += path.lstat().st_size  # (a link is not followed)
                     break
         return StoreInfo(
             version=int(m.get("version", 0)),
@@ -487,7 +485,6 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
 
     from rlarrow.core.store import manifest as _manifest
     from rlarrow.core.store.delta import LOG_DIR, DeltaLog
-    from rlarrow.core.store.files import LOCK_NAME
     from rlarrow.core.store.segments import local_segments, write_whole
 
     root = Path(root)
@@ -497,10 +494,11 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
     fd = -1
     try:
         if apply and any((root / t / LOG_DIR).is_dir() for t in tables):
-            fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_lock(root)
             fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
         try:
-            _manifest.parse_manifest(path.read_bytes(), path, local_segments(root))
+            raw = read_entry(path, what="the store's manifest")
+            _manifest.parse_manifest(raw, path, local_segments(root))
             return []  # whole: nothing to rebuild (a later major format raises FormatVersionError)
         except FileNotFoundError:
             lost = "missing"
@@ -584,12 +582,30 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
             manifest["delta_due"] = [{"table": t, "version": manifest["version"]} for t in adopted]
         if apply:
             _manifest.validate(json.loads(json.dumps(manifest)), path)  # (valid, or nothing changes)
-            if path.exists() or path.is_symlink():  # the damaged one: kept aside
-                quarantine = root / _QUARANTINE
-                quarantine.mkdir(exist_ok=True)
+            if os.path.lexists(path):  # the damaged one (or a link, never followed): kept aside
+                quarantine = store_dirs(root, _QUARANTINE, "repair's _damaged directory")
                 os.replace(path, quarantine / f"{_manifest.MANIFEST_NAME}-{time.strftime('%Y%m%dT%H%M%S')}")
             write_whole(root, manifest)
         return lines
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _disk_bytes(root: str, skip: str = "") -> int:
+    """Bytes of the files under ``root`` (its ``skip`` directory left out), no link followed or counted."""
+    size = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != skip:
+                    size += _disk_bytes(entry.path)
+            else:
+                size += entry.stat(follow_symlinks=False).st_size
+    return size

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import Any
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.store.entries import open_lock, read_entry
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, _Checker, fsync_dir, write_error, write_file
 
 __all__ = ["SEGMENTS_DIR", "SEGMENT_FILES", "Segments", "delete_segments", "encode_manifest", "forget",
@@ -94,6 +96,14 @@ class Segments:
         _expand(manifest, path, self)
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a link is not looked through)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def local_segments(root: Path) -> Segments:
     """The segments of the store at ``root`` (never through a symbolic link)."""
     directory = root / SEGMENTS_DIR
@@ -107,7 +117,7 @@ def local_segments(root: Path) -> Segments:
             return f.read()
 
     return Segments(os.fspath(root), read, lambda name: os.fspath(directory / name),
-                    lambda name: os.path.isfile(directory / name))
+                    lambda name: _is_file(directory / name))
 
 
 # Segments read or written by this process, by name: a name is its bytes' digest, so an
@@ -365,15 +375,14 @@ def restore_lists(root: Path, *, apply: bool = False) -> list[str]:
 
     from rlarrow.core.store import manifest as _manifest
     from rlarrow.core.store.delta import DeltaLog
-    from rlarrow.core.store.files import LOCK_NAME
 
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644) if apply else -1
+    fd = open_lock(root) if apply else -1
     try:
         if apply:
             fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
         path = root / _manifest.MANIFEST_NAME
         try:
-            manifest = json.loads(path.read_bytes().decode("utf-8"))
+            manifest = json.loads(read_entry(path, what="the store's manifest").decode("utf-8"))
             tables = list(manifest["tables"].items())
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptFileError(path, f"is not a manifest whose lists can be rebuilt ({exc})") from exc
