@@ -50,7 +50,8 @@ def _only(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
 def _is_store(path: str) -> bool:
     from rlarrow.core.store import MANIFEST_NAME
 
-    return os.path.isfile(os.path.join(path, MANIFEST_NAME))
+    # (lexists: a manifest that is a link is a store's, refused by Store.open, never looked through)
+    return os.path.lexists(os.path.join(path, MANIFEST_NAME))
 
 
 @click.command("check")

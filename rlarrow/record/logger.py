@@ -491,7 +491,7 @@ class ArrowLogger(_BaseLogger):
         ``.wall_times``. Nothing is sampled.
         """
         path = Path(log_path)
-        if (path / "_rlarrow_store.json").is_file():
+        if os.path.lexists(path / "_rlarrow_store.json"):  # (a linked manifest: Store.open refuses it)
             from rlarrow.core.store import Store
 
             with Store.open(path) as st:

@@ -56,6 +56,7 @@ import pyarrow as pa
 
 from rlarrow._version import __version__
 from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.store.entries import is_regular
 from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive, temp_owner
 from rlarrow.core.store.manifest import (
     decode_schema,
@@ -412,7 +413,7 @@ class DeltaLog:
 
     def exists(self) -> bool:
         """Whether the table has a Delta log (its first commit was written)."""
-        return self._path(0).is_file()
+        return is_regular(self._path(0))
 
     def _check_dir(self) -> bool:
         """Whether the log directory exists; refused when it is a link or not a directory."""
@@ -781,9 +782,9 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
             config = (log.metadata or {}).get("configuration") or {}
             listed = log.ordered()
         files = listed
-        moved = {f.name for f in files if not (root / name / f.name).is_file()
-                 and retired_location(root, f"{name}/{f.name}").is_file()}  # replaced since: kept aside
-        gone = [f.name for f in files if f.name not in moved and not (root / name / f.name).is_file()]
+        moved = {f.name for f in files if not is_regular(root / name / f.name)  # (links: never followed)
+                 and is_regular(retired_location(root, f"{name}/{f.name}"))}  # replaced since: kept aside
+        gone = [f.name for f in files if f.name not in moved and not is_regular(root / name / f.name)]
         if gone:
             raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
                                 f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "

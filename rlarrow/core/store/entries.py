@@ -29,7 +29,8 @@ from pathlib import Path
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["MANIFEST_FIX", "linked", "open_entry", "open_lock", "read_entry", "refuse_link", "store_dirs"]
+__all__ = ["MANIFEST_FIX", "is_regular", "linked", "open_entry", "open_lock", "read_entry", "refuse_link",
+           "store_dirs"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -47,6 +48,14 @@ def linked(path: str | os.PathLike[str], what: str, fix: str = "") -> CorruptFil
     return CorruptFileError(path, f"is a symbolic link or not a regular entry; {what} must be a regular "
                             "file or directory inside the store, and rlarrow never reads or writes "
                             f"through a link out of a store: {fix}")
+
+
+def is_regular(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file, looked at with ``lstat`` (a link is not, whatever it names)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def refuse_link(path: Path, what: str, fix: str = "") -> bool:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
-from rlarrow.core.store.entries import open_lock, read_entry, store_dirs
+from rlarrow.core.store.entries import is_regular, open_lock, read_entry, store_dirs
 from rlarrow.core.store.layouts import layout_number, table_of
 from rlarrow.core.store.lease import _VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
@@ -523,7 +523,7 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
             directory = root / table
             log = DeltaLog(directory)
             log.refresh()
-            parquet = sorted(p.name for p in directory.glob("part-*.parquet") if p.is_file())
+            parquet = sorted(p.name for p in directory.glob("part-*.parquet") if is_regular(p))  # (no link)
             entry = manifest["tables"].get(table) or {
                 "schema_version": manifest["tables"][table_of(table)]["schema_version"],
                 "schema": None, "rows": 0, "files": []}
@@ -545,7 +545,9 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
                                        "backup")
             files: list[dict[str, Any]] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes}
                                            for f in log.ordered()]
-            gone = [f["name"] for f in files if not (directory / f["name"]).is_file()]
+            for f in files:
+                check_inside(directory, f["name"])  # (a link the log names: refused, never read through)
+            gone = [f["name"] for f in files if not is_regular(directory / f["name"])]
             if gone:
                 raise CorruptFileError(directory / gone[0], f"is listed by {table}'s Delta log but is not "
                                        f"there ({len(gone)} file(s) missing): restore them, or the store "

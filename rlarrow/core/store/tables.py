@@ -580,7 +580,7 @@ class TableStore(JournalStore):
         for f in files:
             path = os.fspath(f)
             try:
-                st = os.stat(path)
+                st = os.lstat(path)  # (files() refused links)
             except OSError:
                 continue  # missing: the read names it
             key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
