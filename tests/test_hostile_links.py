@@ -113,12 +113,17 @@ COMMANDS: dict[str, list[str]] = {
     "delete": ["delete", "STORE", "--run", "RUN"],
     "label": ["label", "STORE", "--run", "RUN", "--set", "success=true"],
     "stats": ["stats", "STORE"],
+    "push": ["push", "STORE", "OUT"],
+    "merge_into": ["merge", "STORE", "OTHER"],
+    "merge_from": ["merge", "OTHER", "STORE"],
+    "migrate": ["migrate", "STORE"],
+    "plot": ["plot", "STORE", "--tag", "train/loss", "-o", "OUT.png"],
 }
 
 #: the cases the issue names, run in the quick suite; the whole matrix is marked slow
 QUICK = {("lock", "convert"), ("lock", "compact"), ("lock", "sql"), ("lock", "repair_apply"),
          ("damaged_table", "repair_apply"), ("damaged", "repair_apply"), ("manifest", "info"),
-         ("manifest", "repair_apply"), ("retired", "compact"), ("data_file", "sql")}
+         ("manifest", "repair_apply"), ("retired", "compact"), ("data_file", "sql"), ("data_file", "push")}
 
 
 def _make(tmp_path: Path, plant: str) -> tuple[Path, Path, str, str, dict[str, bytes]]:
@@ -148,7 +153,11 @@ def _cases() -> list[object]:
 @pytest.mark.parametrize(("plant", "command"), _cases())
 def test_no_command_reaches_outside_through_a_store_entry(tmp_path, plant, command):
     store, canary, run, entry, before = _make(tmp_path, plant)
-    names = {"STORE": str(store), "OUT": str(tmp_path / "out"), "RUN": run}
+    names = {"STORE": str(store), "OUT": str(tmp_path / "out"), "OUT.png": str(tmp_path / "plot.png"),
+             "RUN": run, "OTHER": str(tmp_path / "other")}
+    if "OTHER" in COMMANDS[command]:
+        with rlarrow.Store.create(tmp_path / "other") as other:
+            populate(other, episodes=1, length=2)
     args = [names.get(a, a) for a in COMMANDS[command]]
     done, touched = traced(args, canary=canary, cwd=tmp_path,
                            env={**os.environ, "PYTHONPATH": str(REPO), "RLARROW_DEBUG": ""})

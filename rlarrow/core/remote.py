@@ -54,7 +54,7 @@ from rlarrow.core.store import (
     table_of,
     union_layouts,
 )
-from rlarrow.core.store.manifest import SEGMENTED_FORMAT, is_plain_file_name
+from rlarrow.core.store.manifest import SEGMENTED_FORMAT, check_inside, is_plain_file_name
 from rlarrow.core.store.segments import SEGMENTS_DIR, Segments
 
 __all__ = ["RemoteStore", "push", "resolve"]
@@ -254,6 +254,8 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
         manifest["format_version"] = _schema.format_version(_schema.FORMAT_VERSION)
     wanted: list[tuple[str, int]] = [(f"{table}/{f['name']}", int(f["bytes"]))
                                      for table, entry in manifest["tables"].items() for f in entry["files"]]
+    for rel, _ in wanted:  # a data file that is a link is refused: its bytes would be copied from outside
+        check_inside(Path(st.path) / rel.partition("/")[0], rel.partition("/")[2])
     made = []  # the destination and its parents that do not exist yet
     head = root
     while head and head not in made and fs.get_file_info(head).type == pafs.FileType.NotFound:
