@@ -92,10 +92,33 @@ def _plant_data_file(s: Path, c: Path) -> str:
     return part.name
 
 
+def _plant_table_dir(s: Path, c: Path) -> str:
+    shutil.move(s / "episodes", c / "episodes")
+    os.symlink(c / "episodes", s / "episodes")
+    return "episodes"
+
+
+def _plant_orphan(s: Path, c: Path) -> str:
+    """An unlisted data file that is a link (a writer's recovery adopts unlisted files it finds)."""
+    shutil.copy(sorted((s / "steps").glob("part-*.parquet"))[0], c / "victim")
+    os.symlink(c / "victim", s / "steps" / "part-20990101T000000000000-00000000.parquet")
+    return "part-20990101T000000000000-00000000"
+
+
+def _plant_view_entry(s: Path, c: Path) -> str:
+    """A dead reader's view directory whose lock file and table folder lead outside (writers sweep views)."""
+    dead = s / ".rlarrow-views" / "host-1-deadbeef"
+    dead.mkdir(parents=True)
+    os.symlink(c / "victim", dead / ".held")
+    os.symlink(c, dead / "steps")
+    return r"\.rlarrow-views"
+
+
 PLANTS: dict[str, Callable[[Path, Path], str]] = {
     "lock": _plant_lock, "manifest": _plant_manifest, "damaged": _plant_damaged,
     "damaged_table": _plant_damaged_table, "retired": _plant_retired, "views": _plant_views,
     "delta_log": _plant_delta_log, "delta_entry": _plant_delta_entry, "data_file": _plant_data_file,
+    "table_dir": _plant_table_dir, "orphan": _plant_orphan, "view_entry": _plant_view_entry,
 }
 
 #: every store command of the CLI that touches an existing store (RUN: the store's run)
