@@ -290,3 +290,22 @@ def test_time_travel_never_reads_a_file_or_log_entry_through_a_link(planted):
     with pytest.raises(rlarrow.RLArrowError, match=r"_delta_log"):
         rlarrow.Store.open(store, version=version - 1).read("steps")
     assert _bytes(canary) == before
+
+
+@needs_strace
+@pytest.mark.parametrize("plant", ["delta_log", "delta_entry", "data_file", "table_dir"])
+@pytest.mark.parametrize("command", ["info", "repair_apply"])
+def test_a_store_that_lost_its_manifest_is_rebuilt_from_nothing_outside(tmp_path, plant, command):
+    store, canary, _, entry, before = _make(tmp_path, plant)
+    os.remove(store / "_rlarrow_store.json")
+    done, touched = traced([{"STORE": str(store)}.get(a, a) for a in COMMANDS[command]], canary=canary,
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "RLARROW_DEBUG": ""})
+    assert not touched, (done.stderr, touched[:5])
+    assert _bytes(canary) == before
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr, done.stderr
+    if done.returncode != 0:
+        assert "Error:" in done.stderr, done.stderr
+    else:  # rebuilt from what is inside: it opens, and no link was taken in
+        with rlarrow.Store.open(store, readonly=True) as s:
+            assert s.row_count("steps") >= 10 and not (store / "_rlarrow_store.json").is_symlink()
+            assert s.read("steps").num_rows == s.row_count("steps")  # (a listed link would be refused)

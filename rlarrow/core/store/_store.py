@@ -23,7 +23,7 @@ from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
 from rlarrow.core.store.edits import EditingStore
-from rlarrow.core.store.entries import MANIFEST_FIX, open_lock, refuse_link
+from rlarrow.core.store.entries import MANIFEST_FIX, is_directory, open_lock, refuse_link
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, _unwritable
 from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
 from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
@@ -91,7 +91,8 @@ class Store(EditingStore):
             if not self.path.exists():
                 raise StoreError(f"{self.path}: no such store; create it with "
                                  f"rlarrow.Store.create({os.fspath(path)!r})")
-            if any(d.is_dir() for d in self.path.glob("*/_delta_log")):  # a store that lost its manifest
+            # a store that lost its manifest (table folders and logs looked at, never through a link)
+            if any(is_directory(d) and is_directory(d / "_delta_log") for d in self.path.iterdir()):
                 raise StoreError(f"{self.path}: its manifest ({MANIFEST_NAME}) is missing; its tables' Delta "
                                  f"logs are there: rebuild it with `rlarrow repair {self.path} --apply`")
             raise StoreError(f"{self.path}: not an rlarrow store (no {MANIFEST_NAME}); create "

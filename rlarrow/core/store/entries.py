@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["MANIFEST_FIX", "is_regular", "linked", "open_entry", "open_lock", "read_entry", "refuse_link",
-           "store_dirs"]
+__all__ = ["MANIFEST_FIX", "is_directory", "is_regular", "linked", "open_entry", "open_lock", "read_entry",
+           "refuse_link", "store_dirs"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -54,6 +54,14 @@ def is_regular(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a regular file, looked at with ``lstat`` (a link is not, whatever it names)."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_directory(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory, looked at with ``lstat`` (a link to one is not)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
-from rlarrow.core.store.entries import is_regular, open_lock, read_entry, store_dirs
+from rlarrow.core.store.entries import is_directory, is_regular, open_lock, read_entry, store_dirs
 from rlarrow.core.store.layouts import layout_number, table_of
 from rlarrow.core.store.lease import _VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
@@ -493,7 +493,7 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
               and _manifest.is_table_name(d.name) and table_of(d.name) in _schema.TABLE_NAMES]
     fd = -1
     try:
-        if apply and any((root / t / LOG_DIR).is_dir() for t in tables):
+        if apply and any(is_directory(root / t / LOG_DIR) for t in tables):
             fd = open_lock(root)
             fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
         try:
@@ -509,7 +509,7 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
             lost = f"damaged ({reason[:200]})"
         except OSError as exc:
             lost = f"unreadable ({exc.strerror or exc})"
-        if not any((root / t / LOG_DIR).is_dir() for t in tables):
+        if not any(is_directory(root / t / LOG_DIR) for t in tables):
             raise CorruptFileError(path, f"is {lost.split(' ')[0]} and no table folder has a Delta log "
                                    f"({LOG_DIR}): nothing to rebuild the store from; restore it from a "
                                    "backup")
