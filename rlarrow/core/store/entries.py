@@ -45,9 +45,9 @@ MANIFEST_FIX = ("replace the link with a regular copy of this store's manifest, 
 def linked(path: str | os.PathLike[str], what: str, fix: str = "") -> CorruptFileError:
     """The error for a store entry that is a symbolic link (or not the kind of entry it must be)."""
     fix = fix or f"replace it with a regular one (`rm '{os.fspath(path)}'` removes the link)"
-    return CorruptFileError(path, f"is a symbolic link or not a regular entry; {what} must be a regular "
-                            "file or directory inside the store, and rlarrow never reads or writes "
-                            f"through a link out of a store: {fix}")
+    return CorruptFileError(path, f"is a symbolic link, or not a regular file or directory; {what} must be "
+                            "one, inside the store, and rlarrow never reads or writes through a link out "
+                            f"of a store: {fix}")
 
 
 def is_regular(path: str | os.PathLike[str]) -> bool:
