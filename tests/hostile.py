@@ -79,6 +79,25 @@ def _accessed(line: str, cwd: Path) -> list[Path]:
     return out
 
 
+def _run_traced(argv: list[str], *, cwd: Path, env: dict[str, str] | None, timeout: float
+                ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``argv`` under ``strace -f``: the finished process and the trace's lines."""
+    log = cwd / f".strace-{os.getpid()}-{len(list(cwd.glob('.strace-*')))}.log"
+    done = subprocess.run(["strace", "-f", "-qq", "-y", "-s", "4096", "-e", "trace=%file",
+                           "-o", str(log), "--", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    lines = log.read_text(errors="replace").splitlines()
+    log.unlink()
+    return done, lines
+
+
+def _touching(lines: list[str], canary: Path, cwd: Path) -> list[str]:
+    """The lines whose call reached ``canary`` (resolved)."""
+    root = Path(os.path.realpath(canary))
+    return [line for line in lines
+            if any(path == root or root in path.parents for path in _accessed(line, cwd))]
+
+
 def traced(args: list[str], *, canary: Path, cwd: Path, env: dict[str, str] | None = None,
            timeout: float = 300, module: str = "rlarrow"
            ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
@@ -87,16 +106,67 @@ def traced(args: list[str], *, canary: Path, cwd: Path, env: dict[str, str] | No
     Returns the finished process and the strace lines whose call reached ``canary`` (resolved).
     ``args`` with ``module=""`` is e.g. ``["-c", CODE]``.
     """
-    log = cwd / f".strace-{os.getpid()}-{len(list(cwd.glob('.strace-*')))}.log"
     argv = [sys.executable] + (["-m", module] if module else []) + list(args)
-    done = subprocess.run(["strace", "-f", "-qq", "-y", "-s", "4096", "-e", "trace=%file,%desc",
-                           "-o", str(log), "--", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    root = Path(os.path.realpath(canary))
-    touched = []
-    for line in log.read_text(errors="replace").splitlines():
-        for path in _accessed(line, cwd):
-            if path == root or root in path.parents:
-                touched.append(line)
-    log.unlink()
-    return done, touched
+    done, lines = _run_traced(argv, cwd=cwd, env=env, timeout=timeout)
+    return done, _touching(lines, canary, cwd)
+
+
+_DRIVER = r"""
+import contextlib, io, json, os, sys
+from rlarrow.cli.commands import main
+cases = json.load(open(sys.argv[1]))
+results = []
+for i, argv in enumerate(cases):
+    try:
+        os.stat(f"/rlarrow-hostile-case-{i}")  # (a marker in the trace: case i begins)
+    except OSError:
+        pass
+    err, out = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException as exc:  # (what `python -m rlarrow` would print as a traceback)
+            import traceback
+            traceback.print_exc()
+            code = 1
+    results.append({"returncode": code, "stderr": err.getvalue(), "stdout": out.getvalue()})
+json.dump(results, open(sys.argv[2], "w"))
+"""
+_MARKER = re.compile(r"/rlarrow-hostile-case-(\d+)")
+
+
+def traced_many(cases: list[list[str]], *, canaries: list[Path], cwd: Path, env: dict[str, str] | None = None,
+                timeout: float = 600) -> list[tuple[int, str, list[str]]]:
+    """:func:`traced` for many ``rlarrow`` command lines, run one after another in one traced process.
+
+    One interpreter start for all (most of a traced command's time), each command run as
+    ``python -m rlarrow`` runs it (``rlarrow.cli.commands.main``). Returns, per command, its
+    exit status, what it printed to stderr and the calls that reached its canary (``canaries``:
+    one per command; the interpreter's start, before the first, may reach none of them).
+    """
+    import json
+
+    given, got = cwd / ".hostile-cases.json", cwd / ".hostile-results.json"
+    given.write_text(json.dumps(cases))
+    done, lines = _run_traced([sys.executable, "-c", _DRIVER, str(given), str(got)], cwd=cwd, env=env,
+                              timeout=timeout)
+    if done.returncode != 0 or not got.exists():
+        raise AssertionError(f"the traced driver failed: {done.stderr[-3000:]}")
+    results = json.loads(got.read_text())
+    given.unlink()
+    got.unlink()
+    per_case: list[list[str]] = [[] for _ in cases]
+    case = -1  # (before the first marker: the interpreter's start, which reads no case's input)
+    for line in lines:
+        marker = _MARKER.search(line)
+        if marker:
+            case = int(marker[1])
+        elif case >= 0:
+            per_case[case].append(line)
+    start = lines[:next((i for i, x in enumerate(lines) if _MARKER.search(x)), len(lines))]
+    assert not [t for c in canaries for t in _touching(start, c, cwd)]
+    return [(r["returncode"], r["stderr"], _touching(mine, canary, cwd))
+            for r, mine, canary in zip(results, per_case, canaries, strict=True)]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, populate
-from hostile import needs_strace, traced
+from hostile import needs_strace, traced, traced_many
 
 import rlarrow
 from rlarrow.core.store.repair import rebuild_manifest
@@ -166,29 +166,55 @@ def _bytes(canary: Path) -> dict[str, bytes]:
             for p in sorted(canary.rglob("*")) if p.is_file()}
 
 
-def _cases() -> list[object]:
-    return [pytest.param(p, c, id=f"{p}-{c}",
-                         marks=() if (p, c) in QUICK else pytest.mark.slow)
-            for p in PLANTS for c in COMMANDS]
-
-
-@needs_strace
-@pytest.mark.parametrize(("plant", "command"), _cases())
-def test_no_command_reaches_outside_through_a_store_entry(tmp_path, plant, command):
-    store, canary, run, entry, before = _make(tmp_path, plant)
+def _names(tmp_path: Path, store: Path, run: str, command: str) -> list[str]:
+    """``command``'s arguments for ``store`` (and, for merges, another store made beside it)."""
     names = {"STORE": str(store), "OUT": str(tmp_path / "out"), "OUT.png": str(tmp_path / "plot.png"),
              "RUN": run, "OTHER": str(tmp_path / "other")}
     if "OTHER" in COMMANDS[command]:
         with rlarrow.Store.create(tmp_path / "other") as other:
             populate(other, episodes=1, length=2)
-    args = [names.get(a, a) for a in COMMANDS[command]]
-    done, touched = traced(args, canary=canary, cwd=tmp_path,
-                           env={**os.environ, "PYTHONPATH": str(REPO), "RLARROW_DEBUG": ""})
-    assert not touched, (done.stderr, touched[:5])
+    return [names.get(a, a) for a in COMMANDS[command]]
+
+
+def _judge(returncode: int, stderr: str, touched: list[str], entry: str) -> None:
+    """Nothing reached outside; a refusal is an rlarrow error naming the planted entry."""
+    assert not touched, (stderr, touched[:5])
+    assert "Traceback" not in stderr and "unexpected" not in stderr, stderr
+    if returncode != 0:
+        assert "Error:" in stderr and re.search(entry, stderr), stderr
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RLARROW_DEBUG": ""}
+
+
+@needs_strace
+@pytest.mark.parametrize(("plant", "command"), sorted(QUICK), ids=[f"{p}-{c}" for p, c in sorted(QUICK)])
+def test_no_command_reaches_outside_through_a_store_entry(tmp_path, plant, command):
+    store, canary, run, entry, before = _make(tmp_path, plant)
+    done, touched = traced(_names(tmp_path, store, run, command), canary=canary, cwd=tmp_path, env=ENV)
     assert _bytes(canary) == before, done.stderr
-    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr, done.stderr
-    if done.returncode != 0:  # refused: an rlarrow error naming the entry
-        assert "Error:" in done.stderr and re.search(entry, done.stderr), done.stderr
+    _judge(done.returncode, done.stderr, touched, entry)
+
+
+@needs_strace
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_no_command_of_the_cli_reaches_outside_through_a_planted_entry(tmp_path, plant):
+    # every command of COMMANDS on its own copy of the planted store, one traced process for all
+    # (tests/hostile.py's traced_many: the interpreter's start is most of a traced command's time)
+    cases, befores, entries = [], [], []
+    for command in COMMANDS:
+        here = tmp_path / command
+        here.mkdir()
+        store, canary, run, entry, before = _make(here, plant)
+        cases.append(_names(here, store, run, command))
+        befores.append((canary, before))
+        entries.append(entry)
+    results = traced_many(cases, canaries=[c for c, _ in befores], cwd=tmp_path, env=ENV)
+    for command, (code, stderr, touched), (canary, before), entry in zip(COMMANDS, results, befores, entries,
+                                                                          strict=True):
+        assert _bytes(canary) == before, (command, stderr)
+        _judge(code, stderr, touched, entry)
 
 
 # ----------------------------------------------------------------------- the Python API
