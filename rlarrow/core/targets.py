@@ -46,7 +46,7 @@ from rlarrow.core.errors import InvalidInputError, OutputError, RLArrowError
 __all__ = ["STALE_SECONDS", "atomic_file", "check_target", "fresh_directory", "in_child", "incomplete",
            "output_error", "sweep_leftovers", "write_failure"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 #: below this many free bytes a writer's own error (torch, HDF5) is taken for a full disk
 _NEARLY_FULL = 1 << 20
@@ -403,8 +403,8 @@ def _stderr_fd() -> int | None:
         return None
 
 
-def in_child(target: str | os.PathLike[str], fn: Callable[..., T], /, *args: object, what: str,
-             **kwargs: object) -> T:
+def in_child(target: str | os.PathLike[str], fn: Callable[..., _T], /, *args: object, what: str,
+             **kwargs: object) -> _T:
     """``fn(*args, **kwargs)`` run in a fresh Python process, for a writer that may crash it.
 
     HDF5 can end the process with a segmentation fault when a full disk stops a write:
