@@ -89,7 +89,8 @@ def convert(ds: Path, canary: Path, tmp_path: Path) -> tuple[subprocess.Complete
 
 @needs_strace
 @needs_av
-@pytest.mark.parametrize("template", ["../../outside/file-000.parquet", "{outside}/file-000.parquet"])
+@pytest.mark.parametrize("template", ["../../outside/file-000.parquet",
+                                      pytest.param("{outside}/file-000.parquet", marks=pytest.mark.slow)])
 def test_a_data_path_leading_outside_is_refused(tmp_path, canary, template):
     ds = copied(V30, tmp_path)
     edit_info(ds, data_path=template.format(outside=canary) if "{outside}" in template else template)
@@ -99,6 +100,7 @@ def test_a_data_path_leading_outside_is_refused(tmp_path, canary, template):
 
 @needs_strace
 @needs_av
+@pytest.mark.slow
 def test_a_v21_video_path_leading_outside_is_refused(tmp_path, canary):
     ds = copied(V21, tmp_path)
     edit_info(ds, video_path="../../outside/file-000.mp4")
@@ -126,7 +128,8 @@ def test_a_feature_key_leading_outside_is_refused(tmp_path, canary):
 @needs_strace
 @needs_av
 @pytest.mark.parametrize(
-    "link", ["data/chunk-000/file-000.parquet", "data/chunk-000", "meta/episodes/chunk-000", "meta/info.json"]
+    "link", ["data/chunk-000/file-000.parquet"] + [pytest.param(p, marks=pytest.mark.slow) for p in (
+        "data/chunk-000", "meta/episodes/chunk-000", "meta/info.json")]
 )
 def test_a_symlink_out_of_the_dataset_is_not_followed(tmp_path, canary, link):
     ds = copied(V30, tmp_path)
@@ -172,6 +175,7 @@ def test_a_label_file_that_is_a_symlink_out_of_the_dataset_is_refused(tmp_path, 
 
 @needs_strace
 @needs_protobuf
+@pytest.mark.slow
 def test_a_shard_that_is_a_symlink_out_of_the_dataset_is_refused(tmp_path, canary):
     ds = copied(LABELS, tmp_path)
     shard = next(ds.glob("*.tfrecord-*"))
@@ -203,7 +207,8 @@ def hostile_store(tmp_path: Path) -> Path:
 @needs_strace
 @needs_av
 @pytest.mark.parametrize(
-    ("codebase", "images"), [("v3.0", "video"), ("v2.1", "video"), ("v3.0", "png"), ("v2.1", "png")]
+    ("codebase", "images"), [("v3.0", "video")] + [pytest.param(*p, marks=pytest.mark.slow) for p in (
+        ("v2.1", "video"), ("v3.0", "png"), ("v2.1", "png"))]
 )
 def test_an_export_refuses_a_field_name_that_leaves_its_directory(tmp_path, canary, codebase, images):
     store = hostile_store(tmp_path)
@@ -376,7 +381,7 @@ def zlib_dataset(tmp_path: Path, declared: int) -> Path:
 
 
 @needs_protobuf
-@pytest.mark.parametrize("declared", [7, 1500 * (1 << 20) // 4])
+@pytest.mark.parametrize("declared", [7, pytest.param(1500 * (1 << 20) // 4, marks=pytest.mark.slow)])
 def test_zlib_tensors_inflate_at_most_to_their_declared_size(tmp_path, declared):
     ds = zlib_dataset(tmp_path, declared)
     assert ds.joinpath("zlib-train.tfrecord-00000-of-00001").stat().st_size < 2 << 20

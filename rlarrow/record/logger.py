@@ -603,7 +603,7 @@ class SummaryWriter:
         metadata: Any = None,
         flush_secs: float = 10.0,
     ) -> None:
-        _arguments.number(flush_secs, "flush_secs", minimum=0, above=True)
+        _arguments.number(flush_secs, "flush_secs", minimum=0)  # (0: commit at every point)
         self._log = _WriterLog(store, run_id, name=name, metadata=metadata, flush_seconds=flush_secs,
                                tfevents_dir=log_dir)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)

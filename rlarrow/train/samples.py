@@ -510,7 +510,7 @@ class SampleSource:
             # (the steps and their videos from one manifest: the view of one store version,
             # which ``version`` names afterwards)
             tables = [source]
-            if source == "steps" and "videos" in store._manifest["tables"]:
+            if source == "steps" and "videos" in store.tables():
                 tables.append("videos")
             view = (lease.pin_view(store, tables) if lease is not None
                     else {t: store.files(t, refresh=False) for t in tables})
