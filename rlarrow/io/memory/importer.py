@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.confined import file_name_part
 from rlarrow.core.errors import ArgumentError, AssumptionWarning, CorruptFileError, UnsupportedInputError
 from rlarrow.core.progress import bar
 from rlarrow.core.store import Store, StoreLike, as_store, opened
@@ -583,7 +584,9 @@ def export_memory(
     with (fresh_directory(out_dir, overwrite=overwrite, what=what, skip_empty=True) as tmp,
           bar(st.row_count("memory"), f"export {fmt}", "row", progress) as pbar):
         for snap in snapshots(st, run_id=run_id):
-            stem = snap.name or "memory"
+            stem = file_name_part(snap.name or "memory", what="memory snapshot name",
+                                  fix="export the other runs (--run-id), or import the file again under a "
+                                  "plain name")
             if stem in used:
                 stem = f"{stem}-{len(written)}"
             used.add(stem)

@@ -1,0 +1,28 @@
+"""Every exported file name stays inside ``-o``, whatever names the store holds (issue 36).
+
+A merged or planted store may hold a memory snapshot whose name is a path (``../../x``): the
+memory export names its files after the snapshots, so such a name is refused before anything
+is written, and nothing appears outside the target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rlarrow
+from rlarrow.io.memory.importer import export_memory
+from rlarrow.io.memory.snapshot import MemorySnapshot
+
+
+@pytest.mark.parametrize("name", ["../../outside/x", "/tmp/abs", "a\\b", ".."])
+@pytest.mark.parametrize("fmt", ["pt", "npz", "csv", "parquet"])
+def test_a_snapshot_name_that_is_a_path_is_refused_and_nothing_is_written_outside(tmp_path, name, fmt):
+    with rlarrow.Store.create(tmp_path / "store") as st:
+        snap = MemorySnapshot({"states": np.arange(6, dtype=np.float32).reshape(3, 1, 2)}, name=name)
+        st.append("memory", snap.to_table(run_id="r", snapshot_id=0))
+    out = tmp_path / "deep" / "er" / "out"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(rlarrow.InvalidInputError, match="memory snapshot name.*--run-id"):
+        export_memory(tmp_path / "store", out, fmt=fmt, progress=False)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
