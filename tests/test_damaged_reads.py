@@ -259,3 +259,21 @@ def test_the_record_of_checked_files_is_kept_across_processes_and_forgets_change
     off = subprocess.run([sys.executable, "-c", code], env={**env, "RLARROW_CACHE_DIR": "off"},
                          capture_output=True, text=True)
     assert off.returncode == 7
+
+
+def test_half_float_columns_are_whole_not_damaged(tmp_path):
+    # skrl's half-precision memories: pyarrow gives float16 statistics as raw bytes and has no
+    # min_max of them; a whole file must read, through every checked path
+    import numpy as np
+
+    import rlarrow
+    from rlarrow.io.memory.snapshot import MemorySnapshot
+
+    values = np.array([1.5, -2.25, np.nan, 3.0, 65504.0, -0.0], np.float16).reshape(6, 1, 1)
+    with rlarrow.Store.create(tmp_path / "s") as st:
+        snap = MemorySnapshot({"log_prob": values}, name="half")
+        st.append("memory", snap.to_table(run_id="r", snapshot_id=0))
+    assert rlarrow.sql(tmp_path / "s", "select count(*) as n from memory").column("n").to_pylist() == [6]
+    con = rlarrow.connect(tmp_path / "s")
+    assert con.sql("select count(*) from memory").fetchall() == [(6,)]
+    con.close()

@@ -221,8 +221,17 @@ def _statistics_differ(chunk: Any, table: pa.Table) -> str | None:
     if stats.has_null_count and stats.null_count != column.null_count:
         return name
     if stats.has_min_max:
+        low, high = stats.min, stats.max
+        if pa.types.is_float16(kind):
+            # (pyarrow has no min_max of half floats, and gives their statistics as the two raw
+            # bytes: both are compared in float32, which holds every half float exactly)
+            import numpy as np
+
+            column = column.cast(pa.float32())
+            low, high = (float(np.frombuffer(v, "<f2")[0]) if isinstance(v, bytes) and len(v) == 2 else v
+                         for v in (low, high))
         got = pc.min_max(column).as_py()
-        if not (_same(stats.min, got["min"]) and _same(stats.max, got["max"])):
+        if not (_same(low, got["min"]) and _same(high, got["max"])):
             return name
     return None
 
