@@ -110,6 +110,23 @@ def test_a_v21_video_path_leading_outside_is_refused(tmp_path, canary):
 
 @needs_strace
 @needs_av
+@pytest.mark.parametrize("keep", [False, True], ids=["decoded", "kept as video"])
+def test_a_video_that_is_a_playlist_naming_files_outside_is_not_followed(tmp_path, canary, keep):
+    """A ``.m3u8`` where a camera's mp4 should be: FFmpeg's HLS reader would decode the files it lists."""
+    ds = copied(V30, tmp_path)
+    edit_info(ds, video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m3u8")
+    for mp4 in sorted((ds / "videos").rglob("*.mp4")):
+        mp4.with_suffix(".m3u8").write_text("#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n"
+                                           f"{canary / 'file-000.mp4'}\n#EXT-X-ENDLIST\n")
+        mp4.unlink()
+    args = ["convert", os.fspath(ds), "-o", os.fspath(tmp_path / "work" / "store")]
+    done, touched = traced(args + (["--keep-video"] if keep else []), canary=canary, cwd=tmp_path / "work",
+                           env=ENV)
+    refused(done, touched, "file-000.m3u8")
+
+
+@needs_strace
+@needs_av
 def test_a_feature_key_leading_outside_is_refused(tmp_path, canary):
     """A camera named ``../../outside``: its video path, ``videos/{video_key}/...``, leaves the dataset."""
     ds = copied(V30, tmp_path)

@@ -102,7 +102,7 @@ def _av(what: str) -> Any:
 def _described(av: Any, data: bytes, channels: int, where: Any) -> VideoStream:
     """A stream's frame timestamps and key frames, read from its packets (nothing decoded)."""
     try:
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), format="mp4") as container:
             stream = container.streams.video[0]
             packets = [
                 (int(p.pts), bool(p.is_keyframe)) for p in container.demux(stream) if p.pts is not None
@@ -139,7 +139,7 @@ def remux_segment(
     av = _av(f"{path}: copying its video")
     half = 0.5 / float(fps)
     try:
-        with av.open(os.fspath(path)) as src:
+        with av.open(os.fspath(path), format="mp4") as src:  # (never a playlist naming other files)
             if not src.streams.video:
                 raise CorruptFileError(path, "holds no video stream: the dataset is damaged")
             stream = src.streams.video[0]
@@ -251,7 +251,7 @@ def decode(stream: VideoStream, ks: Any, *, where: Any = None) -> np.ndarray:
     images = np.empty((len(unique), *out.shape[1:]), np.uint8)
     fmt = "gray" if stream.channels == 1 else "rgb24"
     try:
-        with av.open(io.BytesIO(stream.data)) as container:
+        with av.open(io.BytesIO(stream.data), format="mp4") as container:
             vs = container.streams.video[0]
             frames: Any = None
             at = -1  # the frame number decoded last (-1: none yet)

@@ -649,7 +649,7 @@ def _video(
     out = np.empty((n, *shape), np.uint8) if len(shape) == 3 else None
     got = 0
     try:
-        with av.open(os.fspath(path)) as container:
+        with av.open(os.fspath(path), format="mp4") as container:  # (never a playlist naming other files)
             if not container.streams.video:
                 raise CorruptFileError(path, "holds no video stream: the dataset is damaged")
             stream = container.streams.video[0]
