@@ -26,3 +26,15 @@ def test_a_snapshot_name_that_is_a_path_is_refused_and_nothing_is_written_outsid
     with pytest.raises(rlarrow.InvalidInputError, match="memory snapshot name.*--run-id"):
         export_memory(tmp_path / "store", out, fmt=fmt, progress=False)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_writer_in_a_child_imports_nothing_from_the_current_directory(tmp_path, monkeypatch):
+    # the HDF5 exports write in a child interpreter: a module in the user's directory (a
+    # downloaded dataset's rlarrow.py or h5py.py, say) must not be imported there
+    from rlarrow.core.targets import in_child
+
+    marker = tmp_path / "imported"
+    (tmp_path / "rlarrow.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    assert in_child(tmp_path / "target", divmod, 7, 2, what="a test") == (3, 1)
+    assert not marker.exists()

@@ -436,7 +436,9 @@ def in_child(target: str | os.PathLike[str], fn: Callable[..., _T], /, *args: ob
     read_fd, write_fd = os.pipe()
     try:
         child = subprocess.Popen(
-            [sys.executable, "-c", "from rlarrow.core.targets import _child_main; _child_main()",
+            # (-P: the current directory is not put on the child's path, so a downloaded dataset's
+            # h5py.py or numpy.py beside the user is never imported)
+            [sys.executable, "-P", "-c", "from rlarrow.core.targets import _child_main; _child_main()",
              str(os.getpid()), str(write_fd)],
             stdin=subprocess.PIPE, stdout=_stderr_fd(),
             pass_fds=(write_fd,), env=env)
