@@ -250,6 +250,9 @@ def test_the_record_of_checked_files_is_kept_across_processes_and_forgets_change
                     f"v({os.fspath(path)!r})"], env=env, check=True)
     again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr  # recorded by another process: not read again
+    expired = subprocess.run([sys.executable, "-c", code], env={**env, "RLARROW_RECHECK_SECONDS": "0"},
+                             capture_output=True, text=True)
+    assert expired.returncode == 7  # a check older than RECHECK_SECONDS is made again (bit rot)
     data = bytearray(path.read_bytes())
     data[len(data) // 3] ^= 0x01
     with open(path, "r+b") as f:  # (in place: the same inode and size)

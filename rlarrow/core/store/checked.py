@@ -14,9 +14,12 @@ So there are two ways a reader here sees only undamaged values:
   kept for the process and, so that each ``rlarrow sql`` does not read every file again, in
   the user's cache (:func:`record_path`: ``$RLARROW_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/rlarrow``, else ``~/.cache/rlarrow``; one line per file, appended), never
-  in the store, which a reader does not write. Set ``RLARROW_CACHE_DIR=off`` to keep it in
-  the process only. A record that cannot be read or written is left aside: files are then
-  checked again, nothing is trusted that was not checked.
+  in the store, which a reader does not write; another process trusts a recorded check for
+  :data:`RECHECK_SECONDS` (a day), so damage that changes neither size nor modification time
+  (bit rot, a copy that keeps the time) is found by the next check after that, and at once
+  by ``Store.read`` and the loaders, which check every page they read. Set
+  ``RLARROW_CACHE_DIR=off`` to keep it in the process only. A record that cannot be read or
+  written is left aside: files are then checked again, nothing is trusted that was not checked.
 
 Example:
     >>> import pathlib, tempfile, pyarrow as pa, pyarrow.parquet as pq
@@ -36,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,8 +49,8 @@ import pyarrow.parquet as pq
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["PAGES", "POLARS", "READ_ERRORS", "checked_once", "damaged_file", "open_checked", "record_path",
-           "shown_path", "verify_pages"]
+__all__ = ["PAGES", "POLARS", "READ_ERRORS", "RECHECK_SECONDS", "checked_once", "damaged_file",
+           "open_checked", "record_path", "shown_path", "verify_pages"]
 
 #: What pyarrow raises for a damaged file (a garbled column name is a UnicodeDecodeError).
 READ_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, OSError, UnicodeDecodeError)
@@ -60,6 +64,10 @@ PAGES, POLARS = 0, 1
 _LOADED: list[str] = []
 #: a record grown past this is started again (about 600,000 files)
 _RECORD_LIMIT = 32 << 20
+#: how long a check recorded by another process is trusted, in seconds: a file damaged in place
+#: without a change to its size or modification time (bit rot, a copy that keeps the time) is
+#: checked again a day after its last check at the latest (RLARROW_RECHECK_SECONDS to change it)
+RECHECK_SECONDS = 24 * 3600
 
 
 def record_path() -> Path | None:
@@ -71,7 +79,7 @@ def record_path() -> Path | None:
         xdg = os.environ.get("XDG_CACHE_HOME")
         home = os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(xdg or home, "rlarrow")
-    return Path(base) / "verified-parquet-v1.txt"
+    return Path(base) / "verified-parquet-v2.txt"
 
 
 def _load_record() -> None:
@@ -94,10 +102,15 @@ def _load_record() -> None:
         return
     if len(data) > _RECORD_LIMIT:
         return
+    try:
+        recheck = float(os.environ.get("RLARROW_RECHECK_SECONDS", RECHECK_SECONDS))
+    except ValueError:
+        recheck = RECHECK_SECONDS
+    oldest = time.time() - recheck
     for line in data.split(b"\n"):
         parts = line.split()
-        if len(parts) == 5 and all(p.isdigit() for p in parts):
-            _VERIFIED.add(tuple(int(p) for p in parts))
+        if len(parts) == 6 and all(p.isdigit() for p in parts) and int(parts[5]) >= oldest:
+            _VERIFIED.add(tuple(int(p) for p in parts[:5]))
 
 
 def _remember(key: tuple[int, ...]) -> None:
@@ -116,7 +129,7 @@ def _remember(key: tuple[int, ...]) -> None:
     try:
         if os.fstat(fd).st_size > _RECORD_LIMIT:
             os.ftruncate(fd, 0)
-        os.write(fd, (" ".join(map(str, key)) + "\n").encode())
+        os.write(fd, (" ".join(map(str, (*key, int(time.time())))) + "\n").encode())
     except OSError:
         pass
     finally:
