@@ -947,12 +947,22 @@ def _polars_reads(path: str) -> None:
     """
     import polars as pl
 
-    from rlarrow.core.store.checked import POLARS, checked_once
+    from rlarrow.core.store.checked import POLARS, READ_ERRORS, checked_once
 
     def run() -> None:
+        import pyarrow.parquet as pq
+
         try:
-            pl.read_parquet(path)
-        except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
+            # a row group at a time (a file may be 1 GiB of tensors: never all of it in memory)
+            sizes = [pq.ParquetFile(path).metadata.row_group(i).num_rows
+                     for i in range(pq.ParquetFile(path).metadata.num_row_groups)]
+            offset = 0
+            for rows in sizes or [0]:
+                pl.scan_parquet(path).slice(offset, rows).collect()
+                offset += rows
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+            raise damaged_file(path, exc) from exc
+        except READ_ERRORS as exc:
             raise damaged_file(path, exc) from exc
 
     checked_once(path, POLARS, run)
