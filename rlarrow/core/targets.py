@@ -158,11 +158,14 @@ def _sync_tree(root: Path) -> None:
         _fsync_dir(d)
 
 
-#: the hidden siblings this module makes: ``.rlarrow-tmp-PID-HEX`` (a file's), ``.NAME.rlarrow-new-PID-HEX``
-#: and ``.NAME.rlarrow-old-PID-HEX`` (a directory's)
-_LEFTOVER = re.compile(r"^\.(?:rlarrow-tmp|.+\.rlarrow-(?:new|old))-(?P<pid>\d+)-[0-9a-f]{8}$")
-#: how old a leftover of a dead process must be before it is removed (a writer on another host
-#: sharing the directory has another pid space: an hour without a change is not a live export)
+#: the hidden siblings this module makes: ``.rlarrow-tmp-TOKEN`` (a file's), ``.NAME.rlarrow-new-TOKEN``
+#: and ``.NAME.rlarrow-old-TOKEN`` (a directory's), TOKEN being ``PID-HEX``; and beside them the lock
+#: ``.rlarrow-live-TOKEN`` that the export holds while it runs
+_LEFTOVER = re.compile(
+    r"^\.(?:rlarrow-tmp|(?P<name>.+)\.rlarrow-(?P<kind>new|old))-(?P<token>(?P<pid>\d+)-[0-9a-f]{8})$")
+_LIVE = re.compile(r"^\.rlarrow-live-(?P<token>(?P<pid>\d+)-[0-9a-f]{8})$")
+#: how old a leftover without its lock must be, its process gone, before it is removed (an
+#: rlarrow that made no lock, or a disk too full for one)
 STALE_SECONDS = 3600.0
 
 
@@ -176,12 +179,56 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _live(parent: Path, token: str) -> Iterator[None]:
+    """Hold the lock that says the export ``token`` runs, so that :func:`sweep_leftovers` leaves it be.
+
+    A lock (``flock``), not a pid: an export on another host sharing the directory has its own
+    pids, and its lock holds there too (where the file system supports locks).
+    """
+    import fcntl
+
+    lock = parent / f".rlarrow-live-{token}"
+    fd: int | None = None
+    with contextlib.suppress(OSError):  # (no room for it: the pid and age rule stands in)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+            os.close(fd)
+
+
+def _gone(parent: str, token: str, pid: int, changed: float, older_than: float) -> bool:
+    """Whether the export ``token`` has ended (its lock is free; without one: its pid gone, its files old)."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(parent, f".rlarrow-live-{token}"), os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return pid != os.getpid() and not _alive(pid) and time.time() - changed >= older_than
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: the export runs
+    finally:
+        os.close(fd)
+    return True
+
+
 def sweep_leftovers(parent: str | os.PathLike[str], *, older_than: float = STALE_SECONDS) -> list[Path]:
-    """Remove the temporary targets killed exports left in ``parent``; return what was removed.
+    """Clear what killed exports left in ``parent``; return what was removed or put back.
 
     An export killed (SIGKILL, a power cut) leaves its hidden temporary sibling beside the
-    target, never the target itself. One whose process is gone and that has not changed for
-    ``older_than`` seconds is removed when the next export writes beside it.
+    target, never a partial target. When the next export writes beside it, a leftover whose
+    export has ended (its lock free; an export holds it while it runs, on any host sharing the
+    directory) is removed. One exception: a kill between moving the old target aside and
+    moving the new one in leaves no target, and then the old one is put back, as it was.
 
     Example:
         >>> import tempfile, subprocess, sys
@@ -192,25 +239,40 @@ def sweep_leftovers(parent: str | os.PathLike[str], *, older_than: float = STALE
         >>> [p.name for p in sweep_leftovers(parent, older_than=0)] == [f".out.rlarrow-new-{dead}-0123abcd"]
         True
     """
-    removed: list[Path] = []
-    now = time.time()
+    done: list[Path] = []
+    where = os.fspath(parent)
     try:
-        entries = list(os.scandir(parent))
+        entries = sorted(os.scandir(where), key=lambda e: e.name)
     except OSError:
-        return removed
+        return done
+    kept = set()  # the tokens of exports still running (or not known to have ended)
     for entry in entries:
         found = _LEFTOVER.match(entry.name)
-        if not found or int(found["pid"]) == os.getpid() or _alive(int(found["pid"])):
+        if not found:
             continue
         try:
             changed = entry.stat(follow_symlinks=False).st_mtime
-            if not entry.is_dir(follow_symlinks=False) or now - changed < older_than:
+            if not entry.is_dir(follow_symlinks=False):
                 continue
         except OSError:
             continue
+        if not _gone(where, found["token"], int(found["pid"]), changed, older_than):
+            kept.add(found["token"])
+            continue
+        target = os.path.join(where, found["name"] or "")
+        if found["kind"] == "old" and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                os.replace(entry.path, target)  # (killed between the two renames: as it was)
+                done.append(Path(target))
+                continue
         shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
-    return removed
+        done.append(Path(entry.path))
+    for entry in entries:  # the locks of ended exports
+        found = _LIVE.match(entry.name)
+        if found and found["token"] not in kept and _gone(where, found["token"], int(found["pid"]), 0.0, 0.0):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    return done
 
 
 @contextlib.contextmanager
@@ -233,10 +295,13 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
                               "--overwrite in the CLI)")
     created: list[Path] = []
     sweep_leftovers(os.path.abspath(path.parent))
-    tmp_dir = Path(os.path.abspath(path.parent)) / f".rlarrow-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    token = f"{os.getpid()}-{secrets.token_hex(4)}"
+    tmp_dir = Path(os.path.abspath(path.parent)) / f".rlarrow-tmp-{token}"
+    live = contextlib.ExitStack()
     try:
         try:
             created = _make_parents(path.parent)
+            live.enter_context(_live(tmp_dir.parent, token))
             tmp_dir.mkdir()
             tmp = tmp_dir / path.name
             yield tmp
@@ -246,6 +311,7 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
                 _fsync_dir(path.parent)
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
+            live.close()
     except BaseException as exc:
         failure = _as_write_failure(exc, path)  # (before the directories go: it asks their disk)
         _remove_created(created)
@@ -302,8 +368,10 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
     token = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = Path(os.path.abspath(path.parent)) / f".{path.name}.rlarrow-new-{token}"
     created: list[Path] = []
+    live = contextlib.ExitStack()
     try:
         created = _make_parents(path.parent)
+        live.enter_context(_live(tmp.parent, token))
         tmp.mkdir()
         try:
             yield tmp
@@ -332,7 +400,9 @@ def fresh_directory(directory: str | os.PathLike[str], *, overwrite: bool, what:
         shutil.rmtree(old, ignore_errors=True)
         with contextlib.suppress(OSError):  # (the directory is in place: a failed sync loses nothing)
             _fsync_dir(path.parent)
+        live.close()
     except BaseException as exc:
+        live.close()
         failure = _as_write_failure(exc, tmp)  # (before the directories go: it asks their disk)
         _remove_created(created)
         if failure is not None:
