@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+import warnings
 
 import duckdb
 import numpy as np
@@ -147,3 +152,59 @@ def test_a_pushed_store_is_a_delta_table_too(store, tmp_path):
     assert deltalake.DeltaTable(str(dest / "steps")).to_pyarrow_table().num_rows == store.row_count("steps")
     with rlarrow.Store.open(dest, version=store.version) as at:
         assert at.row_count("steps") == store.row_count("steps")
+
+
+_APPENDER = """
+import os, sys, rlarrow
+path, stop = sys.argv[1], sys.argv[2]
+store = rlarrow.Store.open(path)
+i = 0
+while not os.path.exists(stop) and i < 3000:
+    store.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss", "step": [i],
+                             "value": [float(i)]})
+    i += 1
+"""
+
+
+def test_a_push_while_training_appends_copies_no_commit_newer_than_its_manifest(tmp_path):
+    """Delta commits written after push read the manifest are not copied: the copy's log is not ahead."""
+    deltalake = pytest.importorskip("deltalake", reason="needs deltalake (the dev extra) to read the copy")
+    path, stop = tmp_path / "s", tmp_path / "stop"
+    rlarrow.Store.create(path).append("scalars", {"run_id": "r", "scope": "train", "tag": "loss",
+                                                  "step": [-1], "value": [0.0]})
+    writer = subprocess.Popen([sys.executable, "-c", _APPENDER, os.fspath(path), os.fspath(stop)],
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                              stderr=subprocess.PIPE)
+    dests = []
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (len(dests) < 8 or rlarrow.Store.open(path).version < 10):
+            dests.append(tmp_path / f"copy{len(dests)}")
+            push(path, f"file://{dests[-1]}", progress=False)
+    finally:
+        stop.touch()
+        _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err.decode()
+    assert rlarrow.Store.open(path).version >= 10, "the appender made too few versions while pushing"
+    at_manifest = 0
+    for dest in dests:
+        version = json.loads((dest / MANIFEST_NAME).read_text())["version"]
+        log = sorted((dest / "scalars" / "_delta_log").glob("*.json"))
+        last = json.loads(log[-1].read_text().splitlines()[0])["commitInfo"]["rlarrow"]["storeVersion"]
+        assert last <= version, f"{dest}: the log holds store version {last}, after its manifest's {version}"
+        at_manifest += last == version
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (a log ahead of the manifest warns on open)
+            copy = rlarrow.Store.open(dest)
+            assert not copy.repair().problems
+            rows = copy.row_count("scalars")
+            # deltalake reads the version the copy's log ends at: the store's rows at that version
+            table = deltalake.DeltaTable(os.fspath(dest / "scalars"))
+            assert table.version() == len(log) - 1
+            with rlarrow.Store.open(dest, version=last) as then:
+                assert table.to_pyarrow_table().num_rows == then.row_count("scalars")
+            copy.append("scalars", {"run_id": "r", "scope": "train", "tag": "loss", "step": [10**6],
+                                    "value": [1.0]})  # (a writer of the copy commits to its log)
+            assert copy.row_count("scalars") == rows + 1
+        assert deltalake.DeltaTable(os.fspath(dest / "scalars")).to_pyarrow_table().num_rows == rows + 1
+    assert at_manifest, "no copy's log reached its manifest's version"

@@ -31,7 +31,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,17 +294,16 @@ def _push(st: Any, fs: pafs.FileSystem, root: str, manifest: dict[str, Any], wan
     todo = [(rel, size) for rel, size in wanted if have.get(rel) != size]
     # each table's Delta log, after the files it lists (its commits never change: the new
     # ones only), so that Delta engines read the copy too (at versions whose files it has)
-    logs = [(f"{table}/{p.parent.name}/{p.name}", p.stat().st_size)
-            for table in manifest["tables"] if not (Path(st.path) / table / "_delta_log").is_symlink()
-            for p in sorted((Path(st.path) / table / "_delta_log").glob("[0-9]" * 20 + ".json"))
-            if not p.is_symlink() and p.is_file()]  # (never a link out of the store)
-    todo_logs = [(rel, size) for rel, size in logs if rel not in have]
-    with bar(sum(size for _, size in todo + todo_logs), "push", "B", progress) as pbar:
+    version = int(manifest.get("version", 0))
+    todo_logs = [(rel, data) for table in manifest["tables"]
+                 for rel, data in _log_commits(Path(st.path), table, version, have)]
+    total = sum(size for _, size in todo) + sum(len(data) for _, data in todo_logs)
+    with bar(total, "push", "B", progress) as pbar:
         for rel, _ in todo:
             _copy(Path(st.path) / rel, fs, f"{root}/{rel}", pbar)
-        for rel, _ in todo_logs:
+        for rel, data in todo_logs:
             fs.create_dir(f"{root}/{rel.rsplit('/', 1)[0]}", recursive=True)
-            _copy(Path(st.path) / rel, fs, f"{root}/{rel}", pbar)
+            _write(data, fs, f"{root}/{rel}", pbar)
     if not fs.get_file_info(f"{root}/{LOCK_NAME}").type == pafs.FileType.File:
         with fs.open_output_stream(f"{root}/{LOCK_NAME}"):
             pass  # a file:// copy is then a whole local store, writable by rlarrow.Store
@@ -327,16 +326,50 @@ def _push(st: Any, fs: pafs.FileSystem, root: str, manifest: dict[str, Any], wan
     return [rel for rel, _ in todo]
 
 
+def _log_commits(store_path: Path, table: str, version: int, have: dict[str, int]) -> list[tuple[str, bytes]]:
+    """``table``'s Delta commits of store versions up to ``version`` the destination lacks, with their bytes.
+
+    Training may append while a push runs: commits written after the manifest was read belong
+    to later store versions, and a copied log ahead of its manifest would be damage there
+    (writers stop committing to it, ``repair`` sets it aside). The log is read in order and
+    stops at the first commit of a later version, or one that is not whole, a link or not a
+    regular file (a log has no gaps: nothing after it is copied either).
+    """
+    from rlarrow.core.store.delta import LOG_DIR, DeltaLog
+
+    log_dir = store_path / table / LOG_DIR
+    if log_dir.is_symlink() or not log_dir.is_dir():
+        return []  # (never a link out of the store)
+    out = []
+    for n, path in enumerate(sorted(log_dir.glob("[0-9]" * 20 + ".json"))):
+        if int(path.stem) != n:
+            break  # (a gap)
+        try:
+            data = DeltaLog.read_commit(path)
+        except CorruptFileError:
+            break
+        found = DeltaLog.first_info(data or b"")
+        if data is None or found is None or found[0] > version:
+            break
+        rel = f"{table}/{LOG_DIR}/{path.name}"
+        if rel not in have:
+            out.append((rel, data))
+    return out
+
+
 def _copy(source: Path, fs: pafs.FileSystem, target: str, pbar: Any) -> None:
     """Copy ``source`` to ``target`` under a temporary name, moved into place when whole."""
+    with open(source, "rb") as src:
+        _write(iter(lambda: src.read(_COPY_CHUNK), b""), fs, target, pbar)
+
+
+def _write(chunks: Iterable[bytes] | bytes, fs: pafs.FileSystem, target: str, pbar: Any) -> None:
+    """Write ``chunks`` to ``target`` under a temporary name, moved into place when whole."""
     head, _, name = target.rpartition("/")
     tmp = f"{head}/.{name}.{secrets.token_hex(4)}.tmp"
     try:
-        with open(source, "rb") as src, fs.open_output_stream(tmp) as out:
-            while True:
-                chunk = src.read(_COPY_CHUNK)
-                if not chunk:
-                    break
+        with fs.open_output_stream(tmp) as out:
+            for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
                 out.write(chunk)
                 pbar.update(len(chunk))
         fs.move(tmp, target)
