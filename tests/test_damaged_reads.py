@@ -280,3 +280,41 @@ def test_half_float_columns_are_whole_not_damaged(tmp_path):
     con = rlarrow.connect(tmp_path / "s")
     assert con.sql("select count(*) from memory").fetchall() == [(6,)]
     con.close()
+
+
+def test_a_querys_own_file_failing_is_not_called_store_damage(tmp_path):
+    """A user's read_parquet of another file, or a COPY TO on a full disk, names that file, not the store."""
+    store = rlarrow.Store.create(tmp_path / "s")
+    populate(store)
+    bad = tmp_path / "mine.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(RLArrowError) as caught:
+        rlarrow.sql(store, f"select * from read_parquet('{bad}')")
+    assert not isinstance(caught.value, CorruptFileError), caught.value
+    assert str(bad) in str(caught.value) and "repair" not in str(caught.value), caught.value
+    if os.path.exists("/dev/full"):  # a full disk: writes to /dev/full fail with ENOSPC
+        full = tmp_path / "out.parquet"
+        full.symlink_to("/dev/full")
+        with pytest.raises(RLArrowError) as caught:
+            rlarrow.sql(store, f"copy (select * from scalars) to '{full}' (format parquet)")
+        assert not isinstance(caught.value, CorruptFileError), caught.value
+        assert str(full) in str(caught.value) and "damaged" not in str(caught.value), caught.value
+
+
+def test_a_damaged_file_of_a_store_given_by_a_relative_path_is_named(tmp_path, monkeypatch):
+    import duckdb
+
+    from rlarrow.query.connection import _damaged
+
+    monkeypatch.chdir(tmp_path)
+    store = rlarrow.Store.create("s")
+    populate(store)
+    victim = os.path.relpath(store.files("scalars")[0])
+    Path(victim).write_bytes(Path(victim).read_bytes()[:-20])  # the footer cut
+    (tmp_path / "mine.parquet").write_bytes(b"not parquet")  # (beside the store: not one of its files)
+    for path, damaged in ((victim, True), ("mine.parquet", False)):
+        with pytest.raises(duckdb.Error) as caught:
+            duckdb.sql(f"select * from read_parquet('{path}')").fetchall()
+        err = _damaged(store, caught.value)
+        assert isinstance(err, CorruptFileError) is damaged, err
+        assert path in str(err)

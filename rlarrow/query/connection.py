@@ -62,7 +62,14 @@ import pyarrow as pa
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError, RLArrowWarning, StoreError
+from rlarrow.core.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CorruptFileError,
+    InvalidInputError,
+    RLArrowWarning,
+    StoreError,
+)
 from rlarrow.core.store import damaged_file
 from rlarrow.core.store.checked import READ_ERRORS
 
@@ -666,11 +673,34 @@ def _damaged(st: Any, exc: Exception) -> Exception:
         and (".parquet" in str(exc) or os.fspath(st.path) in str(exc)))
     if not reading:  # the query's own errors (syntax, names, types, error()) stay DuckDB's
         return exc
-    for named in re.findall(r"/[^\s'\"]*\.parquet", str(exc)):  # the file DuckDB names, if any
-        if os.path.isfile(named):
-            return damaged_file(named, exc)
+    named = _named_files(exc)
+    root = os.path.realpath(st.path)
+    for path in named:  # a file of the store (or a reader's pinned link to one, inside it too)
+        if os.path.realpath(path).startswith(root + os.sep) and os.path.isfile(path):
+            return damaged_file(path, exc)
+    if named:  # the query's own file (a COPY ... TO, a read_parquet of another file): not the store's
+        return InvalidInputError(named[0], f"DuckDB failed on this file, which is not one of the store "
+                                 f"{st.path}'s ({exc}); check the file, its path and the space left there")
     return StoreError(f"{st.path}: DuckDB could not read the store's files ({exc}); `rlarrow info` "
                       "and Store.read name a damaged file")
+
+
+def _named_files(exc: Exception) -> list[str]:
+    """The files a DuckDB error names: its ``*.parquet`` words, and an I/O error's paths.
+
+    Example:
+        >>> _named_files(OSError('IO Error: Could not write file "out/x.csv": No space left on device'))
+        ['out/x.csv']
+    """
+    import duckdb
+
+    text = str(exc)
+    words = [w.rstrip(":,;.") for w in re.split(r"[\s'\"\\]+", text)]
+    found = [w for w in words if w.endswith(".parquet")]
+    if isinstance(exc, (duckdb.IOException, OSError)):  # (these name the file whatever its suffix)
+        found += [w for w in words if "/" in w or os.sep in w]
+        found += [w for w in re.findall(r"[\"']([^\"'\\\n]+)[\"']", text) if os.path.lexists(w)]
+    return list(dict.fromkeys(found))
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:
@@ -748,7 +778,7 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         err = _damaged(st, exc)
         if err is exc:
             raise
-        if not isinstance(err, CorruptFileError):  # name the file DuckDB did not
+        if not isinstance(err, InvalidInputError):  # name the file DuckDB did not
             _locate(st, [f for t in _tables_read(query) for f in st.files(t)], exc)
         raise err from exc
     finally:
