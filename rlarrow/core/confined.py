@@ -8,6 +8,7 @@ hold, and a few bytes of input may not ask for gigabytes:
 - :func:`inside`: a name of an input resolved under the input's directory, symlinks followed
   one link at a time *without* looking at anything outside (an ``lstat`` or ``stat`` of a
   path outside would already be an access), refused when it leaves;
+- :func:`listed`: the entries of a folder of an input, each one confined as :func:`inside` does;
 - :func:`file_name_part`: a field name that becomes one file or folder name of an export,
   refused when it holds a path separator, is ``.`` or ``..``, or holds a NUL;
 - :func:`check_template`: a ``str.format`` path template from an input, refused when a width
@@ -41,6 +42,7 @@ __all__ = [
     "file_name_part",
     "inflate",
     "inside",
+    "listed",
     "png_size",
 ]
 
@@ -236,3 +238,40 @@ def png_size(blob: bytes) -> tuple[int, int] | None:
     if len(blob) < 24 or blob[:8] != b"\x89PNG\r\n\x1a\n" or blob[12:16] != b"IHDR":
         return None
     return int.from_bytes(blob[20:24], "big"), int.from_bytes(blob[16:20], "big")
+
+
+def listed(
+    root: str | os.PathLike[str],
+    folder: str | os.PathLike[str],
+    pattern: str = "*",
+    *,
+    what: str = "the file",
+) -> list[tuple[str, Path]]:
+    """The entries of ``folder`` (relative to ``root``) whose name matches ``pattern``, confined to ``root``.
+
+    ``(name, path)`` pairs sorted by name: ``name`` as listed, ``path`` where it leads
+    (:func:`inside`), so an entry that is a symlink is judged by its text before anything it
+    names is touched, and a ``glob`` never lists a folder outside ``root``. A folder that is
+    missing lists nothing. Entries that do not match ``pattern`` are not looked at.
+
+    Raises:
+        InvalidInputError: ``folder``, or a matching entry, leads outside ``root`` (naming it).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> os.mkdir(os.path.join(d, "ep"))
+        >>> os.symlink("ep", os.path.join(d, "0"))
+        >>> [(n, p.name) for n, p in listed(d, ".", "[0-9]*")]
+        [('0', 'ep')]
+    """
+    import fnmatch
+
+    directory = inside(root, folder, what=what)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:  # missing, or not a folder
+        return []
+    below = directory.relative_to(os.path.realpath(root))
+    return [(name, inside(root, below / name, what=what))
+            for name in names if fnmatch.fnmatchcase(name, pattern)]

@@ -35,6 +35,7 @@ import pyarrow as pa
 from rlarrow.core import alignment
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
+from rlarrow.core.confined import inside, listed
 from rlarrow.core.errors import (
     CorruptFileError,
     InvalidInputError,
@@ -51,22 +52,32 @@ from rlarrow.io import EpisodesReport
 __all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir"]
 
 
-def _data_dir(path: str | os.PathLike[str]) -> Path | None:
-    p = Path(path)
-    for candidate in (p / "data", p):
-        meta = candidate / "metadata.json"
+def _data_dir(path: str | os.PathLike[str]) -> tuple[Path, Path] | None:
+    """The dataset's data folder and its ``metadata.json``, both where they lead inside ``path``.
+
+    Raises:
+        InvalidInputError: one of them is a symlink (or under one) that leads outside ``path``
+            (:func:`rlarrow.core.confined.inside`: nothing outside is looked at).
+    """
+    for folder in ("data", "."):
+        name = "metadata.json" if folder == "." else f"{folder}/metadata.json"
+        meta = inside(path, name, what="the dataset's metadata file")
         if meta.is_file():
             try:
                 keys = json.loads(meta.read_text())
             except (OSError, ValueError):
                 continue
             if isinstance(keys, dict) and "data_format" in keys and "total_episodes" in keys:
-                return candidate
+                return inside(path, folder, what="the dataset's data folder"), meta
     return None
 
 
 def is_minari_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a Minari dataset (or its ``data`` directory)."""
+    """Whether ``path`` is a Minari dataset (or its ``data`` directory).
+
+    Raises:
+        InvalidInputError: its ``metadata.json`` (or ``data`` folder) is a symlink out of ``path``.
+    """
     return _data_dir(path) is not None
 
 
@@ -164,8 +175,8 @@ def _check_dataset(path: Path, meta: dict[str, Any], episodes: int, steps: int |
                                "restore the dataset or download it again")
 
 
-def _part_number(path: Path) -> int:
-    m = re.search(r"part-(\d+)", path.name)
+def _part_number(name: str) -> int:
+    m = re.search(r"part-(\d+)", name)
     return int(m.group(1)) if m else 0
 
 
@@ -191,12 +202,13 @@ def import_minari(
     """
     from rlarrow.core.progress import bar
 
-    data = _data_dir(directory)
-    if data is None:
+    found = _data_dir(directory)
+    if found is None:
         raise UnsupportedInputError(
             directory, "not a Minari dataset (no data/metadata.json with data_format and total_episodes)"
         )
-    meta = _json(data / "metadata.json")
+    data, meta_path = found
+    meta = _json(meta_path)
     fmt = meta.get("data_format")
     if fmt not in ("arrow", "parquet", "hdf5"):
         raise UnsupportedInputError(
@@ -211,19 +223,19 @@ def import_minari(
     jpeg = bool(meta.get("jpeg_encoding", True))
     with ExitStack() as stack:
         if fmt == "hdf5":
-            h5 = data / _HDF5_FILE
+            h5_name = data.relative_to(os.path.realpath(directory)) / _HDF5_FILE
+            try:  # (judged by the links' text: nothing outside the dataset is looked at)
+                h5 = inside(directory, h5_name, what="the dataset's HDF5 file")
+            except InvalidInputError as exc:
+                raise HDF5RefusedError(exc.path, str(exc).removeprefix(f"{exc.path}: ")) from exc
             if not h5.is_file():
                 raise CorruptFileError(h5, "missing: the dataset's metadata.json says its data is HDF5, "
                                        "and this file holds it; restore the dataset or download it again")
-            if not Path(os.path.realpath(h5)).is_relative_to(os.path.realpath(directory)):
-                raise HDF5RefusedError(h5, f"a symlink to {os.path.realpath(h5)}, outside the dataset; "
-                                       "rlarrow reads nothing outside its input: copy the file into the "
-                                       "dataset")
             source: _PartEpisodes | _Hdf5Episodes = _Hdf5Episodes(
                 stack.enter_context(open_hdf5(h5, allow_links=allow_hdf5_links)), h5)
         else:
-            source = _PartEpisodes(data, fmt)
-        _check_dataset(data / "metadata.json", meta, len(source), None)
+            source = _PartEpisodes(Path(directory), data, fmt)
+        _check_dataset(meta_path, meta, len(source), None)
         st = stack.enter_context(opened(store, create=True))
         stack.enter_context(st.transaction())  # all of the dataset or nothing of it
         first = source.read(0, spaces, jpeg) if len(source) else None
@@ -266,7 +278,7 @@ def import_minari(
                 report.episodes += 1
                 report.steps += steps.num_rows
                 pbar.update(1)
-            _check_dataset(data / "metadata.json", meta, report.episodes, report.steps - report.episodes)
+            _check_dataset(meta_path, meta, report.episodes, report.steps - report.episodes)
         if ep_rows["episode_id"]:
             st.append(
                 "episodes",
@@ -288,21 +300,28 @@ _HDF5_FILE = "main_data.hdf5"
 
 
 class _PartEpisodes:
-    """The episodes of an arrow or parquet dataset: one folder of part files each."""
+    """The episodes of an arrow or parquet dataset: one folder of part files each.
 
-    def __init__(self, data: Path, fmt: str) -> None:
-        self.data, self.fmt = data, fmt
-        self.dirs = sorted((p for p in data.iterdir() if p.is_dir() and p.name.isdigit()),
-                           key=lambda p: int(p.name))
+    Every folder and file is confined to the dataset's directory ``root``
+    (:func:`rlarrow.core.confined.listed`): an episode folder, part file or ``metadata.json``
+    that is a symlink out of it is refused before anything it names is looked at.
+    """
+
+    def __init__(self, root: Path, data: Path, fmt: str) -> None:
+        self.root, self.fmt = root, fmt
+        found = listed(root, data.relative_to(os.path.realpath(root)), "[0-9]*", what="the episode folder")
+        self.dirs = sorted(((int(name), p) for name, p in found
+                            if name.isascii() and name.isdigit() and p.is_dir()), key=lambda e: e[0])
 
     def __len__(self) -> int:
         return len(self.dirs)
 
     def where(self, k: int) -> Path:
-        return self.dirs[k]
+        return self.dirs[k][1]
 
     def read(self, k: int, spaces: tuple[Any, Any], jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _read_episode(self.dirs[k], self.fmt, spaces, jpeg)
+        episode_id, ep_dir = self.dirs[k]
+        return _read_episode(self.root, ep_dir, episode_id, self.fmt, spaces, jpeg)
 
 
 class _Hdf5Episodes:
@@ -467,27 +486,31 @@ def _h5_column(node: Any, space: Any, jpeg: bool, where: str, name: str, rows: i
     return to_arrow(values, tensor_type(values.dtype, values.shape[1:], layout="auto"))
 
 
-def _read_episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
+def _read_episode(root: Path, ep_dir: Path, episode_id: int, fmt: str, spaces: tuple[Any, Any],
                   jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """One episode folder as ``steps`` columns (all but ``run_id``), and its ``episodes`` row.
 
-    ``spaces``: the dataset's observation and action spaces (Minari's JSON, decoded);
-    ``jpeg``: whether image spaces are JPEG-encoded (the dataset's ``jpeg_encoding``).
+    ``root``: the dataset's directory, which its files must not lead out of; ``ep_dir``: the
+    folder (where it leads, inside ``root``); ``spaces``: the dataset's observation and action
+    spaces (Minari's JSON, decoded); ``jpeg``: whether image spaces are JPEG-encoded (the
+    dataset's ``jpeg_encoding``).
     """
     try:
-        return _episode(ep_dir, fmt, spaces, jpeg)
+        return _episode(root, ep_dir, episode_id, fmt, spaces, jpeg)
     except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
         raise CorruptFileError(ep_dir, f"the episode's data is damaged ({type(exc).__name__}: "
                                f"{exc}); restore the dataset or download it again") from exc
 
 
-def _episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
+def _episode(root: Path, ep_dir: Path, episode_id: int, fmt: str, spaces: tuple[Any, Any],
              jpeg: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    parts = sorted(ep_dir.glob(f"part-*.{'arrow' if fmt == 'arrow' else 'parquet'}"), key=_part_number)
+    folder = ep_dir.relative_to(os.path.realpath(root))
+    suffix = "arrow" if fmt == "arrow" else "parquet"
+    found = listed(root, folder, f"part-*.{suffix}", what="the episode file")
+    parts = [p for _, p in sorted(found, key=lambda e: _part_number(e[0])) if p.is_file()]
     if not parts:
         raise CorruptFileError(ep_dir, "episode directory without part files")
     table = _concat(parts)
-    episode_id = int(ep_dir.name)
     n = table.num_rows - 1  # N actions, N + 1 observations
     if n < 0:
         raise CorruptFileError(parts[0], "an episode without rows")
@@ -503,7 +526,7 @@ def _episode(ep_dir: Path, fmt: str, spaces: tuple[Any, Any],
                                         truncation=trunc, num_observations=n + 1)
     except ValueError as exc:
         raise InvalidInputError(parts[0], f"episode {episode_id}: {exc}") from exc
-    ep_meta_path = ep_dir / "metadata.json"
+    ep_meta_path = inside(root, folder / "metadata.json", what="the episode's metadata file")
     ep_meta = _json(ep_meta_path) if ep_meta_path.is_file() else None
     _check_episode(ep_meta_path, ep_meta, n, reward)
     infos = _infos(parts[0], table)
