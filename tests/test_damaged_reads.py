@@ -241,6 +241,7 @@ def test_the_record_of_checked_files_is_kept_across_processes_and_forgets_change
     env = {**os.environ, "RLARROW_CACHE_DIR": os.fspath(tmp_path / "cache")}
     path = tmp_path / "part-0.parquet"
     pq.write_table(pa.table({"x": list(range(1000))}), path, write_page_checksum=True)
+    os.utime(path, (1e9, 1e9))  # (a file changed in the last seconds is never recorded: see below)
     code = ("import sys, rlarrow.core.store.checked as c\n"
             "c.open_checked = lambda *a, **k: sys.exit(7)  # a read: exit 7\n"
             f"c.verify_pages({os.fspath(path)!r})\n")
@@ -259,6 +260,15 @@ def test_the_record_of_checked_files_is_kept_across_processes_and_forgets_change
         f.write(bytes(data))
     changed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert changed.returncode == 7  # its modification time moved: read again
+    # a file replaced by one of the same size, within the clock's tick, on the same inode, would
+    # look unchanged: a file changed in the last seconds is checked at every read, never recorded
+    recent = tmp_path / "recent.parquet"
+    pq.write_table(pa.table({"x": list(range(1000))}), recent, write_page_checksum=True)
+    subprocess.run([sys.executable, "-c", f"from rlarrow.core.store.checked import verify_pages as v; "
+                    f"v({os.fspath(recent)!r})"], env=env, check=True)
+    fresh = subprocess.run([sys.executable, "-c", code.replace(os.fspath(path), os.fspath(recent))], env=env,
+                           capture_output=True, text=True)
+    assert fresh.returncode == 7
     off = subprocess.run([sys.executable, "-c", code], env={**env, "RLARROW_CACHE_DIR": "off"},
                          capture_output=True, text=True)
     assert off.returncode == 7

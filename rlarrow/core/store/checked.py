@@ -62,6 +62,10 @@ _VERIFIED: set[tuple[int, ...]] = set()
 PAGES, POLARS = 0, 1
 #: the record file :data:`_VERIFIED` was loaded from (None: not yet, "": none)
 _LOADED: list[str] = []
+#: a file changed this recently is checked again at every read, never recorded: a file replaced
+#: within one tick of the file system's clock by one of the same size may reuse the inode and get
+#: the same modification time (git's "racy clean" problem, solved as git does)
+_RACY_SECONDS = 2.0
 #: a record grown past this is started again (about 600,000 files)
 _RECORD_LIMIT = 32 << 20
 #: how long a check recorded by another process is trusted, in seconds: a file damaged in place
@@ -274,7 +278,8 @@ def checked_once(path: str | os.PathLike[str], check: int, run: Callable[[], obj
     if key in _VERIFIED:
         return
     run()
-    _remember(key)
+    if time.time() - st.st_mtime > _RACY_SECONDS:
+        _remember(key)
 
 
 def verify_pages(path: str | os.PathLike[str]) -> None:
