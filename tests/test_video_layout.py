@@ -344,3 +344,23 @@ def test_info_lists_video_fields_and_images_kept_encoded(stores, tmp_path):
     import_rlds(FIXTURES / "rlds" / "robot", tmp_path / "e", images="encoded", progress=False)
     text = CliRunner().invoke(cli, ["info", str(tmp_path / "e")]).output
     assert "steps.observation.wrist: bytes, one value a row" in text and "() list" not in text
+
+
+def test_a_damaged_videos_file_is_named_by_sql_whatever_the_query_reads(stores, tmp_path):
+    # connect reads the videos table's frame shapes for video_frame(): through the checked read,
+    # so a damaged page there is an rlarrow error naming the file, never pyarrow's or a wrong shape
+    import pyarrow.parquet as pq
+
+    kept = tmp_path / "kept"
+    shutil.copytree(stores[0], kept)
+    store = rlarrow.Store.open(kept)
+    path = store.files("videos")[0]
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    chunk = meta.row_group(0).column(names.index("height"))
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0x5A  # (in the page's values)
+    path.unlink()
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=r"videos/part-"):
+        rlarrow.sql(kept, "select count(*) as n from steps")

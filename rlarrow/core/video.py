@@ -46,6 +46,7 @@ __all__ = [
     "VideoStream",
     "decode",
     "encode_frames",
+    "read_videos_file",
     "remux_segment",
     "video_row",
     "with_frames",
@@ -444,18 +445,32 @@ class VideoFrames:
 
 def _read_groups(path: Any, group: int | None, columns: list[str]) -> list[pa.Table]:
     """Row group ``group`` (None: every one) of a videos file, ``columns`` only; damage named."""
-    import pyarrow.parquet as pq
+    from rlarrow.core.store.checked import open_checked
 
     try:
-        pf = pq.ParquetFile(path)
-        which = range(pf.metadata.num_row_groups) if group is None else [group]
-        return [pf.read_row_group(g, columns=columns) for g in which]
+        with open_checked(path) as pf:  # (every page against its CRC-32, as every read path)
+            which = range(pf.metadata.num_row_groups) if group is None else [group]
+            return [pf.read_row_group(g, columns=columns) for g in which]
     except (pa.ArrowException, OSError) as exc:
         raise CorruptFileError(
             path,
             f"the videos file cannot be read ({type(exc).__name__}: {exc}); `rlarrow check STORE` names "
             "damaged files",
         ) from exc
+
+
+def read_videos_file(path: Any, columns: list[str]) -> pa.Table:
+    """``columns`` of a ``videos`` file, every page checked against its CRC-32; damage named.
+
+    Example:
+        >>> import tempfile, os, pyarrow.parquet as pq
+        >>> path = os.path.join(tempfile.mkdtemp(), "v.parquet")
+        >>> pq.write_table(pa.table({"height": [96]}), path, write_page_checksum=True)
+        >>> read_videos_file(path, ["height"]).column("height").to_pylist()
+        [96]
+    """
+    parts = _read_groups(path, None, columns)
+    return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
 
 def _episodes_of(run_ids: Any, episodes: Any, envs: Any) -> Iterator[tuple[str, int, int, np.ndarray]]:

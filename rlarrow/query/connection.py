@@ -173,14 +173,12 @@ def _video_frames(con: Any, files: list[Any]) -> list[Any]:
     (null where the step has none), decoded on demand (:mod:`rlarrow.core.video`); the
     tensor types of the frames are returned, for their ``tensor_uint8_HxWxC`` decoders.
     """
-    import pyarrow.parquet as pq
-
     from rlarrow.core.tensors import TensorType
-    from rlarrow.core.video import VideoFrames
+    from rlarrow.core.video import VideoFrames, read_videos_file
 
     shapes: set[tuple[int, int, int]] = set()
-    for path in files:  # (their frame shapes only: the index is read at the first call)
-        for r in pq.read_table(path, columns=["height", "width", "channels"]).to_pylist():
+    for path in files:  # (their frame shapes only: the index is read at the first call; pages checked)
+        for r in read_videos_file(path, ["height", "width", "channels"]).to_pylist():
             shapes.add((r["height"], r["width"], r["channels"]))
     held: list[VideoFrames] = []
 
