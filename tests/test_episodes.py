@@ -345,6 +345,7 @@ def test_killed_recorder_leaves_a_readable_store(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # (about 200 s alone on 2 cores; CI runs it beside nothing, but slowly)
 def test_killed_recorder_many_times(tmp_path):
     kill_recorder(tmp_path, kills=50, seed=1)
 
