@@ -449,6 +449,8 @@ def _child_main() -> None:
             ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     if os.getppid() != parent:  # (the parent died before that)
         os._exit(1)
+    # (pickle only between this process and the rlarrow process that started it, over its stdin
+    # pipe and an inherited fd: never a file, nothing a user or an input supplies)
     fn, args, kwargs = pickle.load(sys.stdin.buffer)
     try:
         answer: tuple[str, object] = ("ok", fn(*args, **kwargs))
@@ -500,7 +502,7 @@ def in_child(target: str | os.PathLike[str], fn: Callable[..., _T], /, *args: ob
     import subprocess
     import sys
 
-    payload = pickle.dumps((fn, args, kwargs))
+    payload = pickle.dumps((fn, args, kwargs))  # (read back only by the child, from a private pipe)
     root = os.fspath(Path(__file__).resolve().parents[2])  # (the child imports this rlarrow)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     read_fd, write_fd = os.pipe()
