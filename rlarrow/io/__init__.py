@@ -1,25 +1,22 @@
-"""Importers and exporters, one module per format."""
+"""Importers and exporters, one module per format.
+
+Each episode format reads to an :class:`rlarrow.core.sources.EpisodeSource`
+(``read_<format>``) and imports through :func:`rlarrow.core.ingest.ingest`, whose
+:class:`~rlarrow.core.ingest.IngestReport` every importer returns (``EpisodesReport`` is
+its old name).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from rlarrow.core import submodule
+from rlarrow.core.ingest import IngestReport
 
 __all__ = ["EpisodesReport"]
 
-
-@dataclass
-class EpisodesReport:
-    """What an episode importer (envlogger, Minari) wrote: one run, its episodes and steps."""
-
-    run_id: str
-    episodes: int = 0
-    steps: int = 0
-
-    def __str__(self) -> str:
-        return f"imported run {self.run_id}: {self.episodes} episodes, {self.steps} steps (RLDS rows)"
+#: the report of an episode import (the name rlarrow 0.x used): :class:`rlarrow.core.ingest.IngestReport`
+EpisodesReport = IngestReport
 
 
 def __getattr__(name: str) -> Any:  # a submodule on first use: rlarrow.io.<module>

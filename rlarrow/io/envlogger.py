@@ -53,9 +53,9 @@ from rlarrow.core.errors import (
     RLArrowWarning,
     UnsupportedInputError,
 )
+from rlarrow.core.ingest import IngestReport
 from rlarrow.core.step_columns import declare_steps, flat_value
 from rlarrow.core.store import StoreLike, as_store
-from rlarrow.io import EpisodesReport
 
 __all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
            "riegeli_record_count"]
@@ -83,33 +83,9 @@ def is_envlogger_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / "metadata.riegeli").is_file()
 
 
-@dataclass
-class EnvloggerReport(EpisodesReport):
-    """What :func:`import_envlogger` wrote, and what it left out as damaged.
-
-    Attributes:
-        skipped_episodes: episodes not imported because they are not whole
-            (``skip_corrupt=True`` only; without it, damage is an error).
-        skipped_steps: steps the files hold that were not imported: those of the skipped
-            episodes, and those no readable episode reaches.
-        skipped: one line per thing left out, saying what and why.
-        damaged_files: the files (relative to the directory; a shard folder envlogger cannot
-            open at all) found damaged, in the order found.
-    """
-
-    skipped_episodes: int = 0
-    skipped_steps: int = 0
-    skipped: list[str] = field(default_factory=list)
-    damaged_files: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.skipped:
-            files = (f", in {len(self.damaged_files)} damaged file(s) ({', '.join(self.damaged_files)})"
-                     if self.damaged_files else "")
-            text += (f"; skipped as damaged: {self.skipped_episodes} episodes, {self.skipped_steps} "
-                     f"steps{files}" + "".join(f"\n  skipped {line}" for line in self.skipped))
-        return text
+#: what :func:`import_envlogger` wrote, and what it left out as damaged (``skip_corrupt=True``):
+#: the one import report, :class:`rlarrow.core.ingest.IngestReport`
+EnvloggerReport = IngestReport
 
 
 def import_envlogger(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,13 @@ from rlarrow.core.errors import (
     UnsupportedInputError,
 )
 from rlarrow.core.hdf5_files import HDF5RefusedError, guarded, leaves, open_hdf5, plain
+from rlarrow.core.ingest import IngestReport, ingest
 from rlarrow.core.metadata import nest
-from rlarrow.core.step_columns import declare_steps, same_fields
-from rlarrow.core.store import StoreLike, opened
+from rlarrow.core.sources import EpisodeChunk, EpisodeRows, EpisodeSource, RunInfo
+from rlarrow.core.store import StoreLike
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
-from rlarrow.io import EpisodesReport
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir"]
+__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari"]
 
 
 def _data_dir(path: str | os.PathLike[str]) -> tuple[Path, Path] | None:
@@ -180,28 +181,26 @@ def _part_number(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def import_minari(
-    directory: str | os.PathLike[str],
-    store: StoreLike,
-    *,
-    run_id: str | None = None,
-    name: str | None = None,
-    progress: bool | None = None,
-    allow_hdf5_links: bool = False,
-) -> EpisodesReport:
-    """Import a Minari dataset into ``store`` as one run (see the module docs).
+def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
+                allow_hdf5_links: bool = False) -> EpisodeSource:
+    """A Minari dataset as an episode source, without a store and without Minari (see the module docs).
+
+    Each chunk is one episode (read when the source is iterated); the dataset's totals are
+    checked against its ``metadata.json`` once the last episode is read.
 
     ``allow_hdf5_links``: Minari's HDF5 backend: follow external links and virtual datasets
     of ``main_data.hdf5`` whose files lie in its own directory (refused by default, as is
     anything that leads outside it: :func:`rlarrow.core.hdf5_files.check_contained`).
 
     Raises:
-        UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet.
+        UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet/hdf5.
         CorruptFileError: an episode file that cannot be read.
         HDF5RefusedError: ``main_data.hdf5`` reaches outside itself or declares more than it holds.
-    """
-    from rlarrow.core.progress import bar
 
+    Example:
+        >>> from rlarrow.io.minari import read_minari  # doctest: +SKIP
+        >>> steps, episodes = read_minari("~/.minari/datasets/cartpole/random-v0").read()  # doctest: +SKIP
+    """
     found = _data_dir(directory)
     if found is None:
         raise UnsupportedInputError(
@@ -221,7 +220,8 @@ def import_minari(
     }
     spaces = (run_meta.get("observation_space"), run_meta.get("action_space"))
     jpeg = bool(meta.get("jpeg_encoding", True))
-    with ExitStack() as stack:
+    stack = ExitStack()
+    try:
         if fmt == "hdf5":
             h5_name = data.relative_to(os.path.realpath(directory)) / _HDF5_FILE
             try:  # (judged by the links' text: nothing outside the dataset is looked at)
@@ -236,64 +236,54 @@ def import_minari(
         else:
             source = _PartEpisodes(Path(directory), data, fmt)
         _check_dataset(meta_path, meta, len(source), None)
-        st = stack.enter_context(opened(store, create=True))
-        stack.enter_context(st.transaction())  # all of the dataset or nothing of it
-        first = source.read(0, spaces, jpeg) if len(source) else None
-        types: dict[str, Any] = {}
-        if first is not None:  # fixed before the run is added: a mismatch leaves nothing behind
-            types = declare_steps(st, {name: first[0][name].type for name in ("observation", "action")})
-        run = st.add_run(
-            source="minari",
-            run_id=run_id,
-            name=name or meta.get("dataset_id"),
-            source_path=os.fspath(directory),
-            source_version=f"minari {meta.get('minari_version')}",
-            alignment="minari",
-            num_envs=1,
-            metadata=run_meta,
-            env_specs=env_specs,
-        )
-        report = EpisodesReport(run_id=run)
-        ep_rows: dict[str, list[Any]] = {
-            k: [] for k in ("episode_id", "num_steps", "return", "terminated", "truncated", "metadata")
-        }
-        with (
-            st.writer("steps") as writer,
-            bar(len(source), "import minari", "episode", progress) as pbar,
-        ):
-            for k in range(len(source)):
-                try:
-                    columns, row = first if k == 0 and first is not None else source.read(k, spaces, jpeg)
-                    for key, type_ in types.items():
-                        columns[key] = _in_order(columns[key], type_)
-                    steps = _schema.build("steps", {"run_id": run, **columns}, num_rows=row["num_steps"],
-                                          established=st.schema("steps"))
-                except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
-                    raise CorruptFileError(source.where(k), f"the episode's data is damaged "
-                                           f"({type(exc).__name__}: {exc}); restore the dataset or download "
-                                           "it again") from exc
-                writer.write(steps)
-                for key, value in row.items():
-                    ep_rows[key].append(value)
-                report.episodes += 1
-                report.steps += steps.num_rows
-                pbar.update(1)
-            _check_dataset(meta_path, meta, report.episodes, report.steps - report.episodes)
-        if ep_rows["episode_id"]:
-            st.append(
-                "episodes",
-                {
-                    "run_id": run,
-                    "env_index": 0,
-                    "partial_start": False,
-                    "partial_end": [
-                        not t and not u
-                        for t, u in zip(ep_rows["terminated"], ep_rows["truncated"], strict=True)
-                    ],
-                    **ep_rows,
-                },
-            )
-        return report
+    except BaseException:
+        stack.close()
+        raise
+
+    def chunks(run: str) -> Iterator[EpisodeChunk]:
+        episodes = steps = 0
+        for k in range(len(source)):
+            try:
+                columns, row = source.read(k, spaces, jpeg)
+                built = _schema.build("steps", {"run_id": run, **columns}, num_rows=row["num_steps"])
+            except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
+                raise CorruptFileError(source.where(k), f"the episode's data is damaged "
+                                       f"({type(exc).__name__}: {exc}); restore the dataset or download "
+                                       "it again") from exc
+            rows = EpisodeRows()
+            rows.add(row["episode_id"], num_steps=row["num_steps"], total=row["return"],
+                     terminated=row["terminated"], truncated=row["truncated"],
+                     partial_end=not row["terminated"] and not row["truncated"], metadata=row["metadata"])
+            episodes += 1
+            steps += built.num_rows
+            if k == len(source) - 1:  # the totals, before the last episode is taken
+                _check_dataset(meta_path, meta, episodes, steps - episodes)
+            yield EpisodeChunk(built, rows.table(run))
+
+    info = RunInfo(source="minari", name=meta.get("dataset_id"), source_path=os.fspath(directory),
+                   source_version=f"minari {meta.get('minari_version')}", alignment="minari", num_envs=1,
+                   metadata=run_meta, env_specs=env_specs)
+    return EpisodeSource(info, {}, chunks, run_id=run_id, episodes=len(source), close=stack.close)
+
+
+def import_minari(
+    directory: str | os.PathLike[str],
+    store: StoreLike,
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    progress: bool | None = None,
+    allow_hdf5_links: bool = False,
+) -> IngestReport:
+    """Import a Minari dataset into ``store`` as one run: ``ingest(store, read_minari(...))``.
+
+    Raises:
+        UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet/hdf5.
+        CorruptFileError: an episode file that cannot be read.
+        HDF5RefusedError: ``main_data.hdf5`` reaches outside itself or declares more than it holds.
+    """
+    with read_minari(directory, run_id=run_id, allow_hdf5_links=allow_hdf5_links) as source:
+        return ingest(store, source, name=name, progress=progress)
 
 
 _HDF5_FILE = "main_data.hdf5"
@@ -624,15 +614,6 @@ def _decode_jpeg(arr: pa.Array, shape: tuple[int, ...], dtype: np.dtype[Any], pa
                                    f"{image.shape}; the dataset's space says {shape}: the dataset is damaged")
         out[i] = image
     return out
-
-
-def _in_order(arr: pa.Array, type_: pa.DataType) -> pa.Array:
-    """A struct column with its fields in ``type_``'s order (when only the order differs)."""
-    if arr.type == type_ or not pa.types.is_struct(type_) or not same_fields(arr.type, type_):
-        return arr
-    names = [type_.field(i).name for i in range(type_.num_fields)]
-    children = [_in_order(arr.field(k), type_.field(k).type) for k in names]
-    return pa.StructArray.from_arrays(children, names=names, mask=arr.is_null() if arr.null_count else None)
 
 
 def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:
