@@ -17,6 +17,7 @@ import numpy as np
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError
+from rlarrow.core.sources import EpisodeRows
 from rlarrow.core.step_columns import actions as _actions
 from rlarrow.core.step_columns import ordered as _ordered
 from rlarrow.core.step_columns import scalars as _scalars
@@ -643,37 +644,3 @@ class Sink:
                 self._pool.shutdown(wait=True)
             if self.own_store:
                 self.store.close()
-
-
-class EpisodeRows:
-    """The ``episodes`` rows of one run that an importer collects, appended together at its end.
-
-    Example:
-        >>> rows = EpisodeRows()
-        >>> rows.add(0, num_steps=4, total=3.0, terminated=True, truncated=False, partial_end=False,
-        ...          metadata={"split": "train"})
-        >>> len(rows)
-        1
-    """
-
-    COLUMNS = ("episode_id", "num_steps", "return", "terminated", "truncated", "partial_end", "metadata")
-
-    def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {k: [] for k in self.COLUMNS}
-
-    def __len__(self) -> int:
-        return len(self.columns["episode_id"])
-
-    def add(self, episode_id: int, *, num_steps: int, total: float | None, terminated: bool,
-            truncated: bool, partial_end: bool, metadata: Any) -> None:
-        """One episode: its id, its steps, its return (``total``), how it ended, its metadata."""
-        for key, value in zip(self.COLUMNS, (episode_id, num_steps, total, terminated, truncated, partial_end,
-                                             metadata), strict=True):
-            self.columns[key].append(value)
-
-    def append_to(self, store: Any, run_id: str) -> None:
-        """Append the rows (one env, ``partial_start`` false) to ``store``'s ``episodes``; none: nothing."""
-        if len(self):
-            store.append("episodes", {"run_id": run_id, "env_index": 0, "partial_start": False,
-                                      **self.columns})
-
