@@ -77,3 +77,20 @@ def test_another_run_id_is_carried_by_every_row() -> None:
     source = EpisodeSource(RunInfo(source="toy"), {}, _episodes(2), run_id="a").with_run_id("b")
     steps, episodes = source.read()
     assert set(steps.column("run_id").to_pylist()) == set(episodes.column("run_id").to_pylist()) == {"b"}
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_a_stored_run_reads_back_as_the_source_it_was_imported_from(tmp_path: Path) -> None:
+    from rlarrow.core.run_source import read_run
+    from rlarrow.io.minari import read_minari
+
+    with read_minari(FIXTURES / "minari" / "cartpole" / "parquet-v0", run_id="m") as source:
+        ingest(tmp_path / "s", source)
+        steps, episodes = source.read()
+    again, again_episodes = read_run(tmp_path / "s").read()
+    assert again.select(steps.column_names).equals(steps)
+    assert again_episodes.drop_columns(["metadata", "metadata_types"]).equals(
+        episodes.drop_columns(["metadata", "metadata_types"]))
+    assert read_run(tmp_path / "s").run.source == "minari"
