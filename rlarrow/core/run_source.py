@@ -21,8 +21,8 @@ Example:
     >>> source = read_run(path)
     >>> [chunk.steps.num_rows for chunk in source]
     [3]
-    >>> source.run.source is None, source.run_id
-    (True, 'a')
+    >>> source.run.source, source.run_id
+    ('', 'a')
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def read_run(store: str | os.PathLike[str] | Store, *, run_id: str | None = None
     rows = DmEnvRows(store, run_id=run_id, version=version)
     run = rows.run
     info = RunInfo(
-        source=run.get("source"), name=run.get("name"), source_path=run.get("source_path"),
+        source=str(run.get("source") or ""), name=run.get("name"), source_path=run.get("source_path"),
         source_version=run.get("source_version"), alignment=run.get("alignment"),
         num_envs=run.get("num_envs"),
         metadata=_metadata.decode(run.get("metadata"), run.get("metadata_types")),
