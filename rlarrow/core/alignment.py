@@ -36,6 +36,7 @@ __all__ = [
     "MID",
     "RLDS_COLUMNS",
     "dm_env_to_rlds",
+    "last_null",
     "minari_to_rlds",
     "rlds_to_dm_env",
     "rlds_to_minari",
@@ -216,3 +217,33 @@ def rlds_to_minari(
         "termination": [False] * (n - 1) + [terminated] if n else [],
         "truncation": [False] * (n - 1) + [truncated] if n else [],
     }
+
+
+def last_null(col: Any, n: int) -> Any:
+    """The RLDS last-step rule on an Arrow column: its first ``n`` values, then a null.
+
+    An episode of ``n`` actions has ``n + 1`` rows; the last holds the final observation,
+    with no action, reward or discount. ``col`` (an Arrow array or chunked array of at
+    least ``n`` values, of any type rlarrow stores: tensors keep their type) gives the
+    first ``n``; what it holds past them (a format's padding) is dropped. This is the one
+    place the rule is written: every reader of a format that pads or omits the last step
+    applies it here.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> last_null(pa.array([1.0, 2.0, 0.0]), 2).to_pylist()
+        [1.0, 2.0, None]
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from rlarrow.core.tensors import with_null_rows
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(arr.type, pa.ExtensionType) or pa.types.is_fixed_size_list(arr.type):
+        last = np.zeros(n + 1, bool)
+        last[n] = True
+        if len(arr) < n + 1:  # (nothing past the n values: a row to null out)
+            arr = pa.concat_arrays([arr, arr.slice(0, 1)]) if len(arr) else arr
+        return with_null_rows(arr.slice(0, n + 1), last)
+    return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])

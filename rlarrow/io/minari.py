@@ -522,8 +522,8 @@ def _episode(root: Path, ep_dir: Path, episode_id: int, fmt: str, spaces: tuple[
     infos = _infos(parts[0], table)
     return _assembled(
         episode_id, n, _shaped(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
-        _with_last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
-        _with_last_null(reward.cast(pa.float64()), n), rlds, infos, ep_meta,
+        alignment.last_null(_shaped(action, spaces[1], jpeg, parts[0], "actions"), n),
+        alignment.last_null(reward.cast(pa.float64()), n), rlds, infos, ep_meta,
         float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)),
         bool(n) and bool(trunc[-1]))
 
@@ -614,16 +614,6 @@ def _decode_jpeg(arr: pa.Array, shape: tuple[int, ...], dtype: np.dtype[Any], pa
                                    f"{image.shape}; the dataset's space says {shape}: the dataset is damaged")
         out[i] = image
     return out
-
-
-def _with_last_null(col: pa.ChunkedArray | pa.Array, n: int) -> pa.Array:
-    """The first ``n`` values, then a null (RLDS: no action or reward on the last step)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if isinstance(arr.type, pa.ExtensionType) or pa.types.is_fixed_size_list(arr.type):
-        last = np.zeros(n + 1, bool)
-        last[n] = True
-        return with_null_rows(arr.slice(0, n + 1), last)
-    return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])
 
 
 # --------------------------------------------------------------------------- export
