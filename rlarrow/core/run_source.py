@@ -75,7 +75,15 @@ def read_run(store: str | os.PathLike[str] | Store, *, run_id: str | None = None
                 row = _with_run(row, run_as)
             yield EpisodeChunk(steps, row)
 
-    return EpisodeSource(info, {}, chunks, run_id=rows.run_id, episodes=rows.num_episodes, close=rows.close)
+    path = os.path.abspath(rows.store.path)
+    return EpisodeSource(info, {}, chunks, run_id=rows.run_id, episodes=rows.num_episodes, close=rows.close,
+                         recipe=(_read_again, (path, rows.run_id, rows.store.version), {}))
+
+
+def _read_again(path: str, stored_run: str, version: int, run_id: str) -> EpisodeSource:
+    """:func:`read_run` of the same version of a store, its rows carrying ``run_id`` (unpickling)."""
+    source = read_run(path, run_id=stored_run, version=version)
+    return source if run_id == stored_run else source.with_run_id(run_id)
 
 
 def _with_run(table: pa.Table, run_id: str) -> pa.Table:

@@ -155,12 +155,18 @@ class EpisodeSource:
         unit: what the progress counts (``"episode"``).
         notes: what the reader assumed or left out, one line each (reports say them).
         close: called once by :meth:`close` (an open file the reader holds).
+        recipe: ``(function, args, kwargs)`` that makes this source again (a format's
+            ``read_<format>`` and its arguments): what lets a source be pickled, to be
+            read in another process (a writer that runs in a child, a Ray task). None:
+            pickling it raises.
     """
 
     def __init__(self, run: RunInfo, types: Mapping[str, pa.DataType],
                  chunks: Callable[[str], Iterable[EpisodeChunk]], *, run_id: str | None = None,
                  episodes: int | None = None, unit: str = "episode", notes: Iterable[str] = (),
-                 close: Callable[[], None] | None = None) -> None:
+                 close: Callable[[], None] | None = None,
+                 recipe: tuple[Callable[..., EpisodeSource], tuple[Any, ...], dict[str, Any]] | None = None,
+                 ) -> None:
         from rlarrow.core.store import new_run_id
 
         self.run = run
@@ -171,6 +177,14 @@ class EpisodeSource:
         self.unit = unit
         self.notes: list[str] = list(notes)
         self._close = close
+        self.recipe = recipe
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.recipe is None:
+            raise ArgumentError(f"{self!r} cannot be pickled: it was not made by a format's reader "
+                                "(give EpisodeSource a recipe=(function, args, kwargs) to make it again)")
+        function, args, kwargs = self.recipe
+        return (_remade, (function, args, {**kwargs, "run_id": self.run_id}))
 
     def __iter__(self) -> Iterator[EpisodeChunk]:
         return iter(self._chunks(self.run_id))
@@ -178,7 +192,7 @@ class EpisodeSource:
     def with_run_id(self, run_id: str) -> EpisodeSource:
         """The same source with its rows carrying ``run_id``."""
         other = EpisodeSource(self.run, self.types, self._chunks, run_id=run_id, episodes=self.episodes_hint,
-                              unit=self.unit, close=self._close)
+                              unit=self.unit, close=self._close, recipe=self.recipe)
         other.notes = self.notes  # (one list: what a read notes, both say)
         return other
 
@@ -230,6 +244,12 @@ class EpisodeSource:
     def __repr__(self) -> str:
         where = f" from {self.run.source_path}" if self.run.source_path else ""
         return f"<EpisodeSource {self.run.source}{where}, run {self.run_id}>"
+
+
+def _remade(function: Callable[..., EpisodeSource], args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> EpisodeSource:
+    """A pickled source made again in this process (see ``recipe``)."""
+    return function(*args, **kwargs)
 
 
 def _concat(table: str, parts: list[pa.Table]) -> pa.Table:

@@ -263,7 +263,9 @@ def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
     info = RunInfo(source="minari", name=meta.get("dataset_id"), source_path=os.fspath(directory),
                    source_version=f"minari {meta.get('minari_version')}", alignment="minari", num_envs=1,
                    metadata=run_meta, env_specs=env_specs)
-    return EpisodeSource(info, {}, chunks, run_id=run_id, episodes=len(source), close=stack.close)
+    return EpisodeSource(info, {}, chunks, run_id=run_id, episodes=len(source), close=stack.close,
+                         recipe=(read_minari, (os.path.abspath(directory),),
+                                 {"allow_hdf5_links": allow_hdf5_links}))
 
 
 def import_minari(

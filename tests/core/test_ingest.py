@@ -94,3 +94,20 @@ def test_a_stored_run_reads_back_as_the_source_it_was_imported_from(tmp_path: Pa
     assert again_episodes.drop_columns(["metadata", "metadata_types"]).equals(
         episodes.drop_columns(["metadata", "metadata_types"]))
     assert read_run(tmp_path / "s").run.source == "minari"
+
+
+def test_a_source_made_by_a_reader_pickles_by_reading_again(tmp_path: Path) -> None:
+    import pickle
+
+    from rlarrow.core.errors import ArgumentError
+    from rlarrow.core.run_source import read_run
+    from rlarrow.io.minari import read_minari
+
+    with read_minari(FIXTURES / "minari" / "cartpole" / "arrow-v0", run_id="m") as source:
+        again = pickle.loads(pickle.dumps(source))
+        assert again.run_id == "m" and again.read()[0].equals(source.read()[0])
+        ingest(tmp_path / "s", source)
+    stored = read_run(tmp_path / "s").with_run_id("other")
+    assert set(pickle.loads(pickle.dumps(stored)).read()[0].column("run_id").to_pylist()) == {"other"}
+    with pytest.raises(ArgumentError, match="cannot be pickled"):
+        pickle.dumps(EpisodeSource(RunInfo(source="toy"), {}, _episodes(1)))
