@@ -58,7 +58,7 @@ from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
 from rlarrow.core.video import VideoFrames, with_frames
 
-__all__ = ["DmEnvRows", "StepData"]
+__all__ = ["DmEnvRows", "StepData", "derived_specs"]
 
 _CACHED_ROW_GROUPS = 8
 _CACHED_BYTES = 256 << 20  # and at most this much decoded data (one group may be larger)
@@ -238,7 +238,7 @@ class DmEnvRows:
         self._rows = _Rows(files)
         run = self.store.read("runs", filter=pc.field("run_id") == run_id).to_pylist()
         self._run = run[0] if run else {}
-        self._env_specs = _derived_specs(
+        self._env_specs = derived_specs(
             _metadata.decode(self._run.get("env_specs"), self._run.get("env_specs_types")) or {})
         #: the run's ``source`` (``"envlogger"`` for an envlogger import; None if unknown)
         self.source: str | None = self._run.get("source")
@@ -471,7 +471,7 @@ def _byte_leaves(type_: pa.DataType, path: str) -> list[str]:
     return [path] if pa.types.is_binary(type_) or pa.types.is_large_binary(type_) else []
 
 
-def _derived_specs(env_specs: Any) -> Any:
+def derived_specs(env_specs: Any) -> Any:
     """``env_specs`` with dm_env specs derived from gymnasium spaces where it has none.
 
     Gym recordings made before they stored specs, and Minari imports, describe their

@@ -219,6 +219,31 @@ class EpisodeSource:
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
+    def by_episode(self) -> Iterator[tuple[pa.Table, dict[str, Any] | None]]:
+        """Each episode whole: its steps (in step order) and its ``episodes`` row as a dict.
+
+        Episodes come in the order they end; one whose steps run over several chunks is
+        held until its row (or the end of the source) comes. Episodes with steps but no
+        row (a recording cut short) come last, with None. Memory holds the episodes not
+        yet ended.
+        """
+        import pyarrow.compute as pc
+
+        pending: dict[int, list[pa.Table]] = {}
+        for chunk in self:
+            steps = chunk.steps
+            if steps.num_rows:
+                ids = steps.column("episode_id")
+                for eid in pc.unique(ids).to_pylist():
+                    part = steps if len(pending) == 0 and pc.all(pc.equal(ids, eid)).as_py() \
+                        else steps.filter(pc.equal(ids, eid))
+                    pending.setdefault(eid, []).append(part)
+            for row in ([] if chunk.episodes is None else chunk.episodes.to_pylist()):
+                parts = pending.pop(row["episode_id"], [])
+                yield _episode_steps(parts, steps.schema), row
+        for parts in pending.values():
+            yield _episode_steps(parts, parts[0].schema), None
+
     def read(self) -> tuple[pa.Table, pa.Table]:
         """The whole ``steps`` and ``episodes`` tables (for data that fits in memory)."""
         steps: list[pa.Table] = []
@@ -244,6 +269,17 @@ class EpisodeSource:
     def __repr__(self) -> str:
         where = f" from {self.run.source_path}" if self.run.source_path else ""
         return f"<EpisodeSource {self.run.source}{where}, run {self.run_id}>"
+
+
+def _episode_steps(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """One episode's steps from its parts, in step order."""
+    if not parts:
+        return schema.empty_table()
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+    steps = table.column("step").to_numpy()
+    if len(steps) > 1 and (steps[1:] < steps[:-1]).any():
+        table = table.sort_by("step")
+    return table
 
 
 def _remade(function: Callable[..., EpisodeSource], args: tuple[Any, ...],

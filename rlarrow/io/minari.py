@@ -50,7 +50,8 @@ from rlarrow.core.sources import EpisodeChunk, EpisodeRows, EpisodeSource, RunIn
 from rlarrow.core.store import StoreLike
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari"]
+__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari",
+           "write_minari"]
 
 
 def _data_dir(path: str | os.PathLike[str]) -> tuple[Path, Path] | None:
@@ -671,26 +672,60 @@ def export_minari(
     Example:
         >>> export_minari("runs.rlarrow", "cartpole-v0", data_format="arrow")  # doctest: +SKIP
     """
-    import warnings
+    from rlarrow.core.run_source import read_run
 
+    _check_write(directory, overwrite, data_format)
+    with read_run(store, run_id=run_id) as source:
+        return write_minari(source, directory, overwrite=overwrite, data_format=data_format,
+                            dataset_id=dataset_id)
+
+
+def _check_write(directory: str | os.PathLike[str], overwrite: bool, data_format: str) -> None:
     from rlarrow.core.deps import require
-    from rlarrow.core.dm_env_rows import DmEnvRows
-    from rlarrow.core.errors import ArgumentError, RLArrowWarning
-    from rlarrow.core.targets import check_target, fresh_directory, in_child
+    from rlarrow.core.errors import ArgumentError
+    from rlarrow.core.targets import check_target
 
     if data_format not in DATA_FORMATS:
         raise ArgumentError(f"data_format={data_format!r}: Minari writes {', '.join(DATA_FORMATS)}")
     check_target(directory, overwrite=overwrite, what="a Minari export")
     require("minari", feature="writing Minari datasets")
-    with DmEnvRows(store, run_id=run_id) as reader:
-        reader.refuse_bytes("a Minari dataset")
-        source = (os.path.abspath(reader.store.path), reader.store.version, reader.run_id)
+
+
+def write_minari(
+    source: EpisodeSource,
+    directory: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    data_format: str = "hdf5",
+    dataset_id: str | None = None,
+) -> Path:
+    """Write an episode source (any format's ``read_<format>``, or a stored run) as a Minari dataset.
+
+    What :func:`export_minari` writes of a stored run, written from ``source``: see there for
+    what a Minari dataset holds and leaves out. HDF5 is written in a child process (a full
+    disk can crash HDF5): the source is read again there (:attr:`EpisodeSource.recipe`).
+
+    Raises:
+        InvalidInputError: ``directory`` holds something and not ``overwrite``; no episode
+            to write; observations or actions that hold bytes (encoded images).
+        MissingDependencyError: Minari is not installed.
+
+    Example:
+        >>> from rlarrow.io.rlds import read_rlds  # doctest: +SKIP
+        >>> write_minari(read_rlds("~/tensorflow_datasets/bridge/1.0.0"), "bridge-v0")  # doctest: +SKIP
+    """
+    import warnings
+
+    from rlarrow.core.errors import RLArrowWarning
+    from rlarrow.core.targets import fresh_directory, in_child
+
+    _check_write(directory, overwrite, data_format)
     with fresh_directory(directory, overwrite=overwrite, what="a Minari export") as tmp:
         if data_format == "hdf5":  # HDF5 can crash the process on a full disk: a child process writes
-            written, left, total = in_child(directory, _write_minari, *source, os.fspath(tmp), data_format,
+            written, left, total = in_child(directory, _write_minari, source, os.fspath(tmp), data_format,
                                             dataset_id, what="Minari (HDF5)")
         else:
-            written, left, total = _write_minari(*source, os.fspath(tmp), data_format, dataset_id)
+            written, left, total = _write_minari(source, os.fspath(tmp), data_format, dataset_id)
         if not written:
             raise InvalidInputError(directory, f"none of the run's {total} episodes has its final "
                                     "observation, which every Minari episode needs; nothing written")
@@ -701,69 +736,88 @@ def export_minari(
     return Path(directory)
 
 
-def _write_minari(store: str, version: int, run_id: str, tmp: str, data_format: str,
+def _write_minari(source: EpisodeSource, tmp: str, data_format: str,
                   dataset_id: str | None) -> tuple[int, list[int], int]:
     """Write the Minari dataset into ``tmp`` (in a child, maybe): (written, ids left out, episodes)."""
     import minari
     from minari.dataset.minari_storage import MinariStorage
 
-    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.dm_env_rows import derived_specs
 
-    with DmEnvRows(store, run_id=run_id, version=version) as reader:
-        run = reader.run
-        run_meta = _metadata.decode(run.get("metadata"), run.get("metadata_types"))
-        run_meta = run_meta if isinstance(run_meta, dict) else {}
-        specs = reader.env_specs
-        spaces = tuple(_gym_space(specs.get(f"{k}_space") or specs.get(f"{k}_spec"), k)
-                       for k in ("observation", "action"))
-        kept = {k: run_meta[k] for k in DATASET_KEYS if k in run_meta and run.get("source") == "minari"}
-        for key in ("env_spec", "eval_env_spec"):  # an import decoded Minari's JSON text
-            if key in kept and not isinstance(kept[key], str):
-                kept[key] = json.dumps(kept[key])
-        for key in ("author", "author_email"):  # Minari writes sets as lists, and takes sets
-            if isinstance(kept.get(key), (list, str)):
-                kept[key] = set(kept[key]) if isinstance(kept[key], list) else {kept[key]}
-        kept["dataset_id"] = dataset_id or kept.get("dataset_id") or \
-            f"rlarrow/{re.sub(r'[^A-Za-z0-9_]+', '_', str(run.get('name') or run['run_id']))}-v0"
-        ep_meta = reader.episode_metadata()
-        truncated = _truncated(reader)
-        written, left = 0, []
-        storage = MinariStorage.new(Path(tmp) / "data", observation_space=spaces[0], action_space=spaces[1],
-                                    data_format=data_format, jpeg_encoding=False)
-        storage.update_metadata({**kept, "minari_version": minari.__version__})
-        for k in range(reader.num_episodes):
-            buffer = _episode_buffer(reader, k, int(reader.episode_ids[k]), ep_meta[k], spaces,
-                                     truncated.get(int(reader.episode_ids[k])), data_format)
-            if buffer is None:
-                left.append(int(reader.episode_ids[k]))
-                continue
-            storage.update_episodes([buffer])
-            more = {key: value for key, value in (ep_meta[k] or {}).items()
-                    if key not in ("id", "total_steps", "seed", "options")} \
-                if isinstance(ep_meta[k], dict) and run.get("source") == "minari" else {}
-            if more:  # what Minari's collector adds (rewards_sum, ...): back as it was
-                storage.update_episode_metadata([more], [int(reader.episode_ids[k])])
-            written += 1
-        return written, left, reader.num_episodes
-
-
-def _truncated(reader: Any) -> dict[int, bool]:
-    """Each episode's ``truncated`` flag, as its ``episodes`` row says it (ids without one: absent)."""
-    import pyarrow.compute as pc
-
-    table = reader.store.read("episodes", columns=["episode_id", "truncated"],
-                              filter=pc.field("run_id") == reader.run_id)
-    out: dict[int, bool] = {}
-    for eid, flag in zip(table.column("episode_id").to_pylist(), table.column("truncated").to_pylist(),
-                         strict=True):
-        if flag is not None:
-            out[int(eid)] = out.get(int(eid), False) or bool(flag)
-    return out
+    info = source.run
+    run_meta = info.metadata if isinstance(info.metadata, dict) else {}
+    specs = derived_specs(info.env_specs) if isinstance(info.env_specs, dict) else {}
+    spaces = tuple(_gym_space(specs.get(f"{k}_space") or specs.get(f"{k}_spec"), k)
+                   for k in ("observation", "action"))
+    kept = {k: run_meta[k] for k in DATASET_KEYS if k in run_meta and info.source == "minari"}
+    for key in ("env_spec", "eval_env_spec"):  # an import decoded Minari's JSON text
+        if key in kept and not isinstance(kept[key], str):
+            kept[key] = json.dumps(kept[key])
+    for key in ("author", "author_email"):  # Minari writes sets as lists, and takes sets
+        if isinstance(kept.get(key), (list, str)):
+            kept[key] = set(kept[key]) if isinstance(kept[key], list) else {kept[key]}
+    kept["dataset_id"] = dataset_id or kept.get("dataset_id") or \
+        f"rlarrow/{re.sub(r'[^A-Za-z0-9_]+', '_', str(info.name or source.run_id))}-v0"
+    reward_spec = specs.get("reward_spec")
+    written, left, total = 0, [], 0
+    storage = None
+    for table, row in source.by_episode():
+        if storage is None:
+            _refuse_bytes(table, source)
+            storage = MinariStorage.new(Path(tmp) / "data", observation_space=spaces[0],
+                                        action_space=spaces[1], data_format=data_format, jpeg_encoding=False)
+            storage.update_metadata({**kept, "minari_version": minari.__version__})
+        total += 1
+        episode_id = int(table.column("episode_id")[0].as_py()) if table.num_rows or row is None \
+            else int(row["episode_id"])
+        meta = _episode_meta(row)
+        truncated = None if row is None or row.get("truncated") is None else bool(row["truncated"])
+        buffer = _episode_buffer(table, episode_id, meta, spaces, truncated, data_format, reward_spec)
+        if buffer is None:
+            left.append(episode_id)
+            continue
+        storage.update_episodes([buffer])
+        more = {key: value for key, value in (meta or {}).items()
+                if key not in ("id", "total_steps", "seed", "options")} \
+            if isinstance(meta, dict) and info.source == "minari" else {}
+        if more:  # what Minari's collector adds (rewards_sum, ...): back as it was
+            storage.update_episode_metadata([more], [episode_id])
+        written += 1
+    return written, left, total
 
 
-def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tuple[Any, Any],
-                    truncated: bool | None, data_format: str) -> Any:
-    """Episode ``k`` as Minari's ``EpisodeBuffer``, or None when it has no final observation.
+def _episode_meta(row: dict[str, Any] | None) -> Any:
+    """An ``episodes`` row's metadata (``episode_fn``'s value, where a recorder kept it so)."""
+    if row is None:
+        return None
+    meta = _metadata.decode(row.get("metadata"), row.get("metadata_types"))
+    if isinstance(meta, dict) and "episode_fn" in meta and "first_reward" in meta:
+        meta = meta["episode_fn"]
+    return meta
+
+
+def _refuse_bytes(table: pa.Table, source: EpisodeSource) -> None:
+    """Raise when observations or actions hold bytes (images an RLDS import kept encoded)."""
+    found = [name for name in ("observation", "action") if name in table.column_names
+             and _holds_bytes(table.schema.field(name).type)]
+    if found:
+        raise InvalidInputError(source.run.source_path or source.run_id,
+                                f"run {source.run_id}: {', '.join(found)} hold bytes (images an RLDS import "
+                                "kept encoded); a Minari dataset holds numbers: import the dataset with its "
+                                "images decoded to export it")
+
+
+def _holds_bytes(type_: pa.DataType) -> bool:
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
+        return True
+    if pa.types.is_struct(type_):
+        return any(_holds_bytes(type_.field(i).type) for i in range(type_.num_fields))
+    return False
+
+
+def _episode_buffer(table: pa.Table, episode_id: int, meta: Any, spaces: tuple[Any, Any],
+                    truncated: bool | None, data_format: str, spec: Any) -> Any:
+    """An episode's steps as Minari's ``EpisodeBuffer``, or None when it has no final observation.
 
     ``truncated``: the episode's ``episodes`` row's flag (None: none recorded): a terminal
     episode can be truncated too, as Minari had it; without a flag, an episode that ends
@@ -773,7 +827,6 @@ def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tup
 
     from rlarrow.core.tensors import to_numpy
 
-    table = reader.episode_table(k)
     rows = table.num_rows
     last = table.column("is_last")[rows - 1].as_py() if rows else False
     obs_col = table.column("observation").combine_chunks()
@@ -798,7 +851,7 @@ def _episode_buffer(reader: Any, k: int, episode_id: int, meta: Any, spaces: tup
             if len(rows) == n + 1:
                 infos = _stacked(rows, data_format != "hdf5")
     extra = {k: meta[k] for k in ("seed", "options") if isinstance(meta, dict) and meta.get(k) is not None}
-    spec = reader.env_specs.get("reward_spec")  # the source's reward dtype (D4RL: float32), else float64
+    # ``spec``: the run's reward spec: its reward dtype (D4RL: float32), else float64
     scalar = isinstance(spec, dict) and spec.get("dtype") and not spec.get("shape")
     dtype = np.dtype(spec["dtype"]) if scalar and isinstance(spec, dict) else np.dtype(np.float64)
     return EpisodeBuffer(id=episode_id, observations=obs, actions=act,
