@@ -24,7 +24,7 @@ Example:
     >>> out = os.path.join(tempfile.mkdtemp(), "new", "result.txt")
     >>> with atomic_file(out) as tmp:
     ...     _ = tmp.write_text("done")
-    >>> open(out).read(), sorted(os.listdir(os.path.dirname(out)))
+    >>> Path(out).read_text(), sorted(os.listdir(os.path.dirname(out)))
     ('done', ['result.txt'])
 """
 

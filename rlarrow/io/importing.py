@@ -63,7 +63,7 @@ def content_hash(path: str | os.PathLike[str]) -> tuple[str, int]:
 
     Example:
         >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin"); _ = open(p, "wb").write(b"abc")
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin"); _ = Path(p).write_bytes(b"abc")
         >>> content_hash(p)
         ('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', 3)
     """
