@@ -10,7 +10,7 @@ PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c co
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo-output
 
-.PHONY: demo test test-slow test-all lint install bench clean
+.PHONY: demo test test-slow test-all lint docs install bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +56,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+## The documentation site with the API reference (mkdocs.yml) in site/; a warning fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) $(DEMO_DIR) site .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

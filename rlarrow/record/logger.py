@@ -264,8 +264,8 @@ class ArrowLogger(_BaseLogger):
         run_id: the run to log into. A new run is created when it does not exist (default: a
             new id); an existing run is resumed (see :meth:`restore_data`).
         name, metadata: the new run's name and metadata (e.g. the hyperparameters).
-        training_interval, test_interval, update_interval, info_interval, save_interval,
-            exclude_arrays: as tianshou's loggers (``train_interval`` is an alias). Unlike
+        training_interval, test_interval, update_interval, info_interval, save_interval, exclude_arrays:
+            as tianshou's loggers (``train_interval`` is an alias). Unlike
             tianshou's (``None``), ``save_interval`` defaults to 1: every epoch's
             ``save_data`` call records the counters :meth:`restore_data` needs.
         flush_seconds: commit buffered points at least this often (and at every checkpoint).
