@@ -64,3 +64,17 @@ def test_ci_runs_the_readme_test_command():
 def test_version_is_in_one_place():
     text = (REPO / "rlarrow" / "_version.py").read_text()
     assert rlarrow.__version__ in text
+
+
+def test_api_reference_names_modules_that_exist():
+    """A module moved without its reference page fails here, before `make docs` (mkdocs --strict) in CI."""
+    import importlib.util
+
+    pages = sorted((REPO / "docs" / "api").glob("*.md"))
+    names = [n for p in pages for n in re.findall(r"^::: ([\w.]+)", p.read_text(), re.M)]
+    assert len(names) >= 20
+    assert [n for n in names if importlib.util.find_spec(n) is None] == []
+    config = (REPO / "mkdocs.yml").read_text()
+    for p in pages:
+        assert f"api/{p.name}" in config, f"{p.name} is not in mkdocs.yml's nav"
+    assert "make docs" in (REPO / ".ci" / "run").read_text()
