@@ -567,14 +567,25 @@ def _export_format_help() -> str:
               help="HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external links and virtual "
                    "datasets whose files lie in the input's own directory (refused by default; never "
                    "outside it, whatever this flag).")
+@click.option("--to", "to", type=click.Choice([f.name for f in registry.writers()]),
+              help="Write the one INPUT dataset as this format at -o (a dataset, not a store), streamed "
+                   "from reader to writer without a store.")
+@click.option("--overwrite", is_flag=True, help="With --to: replace what the output holds.")
 @_friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
             again: bool,
-            keep_images_encoded: bool, keep_video: bool, allow_hdf5_links: bool = False) -> None:
+            keep_images_encoded: bool, keep_video: bool, allow_hdf5_links: bool = False,
+            to: str | None = None, overwrite: bool = False) -> None:
     """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
+
+    if to is not None:
+        _convert_to(inputs, to, store, overwrite=overwrite, hdf5_links=allow_hdf5_links,
+                    images="encoded" if keep_images_encoded else "decode",
+                    video="keep" if keep_video else "decode")
+        return
 
     names = None
     if names_text:
@@ -597,6 +608,17 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
         click.echo("convert: nothing was committed; the store is as it was before", err=True)
         raise
     click.echo(_cli_spelling(str(report)))
+
+
+def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool, **options: Any) -> None:
+    """``rlarrow convert INPUT --to FORMAT -o OUTPUT``: one dataset to another format, no store."""
+    from rlarrow.io.transcode import convert_format
+
+    if len(inputs) != 1:
+        raise click.UsageError(f"--to {to} writes one dataset: give one INPUT, not {len(inputs)}")
+    written = convert_format(inputs[0], to, output, overwrite=overwrite,
+                             options=registry.ImportOptions(**options))
+    click.echo(f"wrote {', '.join(str(p) for p in written)} as {to} from {inputs[0]}")
 
 
 @cli.command()

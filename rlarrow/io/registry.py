@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from rlarrow.core.errors import ArgumentError, NotFoundError
 
 if TYPE_CHECKING:
+    from rlarrow.core.sources import EpisodeSource
     from rlarrow.core.store import Store, StoreLike
 
 __all__ = [
@@ -67,8 +68,10 @@ __all__ = [
     "fallback",
     "get",
     "importers",
+    "readers",
     "register",
     "unregister",
+    "writers",
 ]
 
 
@@ -191,6 +194,10 @@ class Format:
         export_help: what ``rlarrow export --format`` says it writes (the same on
             formats of a group is said once).
         export_empty: what ``rlarrow export`` prints when the store held nothing to write.
+        read: ``read(path, options) -> EpisodeSource``: the format read without a store
+            (episode formats; :mod:`rlarrow.core.sources`); None: no reader of its own.
+        write: ``write(source, path, *, overwrite=False, **options) -> [paths written]``:
+            an episode source written as this format (what ``rlarrow convert --to`` calls).
     """
 
     name: str
@@ -212,6 +219,8 @@ class Format:
     convert_help: tuple[str, str] | None = None
     export_help: str = ""
     export_empty: str = ""
+    read: Callable[[Path, ImportOptions], EpisodeSource] | None = None
+    write: Callable[..., list[Path]] | None = None
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -395,6 +404,19 @@ def _export_minari(store: StoreLike, directory: str | os.PathLike[str], *, run_i
     return [export_minari(store, directory, run_id=run_id, overwrite=overwrite, data_format=fmt)]
 
 
+def _read_minari(path: Path, options: ImportOptions) -> EpisodeSource:
+    from rlarrow.io.minari import read_minari
+
+    return read_minari(path, run_id=options.run_id, allow_hdf5_links=options.hdf5_links)
+
+
+def _write_minari(source: EpisodeSource, directory: str | os.PathLike[str], *, overwrite: bool = False,
+                  data_format: str | None = None) -> list[Path]:
+    from rlarrow.io.minari import write_minari
+
+    return [write_minari(source, directory, overwrite=overwrite, data_format=data_format or "hdf5")]
+
+
 def _export_robomimic(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
                       overwrite: bool = False) -> list[Path]:
     from rlarrow.io.hdf5 import export_robomimic
@@ -506,6 +528,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format(
         name="minari", summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
         detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
+        read=_read_minari, write=_write_minari,
         suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
         convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
         export_options=(*_EXPORT_OPTIONS, "--data-format"),
@@ -622,6 +645,26 @@ def exporters() -> list[Format]:
         True
     """
     return [f for f in FORMATS.values() if f.export is not None]
+
+
+def readers() -> list[Format]:
+    """The formats read without a store (:attr:`Format.read`): ``rlarrow convert --to``'s inputs.
+
+    Example:
+        >>> "minari" in [f.name for f in readers()]
+        True
+    """
+    return [f for f in FORMATS.values() if f.read is not None]
+
+
+def writers() -> list[Format]:
+    """The formats an episode source is written as (:attr:`Format.write`): ``rlarrow convert --to``'s targets.
+
+    Example:
+        >>> "minari" in [f.name for f in writers()]
+        True
+    """
+    return [f for f in FORMATS.values() if f.write is not None]
 
 
 def fallback() -> Format | None:

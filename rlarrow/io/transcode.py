@@ -1,0 +1,57 @@
+"""One format to another without a store: ``rlarrow convert INPUT --to FORMAT -o OUTPUT``.
+
+The input's format reads it to an episode source (:attr:`rlarrow.io.registry.Format.read`),
+and the target format's writer (:attr:`~rlarrow.io.registry.Format.write`) writes the
+source as it is read, a chunk at a time: nothing goes through a store, and memory holds
+what one episode (or one block of steps) needs.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "out"
+    >>> convert_format("/nonexistent", "minari", out)
+    Traceback (most recent call last):
+    ...
+    rlarrow.core.errors.UnsupportedInputError: /nonexistent: ...
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rlarrow.core.errors import ArgumentError, UnsupportedInputError
+from rlarrow.io import registry
+
+__all__ = ["convert_format"]
+
+
+def convert_format(source: str | os.PathLike[str], to: str, output: str | os.PathLike[str], *,
+                   overwrite: bool = False, options: registry.ImportOptions | None = None,
+                   **write_options: Any) -> list[Path]:
+    """Write the dataset at ``source`` as format ``to`` at ``output``; the paths written.
+
+    Args:
+        source: a dataset of a format with a reader (:func:`rlarrow.io.registry.readers`).
+        to: the format to write (:func:`rlarrow.io.registry.writers`).
+        output: where to write it (the format's own target: a directory, or a file).
+        overwrite: replace what ``output`` holds (else a target that holds anything is refused).
+        options: the reading options (``images``, ``video``, ``hdf5_links``, ...).
+        write_options: the writer's own options (``data_format="arrow"`` for Minari, ...).
+
+    Raises:
+        UnsupportedInputError: ``source`` is of no format rlarrow reads to episodes.
+        ArgumentError: ``to`` is no format rlarrow writes episodes as.
+    """
+    target = registry.get(to)
+    if target.write is None:
+        raise ArgumentError(f"--to {to}: rlarrow does not write {to} from episodes; it writes "
+                            f"{', '.join(f.name for f in registry.writers())}")
+    found = registry.detect(source)
+    if found is None or found.read is None:
+        what = ("no dataset rlarrow recognises" if found is None
+                else f"{found.name}, which has no episode reader")
+        raise UnsupportedInputError(source, f"{what}; rlarrow convert --to reads "
+                                    f"{', '.join(f.name for f in registry.readers())} datasets")
+    with found.read(Path(source), options or registry.ImportOptions()) as episodes:
+        return target.write(episodes, output, overwrite=overwrite, **write_options)

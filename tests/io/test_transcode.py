@@ -1,0 +1,52 @@
+"""Format to format without a store: ``rlarrow convert INPUT --to FORMAT -o OUTPUT``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlarrow.core.errors import ArgumentError, UnsupportedInputError
+from rlarrow.io.transcode import convert_format
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+minari = pytest.importorskip("minari", reason="Minari's own reader checks the dataset written (pip install minari)")
+
+
+@pytest.mark.parametrize("backend", ["parquet-v0", "hdf5-v0"])
+def test_a_minari_dataset_written_again_reads_back_in_minari_value_for_value(tmp_path: Path,
+                                                                            backend: str) -> None:
+    from minari.dataset.minari_dataset import MinariDataset
+
+    source = FIXTURES / "minari" / "cartpole" / backend
+    out = subprocess.run([sys.executable, "-m", "rlarrow", "convert", str(source), "--to", "minari",
+                          "-o", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "store").exists() and "as minari" in out.stdout
+    want, got = MinariDataset(source / "data"), MinariDataset(tmp_path / "out" / "data")
+    assert got.total_episodes == want.total_episodes and got.total_steps == want.total_steps
+    for a, b in zip(want.iterate_episodes(), got.iterate_episodes(), strict=True):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        np.testing.assert_array_equal(a.terminations, b.terminations)
+        np.testing.assert_array_equal(a.truncations, b.truncations)
+
+
+def test_a_target_that_holds_something_is_refused_and_kept(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    with pytest.raises(Exception, match="overwrite"):
+        convert_format(FIXTURES / "minari" / "cartpole" / "arrow-v0", "minari", tmp_path / "out")
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+
+
+def test_what_cannot_be_converted_says_what_can(tmp_path: Path) -> None:
+    with pytest.raises(ArgumentError, match="does not write tfevents"):
+        convert_format(FIXTURES / "minari" / "cartpole" / "arrow-v0", "tfevents", tmp_path / "o")
+    (tmp_path / "x.txt").write_text("hello")
+    with pytest.raises(UnsupportedInputError, match="convert --to reads minari"):
+        convert_format(tmp_path / "x.txt", "minari", tmp_path / "o")
