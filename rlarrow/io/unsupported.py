@@ -26,17 +26,29 @@ from pathlib import Path
 
 from rlarrow.core.hdf5_files import is_hdf5_file
 
-__all__ = ["SUPPORTED_INPUTS", "describe_unsupported"]
+__all__ = ["describe_unsupported", "supported_inputs"]
 
-#: what ``rlarrow convert`` reads, as the message lists it
-SUPPORTED_INPUTS = ("skrl/rofunc memory exports (.pt, .npz, .csv), envlogger (riegeli) directories, "
-                    "Minari datasets (arrow, parquet and HDF5 backends), D4RL and robomimic HDF5 files, "
-                    "RLDS/TFDS datasets (tfrecord shards), LeRobot v2.x and v3.x datasets, "
-                    "TensorBoard event files")
+def __getattr__(name: str) -> str:
+    if name == "SUPPORTED_INPUTS":  # (a constant of rlarrow 0.x: the registry's list now)
+        return supported_inputs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def supported_inputs() -> str:
+    """What ``rlarrow convert`` reads, as the message lists it: the format registry's inputs, once each.
+
+    Example:
+        >>> "Minari datasets" in supported_inputs()
+        True
+    """
+    from rlarrow.io.registry import importers
+
+    return ", ".join(dict.fromkeys(f.noun or f.name for f in importers()))
+
 
 def _message(path: Path, what: str, short: str, hint: str = "") -> str:
     return f"{path} looks like {what}; rlarrow does not import {short} yet{hint}; supported inputs are: " \
-        f"{SUPPORTED_INPUTS}"
+        f"{supported_inputs()}"
 
 
 def _is_rlds(path: Path) -> bool:

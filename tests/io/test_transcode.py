@@ -13,7 +13,8 @@ from rlarrow.core.errors import ArgumentError, UnsupportedInputError
 from rlarrow.io.transcode import convert_format
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-minari = pytest.importorskip("minari", reason="Minari's own reader checks the dataset written (pip install minari)")
+minari = pytest.importorskip("minari",
+                             reason="Minari's own reader checks the dataset written (pip install minari)")
 
 
 @pytest.mark.parametrize("backend", ["parquet-v0", "hdf5-v0"])

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from rlarrow.io.unsupported import SUPPORTED_INPUTS, describe_unsupported
+from rlarrow.io.unsupported import describe_unsupported, supported_inputs
 
 
 def _rlds(path):
@@ -26,7 +26,7 @@ def test_rlds_directories_of_array_record_shards_and_their_parent_are_named(tmp_
         assert message is not None and "\n" not in message
         assert message.startswith(f"{path} looks like an RLDS dataset of ArrayRecord shards; rlarrow does "
                                   "not import ArrayRecord shards yet (convert them to tfrecord")
-        assert message.endswith(f"supported inputs are: {SUPPORTED_INPUTS}")
+        assert message.endswith(f"supported inputs are: {supported_inputs()}")
     (rlds / "bridge-train.array_record-00000-of-00004").unlink()  # TFDS metadata alone: not a dataset
     assert describe_unsupported(rlds) is None
     (rlds / "bridge-train.tfrecord-00000-of-00004").write_bytes(b"")  # what rlarrow.io.rlds imports
