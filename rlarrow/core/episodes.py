@@ -409,11 +409,14 @@ class Sink:
         types: the store's ``observation`` and ``action`` column types (from
             :func:`rlarrow.core.step_columns.declare_steps`): dict values are committed in their
             struct field order.
+        emit: instead of committing to ``store`` (then None), give each commit's tables to
+            ``emit({"steps": ..., "episodes": ...})``: a reader that builds episodes
+            (envlogger's) hands them on as chunks of an episode source.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Store | None,
         run_id: str,
         *,
         own_store: bool,
@@ -423,8 +426,10 @@ class Sink:
         background: bool,
         num_envs: int = 1,
         types: dict[str, Any] | None = None,
+        emit: Any = None,
     ) -> None:
         self.store = store
+        self.emit = emit
         self.types = types or {}
         self.run_id = run_id
         self.own_store = own_store
@@ -442,7 +447,8 @@ class Sink:
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")
         self._closed = False
-        exits.track(self, self.close)  # committed at exit, or on SIGTERM, when never closed
+        if emit is None:
+            exits.track(self, self.close)  # committed at exit, or on SIGTERM, when never closed
 
     def new_episode(self, env_index: int = 0) -> Episode:
         """A new episode with the run's next episode id (for :meth:`Lane.begin`)."""
@@ -590,11 +596,14 @@ class Sink:
                     "metadata": rows.metadata if rows.has_metadata else None,
                 },
                 num_rows=rows.rows,
-                established=self.store.schema("steps"),
+                established=None if self.store is None else self.store.schema("steps"),
             )
             data["steps"] = table
         if ep_rows is not None:
             data["episodes"] = ep_rows
+        if self.store is None:
+            self.emit(data)
+            return
         self.store.append_together(data)  # one commit: one manifest write for both tables
 
     def _observations(self, obs: Any, packed: tuple[tuple[int, ...], Any] | None = None) -> Any:
@@ -636,11 +645,12 @@ class Sink:
         if self._closed:
             return
         self._closed = True
-        exits.untrack(self)
+        if self.emit is None:
+            exits.untrack(self)
         try:
             self.flush(final=True)
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
-            if self.own_store:
+            if self.own_store and self.store is not None:
                 self.store.close()

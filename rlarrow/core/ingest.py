@@ -182,13 +182,34 @@ def _conformed(steps: pa.Table, types: Mapping[str, pa.DataType], st: Store) -> 
         col = steps.column(name)
         type_ = types.get(name)
         if type_ is not None and col.type != type_:
-            columns[name] = in_order(col.combine_chunks(), type_)
+            columns[name] = _retyped(in_order(col.combine_chunks(), type_), type_)
             changed = True
         else:
             columns[name] = col
     if not changed:
         return steps
     return _schema.build("steps", columns, num_rows=steps.num_rows, established=st.schema("steps"))
+
+
+def _retyped(arr: pa.Array, type_: pa.DataType) -> pa.Array:
+    """``arr`` in the store's tensor type ``type_``, where it holds the same values another way.
+
+    A recording's extension tensors, a reader's nested lists, struct fields in another
+    order: the values are the same, and the store's layout keeps them. Null rows are kept.
+    """
+    if arr.type == type_:
+        return arr
+    import numpy as np
+
+    from rlarrow.core.step_columns import ordered
+    from rlarrow.core.tensors import to_arrow, to_numpy, with_null_rows
+
+    try:
+        out = to_arrow(ordered(to_numpy(arr, fill_value=0), type_), type_)
+    except (pa.ArrowException, ValueError, TypeError):
+        return arr  # another set of tensors: the store writes it to a layout of its own
+    nulls = arr.is_null().to_numpy(zero_copy_only=False)
+    return with_null_rows(out, np.asarray(nulls)) if arr.null_count else out
 
 
 def in_order(arr: pa.Array, type_: pa.DataType) -> pa.Array:

@@ -202,7 +202,7 @@ class EpisodeSource:
         Raises:
             InvalidInputError: a chunk whose columns differ from the first chunk's.
         """
-        chunks = iter(self)
+        chunks = (chunk for chunk in self if chunk.steps.num_rows)  # (a chunk may only count progress)
         first = next(chunks, None)
         if first is None:
             return pa.RecordBatchReader.from_batches(_schema.table("steps").arrow_schema(), iter(()))
@@ -249,7 +249,8 @@ class EpisodeSource:
         steps: list[pa.Table] = []
         episodes: list[pa.Table] = []
         for chunk in self:
-            steps.append(chunk.steps)
+            if chunk.steps.num_rows:
+                steps.append(chunk.steps)
             if chunk.episodes is not None:
                 episodes.append(chunk.episodes)
         return (_concat("steps", steps), _concat("episodes", episodes))

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from rlarrow.core import alignment
+from rlarrow.core import schema as _schema
 from rlarrow.core import specs as _specs
 from rlarrow.core.deps import require
 from rlarrow.core.episodes import Sink
@@ -53,14 +54,17 @@ from rlarrow.core.errors import (
     RLArrowWarning,
     UnsupportedInputError,
 )
-from rlarrow.core.ingest import IngestReport
-from rlarrow.core.step_columns import declare_steps, flat_value
-from rlarrow.core.store import StoreLike, as_store
+from rlarrow.core.ingest import IngestReport, ingest
+from rlarrow.core.sources import EpisodeChunk, EpisodeSource, RunInfo
+from rlarrow.core.step_columns import flat_value
+from rlarrow.core.store import StoreLike
 
 __all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
-           "riegeli_record_count"]
+           "read_envlogger", "riegeli_record_count"]
 
-_STEPS_PER_COMMIT = 50_000
+_STEPS_PER_CHUNK = 50_000
+#: a chunk of no steps (one that only counts progress)
+_NO_STEPS = _schema.table("steps").arrow_schema().empty_table()
 
 
 def load() -> Any:
@@ -119,7 +123,9 @@ def import_envlogger(
             leaves a gap.
 
     Returns:
-        An :class:`EnvloggerReport`.
+        An :class:`~rlarrow.core.ingest.IngestReport` (``EnvloggerReport``), whose
+        ``skipped``, ``skipped_episodes``, ``skipped_steps`` and ``damaged_files`` list what
+        ``skip_corrupt`` left out.
 
     Raises:
         UnsupportedInputError: not an envlogger directory.
@@ -130,16 +136,53 @@ def import_envlogger(
             before it (every ``50,000`` steps) is kept.
         MissingDependencyError: envlogger is not installed.
     """
-    from rlarrow.core.progress import bar
+    with read_envlogger(directory, run_id=run_id, skip_corrupt=skip_corrupt) as source:
+        report = ingest(store, source, name=name, progress=progress)
+        found: _Findings = source.findings  # type: ignore[attr-defined]
+    report.skipped += found.skipped
+    report.skipped_episodes = found.skipped_episodes
+    report.damaged_files += found.damaged_files
+    report.skipped_steps = found.total_steps - report.steps
+    if report.skipped:
+        warnings.warn(RLArrowWarning(
+            f"{directory}: imported what is whole ({report.episodes} episodes, {report.steps} steps) and "
+            f"skipped {report.skipped_episodes} damaged episodes, {report.skipped_steps} steps "
+            f"({len(report.damaged_files)} damaged file(s)): "
+            + "; ".join(report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
+            + " (the report lists them all)"), stacklevel=2)
+    return report
 
+
+@dataclass
+class _Findings:
+    """What a read of an envlogger directory left out as damaged (``skip_corrupt``), and its steps."""
+
+    skipped: list[str] = field(default_factory=list)
+    skipped_episodes: int = 0
+    damaged_files: list[str] = field(default_factory=list)
+    total_steps: int = 0
+
+
+def read_envlogger(directory: str | os.PathLike[str], *, run_id: str | None = None,
+                   skip_corrupt: bool = False) -> EpisodeSource:
+    """An envlogger directory as an episode source, without a store (see :func:`import_envlogger`).
+
+    The directory is checked against envlogger's reader before anything is returned; the
+    steps are read as the source is iterated, in chunks of up to 50,000 steps (whole
+    episodes, RLDS-aligned). With ``skip_corrupt``, ``source.findings`` lists what was
+    left out once the source has been read.
+
+    Example:
+        >>> import polars as pl  # doctest: +SKIP
+        >>> steps = pl.from_arrow(read_envlogger("catch_logs").steps())  # doctest: +SKIP
+    """
     directory = Path(directory)
     if not is_envlogger_dir(directory):
         raise UnsupportedInputError(directory, "not an envlogger directory (no metadata.riegeli)")
     envlogger = load()
-    st = as_store(store, create=True)
-    own = st is not store
+    stack = contextlib.ExitStack()
     try:
-        with contextlib.ExitStack() as stack:
+        with _as_damage(directory):
             shards = _shard_dirs(directory)
             views = _views(directory, shards, stack)
             meta_dir = directory if len(views) == 1 else _metadata_view(directory, stack)
@@ -161,66 +204,69 @@ def import_envlogger(
                 "reward_spec": _specs.to_dict(_specs.sorted_spec(reader.reward_spec())),
                 "discount_spec": _specs.to_dict(_specs.sorted_spec(reader.discount_spec())),
             }
-            types = declare_steps(
-                st, {"observation": _specs.tensor_type(obs_spec), "action": _specs.tensor_type(action_spec)}
-            )
             version = getattr(envlogger, "__version__", None) or _dist_version("envlogger")
-            run = st.add_run(
-                source="envlogger",
-                run_id=run_id,
-                name=name,
-                source_path=os.fspath(directory),
-                source_version=f"envlogger {version}",
-                alignment="dm_env",
-                num_envs=1,
-                metadata=reader.metadata(),
-                env_specs=env_specs,
-            )
-            report = EnvloggerReport(run_id=run)
-            for plan in plans:
-                report.skipped += plan.problems
-                report.skipped_episodes += plan.skipped_episodes
-                report.damaged_files += [f for f in plan.damaged_files if f not in report.damaged_files]
-            plain = not isinstance(action_spec, (dict, list, tuple))
-            sink = Sink(
-                st,
-                run,
-                own_store=False,
-                action_dtype=action_spec.dtype if plain else None,
-                flush_every_steps=_STEPS_PER_COMMIT,
-                flush_every_seconds=None,
-                background=False,
-                types=types,
-            )
-            add = _Adder(sink, obs_spec, action_spec if not plain else None)
-            with bar(sum(len(p.episodes) for p in plans), "import envlogger", "episode", progress) as pbar:
-                for plan, (_shard, view) in zip(plans, views, strict=True):
-                    if not plan.episodes:
-                        continue
-                    shard_reader = reader if view == meta_dir else stack.enter_context(
-                        _open(envlogger, view, directory))
-                    _import_shard(shard_reader, plan, add, report, pbar, skip_corrupt=skip_corrupt)
+            run_meta = reader.metadata()
+    except BaseException:
+        stack.close()
+        raise
+    findings = _Findings(total_steps=sum(p.total_steps for p in plans))
+    for plan in plans:
+        findings.skipped += plan.problems
+        findings.skipped_episodes += plan.skipped_episodes
+        findings.damaged_files += [f for f in plan.damaged_files if f not in findings.damaged_files]
+    types = {"observation": _specs.tensor_type(obs_spec), "action": _specs.tensor_type(action_spec)}
+    plain = not isinstance(action_spec, (dict, list, tuple))
+
+    def chunks(run: str) -> Iterator[EpisodeChunk]:
+        out: list[dict[str, Any]] = []
+        sink = Sink(None, run, own_store=False, action_dtype=action_spec.dtype if plain else None,
+                    flush_every_steps=_STEPS_PER_CHUNK, flush_every_seconds=None, background=False,
+                    types=types, emit=out.append)
+        add = _Adder(sink, obs_spec, action_spec if not plain else None)
+        with _as_damage(directory):
+            for plan, (_shard, view) in zip(plans, views, strict=True):
+                if not plan.episodes:
+                    continue
+                shard_reader = reader if view == meta_dir else stack.enter_context(
+                    _open(envlogger, view, directory))
+                for done in _read_shard(shard_reader, plan, add, findings, run, skip_corrupt=skip_corrupt):
+                    yield from _chunks_of(out, done)
             sink.close()
-        report.skipped_steps = sum(p.total_steps for p in plans) - report.steps
-        if report.skipped:
-            warnings.warn(RLArrowWarning(
-                f"{directory}: imported what is whole ({report.episodes} episodes, {report.steps} steps) and "
-                f"skipped {report.skipped_episodes} damaged episodes, {report.skipped_steps} steps "
-                f"({len(report.damaged_files)} damaged file(s)): "
-                + "; ".join(report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
-                + " (the report lists them all)"), stacklevel=2)
-        return report
+        yield from _chunks_of(out, 0)
+
+    info = RunInfo(source="envlogger", source_path=os.fspath(directory), alignment="dm_env", num_envs=1,
+                   source_version=f"envlogger {version}", metadata=run_meta, env_specs=env_specs)
+    source = EpisodeSource(info, types, chunks, run_id=run_id, episodes=sum(len(p.episodes) for p in plans),
+                           close=stack.close, recipe=(read_envlogger, (os.path.abspath(directory),),
+                                                      {"skip_corrupt": skip_corrupt}))
+    source.findings = findings  # type: ignore[attr-defined]
+    return source
+
+
+def _chunks_of(out: list[dict[str, Any]], done: int) -> Iterator[EpisodeChunk]:
+    """The sink's commits so far as chunks, the last counting ``done`` episodes read (progress)."""
+    if not out and done:
+        yield EpisodeChunk(_NO_STEPS, None, count=done)
+    while out:
+        data = out.pop(0)
+        episodes = data.get("episodes")
+        yield EpisodeChunk(data.get("steps", _NO_STEPS),
+                           None if episodes is None else _schema.build("episodes", episodes),
+                           count=0 if out else done)
+
+
+@contextlib.contextmanager
+def _as_damage(directory: Path) -> Iterator[None]:
+    """Envlogger's reader's failures as :class:`CorruptFileError` naming the directory."""
+    try:
+        yield
     except RLArrowError:
         raise
     except (RuntimeError, ValueError, TypeError, OSError, EOFError, IndexError, KeyError) as exc:
         # envlogger's riegeli reader reports damage as RuntimeError("INTERNAL: ..."), and the
         # records it decodes fail in their own ways (a missing step is a TypeError in it)
         raise CorruptFileError(directory, f"envlogger's reader failed on this directory "
-                               f"({type(exc).__name__}: {exc}); episodes committed before the damaged "
-                               "record are kept") from exc
-    finally:
-        if own:
-            st.close()
+                               f"({type(exc).__name__}: {exc}); nothing of it was imported") from exc
 
 
 # ------------------------------------------------------------ checking what envlogger returns
@@ -383,28 +429,30 @@ def _episode(reader: Any, ep: _EpisodePlan, plan: _ShardPlan, *,
     return steps, rlds
 
 
-def _import_shard(reader: Any, plan: _ShardPlan, add: _Adder, report: EnvloggerReport, pbar: Any, *,
-                  skip_corrupt: bool) -> None:
-    """Add the planned episodes of one shard that are whole; the others raise, or are skipped."""
+def _read_shard(reader: Any, plan: _ShardPlan, add: _Adder, findings: _Findings, run: str, *,
+                skip_corrupt: bool) -> Iterator[int]:
+    """Add the planned episodes of one shard that are whole; the others raise, or are skipped.
+
+    Yields after each episode read (1), or skipped (0): the sink may have chunks to hand on.
+    """
     for k, ep_plan in enumerate(plan.episodes):
-        pbar.update(1)
         try:
             steps, rlds = _episode(reader, ep_plan, plan, last=k == len(plan.episodes) - 1)
         except _NotWhole as exc:
             line = f"episode {ep_plan.episode_id} ({ep_plan.num_steps} steps{plan.where}): {exc}"
             if not skip_corrupt:
-                raise CorruptFileError(plan.directory, _damage_message([line], run=report.run_id)) from None
-            report.skipped.append(line)
-            report.skipped_episodes += 1
+                raise CorruptFileError(plan.directory, _damage_message([line], run=run)) from None
+            findings.skipped.append(line)
+            findings.skipped_episodes += 1
             where = f"{plan.shard}/steps.riegeli" if plan.shard else "steps.riegeli"
-            if where not in report.damaged_files:
-                report.damaged_files.append(where)
+            if where not in findings.damaged_files:
+                findings.damaged_files.append(where)
             # a riegeli reader stays failed after a damaged chunk: go on with a fresh one
             reader = reader.copy()
+            yield 1
             continue
         add(steps, rlds, ep_plan)
-        report.episodes += 1
-        report.steps += len(steps)
+        yield 1
 
 
 class _Adder:
@@ -468,9 +516,8 @@ def _damage_message(found: list[str], *, run: str | None = None) -> str:
         return (f"damaged or cut short: what envlogger reads disagrees with the files ({shown}). Nothing "
                 "was imported; import again with skip_corrupt=True (rlarrow convert --skip-corrupt) to "
                 "import the episodes that are whole, or restore the directory from a copy")
-    return (f"damaged: {shown}. Run {run} keeps the episodes committed before it (a commit every "
-            f"{_STEPS_PER_COMMIT} steps); import again into a new run with skip_corrupt=True "
-            "(rlarrow convert --skip-corrupt) to import every episode that is whole")
+    return (f"damaged: {shown}. Nothing was imported (run {run} is not in the store); import again with "
+            "skip_corrupt=True (rlarrow convert --skip-corrupt) to import every episode that is whole")
 
 
 # ------------------------------------------------------------ shards

@@ -307,8 +307,7 @@ def test_envlogger_lost_episode_index_is_refused_not_imported_empty(catch_copy: 
     with pytest.raises(CorruptFileError, match="in no episode of the episode index") as err:
         import_envlogger(catch_copy, tmp_path / "s", progress=False)
     assert "skip_corrupt=True" in str(err.value)
-    with rlarrow.Store.open(tmp_path / "s") as st:  # refused before anything was written
-        assert st.row_count("steps") == 0 and st.row_count("runs") == 0
+    assert not (tmp_path / "s").exists()  # refused before a store was made
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
