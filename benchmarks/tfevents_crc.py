@@ -1,7 +1,7 @@
 """Our CRC-32C and protobuf decoding for event files, against the maintained C libraries.
 
 rlarrow reads TensorBoard event files with its own vectorised NumPy code: the records'
-CRC-32C (``rlarrow.core.crc32c.crc32c_many``, every record of a chunk at once) and
+CRC-32C (``rlarrow.io.codecs.crc32c.crc32c_many``, every record of a chunk at once) and
 the ``Event`` / ``Summary`` decoding (``rlarrow.io.tfevents.decode``). Issue 21 asks that
 the choice between that code and the maintained libraries be made on a measurement. On the
 1,000,000-scalar event file of ``tfevents_io.py`` (59 MB, framed once up front), warm,
@@ -91,7 +91,7 @@ def main() -> None:
         import google_crc32c
     from tensorboard.compat.proto import event_pb2
 
-    from rlarrow.core.crc32c import crc32c_many, mask
+    from rlarrow.io.codecs.crc32c import crc32c_many, mask
     from rlarrow.io.tfevents import read_tfevents
 
     path = generate()

@@ -20,9 +20,9 @@ __all__ = ["MOVED", "install", "message"]
 
 #: old module -> new module
 MOVED: dict[str, str] = {
-    "rlarrow.io._crc32c": "rlarrow.core.crc32c",
-    "rlarrow.io.tfevents._crc32c": "rlarrow.core.crc32c",
-    "rlarrow.io.tfevents.framing": "rlarrow.core.tfrecord",
+    "rlarrow.io._crc32c": "rlarrow.io.codecs.crc32c",
+    "rlarrow.io.tfevents._crc32c": "rlarrow.io.codecs.crc32c",
+    "rlarrow.io.tfevents.framing": "rlarrow.io.codecs.tfrecord",
     "rlarrow.io.pt": "rlarrow.io.memory.pt",
     "rlarrow.io.npz": "rlarrow.io.memory.npz",
     "rlarrow.io.csv": "rlarrow.io.memory.csv",
@@ -55,6 +55,9 @@ MOVED: dict[str, str] = {
     "rlarrow.ray": "rlarrow.train.ray",
     "rlarrow._samples": "rlarrow.train.samples",
     "rlarrow.demo": "rlarrow.cli.demo",
+    "rlarrow.core.tfrecord": "rlarrow.io.codecs.tfrecord",
+    "rlarrow.core.crc32c": "rlarrow.io.codecs.crc32c",
+    "rlarrow.core.hdf5_files": "rlarrow.io.codecs.hdf5_files",
 }
 
 

@@ -126,7 +126,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("kind", list(EXPECTED))
 def test_each_hostile_file_is_refused_naming_file_dataset_and_fix(tmp_path, canary, kind):
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
 
     path = hostile_files(tmp_path, canary)[kind]
@@ -142,7 +142,7 @@ def test_each_hostile_file_is_refused_naming_file_dataset_and_fix(tmp_path, cana
 @pytest.mark.parametrize("kind", ["external-link", "vds"])
 def test_the_option_does_not_let_a_link_outside_the_input_directory_through(tmp_path, canary, kind):
     """Absolute paths outside, ``..`` and a symlink that leads out stay refused with allow_hdf5_links."""
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
 
     make = external_link if kind == "external-link" else virtual
@@ -158,7 +158,7 @@ def test_the_option_does_not_let_a_link_outside_the_input_directory_through(tmp_
 
 
 def test_external_storage_stays_refused_with_the_option(tmp_path):
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
 
     (tmp_path / "in").mkdir()
@@ -172,7 +172,7 @@ def test_external_storage_stays_refused_with_the_option(tmp_path):
 def test_links_to_files_beside_the_input_import_with_the_option_only(tmp_path, kind):
     import h5py
 
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
 
     inputs = tmp_path / "in"
@@ -195,7 +195,7 @@ def test_a_linked_file_is_checked_as_the_input_is(tmp_path, canary):
     """A file beside the input that itself links outside is refused, naming both files."""
     import h5py
 
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
 
     inputs = tmp_path / "in"
@@ -243,7 +243,7 @@ def test_compressed_and_small_unwritten_datasets_still_import(tmp_path):
 def test_robomimic_and_minari_hdf5_are_checked_too(tmp_path, canary):
     import h5py
 
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.hdf5 import import_hdf5
     from rlarrow.io.minari import import_minari
 
@@ -269,7 +269,7 @@ def test_robomimic_and_minari_hdf5_are_checked_too(tmp_path, canary):
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak memory is read from Linux's "
                     "/proc/self/status")
 def test_a_minari_main_data_symlinked_outside_the_dataset_is_refused(tmp_path, canary):
-    from rlarrow.core.hdf5_files import HDF5RefusedError
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
     from rlarrow.io.minari import import_minari
 
     minari = tmp_path / "minari"
@@ -293,7 +293,7 @@ def test_the_sparse_bomb_ends_within_a_second_and_200_mb(tmp_path):
     assert path.stat().st_size < 4096
     code = f"""
 import json, sys, time
-from rlarrow.core.hdf5_files import HDF5RefusedError
+from rlarrow.io.codecs.hdf5_files import HDF5RefusedError
 from rlarrow.io.hdf5 import import_hdf5
 start = time.perf_counter()
 try:

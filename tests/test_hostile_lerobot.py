@@ -361,7 +361,7 @@ def test_png_frames_beyond_their_declared_shape_are_refused_before_decoding(tmp_
 
 def zlib_dataset(tmp_path: Path, declared: int) -> Path:
     """A one-episode RLDS dataset whose step tensor ``x`` (float32[declared], zlib) inflates to 1.5 GB."""
-    from rlarrow.core.tfrecord import frame_records
+    from rlarrow.io.codecs.tfrecord import frame_records
     from rlarrow.io.rlds import _example_class
 
     ds = tmp_path / "zlib" / "1.0.0"

@@ -27,7 +27,7 @@ dataset too large for metadata (D4RL's ``metadata/policy/*`` weights) is named u
 ``left_out``, not copied. A demo's attributes (``num_samples``, ``model_file``, ``ep_meta``)
 are its episode's metadata.
 
-Files are read a chunk of rows at a time (:data:`rlarrow.core.hdf5_files.CHUNK_BYTES` across a
+Files are read a chunk of rows at a time (:data:`rlarrow.io.codecs.hdf5_files.CHUNK_BYTES` across a
 chunk's datasets), so a file larger than memory imports in bounded memory
 (``benchmarks/hdf5_import.py``).
 
@@ -53,11 +53,19 @@ from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
 from rlarrow.core.episodes import EpisodeRows
 from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
-from rlarrow.core.hdf5_files import CHUNK_BYTES, chunk_rows, guarded, is_hdf5_file, leaves, open_hdf5, plain
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import StoreLike, opened
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io import EpisodesReport
+from rlarrow.io.codecs.hdf5_files import (
+    CHUNK_BYTES,
+    chunk_rows,
+    guarded,
+    is_hdf5_file,
+    leaves,
+    open_hdf5,
+    plain,
+)
 
 __all__ = [
     "D4RL_KEYS",
@@ -85,7 +93,7 @@ def hdf5_layout(path: str | os.PathLike[str], *, allow_links: bool = False) -> s
         UnsupportedInputError: not an HDF5 file.
         CorruptFileError: an HDF5 file that cannot be opened.
         HDF5RefusedError: a file that reaches outside itself or declares more than it holds
-            (:func:`rlarrow.core.hdf5_files.check_contained`).
+            (:func:`rlarrow.io.codecs.hdf5_files.check_contained`).
     """
     with open_hdf5(path, allow_links=allow_links) as f, guarded(path, "the file's top-level groups"):
         return _layout(f)
@@ -114,7 +122,7 @@ def import_hdf5(
 
     Nothing outside the file is read: external links, virtual datasets and external storage
     are refused, and so is a dataset that declares more than the file holds
-    (:func:`rlarrow.core.hdf5_files.check_contained`), before anything is read.
+    (:func:`rlarrow.io.codecs.hdf5_files.check_contained`), before anything is read.
 
     Args:
         path: the ``.hdf5`` file.

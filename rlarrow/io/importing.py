@@ -389,7 +389,7 @@ def import_paths(
         progress: progress bars (None: when stderr is a terminal).
         hdf5_links: HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external
             links and virtual datasets whose files lie in the input's own directory (refused
-            by default; never outside it: :func:`rlarrow.core.hdf5_files.check_contained`).
+            by default; never outside it: :func:`rlarrow.io.codecs.hdf5_files.check_contained`).
 
     Raises:
         InvalidInputError, UnsupportedInputError, CorruptFileError, StoreError: what stopped

@@ -43,12 +43,12 @@ from rlarrow.core.errors import (
     MissingDependencyError,
     UnsupportedInputError,
 )
-from rlarrow.core.hdf5_files import HDF5RefusedError, guarded, leaves, open_hdf5, plain
 from rlarrow.core.ingest import IngestReport, ingest
 from rlarrow.core.metadata import nest
 from rlarrow.core.sources import EpisodeChunk, EpisodeRows, EpisodeSource, RunInfo
 from rlarrow.core.store import StoreLike
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.io.codecs.hdf5_files import HDF5RefusedError, guarded, leaves, open_hdf5, plain
 
 __all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari",
            "write_minari"]
@@ -191,7 +191,7 @@ def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
 
     ``allow_hdf5_links``: Minari's HDF5 backend: follow external links and virtual datasets
     of ``main_data.hdf5`` whose files lie in its own directory (refused by default, as is
-    anything that leads outside it: :func:`rlarrow.core.hdf5_files.check_contained`).
+    anything that leads outside it: :func:`rlarrow.io.codecs.hdf5_files.check_contained`).
 
     Raises:
         UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet/hdf5.

@@ -263,7 +263,7 @@ def _is_minari(path: Path) -> bool:
 def _hdf5_dataset(path: Path) -> bool:
     """An HDF5 file (by signature) of D4RL's or robomimic's layout; not a damaged one (h5py needed)."""
     from rlarrow.core.errors import RLArrowError
-    from rlarrow.core.hdf5_files import HDF5RefusedError, is_hdf5_file
+    from rlarrow.io.codecs.hdf5_files import HDF5RefusedError, is_hdf5_file
     from rlarrow.io.hdf5 import hdf5_layout
 
     if not is_hdf5_file(path):
@@ -283,7 +283,7 @@ def _is_hdf5(path: Path) -> bool:
     says to install h5py.
     """
     from rlarrow.core.deps import has_module
-    from rlarrow.core.hdf5_files import HDF5_SUFFIXES
+    from rlarrow.io.codecs.hdf5_files import HDF5_SUFFIXES
 
     if path.suffix.lower() not in HDF5_SUFFIXES or not path.is_file():
         return False

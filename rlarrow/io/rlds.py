@@ -552,7 +552,7 @@ def read_episodes(
         CorruptFileError: a record that fails its checksum or does not match ``features.json``,
             or shards that hold other episode counts than ``dataset_info.json`` says.
     """
-    from rlarrow.core.tfrecord import HEADER_BYTES, ReadCounts, read_records
+    from rlarrow.io.codecs.tfrecord import HEADER_BYTES, ReadCounts, read_records
 
     splits = _arguments.names(splits, "splits", what="split name")
     data = dataset_dir(directory)
@@ -973,7 +973,7 @@ def export_rlds(
     from rlarrow.core import metadata as _metadata
     from rlarrow.core.dm_env_rows import DmEnvRows
     from rlarrow.core.targets import check_target, fresh_directory
-    from rlarrow.core.tfrecord import frame_records
+    from rlarrow.io.codecs.tfrecord import frame_records
 
     check_target(directory, overwrite=overwrite, what="an RLDS export")
     example = _example_class()

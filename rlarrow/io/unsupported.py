@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-from rlarrow.core.hdf5_files import is_hdf5_file
+from rlarrow.io.codecs.hdf5_files import is_hdf5_file
 
 __all__ = ["describe_unsupported", "supported_inputs"]
 

@@ -212,7 +212,7 @@ def _event_file(tmp_path: Path) -> Path:
 
 
 def _header(length: int, *, valid_crc: bool) -> bytes:
-    from rlarrow.core.crc32c import crc32c, mask
+    from rlarrow.io.codecs.crc32c import crc32c, mask
 
     head = struct.pack("<Q", length)
     crc = mask(crc32c(head)) if valid_crc else mask(crc32c(head)) ^ 1

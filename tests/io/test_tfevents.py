@@ -14,8 +14,8 @@ import pytest
 from conftest import FIXTURES
 
 import rlarrow
-from rlarrow.core.crc32c import crc32c, crc32c_many, mask
 from rlarrow.io import tfevents as tfe
+from rlarrow.io.codecs.crc32c import crc32c, crc32c_many, mask
 
 TFE = FIXTURES / "tfevents"
 LAYOUT = json.loads((TFE / "LAYOUT.json").read_text())
@@ -458,7 +458,7 @@ def test_import_maps_tianshou_prefixes_to_scopes(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the package itself
 
 #: the package's modules, lowest first: each imports only modules before it in this list
-LAYERS = ["proto", "decode", "events", "transfer"]  # (framing and CRC: rlarrow.core.tfrecord, .crc32c)
+LAYERS = ["proto", "decode", "events", "transfer"]  # (framing and CRC: rlarrow.io.codecs.tfrecord, .crc32c)
 
 
 def test_package_all_lists_every_public_name() -> None:
@@ -492,7 +492,7 @@ def test_each_module_says_what_it_owns_and_imports_only_the_ones_below() -> None
 
 def test_a_tag_that_is_not_utf8_is_a_corrupt_record(tmp_path):
     """A record whose CRCs hold but whose tag is not UTF-8: CorruptFileError, or skipped."""
-    from rlarrow.core.tfrecord import frame_records
+    from rlarrow.io.codecs.tfrecord import frame_records
     from rlarrow.io.tfevents.proto import event_bytes, value_message
 
     good = event_bytes(1.0, 0, value_message(b"train/loss", 0.5, None, None, None, None))

@@ -36,9 +36,9 @@ order, which is time order.
 
 The package, a module per concern (each imports only those above it in this list):
 
-- (:mod:`rlarrow.core.tfrecord`, shared with the RLDS reader: TFRecord framing, finding and
+- (:mod:`rlarrow.io.codecs.tfrecord`, shared with the RLDS reader: TFRecord framing, finding and
   checking records in a file read a chunk at a time, truncated and corrupt records, framing
-  payloads to write; and :mod:`rlarrow.core.crc32c`, its checksum, for many records at once.)
+  payloads to write; and :mod:`rlarrow.io.codecs.crc32c`, its checksum, for many records at once.)
 - :mod:`.proto`: the protobuf wire format of ``Event``, ``Summary`` and ``TensorProto``:
   decoding one record (the generic path), encoding what the writer writes.
 - :mod:`.decode`: a chunk of records to a ``scalars`` record batch (vectorised for the
@@ -66,7 +66,7 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.core.tfrecord import CHUNK_BYTES
+from rlarrow.io.codecs.tfrecord import CHUNK_BYTES
 from rlarrow.io.tfevents.decode import SCOPES, scope_of
 from rlarrow.io.tfevents.events import (
     EventFileWriter,

@@ -1,6 +1,6 @@
 """Records to rows: a chunk of checked event records becomes one ``scalars`` record batch.
 
-:func:`decode_chunk` decodes the records :func:`~rlarrow.core.tfrecord.read_records`
+:func:`decode_chunk` decodes the records :func:`~rlarrow.io.codecs.tfrecord.read_records`
 found. Nearly every record in the files the usual tools write has one shape, ``[wall_time]
 [step] summary{one value{tag, simple_value}}`` (and rlarrow's own files add an exact float64
 or int64 beside the ``simple_value``); those are decoded all at once with NumPy, a field at
@@ -14,7 +14,7 @@ Example:
     >>> import io
     >>> from collections import Counter
     >>> from rlarrow.core import schema
-    >>> from rlarrow.core import tfrecord as framing
+    >>> from rlarrow.io.codecs import tfrecord as framing
     >>> from rlarrow.io.tfevents import proto
     >>> values = [proto.value_message(b"train/loss", s / 2, None, None, None, None) for s in range(3)]
     >>> payloads = [proto.event_bytes(1.0, s, v) for s, v in enumerate(values)]
@@ -39,9 +39,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlarrow.core.crc32c import unaligned
 from rlarrow.core.errors import CorruptFileError
-from rlarrow.core.tfrecord import HEADER_BYTES, Chunk
+from rlarrow.io.codecs.crc32c import unaligned
+from rlarrow.io.codecs.tfrecord import HEADER_BYTES, Chunk
 from rlarrow.io.tfevents.proto import EXACT_NAME_FIELD, LOGGER_ENCODING_FIELD, Malformed, parse_event
 
 __all__ = ["SCOPES", "decode_chunk", "scope_of"]

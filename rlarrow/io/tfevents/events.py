@@ -6,11 +6,11 @@ This is the layer a user calls (all of it is re-exported by :mod:`rlarrow.io.tfe
   TensorBoard run, named by its path below the root), :func:`is_event_file`,
   :func:`is_tfevents_source`.
 - **Reading**: :class:`TfeventsReader` streams a source's scalars as record batches of the
-  ``scalars`` table, file by file and chunk by chunk (:mod:`rlarrow.core.tfrecord` finds and checks the
+  ``scalars`` table, file by file and chunk by chunk (:mod:`rlarrow.io.codecs.tfrecord` finds and checks the
   records, :mod:`.decode` turns them into rows) and fills in a :class:`TfeventsReport`;
   :func:`read_tfevents` reads them all into one table.
 - **Writing**: :class:`EventFileWriter` writes one new event file as ``SummaryWriter`` does
-  (payloads from :mod:`.proto`, frames from :mod:`rlarrow.core.tfrecord`); :func:`write_tfevents`
+  (payloads from :mod:`.proto`, frames from :mod:`rlarrow.io.codecs.tfrecord`); :func:`write_tfevents`
   writes ``scalars`` rows, one file per run.
 
 Moving scalars between event files and a store is :mod:`.transfer`'s.
@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, InvalidInputError
-from rlarrow.core.tfrecord import CHUNK_BYTES, frame_records, read_records
+from rlarrow.io.codecs.tfrecord import CHUNK_BYTES, frame_records, read_records
 from rlarrow.io.tfevents.decode import decode_chunk
 from rlarrow.io.tfevents.proto import PLAIN_ENCODINGS, event_bytes, f32_bytes, len_field, value_message
 

@@ -23,7 +23,7 @@ It owns:
   :class:`~rlarrow.io.tfevents.EventFileWriter` writes, including rlarrow's exact value
   beside a ``simple_value`` (plugin :data:`EXACT_PLUGIN`, see the package docstring).
 
-Record framing (lengths, checksums) is :mod:`rlarrow.core.tfrecord`'s business, not this module's.
+Record framing (lengths, checksums) is :mod:`rlarrow.io.codecs.tfrecord`'s business, not this module's.
 
 Example:
     >>> from collections import Counter

@@ -5,7 +5,7 @@ framed as::
 
     uint64 length | uint32 masked CRC-32C of the length | payload | uint32 masked CRC-32C of the payload
 
-(all little-endian; :mod:`rlarrow.core.crc32c` computes the checksums). This module
+(all little-endian; :mod:`rlarrow.io.codecs.crc32c` computes the checksums). This module
 knows nothing of what a payload holds (an ``Event`` message: :mod:`rlarrow.io.tfevents.proto`;
 a ``tf.train.Example``: :mod:`rlarrow.io.rlds`). It owns:
 
@@ -44,8 +44,8 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 
-from rlarrow.core.crc32c import crc32c, crc32c_many, mask, unaligned
 from rlarrow.core.errors import CorruptFileError, TruncatedInputWarning
+from rlarrow.io.codecs.crc32c import crc32c, crc32c_many, mask, unaligned
 
 __all__ = ["CHUNK_BYTES", "FRAMING_BYTES", "HEADER_BYTES", "Chunk", "ReadCounts", "ReadLog", "frame_records",
            "read_records"]
