@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,8 @@ from rlarrow.core.errors import (
     MissingDependencyError,
     UsageError,
 )
-from rlarrow.core.stats import STATS_SCHEMA, ColumnStats, combine_rows, normalizer, stats_table
+from rlarrow.core.stats import STATS_SCHEMA, ColumnStats, combine_rows, stats_table
+from rlarrow.train.normalize import NormalizationMode, normalizer
 
 pytest.importorskip("datasketches",
                     reason="quantile sketches need datasketches: pip install 'rlarrow[stats]'")
@@ -553,9 +555,23 @@ def test_missing_datasketches_names_the_stats_extra(monkeypatch):
     assert combine_rows(table, sketches=False)["x"].count == 3
 
 
-def test_docstring_examples_run():
-    result = doctest.testmod(stats_module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 10 and result.failed == 0
+STATS_MODULES = ["rlarrow.core.stats", "rlarrow.train.normalize"]
+
+
+@pytest.mark.parametrize("name", STATS_MODULES)
+def test_docstring_examples_run(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_normalizer_moved_to_train_and_its_old_path_warns():
+    with pytest.warns(DeprecationWarning, match=r"normalizer has moved to rlarrow.train.normalize"):
+        old = stats_module.normalizer
+    assert old is normalizer
+    with pytest.warns(DeprecationWarning, match="NormalizationMode"):
+        assert stats_module.NormalizationMode is NormalizationMode
+    with pytest.raises(AttributeError):
+        stats_module.no_such_name  # noqa: B018
 
 
 def test_image_channel_stats_are_lerobots_shape_with_exact_merged_quantiles():

@@ -237,8 +237,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def _normalizer(self, st: Any, normalize: str | Mapping[str, str], given: Mapping[str, Any] | None,
                     layout: int | None) -> Any:
-        from rlarrow.core.stats import ColumnStats, normalizer
+        from rlarrow.core.stats import ColumnStats
         from rlarrow.core.store import Store
+        from rlarrow.train.normalize import normalizer
 
         if given is None:
             if not isinstance(st, Store):
