@@ -555,7 +555,9 @@ def test_missing_datasketches_names_the_stats_extra(monkeypatch):
     assert combine_rows(table, sketches=False)["x"].count == 3
 
 
-STATS_MODULES = ["rlarrow.core.stats", "rlarrow.train.normalize"]
+STATS_MODULES = ["rlarrow.core.stats", "rlarrow.core.stats.moments", "rlarrow.core.stats.sketches",
+                 "rlarrow.core.stats.arrow_form", "rlarrow.core.stats.column",
+                 "rlarrow.core.stats.lerobot_stats", "rlarrow.train.normalize"]
 
 
 @pytest.mark.parametrize("name", STATS_MODULES)
