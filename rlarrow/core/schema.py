@@ -446,136 +446,178 @@ def conform(
     schema = table(table_name)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
-    problems: list[str] = []
-    out_fields: list[pa.Field] = []
-    out_columns: list[pa.ChunkedArray | pa.Array] = []
-    n = data.num_rows
-    names = data.column_names
-    if len(set(names)) != len(names):
-        dupes = sorted({x for x in names if names.count(x) > 1})
-        problems.append(f"duplicate column name(s): {dupes}")
-    declared = set(schema.column_names)
-    established_types = {} if established is None else {f.name: f.type for f in established}
+    run = _Conforming(table_name, schema, data, established)
+    run.check_duplicates()
+    for spec in schema.columns:
+        if spec.name not in run.names:
+            run.missing(spec)
+        elif spec.is_tensor:
+            run.tensor(spec.name, data.column(spec.name))
+        else:
+            run.declared(spec, data.column(spec.name))
+    run.extra_tensors()
+    return run.result()
 
-    def check_tensor(name: str, col: pa.ChunkedArray) -> pa.ChunkedArray | None:
+
+class _Conforming:
+    """One :func:`conform` call: the columns it gives, in order, and every problem found."""
+
+    def __init__(self, table_name: str, schema: TableSchema, data: pa.Table,
+                 established: pa.Schema | None) -> None:
+        self.table_name = table_name
+        self.schema = schema
+        self.data = data
+        self.established = established
+        self.established_types = {} if established is None else {f.name: f.type for f in established}
+        self.n = data.num_rows
+        self.names = data.column_names
+        self.problems: list[str] = []
+        self.fields: list[pa.Field] = []
+        self.columns: list[pa.ChunkedArray | pa.Array] = []
+
+    def add(self, name: str, column: pa.ChunkedArray | pa.Array, type_: pa.DataType,
+            nullable: bool = True) -> None:
+        self.fields.append(pa.field(name, type_, nullable=nullable))
+        self.columns.append(column)
+
+    def check_duplicates(self) -> None:
+        names = self.names
+        if len(set(names)) != len(names):
+            dupes = sorted({x for x in names if names.count(x) > 1})
+            self.problems.append(f"duplicate column name(s): {dupes}")
+
+    def missing(self, spec: ColumnSpec) -> None:
+        """A declared column the data lacks: nulls of its type, or a problem when required."""
+        if spec.is_tensor:
+            want = self.established_types.get(spec.name)
+            if want is not None:
+                self.add(spec.name, pa.nulls(self.n, want), want)
+            return
+        if not spec.nullable:
+            self.problems.append(f"missing required column {spec.name!r} ({spec.type})")
+            return
+        assert spec.arrow_type is not None
+        self.add(spec.name, pa.nulls(self.n, spec.arrow_type), spec.arrow_type)
+
+    def tensor(self, name: str, col: pa.ChunkedArray) -> None:
+        """A tensor column, checked (and kept) when it fits."""
+        checked = self.checked_tensor(name, col)
+        if checked is not None:
+            self.add(name, checked, checked.type)
+
+    def checked_tensor(self, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray | None:
         type_ = col.type
         if isinstance(type_, pa.ExtensionType):
             col = pa.chunked_array([_tensors.to_arrow(c) for c in col.chunks]) if col.num_chunks else col
             type_ = col.type
-        want = established_types.get(name)
+        want = self.established_types.get(name)
         if want is not None:
-            if type_ == want:
-                return col
-            if pa.types.is_null(type_):
-                return pa.chunked_array([pa.nulls(n, want)])
-            if (isinstance(want, _tensors.TensorType) or isinstance(type_, _tensors.TensorType)) and (
-                    not pa.types.is_struct(type_) and not pa.types.is_struct(want)
-                    and _tensors.tensor_shape(type_) == _tensors.tensor_shape(want)
-                    and _tensors.tensor_dtype(type_) == _tensors.tensor_dtype(want)):
-                # the same tensors in the other layout (nested lists <-> binary): convert
-                return pa.chunked_array([_tensors.to_arrow(c, want) for c in col.chunks], type=want)
-            problems.append(
-                f"tensor column {name!r}: the store holds {describe_type(want)}, got "
-                f"{describe_type(type_)} (a layout of a table keeps one dtype and shape per tensor "
-                "column: convert the data, or write it under a new run id, which starts another layout)"
-            )
-            return None
+            return self.as_established(name, col, want)
         if pa.types.is_null(type_):
-            problems.append(
+            self.problems.append(
                 f"tensor column {name!r} is all null and its type is not known yet; declare it "
-                f"first with Store.declare({table_name!r}, {{{name!r}: <arrow type>}})"
+                f"first with Store.declare({self.table_name!r}, {{{name!r}: <arrow type>}})"
             )
             return None
-        problems.extend(_tensors.tensor_problems(type_, name))
+        self.problems.extend(_tensors.tensor_problems(type_, name))
         return col
 
-    for spec in schema.columns:
-        if spec.name not in names:
-            if spec.is_tensor:
-                want = established_types.get(spec.name)
-                if want is not None:
-                    out_fields.append(pa.field(spec.name, want, nullable=True))
-                    out_columns.append(pa.nulls(n, want))
-                continue
-            if not spec.nullable:
-                problems.append(f"missing required column {spec.name!r} ({spec.type})")
-                continue
-            assert spec.arrow_type is not None
-            out_fields.append(pa.field(spec.name, spec.arrow_type, nullable=True))
-            out_columns.append(pa.nulls(n, spec.arrow_type))
-            continue
-        col = data.column(spec.name)
-        if spec.is_tensor:
-            checked = check_tensor(spec.name, col)
-            if checked is not None:
-                out_fields.append(pa.field(spec.name, checked.type, nullable=True))
-                out_columns.append(checked)
-            continue
+    def as_established(self, name: str, col: pa.ChunkedArray, want: pa.DataType) -> pa.ChunkedArray | None:
+        """A tensor column in the type the store holds for it, or None (a problem noted)."""
+        type_ = col.type
+        if type_ == want:
+            return col
+        if pa.types.is_null(type_):
+            return pa.chunked_array([pa.nulls(self.n, want)])
+        if (isinstance(want, _tensors.TensorType) or isinstance(type_, _tensors.TensorType)) and (
+                not pa.types.is_struct(type_) and not pa.types.is_struct(want)
+                and _tensors.tensor_shape(type_) == _tensors.tensor_shape(want)
+                and _tensors.tensor_dtype(type_) == _tensors.tensor_dtype(want)):
+            # the same tensors in the other layout (nested lists <-> binary): convert
+            return pa.chunked_array([_tensors.to_arrow(c, want) for c in col.chunks], type=want)
+        self.problems.append(
+            f"tensor column {name!r}: the store holds {describe_type(want)}, got "
+            f"{describe_type(type_)} (a layout of a table keeps one dtype and shape per tensor "
+            "column: convert the data, or write it under a new run id, which starts another layout)"
+        )
+        return None
+
+    def declared(self, spec: ColumnSpec, col: pa.ChunkedArray) -> None:
+        """A declared (non-tensor) column: cast losslessly to its type, its values checked."""
         want_type = spec.arrow_type
         assert want_type is not None
         if pa.types.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         if col.type != want_type:
-            if pa.types.is_null(col.type):
-                col = pa.chunked_array([pa.nulls(n, want_type)])
-            elif _castable(col.type, want_type):
-                try:
-                    col = col.cast(want_type, safe=True)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    problems.append(f"column {spec.name!r}: cannot convert {col.type} to {want_type} "
-                                    f"without loss ({exc})")
-                    continue
-            else:
-                problems.append(_cast_problem(spec.name, col.type, want_type))
-                continue
+            cast = self.cast(spec.name, col, want_type)
+            if cast is None:
+                return
+            col = cast
+        self.check_values(spec, col)
+        self.add(spec.name, col, want_type, spec.nullable)
+
+    def cast(self, name: str, col: pa.ChunkedArray, want_type: pa.DataType) -> pa.ChunkedArray | None:
+        if pa.types.is_null(col.type):
+            return pa.chunked_array([pa.nulls(self.n, want_type)])
+        if not _castable(col.type, want_type):
+            self.problems.append(_cast_problem(name, col.type, want_type))
+            return None
+        try:
+            return col.cast(want_type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            self.problems.append(f"column {name!r}: cannot convert {col.type} to {want_type} "
+                                 f"without loss ({exc})")
+            return None
+
+    def check_values(self, spec: ColumnSpec, col: pa.ChunkedArray) -> None:
         if not spec.nullable and col.null_count:
             first = pc.index(pc.is_null(col), True).as_py()
-            problems.append(f"column {spec.name!r} must not be null, but has {col.null_count} "
-                            f"null(s) (first at row {first})")
-        if spec.enum is not None and n:
+            self.problems.append(f"column {spec.name!r} must not be null, but has {col.null_count} "
+                                 f"null(s) (first at row {first})")
+        if spec.enum is not None and self.n:
             present = {v for v in pc.unique(col).to_pylist() if v is not None}
             bad = sorted(present - set(spec.enum))
             if bad:
-                problems.append(f"column {spec.name!r}: value(s) {bad} not allowed; allowed: "
-                                f"{list(spec.enum)}")
-        out_fields.append(pa.field(spec.name, want_type, nullable=spec.nullable))
-        out_columns.append(col)
+                self.problems.append(f"column {spec.name!r}: value(s) {bad} not allowed; allowed: "
+                                     f"{list(spec.enum)}")
 
-    extras = [c for c in names if c not in declared]
-    if extras and not schema.tensor_columns_allowed:
-        problems.append(f"unknown column(s) {extras}; table {table_name!r} has: "
-                        f"{schema.column_names}")
-    elif schema.tensor_columns_allowed:
-        known_extras = [f for f in established_types if f not in declared]
+    def extra_tensors(self) -> None:
+        """Columns the schema does not declare: tensors where the table allows them."""
+        schema, established = self.schema, self.established
+        declared = set(schema.column_names)
+        extras = [c for c in self.names if c not in declared]
+        if extras and not schema.tensor_columns_allowed:
+            self.problems.append(f"unknown column(s) {extras}; table {self.table_name!r} has: "
+                                 f"{schema.column_names}")
+            return
+        if not schema.tensor_columns_allowed:
+            return
+        known_extras = [f for f in self.established_types if f not in declared]
         if established is not None:
-            new = [c for c in extras if c not in established_types]
+            new = [c for c in extras if c not in self.established_types]
             if new:
-                problems.append(
-                    f"tensor column(s) {new} are not in the store's {table_name!r} table, which "
+                self.problems.append(
+                    f"tensor column(s) {new} are not in the store's {self.table_name!r} table, which "
                     f"has {known_extras} (a layout keeps one set of tensors: write other tensors "
                     "under a new run id, which starts another layout of the table)"
                 )
         for name in known_extras if established is not None else extras:
-            if name in names:
-                checked = check_tensor(name, data.column(name))
-                if checked is not None:
-                    out_fields.append(pa.field(name, checked.type, nullable=True))
-                    out_columns.append(checked)
+            if name in self.names:
+                self.tensor(name, self.data.column(name))
             else:
-                want = established_types[name]
-                out_fields.append(pa.field(name, want, nullable=True))
-                out_columns.append(pa.nulls(n, want))
+                want = self.established_types[name]
+                self.add(name, pa.nulls(self.n, want), want)
 
-    if problems:
-        expected: object = established if established is not None else schema.describe()
-        raise SchemaMismatchError(table_name, problems, expected=expected, got=data.schema,
-                                  differences=schema_differences(expected, data.schema))
-    result = pa.Table.from_arrays(
-        [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c], type=f.type)
-         for c, f in zip(out_columns, out_fields, strict=True)],
-        schema=pa.schema(out_fields, metadata=schema.file_metadata()),
-    )
-    return result
+    def result(self) -> pa.Table:
+        if self.problems:
+            expected: object = self.established if self.established is not None else self.schema.describe()
+            raise SchemaMismatchError(self.table_name, self.problems, expected=expected, got=self.data.schema,
+                                      differences=schema_differences(expected, self.data.schema))
+        return pa.Table.from_arrays(
+            [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c], type=f.type)
+             for c, f in zip(self.columns, self.fields, strict=True)],
+            schema=pa.schema(self.fields, metadata=self.schema.file_metadata()),
+        )
 
 
 def quick_check(table_name: str, data: pa.Table) -> None:
