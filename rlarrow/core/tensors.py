@@ -267,30 +267,9 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if isinstance(values, pa.Array):
-        arr = values
-        if isinstance(arr.type, pa.FixedShapeTensorType):
-            arr = to_arrow(arr.to_numpy_ndarray())
-        if type is not None and arr.type != type:
-            if isinstance(type, TensorType) or isinstance(arr.type, TensorType):  # change of layout
-                dense = to_numpy(arr, fill_value=0)
-                out = to_arrow(dense, type)
-                if arr.null_count:
-                    return with_null_rows(out, arr.is_null().to_numpy(zero_copy_only=False))
-                return out
-            arr = arr.cast(type)
-        return arr
+        return _arrow_to_arrow(values, type)
     if isinstance(values, Mapping):
-        if not values:
-            raise ArgumentTypeError("a dict tensor needs at least one field")
-        children = []
-        for name, child in values.items():
-            child_type = type.field(name).type if type is not None and pa.types.is_struct(type) else None
-            children.append(to_arrow(child, child_type))
-        lengths = {len(c) for c in children}
-        if len(lengths) != 1:
-            raise ArgumentTypeError(
-                f"the fields of a dict tensor have different row counts: {sorted(lengths)}")
-        return pa.StructArray.from_arrays(children, names=[str(k) for k in values])
+        return _struct_to_arrow(values, type)
     if not isinstance(values, np.ndarray):
         rows_list = list(values)
         mask = np.fromiter((v is None for v in rows_list), dtype=bool, count=len(rows_list))
@@ -300,37 +279,78 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
                 raise ArgumentTypeError("null rows in a dict tensor are not supported; give every row")
             return to_arrow({k: [row[k] for row in rows_list] for k in present[0]}, type)
         if mask.any():
-            if not present:
-                return pa.nulls(len(rows_list), type or pa.null())
-            filler = np.zeros_like(np.asarray(present[0]))
-            dense = to_arrow(np.asarray([filler if v is None else v for v in rows_list]), type)
-            return with_null_rows(dense, mask)
-        try:
-            arr_np = np.asarray(rows_list)
-        except ValueError as exc:
-            raise ArgumentTypeError(
-                "the rows do not form one array (ragged shapes or mixed types); tensors in a "
-                "column must all have the same shape and dtype"
-            ) from exc
-    else:
-        arr_np = values
+            return _rows_with_nulls(rows_list, present, mask, type)
+        return _numpy_to_arrow(_stacked(rows_list), type)
+    return _numpy_to_arrow(values, type)
+
+
+def _arrow_to_arrow(arr: pa.Array, type_: pa.DataType | None) -> pa.Array:
+    """An Arrow array as is, extension tensors unwrapped, in ``type_`` (a cast or a change of layout)."""
+    if isinstance(arr.type, pa.FixedShapeTensorType):
+        arr = to_arrow(arr.to_numpy_ndarray())
+    if type_ is None or arr.type == type_:
+        return arr
+    if isinstance(type_, TensorType) or isinstance(arr.type, TensorType):  # change of layout
+        out = to_arrow(to_numpy(arr, fill_value=0), type_)
+        if arr.null_count:
+            return with_null_rows(out, arr.is_null().to_numpy(zero_copy_only=False))
+        return out
+    return arr.cast(type_)
+
+
+def _struct_to_arrow(values: Mapping[str, Any], type_: pa.DataType | None) -> pa.Array:
+    """A dict of batches as a struct array, one field each."""
+    if not values:
+        raise ArgumentTypeError("a dict tensor needs at least one field")
+    children = []
+    for name, child in values.items():
+        child_type = type_.field(name).type if type_ is not None and pa.types.is_struct(type_) else None
+        children.append(to_arrow(child, child_type))
+    lengths = {len(c) for c in children}
+    if len(lengths) != 1:
+        raise ArgumentTypeError(
+            f"the fields of a dict tensor have different row counts: {sorted(lengths)}")
+    return pa.StructArray.from_arrays(children, names=[str(k) for k in values])
+
+
+def _rows_with_nulls(rows_list: list[Any], present: list[Any], mask: np.ndarray,
+                     type_: pa.DataType | None) -> pa.Array:
+    """Per-row tensors, some of them None: null rows over zeros of the others' shape."""
+    if not present:
+        return pa.nulls(len(rows_list), type_ or pa.null())
+    filler = np.zeros_like(np.asarray(present[0]))
+    dense = to_arrow(np.asarray([filler if v is None else v for v in rows_list]), type_)
+    return with_null_rows(dense, mask)
+
+
+_RAGGED = ("the rows do not form one array (ragged shapes or mixed types); tensors in a "
+           "column must all have the same shape and dtype")
+
+
+def _stacked(rows_list: list[Any]) -> np.ndarray:
+    try:
+        return np.asarray(rows_list)
+    except ValueError as exc:
+        raise ArgumentTypeError(_RAGGED) from exc
+
+
+def _numpy_to_arrow(arr_np: np.ndarray, type_: pa.DataType | None) -> pa.Array:
+    """A ``(rows, *shape)`` array as nested fixed-size lists (or a binary tensor type), checked."""
     if arr_np.ndim == 0:
         raise ArgumentTypeError("a batch of tensors needs a first (row) axis; got a 0-d value")
     if arr_np.dtype.kind == "O":
-        raise ArgumentTypeError(
-            "the rows do not form one array (ragged shapes or mixed types); "
-            "tensors in a column must all have the same shape and dtype"
-        )
-    if isinstance(type, TensorType):
-        return _binary_from_numpy(arr_np, type)
+        raise ArgumentTypeError(_RAGGED)
+    if isinstance(type_, TensorType):
+        return _binary_from_numpy(arr_np, type_)
     rows, shape = arr_np.shape[0], arr_np.shape[1:]
-    leaf_type = tensor_dtype(type) if type is not None else None
+    leaf_type = tensor_dtype(type_) if type_ is not None else None
     if (leaf_type is not None and arr_np.dtype.kind in "biuf"
             and pa.from_numpy_dtype(arr_np.dtype) != leaf_type):
         raise ArgumentTypeError(f"{arr_np.dtype} tensors are not {leaf_type}; convert them first "
                                 "(nothing is cast silently)")
-    if type is not None and tensor_shape(type) != tuple(shape):
-        raise ArgumentTypeError(f"tensor shape {tuple(shape)} does not match {tensor_shape(type)} of {type}")
+    if type_ is not None and tensor_shape(type_) != tuple(shape):
+        raise ArgumentTypeError(f"tensor shape {tuple(shape)} does not match {tensor_shape(type_)} "
+                                f"of {type_}")
     flat = arr_np.reshape(-1) if arr_np.flags.c_contiguous else np.ascontiguousarray(arr_np).reshape(-1)
     result = _leaf_from_numpy(flat, leaf_type)
     for dim in reversed(shape):
