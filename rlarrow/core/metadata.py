@@ -88,85 +88,110 @@ def _sanitize_list(x: Any, complex_: bool) -> Any:
 def _enc(value: Any, path: str) -> tuple[Any, Any]:
     """Return (json-able value, tag or None)."""
     if isinstance(value, np.generic):
-        dtype = value.dtype
-        tag = "np:str_" if dtype.kind == "U" else "np:bytes_" if dtype.kind == "S" else f"np:{dtype.name}"
-        if dtype.kind == "b":
-            return bool(value), tag
-        if dtype.kind in "iu":
-            return int(value), tag
-        if dtype.kind == "f":
-            return _float_out(float(value)), tag
-        if dtype.kind == "c":
-            return [_float_out(float(value.real)), _float_out(float(value.imag))], tag
-        if dtype.kind == "U":
-            return str(value), tag
-        if dtype.kind == "S":
-            return base64.b64encode(value.tobytes()).decode("ascii"), tag
-        raise ArgumentTypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported "
-                                "in metadata")
+        return _enc_numpy_scalar(value, path)
     if value is None or isinstance(value, (bool, str)):
         return value, None
     if isinstance(value, Enum):
         return _enc(value.value, path)
-    if isinstance(value, int) and not isinstance(value, np.generic):
+    if isinstance(value, int):
         return int(value), None
-    if isinstance(value, float) and not isinstance(value, np.generic):
+    if isinstance(value, float):
         return (value, None) if math.isfinite(value) else (_float_out(value), "float")
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii"), "bytes"
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in _ND_KINDS:
-            raise ArgumentTypeError(
-                f"{path or 'value'}: NumPy arrays of dtype {value.dtype} are not supported in "
-                f"metadata (supported kinds: bool, int, uint, float, complex, str)"
-            )
-        listed = value.tolist()
-        return _sanitize_list(listed, value.dtype.kind == "c"), {
-            "nd": value.dtype.str,
-            "shape": list(value.shape),
-        }
+        return _enc_ndarray(value, path)
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        child_tags: dict[str, Any] = {}
-        key_tags: dict[str, str] = {}
-        for k, v in value.items():
-            if isinstance(k, str):
-                key = k
-            elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
-                key = str(int(k))
-                key_tags[key] = "int"
-            else:
-                raise ArgumentTypeError(
-                    f"{path or 'value'}: dict key {k!r} of type {type(k).__name__} is not "
-                    "supported in metadata (use str or int keys)"
-                )
-            if key in out:
-                raise ArgumentTypeError(f"{path or 'value'}: keys {key!r} and {k!r} collide once written "
-                                        "as JSON")
-            out[key], tag = _enc(v, f"{path}.{key}" if path else key)
-            if tag is not None:
-                child_tags[key] = tag
-        if not child_tags and not key_tags:
-            return out, None
-        dict_tag: dict[str, Any] = {"dict": child_tags}
-        if key_tags:
-            dict_tag["keys"] = key_tags
-        return out, dict_tag
+        return _enc_dict(value, path)
     if isinstance(value, (list, tuple)):
-        items = []
-        tags: dict[str, Any] = {}
-        for i, v in enumerate(value):
-            enc, tag = _enc(v, f"{path}[{i}]")
-            items.append(enc)
-            if tag is not None:
-                tags[str(i)] = tag
-        if isinstance(value, tuple):
-            return items, {"tuple": tags}
-        return items, ({"list": tags} if tags else None)
+        return _enc_sequence(value, path)
     raise ArgumentTypeError(
         f"{path or 'value'}: {type(value).__name__} is not supported in metadata "
         "(use dicts, lists, tuples, str, int, float, bool, None, bytes, NumPy scalars or arrays)"
     )
+
+
+def _enc_numpy_scalar(value: np.generic, path: str) -> tuple[Any, str]:
+    """A NumPy scalar as its Python value, tagged with its dtype."""
+    dtype = value.dtype
+    tag = "np:str_" if dtype.kind == "U" else "np:bytes_" if dtype.kind == "S" else f"np:{dtype.name}"
+    if dtype.kind == "b":
+        return bool(value), tag
+    if dtype.kind in "iu":
+        return int(value), tag
+    if dtype.kind == "f":
+        return _float_out(float(value)), tag
+    if dtype.kind == "c":
+        return [_float_out(float(value.real)), _float_out(float(value.imag))], tag
+    if dtype.kind == "U":
+        return str(value), tag
+    if dtype.kind == "S":
+        return base64.b64encode(value.tobytes()).decode("ascii"), tag
+    raise ArgumentTypeError(f"{path or 'value'}: NumPy scalar of dtype {dtype} is not supported "
+                            "in metadata")
+
+
+def _enc_ndarray(value: np.ndarray, path: str) -> tuple[Any, dict[str, Any]]:
+    """A NumPy array as nested lists, tagged with its dtype and shape."""
+    if value.dtype.kind not in _ND_KINDS:
+        raise ArgumentTypeError(
+            f"{path or 'value'}: NumPy arrays of dtype {value.dtype} are not supported in "
+            f"metadata (supported kinds: bool, int, uint, float, complex, str)"
+        )
+    listed = value.tolist()
+    return _sanitize_list(listed, value.dtype.kind == "c"), {
+        "nd": value.dtype.str,
+        "shape": list(value.shape),
+    }
+
+
+def _dict_key(k: Any, path: str) -> tuple[str, bool]:
+    """A dict key as JSON writes it, and whether it was an int."""
+    if isinstance(k, str):
+        return k, False
+    if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+        return str(int(k)), True
+    raise ArgumentTypeError(
+        f"{path or 'value'}: dict key {k!r} of type {type(k).__name__} is not "
+        "supported in metadata (use str or int keys)"
+    )
+
+
+def _enc_dict(value: dict[Any, Any], path: str) -> tuple[dict[str, Any], Any]:
+    """A dict with str (or int) keys; its tag names its children's tags and its int keys."""
+    out: dict[str, Any] = {}
+    child_tags: dict[str, Any] = {}
+    key_tags: dict[str, str] = {}
+    for k, v in value.items():
+        key, was_int = _dict_key(k, path)
+        if was_int:
+            key_tags[key] = "int"
+        if key in out:
+            raise ArgumentTypeError(f"{path or 'value'}: keys {key!r} and {k!r} collide once written "
+                                    "as JSON")
+        out[key], tag = _enc(v, f"{path}.{key}" if path else key)
+        if tag is not None:
+            child_tags[key] = tag
+    if not child_tags and not key_tags:
+        return out, None
+    dict_tag: dict[str, Any] = {"dict": child_tags}
+    if key_tags:
+        dict_tag["keys"] = key_tags
+    return out, dict_tag
+
+
+def _enc_sequence(value: list[Any] | tuple[Any, ...], path: str) -> tuple[list[Any], Any]:
+    """A list or tuple; a tuple is always tagged (it must come back a tuple)."""
+    items = []
+    tags: dict[str, Any] = {}
+    for i, v in enumerate(value):
+        enc, tag = _enc(v, f"{path}[{i}]")
+        items.append(enc)
+        if tag is not None:
+            tags[str(i)] = tag
+    if isinstance(value, tuple):
+        return items, {"tuple": tags}
+    return items, ({"list": tags} if tags else None)
 
 
 def encode(value: Any) -> tuple[str | None, str | None]:
