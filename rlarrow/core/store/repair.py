@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +30,9 @@ from rlarrow.core.store.layouts import layout_number, table_of
 from rlarrow.core.store.lease import _VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
 from rlarrow.core.store.tables import TableStore
+
+if TYPE_CHECKING:
+    from rlarrow.core.store.delta import DeltaLog
 
 __all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo", "rebuild_manifest"]
 
@@ -484,8 +487,7 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
     import fcntl
 
     from rlarrow.core.store import manifest as _manifest
-    from rlarrow.core.store.delta import LOG_DIR, DeltaLog
-    from rlarrow.core.store.segments import local_segments, write_whole
+    from rlarrow.core.store.delta import LOG_DIR
 
     root = Path(root)
     path = root / _manifest.MANIFEST_NAME
@@ -496,19 +498,9 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
         if apply and any(is_directory(root / t / LOG_DIR) for t in tables):
             fd = open_lock(root)
             fcntl.flock(fd, fcntl.LOCK_EX)  # (as every writer does: none commits meanwhile)
-        try:
-            raw = read_entry(path, what="the store's manifest")
-            _manifest.parse_manifest(raw, path, local_segments(root))
+        lost = _manifest_loss(root, path)
+        if lost is None:
             return []  # whole: nothing to rebuild (a later major format raises FormatVersionError)
-        except FileNotFoundError:
-            lost = "missing"
-        except CorruptFileError as exc:
-            if getattr(exc, "segment", None) is not None:
-                return []  # (a lost segment of a whole manifest: its lists are restored from the logs)
-            reason = str(exc).removeprefix(f"{path}: ").split("; restore")[0]
-            lost = f"damaged ({reason[:200]})"
-        except OSError as exc:
-            lost = f"unreadable ({exc.strerror or exc})"
         if not any(is_directory(root / t / LOG_DIR) for t in tables):
             raise CorruptFileError(path, f"is {lost.split(' ')[0]} and no table folder has a Delta log "
                                    f"({LOG_DIR}): nothing to rebuild the store from; restore it from a "
@@ -520,78 +512,133 @@ def rebuild_manifest(root: str | os.PathLike[str], *, apply: bool = False) -> li
         adopted: list[str] = []
         now_ms = int(time.time() * 1000)
         for table in tables:
-            directory = root / table
-            log = DeltaLog(directory)
-            log.refresh()
-            parquet = sorted(p.name for p in directory.glob("part-*.parquet") if is_regular(p))  # (no link)
-            entry = manifest["tables"].get(table) or {
-                "schema_version": manifest["tables"][table_of(table)]["schema_version"],
-                "schema": None, "rows": 0, "files": []}
-            manifest["tables"][table] = entry
-            if log.version < 0:
-                if parquet:
-                    raise CorruptFileError(directory, f"holds {len(parquet)} Parquet file(s) but no Delta "
-                                           f"log ({LOG_DIR}): which of them were committed, and in what "
-                                           "order, is not known, so the manifest cannot be rebuilt; "
-                                           "restore the store from a backup, or move the table folder out "
-                                           "and repair again to keep the other tables")
-                if table != table_of(table):
-                    del manifest["tables"][table]
-                continue
-            config = (log.metadata or {}).get("configuration") or {}
-            if not isinstance(config.get("rlarrow.schema"), str):
-                raise CorruptFileError(directory / LOG_DIR, "has no rlarrow schema (metaData.configuration"
-                                       "[\"rlarrow.schema\"]): not rlarrow's log; restore the store from a "
-                                       "backup")
-            files: list[dict[str, Any]] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes}
-                                           for f in log.ordered()]
-            for f in files:
-                check_inside(directory, f["name"])  # (a link the log names: refused, never read through)
-            gone = [f["name"] for f in files if not is_regular(directory / f["name"])]
-            if gone:
-                raise CorruptFileError(directory / gone[0], f"is listed by {table}'s Delta log but is not "
-                                       f"there ({len(gone)} file(s) missing): restore them, or the store "
-                                       "from a backup")
-            for f in files:
-                if f["rows"] < 0:  # (a log without numRecords: the footer says)
-                    f["rows"] = pq.ParquetFile(directory / f["name"]).metadata.num_rows
-            logged = _logged_names(directory / LOG_DIR)
-            listed = {f["name"] for f in files}
-            retired = [n for n in parquet if n in logged and n not in listed]
-            unlogged = [n for n in parquet if n not in logged]
-            for name in unlogged:  # (committed while its Delta commit was due, or a crash's)
-                file = directory / name
-                try:
-                    rows = pq.ParquetFile(file).metadata.num_rows
-                except (OSError, pa.ArrowException) as exc:
-                    raise CorruptFileError(file, f"is in no Delta commit and cannot be read ({exc}): move it "
-                                           "out of the store and repair again") from exc
-                files.append({"name": name, "rows": rows, "bytes": file.stat().st_size})
-            entry.update(schema=config["rlarrow.schema"],
-                         schema_version=config.get("rlarrow.schemaVersion", entry["schema_version"]),
-                         files=files, rows=sum(f["rows"] for f in files))
-            manifest["version"] = max(manifest["version"], log.store_version)
-            for name in retired:
-                manifest["retired"].append(f"{table}/{name}")
-                manifest["retired_at"][f"{table}/{name}"] = now_ms
-            if unlogged:
-                adopted.append(table)
-            more = f", {len(unlogged)} of them in no Delta commit yet (listed last)" if unlogged else ""
-            more += f"; {len(retired)} replaced file(s) kept for earlier versions" if retired else ""
-            lines.append(f"{table}: {len(files)} file(s), {entry['rows']:,} row(s) from its Delta log{more}")
+            rebuilt = _rebuild_table(root / table, manifest, now_ms)
+            if rebuilt is not None:
+                line, unlogged = rebuilt
+                lines.append(line)
+                if unlogged:
+                    adopted.append(table)
         if adopted:  # their Delta commits are due: the next writer writes them
             manifest["version"] += 1
             manifest["delta_due"] = [{"table": t, "version": manifest["version"]} for t in adopted]
         if apply:
-            _manifest.validate(json.loads(json.dumps(manifest)), path)  # (valid, or nothing changes)
-            if os.path.lexists(path):  # the damaged one (or a link, never followed): kept aside
-                quarantine = store_dirs(root, _QUARANTINE, "repair's _damaged directory")
-                os.replace(path, quarantine / f"{_manifest.MANIFEST_NAME}-{time.strftime('%Y%m%dT%H%M%S')}")
-            write_whole(root, manifest)
+            _write_rebuilt(root, path, manifest)
         return lines
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _manifest_loss(root: Path, path: Path) -> str | None:
+    """What is wrong with the manifest (``missing``, ``damaged (...)``, ...), or None when it reads whole."""
+    from rlarrow.core.store import manifest as _manifest
+    from rlarrow.core.store.segments import local_segments
+
+    try:
+        raw = read_entry(path, what="the store's manifest")
+        _manifest.parse_manifest(raw, path, local_segments(root))
+        return None
+    except FileNotFoundError:
+        return "missing"
+    except CorruptFileError as exc:
+        if getattr(exc, "segment", None) is not None:
+            return None  # (a lost segment of a whole manifest: its lists are restored from the logs)
+        reason = str(exc).removeprefix(f"{path}: ").split("; restore")[0]
+        return f"damaged ({reason[:200]})"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+
+
+def _rebuild_table(directory: Path, manifest: dict[str, Any], now_ms: int) -> tuple[str, bool] | None:
+    """One table's manifest entry rebuilt from its Delta log and Parquet files, in ``manifest``.
+
+    Returns its report line and whether files in no Delta commit were adopted (its commit is
+    then due), or None for a table folder without a log or files (nothing to list).
+    """
+    from rlarrow.core.store.delta import LOG_DIR, DeltaLog
+
+    table = directory.name
+    log = DeltaLog(directory)
+    log.refresh()
+    parquet = sorted(p.name for p in directory.glob("part-*.parquet") if is_regular(p))  # (no link)
+    entry = manifest["tables"].get(table) or {
+        "schema_version": manifest["tables"][table_of(table)]["schema_version"],
+        "schema": None, "rows": 0, "files": []}
+    manifest["tables"][table] = entry
+    if log.version < 0:
+        if parquet:
+            raise CorruptFileError(directory, f"holds {len(parquet)} Parquet file(s) but no Delta "
+                                   f"log ({LOG_DIR}): which of them were committed, and in what "
+                                   "order, is not known, so the manifest cannot be rebuilt; "
+                                   "restore the store from a backup, or move the table folder out "
+                                   "and repair again to keep the other tables")
+        if table != table_of(table):
+            del manifest["tables"][table]
+        return None
+    config = (log.metadata or {}).get("configuration") or {}
+    if not isinstance(config.get("rlarrow.schema"), str):
+        raise CorruptFileError(directory / LOG_DIR, "has no rlarrow schema (metaData.configuration"
+                               "[\"rlarrow.schema\"]): not rlarrow's log; restore the store from a "
+                               "backup")
+    files = _logged_files(directory, log)
+    logged = _logged_names(directory / LOG_DIR)
+    listed = {f["name"] for f in files}
+    retired = [n for n in parquet if n in logged and n not in listed]
+    unlogged = [n for n in parquet if n not in logged]
+    files += _unlogged_files(directory, unlogged)  # (committed while its Delta commit was due, or a crash's)
+    entry.update(schema=config["rlarrow.schema"],
+                 schema_version=config.get("rlarrow.schemaVersion", entry["schema_version"]),
+                 files=files, rows=sum(f["rows"] for f in files))
+    manifest["version"] = max(manifest["version"], log.store_version)
+    for name in retired:
+        manifest["retired"].append(f"{table}/{name}")
+        manifest["retired_at"][f"{table}/{name}"] = now_ms
+    more = f", {len(unlogged)} of them in no Delta commit yet (listed last)" if unlogged else ""
+    more += f"; {len(retired)} replaced file(s) kept for earlier versions" if retired else ""
+    return f"{table}: {len(files)} file(s), {entry['rows']:,} row(s) from its Delta log{more}", bool(unlogged)
+
+
+def _logged_files(directory: Path, log: DeltaLog) -> list[dict[str, Any]]:
+    """The files of the log's last version, in order, each there (never through a link), with its rows."""
+    table = directory.name
+    files: list[dict[str, Any]] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes} for f in log.ordered()]
+    for f in files:
+        check_inside(directory, f["name"])  # (a link the log names: refused, never read through)
+    gone = [f["name"] for f in files if not is_regular(directory / f["name"])]
+    if gone:
+        raise CorruptFileError(directory / gone[0], f"is listed by {table}'s Delta log but is not "
+                               f"there ({len(gone)} file(s) missing): restore them, or the store "
+                               "from a backup")
+    for f in files:
+        if f["rows"] < 0:  # (a log without numRecords: the footer says)
+            f["rows"] = pq.ParquetFile(directory / f["name"]).metadata.num_rows
+    return files
+
+
+def _unlogged_files(directory: Path, names: list[str]) -> list[dict[str, Any]]:
+    """Parquet files no Delta commit names, their rows read from their footers."""
+    files = []
+    for name in names:
+        file = directory / name
+        try:
+            rows = pq.ParquetFile(file).metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptFileError(file, f"is in no Delta commit and cannot be read ({exc}): move it "
+                                   "out of the store and repair again") from exc
+        files.append({"name": name, "rows": rows, "bytes": file.stat().st_size})
+    return files
+
+
+def _write_rebuilt(root: Path, path: Path, manifest: dict[str, Any]) -> None:
+    """Write a rebuilt manifest, checked first; a damaged one is kept aside in ``_damaged``."""
+    from rlarrow.core.store import manifest as _manifest
+    from rlarrow.core.store.segments import write_whole
+
+    _manifest.validate(json.loads(json.dumps(manifest)), path)  # (valid, or nothing changes)
+    if os.path.lexists(path):  # the damaged one (or a link, never followed): kept aside
+        quarantine = store_dirs(root, _QUARANTINE, "repair's _damaged directory")
+        os.replace(path, quarantine / f"{_manifest.MANIFEST_NAME}-{time.strftime('%Y%m%dT%H%M%S')}")
+    write_whole(root, manifest)
 
 
 def _disk_bytes(root: str, skip: str = "") -> int:
