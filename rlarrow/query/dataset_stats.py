@@ -94,7 +94,7 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
 
     Returns:
         ``{column: ColumnStats}``: ``.mean``, ``.std``, ``.min``, ``.max``,
-        ``.quantile(q)``, ``.to_dict()``, and :func:`rlarrow.core.stats.normalizer`.
+        ``.quantile(q)``, ``.to_dict()``, and :func:`rlarrow.train.normalize.normalizer`.
 
     Example:
         >>> stats("runs.rlarrow", where="metadata->>'split' = 'train'")  # doctest: +SKIP

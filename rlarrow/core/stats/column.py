@@ -34,7 +34,7 @@ from rlarrow.core.stats.arrow_form import (
     column_rows,
     stats_batch,
 )
-from rlarrow.core.stats.moments import Moments, as_float_rows, batch_moments, merge, quiet
+from rlarrow.core.stats.moments import Moments, add, as_float_rows, batch_moments, merge, quiet
 from rlarrow.core.stats.sketches import (
     check_k,
     datasketches,
@@ -163,8 +163,8 @@ class ColumnStats:
         return Moments(self._count, self._nan, self._mean, self._m2, self._min, self._max)
 
     def _add(self, part: Moments) -> None:
-        """Merge another part's moments into these, with the one merge (:func:`.moments.merge`)."""
-        self._set_moments(_merged([self._moments(), part]))
+        """Add a batch's moments to these running ones (:func:`.moments.add`)."""
+        self._set_moments(add(self._moments(), part))
 
     def _set_moments(self, merged: Moments) -> None:
         self._count, self._nan, self._mean, self._m2, self._min, self._max = merged
@@ -189,7 +189,7 @@ class ColumnStats:
             raise ArgumentError(f"cannot merge statistics of shape {other._shape} into ones of shape "
                                 f"{self._shape}")
         self._sketches = merged_sketches([self._sketches, other._sketches], into_first=True)
-        self._add(other._moments())
+        self._set_moments(_merged([self, other]))
 
     @classmethod
     def combine(cls, parts: Iterable[ColumnStats], weights: Sequence[float] | None = None) -> ColumnStats:
@@ -241,7 +241,7 @@ class ColumnStats:
         if weights is not None:
             return cls._mixture_of(items, weights)
         out = cls(items[0]._shape, k=items[0]._k)
-        out._set_moments(_merged([p._moments() for p in items]))
+        out._set_moments(_merged(items))
         out._sketches = merged_sketches([p._sketches for p in items], into_first=False)
         return out
 
@@ -544,9 +544,11 @@ class ColumnStats:
         return f"ColumnStats({kind}shape={self._shape}, count={self._count}, k={self._k})"
 
 
-def _merged(parts: Sequence[Moments]) -> Moments:
+def _merged(parts: Sequence[ColumnStats]) -> Moments:
     """Parts' moments stacked and merged with the one merge (:func:`.moments.merge`)."""
-    return merge(*(np.stack([getattr(p, field) for p in parts]) for field in Moments._fields))
+    return merge(np.array([p._count for p in parts], dtype=np.int64), np.stack([p._nan for p in parts]),
+                 np.stack([p._mean for p in parts]), np.stack([p._m2 for p in parts]),
+                 np.stack([p._min for p in parts]), np.stack([p._max for p in parts]))
 
 
 def _build(shape: tuple[int, ...], k: int, merged: Moments) -> ColumnStats:
