@@ -13,6 +13,12 @@
   format migrations;
 * :mod:`~rlarrow.core.errors`, :mod:`~rlarrow.core.type_names`, :mod:`~rlarrow.core.deps`,
   :mod:`~rlarrow.core.progress`.
+* :mod:`~rlarrow.core.stats`, :mod:`~rlarrow.core.step_stats`: column statistics (moments,
+  sketches, their Arrow form, one merge) and the ``stats`` rows the store writes with steps.
+
+Format codecs live in :mod:`rlarrow.io.codecs`, the training normaliser in
+:mod:`rlarrow.train.normalize`. Inside ``core/`` the model sits below the store and the store
+below what builds on it: an import contract (``docs/architecture.md``, "Core has floors").
 
 See ``docs/architecture.md`` for what each layer may import.
 """
