@@ -761,3 +761,49 @@ def test_layout_narrows_the_tensor_checks_to_one_steps_layout(tmp_path):
         check_store(st, layout=3)
     out = CliRunner().invoke(check, [str(tmp_path / "s"), "--layout", "1", "--json"])
     assert "nonfinite" in out.output
+
+
+def test_the_fix_commits_through_the_write_side_all_or_nothing(tmp_path):
+    """``add_rows`` (the store's write side) commits every piece or none; the doctor itself never writes."""
+    import ast
+
+    from rlarrow.core.store.additions import add_rows
+
+    st = rlarrow.Store.create(tmp_path / "s")
+    rows = rlarrow.core.schema.build("scalars", {"run_id": "r", "scope": "t", "tag": "x", "step": [0, 1],
+                                                 "value": [1.0, 2.0]})
+
+    def broken():
+        yield "scalars", rows
+        raise OSError("the disk went away after the first piece")
+
+    with pytest.raises(OSError, match="went away"):
+        add_rows(st, broken())
+    assert st.version == 0 and st.row_count("scalars") == 0  # the first piece was not committed
+    assert add_rows(st, iter([("scalars", rows), ("scalars", rows.slice(0, 0))])) == {"scalars": 2}
+    assert st.version == 1 and st.row_count("scalars") == 2
+    with pytest.raises(StoreError, match="cannot fix a store opened read-only"):
+        add_rows(rlarrow.Store.open(st.path, readonly=True), iter([("scalars", rows)]), what="fix")
+    # the read side calls no store method that commits
+    writes = {"append", "append_together", "transaction", "add_run", "writer", "delete", "label", "merge"}
+    doctor = Path(rlarrow.query.doctor.__file__).parent
+    called = {(node.func.value.id, node.func.attr) for path in doctor.glob("*.py")
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and isinstance(node.func.value, ast.Name)}
+    assert {attr for name, attr in called if name in ("st", "store")} & writes == set()
+    assert ("st", "row_count") in called  # (what the walk sees: the store's reads)
+
+
+@pytest.mark.parametrize("name", ["rlarrow.query.doctor", *(f"rlarrow.query.doctor.{m}" for m in (
+    "findings", "context", "checks", "episode_checks", "tensor_checks", "memory_checks", "fixes", "hints"))])
+def test_each_doctor_module_says_what_it_owns_and_its_examples_run(name, tmp_path, monkeypatch):
+    import doctest
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(name)
+    assert module.__doc__ and len(module.__doc__.split()) > 10, f"{name} has no docstring"
+    assert len(Path(module.__file__).read_text().splitlines()) <= 800
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted and result.failed == 0
