@@ -321,7 +321,6 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
         >>> lerobot_stats_json("pusht.rlarrow")["observation.image"]["mean"]  # doctest: +SKIP
         [[[0.51]], [[0.47]], [[0.43]]]
     """
-    from rlarrow.core import metadata as _metadata
     from rlarrow.core.store import opened
     from rlarrow.io.lerobot import FRAME_KEYS
     from rlarrow.io.lerobot.writing import frame_key_stats
@@ -335,45 +334,69 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
     result = stats(store, where=where, runs=runs, episodes=episodes, weights=weights, columns=data,
                    quantiles=quantiles, version=version, layout=layout) if data is None or data else {}
     with opened(store, readonly=True, version=version) as st:
-        chosen: set[tuple[str, int]] | None = None
-        if episodes is not None or where is not None:
-            if isinstance(episodes, pa.Table):
-                chosen = set(zip(episodes.column("run_id").to_pylist(),
-                                 episodes.column("episode_id").to_pylist(), strict=True))
-            elif episodes is not None:
-                chosen = {(str(r), int(e)) for r, e in episodes}
-            if where is not None:
-                sql = selected_episodes(st, where)
-                found = set(zip(sql.column("run_id").to_pylist(), sql.column("episode_id").to_pylist(),
-                                strict=True))
-                chosen = found if chosen is None else chosen & found
+        chosen = _chosen_episodes(st, episodes, where)
         all_runs = st.read("runs", columns=["run_id", "source", "metadata", "metadata_types"]).to_pylist()
         selected = [r for r in all_runs if (runs is None or r["run_id"] in set(runs))
                     and (weights is None or float(weights.get(r["run_id"], 0.0)) > 0)]
         images = _image_stats(st, [r["run_id"] for r in selected], chosen, weights, quantiles, data)
-        # the runs with steps, in the runs table's order (then any without a runs row)
-        framed = sorted({run for info in st.layouts("steps") if layout is None or info.layout == layout
-                         for run in info.run_ids if runs is None or run in set(runs)})
-        known = [r["run_id"] for r in all_runs]
-        framed.sort(key=lambda run: known.index(run) if run in known else len(known))
-        bookkeeping = frame_key_stats(st, framed, episodes=chosen, weights=weights,
-                                      quantiles=quantiles) if keys else {}
+        bookkeeping = frame_key_stats(st, _framed_runs(st, all_runs, runs, layout), episodes=chosen,
+                                      weights=weights, quantiles=quantiles) if keys else {}
+    out = _numeric_entries(result, images, quantiles)
+    out.update({name: {k: v.tolist() for k, v in value.items()} for name, value in images.items()})
+    _lerobot_names(out, selected)
+    out.update({name: {k: v.tolist() for k, v in bookkeeping[name].items()} for name in keys
+                if name in bookkeeping})
+    return out
+
+
+def _chosen_episodes(st: Any, episodes: list[tuple[str, int]] | pa.Table | None,
+                     where: str | None) -> set[tuple[str, int]] | None:
+    """The ``(run_id, episode_id)`` pairs ``episodes`` and ``where`` both keep (None: every episode)."""
+    chosen: set[tuple[str, int]] | None = None
+    if isinstance(episodes, pa.Table):
+        chosen = set(zip(episodes.column("run_id").to_pylist(), episodes.column("episode_id").to_pylist(),
+                         strict=True))
+    elif episodes is not None:
+        chosen = {(str(r), int(e)) for r, e in episodes}
+    if where is not None:
+        sql = selected_episodes(st, where)
+        found = set(zip(sql.column("run_id").to_pylist(), sql.column("episode_id").to_pylist(), strict=True))
+        chosen = found if chosen is None else chosen & found
+    return chosen
+
+
+def _framed_runs(st: Any, all_runs: list[dict[str, Any]], runs: list[str] | None,
+                 layout: int | None) -> list[str]:
+    """The runs with steps (of ``layout``) among ``runs``: the runs table's order, then any without a row."""
+    framed = sorted({run for info in st.layouts("steps") if layout is None or info.layout == layout
+                     for run in info.run_ids if runs is None or run in set(runs)})
+    known = [r["run_id"] for r in all_runs]
+    framed.sort(key=lambda run: known.index(run) if run in known else len(known))
+    return framed
+
+
+def _numeric_entries(result: Mapping[str, ColumnStats], images: Mapping[str, Any],
+                     quantiles: bool) -> dict[str, dict[str, list[Any]]]:
+    """LeRobot's entries of the merged numeric statistics, but for the image columns (and their fields)."""
     out: dict[str, dict[str, list[Any]]] = {}
     for name, value in result.items():
         if value.count and name not in images and not any(name.startswith(i + ".") for i in images):
             out[name] = {k: v.tolist() for k, v in lerobot_entry(
                 value, quantiles=DEFAULT_QUANTILES if quantiles and value.has_quantiles else ()).items()}
-    out.update({name: {k: v.tolist() for k, v in value.items()} for name, value in images.items()})
-    lerobot = bool(selected) and all(r["source"] == "lerobot" for r in selected)
-    if lerobot:
-        features: set[str] = set()
-        for r in selected:
-            meta = _metadata.decode(r["metadata"], r["metadata_types"])
-            info = meta.get("info") if isinstance(meta, dict) else None
-            if isinstance(info, dict) and isinstance(info.get("features"), dict):
-                features |= set(info["features"])
-        if "reward" in out and "next.reward" in features:
-            out["next.reward"] = out.pop("reward")
-    out.update({name: {k: v.tolist() for k, v in bookkeeping[name].items()} for name in keys
-                if name in bookkeeping})
     return out
+
+
+def _lerobot_names(out: dict[str, dict[str, list[Any]]], selected: list[dict[str, Any]]) -> None:
+    """Where every selected run came from LeRobot, ``reward`` takes its feature name ``next.reward``."""
+    from rlarrow.core import metadata as _metadata
+
+    if not selected or not all(r["source"] == "lerobot" for r in selected):
+        return
+    features: set[str] = set()
+    for r in selected:
+        meta = _metadata.decode(r["metadata"], r["metadata_types"])
+        info = meta.get("info") if isinstance(meta, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("features"), dict):
+            features |= set(info["features"])
+    if "reward" in out and "next.reward" in features:
+        out["next.reward"] = out.pop("reward")
