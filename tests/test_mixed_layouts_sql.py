@@ -27,7 +27,7 @@ from conftest import FIXTURES
 import rlarrow
 from rlarrow.cli import cli
 from rlarrow.core.errors import RLArrowWarning
-from rlarrow.query.connection import _widest
+from rlarrow.query.views import widest as _widest
 
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("skrl", "gymnasium", "torch", "minari", "h5py")}
 
