@@ -55,7 +55,6 @@ def quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-
 class Tally:
     """Findings kept per check (the first ``limit``) and counted by severity."""
 

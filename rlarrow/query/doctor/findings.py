@@ -152,7 +152,6 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-
 @dataclass(frozen=True)
 class Fixed:
     """A row :func:`fix_store` added: its table, its key, what it says.

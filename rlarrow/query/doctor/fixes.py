@@ -36,7 +36,6 @@ __all__ = ["FIX_SOURCE", "fix_store", "fixable"]
 FIX_SOURCE = "rlarrow check --fix"
 
 
-
 def fixable(report: Report) -> int:
     """How many of ``report``'s listed findings :func:`fix_store` fixes (rows it would add).
 
