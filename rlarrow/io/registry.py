@@ -404,6 +404,12 @@ def _export_minari(store: StoreLike, directory: str | os.PathLike[str], *, run_i
     return [export_minari(store, directory, run_id=run_id, overwrite=overwrite, data_format=fmt)]
 
 
+def _read_envlogger(path: Path, options: ImportOptions) -> EpisodeSource:
+    from rlarrow.io.envlogger import read_envlogger
+
+    return read_envlogger(path, run_id=options.run_id, skip_corrupt=options.skip_corrupt)
+
+
 def _read_minari(path: Path, options: ImportOptions) -> EpisodeSource:
     from rlarrow.io.minari import read_minari
 
@@ -520,6 +526,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format(
         name="envlogger", summary="an envlogger (riegeli) directory of dm_env episodes",
         detect=_is_envlogger, kind="directory", import_=_import_envlogger, export=_export_envlogger,
+        read=_read_envlogger,
         suffixes=(".riegeli",), markers=("metadata.riegeli",), noun="envlogger directories",
         convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,
         convert_help=("ENVLOGGER_DIR", "an envlogger directory (metadata.riegeli): one run of episodes"),

@@ -52,6 +52,6 @@ def convert_format(source: str | os.PathLike[str], to: str, output: str | os.Pat
         what = ("no dataset rlarrow recognises" if found is None
                 else f"{found.name}, which has no episode reader")
         raise UnsupportedInputError(source, f"{what}; rlarrow convert --to reads "
-                                    f"{', '.join(f.name for f in registry.readers())} datasets")
+                                    f"{', '.join(f.noun or f.name for f in registry.readers())}")
     with found.read(Path(source), options or registry.ImportOptions()) as episodes:
         return target.write(episodes, output, overwrite=overwrite, **write_options)

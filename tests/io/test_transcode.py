@@ -49,5 +49,23 @@ def test_what_cannot_be_converted_says_what_can(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="does not write tfevents"):
         convert_format(FIXTURES / "minari" / "cartpole" / "arrow-v0", "tfevents", tmp_path / "o")
     (tmp_path / "x.txt").write_text("hello")
-    with pytest.raises(UnsupportedInputError, match="convert --to reads minari"):
+    with pytest.raises(UnsupportedInputError, match="convert --to reads .*Minari datasets"):
         convert_format(tmp_path / "x.txt", "minari", tmp_path / "o")
+
+
+def test_an_envlogger_directory_becomes_a_minari_dataset_without_a_store(tmp_path: Path) -> None:
+    pytest.importorskip("envlogger", reason="envlogger reads the riegeli files (pip install rlarrow[envlogger])")
+    from minari.dataset.minari_dataset import MinariDataset
+
+    from rlarrow.io.envlogger import read_envlogger
+
+    catch = FIXTURES / "envlogger" / "catch"
+    convert_format(catch, "minari", tmp_path / "out", data_format="arrow")
+    got = MinariDataset(tmp_path / "out" / "data")
+    with read_envlogger(catch) as source:
+        episodes = list(source.by_episode())
+    assert got.total_episodes == len(episodes)
+    for (steps, row), ep in zip(episodes, got.iterate_episodes(), strict=True):
+        n = steps.num_rows - 1
+        assert row is not None and len(ep.actions) == n == row["num_steps"] - 1
+        np.testing.assert_array_equal(ep.rewards, steps.column("reward").to_numpy(zero_copy_only=False)[:n])
