@@ -54,7 +54,7 @@ def test_what_cannot_be_converted_says_what_can(tmp_path: Path) -> None:
 
 
 def test_an_envlogger_directory_becomes_a_minari_dataset_without_a_store(tmp_path: Path) -> None:
-    pytest.importorskip("envlogger", reason="envlogger reads the riegeli files (pip install rlarrow[envlogger])")
+    pytest.importorskip("envlogger", reason="envlogger reads the riegeli files (pip install envlogger)")
     from minari.dataset.minari_dataset import MinariDataset
 
     from rlarrow.io.envlogger import read_envlogger
