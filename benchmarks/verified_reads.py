@@ -65,7 +65,7 @@ def child(engine: str, query: str, mode: str) -> None:
     import polars as pl
 
     import rlarrow
-    from rlarrow.query.connection import _connect
+    from rlarrow.query.views import connect_checked as _connect
 
     path = store_path()
     sql = QUERIES[query]

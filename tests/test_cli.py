@@ -169,9 +169,9 @@ def test_push_shows_no_progress_bar_when_stderr_is_not_a_terminal(populated, tmp
      "names="),
 ])
 def test_cli_errors_name_flags_not_python_arguments(message, cli, python):
-    from rlarrow.cli.commands import _cli_spelling
+    from rlarrow.cli.commands import cli_spelling
 
-    text = _cli_spelling(message)
+    text = cli_spelling(message)
     assert cli in text and python not in text, text
 
 

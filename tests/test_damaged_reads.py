@@ -314,7 +314,7 @@ def test_a_querys_own_file_failing_is_not_called_store_damage(tmp_path):
 def test_a_damaged_file_of_a_store_given_by_a_relative_path_is_named(tmp_path, monkeypatch):
     import duckdb
 
-    from rlarrow.query.connection import _damaged
+    from rlarrow.query.duckdb_errors import damaged as _damaged
 
     monkeypatch.chdir(tmp_path)
     store = rlarrow.Store.create("s")

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from rlarrow.cli.commands import _cli_spelling, _friendly_errors
+from rlarrow.cli.commands import cli_spelling, friendly_errors
 
 __all__ = ["CHECK_NAMES", "check"]
 
@@ -82,7 +82,7 @@ def _is_store(path: str) -> bool:
               help="Add the runs and episodes rows the references check finds missing (episodes rows "
                    "derived from their steps), in one commit, then check again; print the delete/label "
                    "commands for the rest. Nothing is deleted or rewritten. Stores only.")
-@_friendly_errors
+@friendly_errors
 def check(source: str, as_json: bool, output: str | None, min_length: int, frozen_steps: int,
           spike_sigma: float, max_episode_steps: int | None, layout: int | None, only: list[str] | None,
           max_lines: int, strict: bool, fix: bool) -> None:
@@ -201,9 +201,9 @@ def _check_converted(source: str, options: dict[str, Any]) -> tuple[Any, list[st
                 imported = import_paths([source], store, episodes=False, progress=False)
         except UnsupportedInputError as exc:
             raise click.BadParameter("not a store (it has no _rlarrow_store.json), and not an input rlarrow "
-                                     f"convert reads: {_cli_spelling(str(exc))}",
+                                     f"convert reads: {cli_spelling(str(exc))}",
                                      param_hint="STORE_OR_INPUT") from exc
-        lines = _cli_spelling(str(imported)).splitlines()
+        lines = cli_spelling(str(imported)).splitlines()
         click.echo(f"{source}: not a store; checking a temporary conversion of it (deleted afterwards):",
                    err=True)
         for line in lines:

@@ -93,14 +93,14 @@ _CLI_SPELLINGS: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
 ]
 
 
-def _cli_spelling(message: str) -> str:
+def cli_spelling(message: str) -> str:
     """``message`` with Python spellings (``overwrite=True``, ``Store.create(...)``) as CLI flags."""
     for pattern, replacement in _CLI_SPELLINGS:
         message = re.sub(pattern, replacement, message)
     return message
 
 
-def _friendly_errors(fn: _F) -> _F:
+def friendly_errors(fn: _F) -> _F:
     """Turn every failure into a message and exit status 1, without a traceback (``--debug`` shows it).
 
     rlarrow's own errors say what is wrong and how to fix it. Anything else reaching here
@@ -119,7 +119,7 @@ def _friendly_errors(fn: _F) -> _F:
         except (RLArrowError, FileNotFoundError, FileExistsError) as exc:
             if _debug():
                 raise
-            raise click.ClickException(_cli_spelling(str(exc))) from exc
+            raise click.ClickException(cli_spelling(str(exc))) from exc
         except OSError as exc:
             if _debug():
                 raise
@@ -148,7 +148,7 @@ def cli(debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--runs", "max_runs", type=click.IntRange(min=0), default=20, show_default=True,
               help="List at most this many runs (0: all).")
-@_friendly_errors
+@friendly_errors
 def info(store: str, as_json: bool, max_runs: int) -> None:
     """Show a store's tables, row counts, tensor columns, runs, schema versions and size on disk.
 
@@ -223,7 +223,7 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--apply", is_flag=True,
               help="Drop the damaged or missing files from the manifest (default: only say what would go).")
-@_friendly_errors
+@friendly_errors
 def repair(store: str, apply: bool) -> None:
     """Find a store's missing or damaged files and, with --apply, drop them so the rest reads again.
 
@@ -269,7 +269,7 @@ def repair(store: str, apply: bool) -> None:
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--dry-run", is_flag=True, help="Only say what would be migrated.")
-@_friendly_errors
+@friendly_errors
 def migrate(store: str, dry_run: bool) -> None:
     """Upgrade a store written by an older rlarrow to the current format, in place."""
     from rlarrow.core.migrations import migrate as run_migrate
@@ -281,7 +281,7 @@ def migrate(store: str, dry_run: bool) -> None:
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
-@_friendly_errors
+@friendly_errors
 def compact(store: str, tables: tuple[str, ...]) -> None:
     """Merge a store's small Parquet files into larger ones."""
     from rlarrow.core.store import Store
@@ -299,7 +299,7 @@ def compact(store: str, tables: tuple[str, ...]) -> None:
 @click.argument("destination")
 @click.option("--prune", is_flag=True,
               help="Afterwards delete the destination's data files the store no longer lists.")
-@_friendly_errors
+@friendly_errors
 def push(store: str, destination: str, prune: bool) -> None:
     """Copy a store to object storage or another directory (any pyarrow filesystem URI).
 
@@ -336,7 +336,7 @@ def _video_fields(st: Any) -> list[dict[str, Any]]:
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the versions as JSON lines.")
-@_friendly_errors
+@friendly_errors
 def history(store: str, as_json: bool) -> None:
     """List STORE's versions: what each commit, compaction or edit made.
 
@@ -366,7 +366,7 @@ def history(store: str, as_json: bool) -> None:
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--retain-hours", type=click.FloatRange(min=0), default=168, show_default=True,
               help="Keep files replaced more recently than this (earlier versions read them).")
-@_friendly_errors
+@friendly_errors
 def vacuum(store: str, retain_hours: float) -> None:
     """Delete the files compactions and edits replaced more than --retain-hours ago.
 
@@ -397,7 +397,7 @@ def _episode_options(run: tuple[str, ...],
 @click.option("--run", "run", multiple=True, help="A run to delete (repeatable).")
 @click.option("--episode", "episode", multiple=True, type=int,
               help="Only this episode of the --run (repeatable).")
-@_friendly_errors
+@friendly_errors
 def delete(store: str, run: tuple[str, ...], episode: tuple[int, ...]) -> None:
     """Delete runs, or episodes of a run, from every table of STORE, in one commit.
 
@@ -442,7 +442,7 @@ def _label_value(text: str) -> Any:
 @click.option("--set", "pairs", multiple=True, metavar="KEY=VALUE", required=True,
               help="A metadata key and its value (JSON: true, 0.9, \"text\"; a plain word is text; "
                    "null removes the key); repeatable.")
-@_friendly_errors
+@friendly_errors
 def label(store: str, run: tuple[str, ...], episode: tuple[int, ...], pairs: tuple[str, ...]) -> None:
     """Set metadata keys of runs or episodes in STORE (success labels, splits), in one commit.
 
@@ -471,7 +471,7 @@ def label(store: str, run: tuple[str, ...], episode: tuple[int, ...], pairs: tup
 @cli.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.argument("others", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@_friendly_errors
+@friendly_errors
 def merge(store: str, others: tuple[str, ...]) -> None:
     """Add every run of the OTHERS stores to STORE, each in one commit.
 
@@ -571,7 +571,7 @@ def _export_format_help() -> str:
               help="Write the one INPUT dataset as this format at -o (a dataset, not a store), streamed "
                    "from reader to writer without a store.")
 @click.option("--overwrite", is_flag=True, help="With --to: replace what the output holds.")
-@_friendly_errors
+@friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
@@ -607,7 +607,7 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     except (Exception, KeyboardInterrupt):
         click.echo("convert: nothing was committed; the store is as it was before", err=True)
         raise
-    click.echo(_cli_spelling(str(report)))
+    click.echo(cli_spelling(str(report)))
 
 
 def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool, **options: Any) -> None:
@@ -646,7 +646,7 @@ def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: boo
               help="lerobot: frames per second (default: the run's own for a LeRobot import, else 30).")
 @click.option("--task", help="lerobot: the task of every episode of a run not imported from LeRobot "
                              "(default: the run's name).")
-@_friendly_errors
+@friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool,
            data_format: str | None, codebase: str | None, images: str | None, fps: int | None,
            task: str | None) -> None:
@@ -716,7 +716,7 @@ _LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps
 @click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
               help="Query the store as it was at version N (`rlarrow history STORE` lists them).")
 @click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts, help=_LAYOUT_HELP)
-@_friendly_errors
+@friendly_errors
 def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
                 tensors: tuple[str, ...], version: int | None, layouts: dict[str, int] | None) -> None:
     """Run a SQL QUERY over STORE with DuckDB.
@@ -755,7 +755,8 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     import pyarrow as pa
 
     from rlarrow.query import output as _export
-    from rlarrow.query.connection import _connect, _store, _tables_read, export_relation
+    from rlarrow.query.connection import export_relation, readonly_store, tables_read
+    from rlarrow.query.views import connect_checked
 
     if not query.strip():
         raise click.UsageError("QUERY is empty: give a SQL query, e.g. 'select * from episodes limit 5'")
@@ -774,16 +775,16 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
             raise click.UsageError("stdout takes no bytes here; give -o FILE")
         if fmt == "parquet" and binary_out.isatty():
             raise click.UsageError("--format parquet writes binary: give -o FILE, or pipe stdout to a file")
-    st = _store(store, version)
+    st = readonly_store(store, version)
     try:
         hints = _export.resolve_tensor_types(st, given)
     except ValueError as exc:
-        raise click.UsageError(_cli_spelling(str(exc))) from None
+        raise click.UsageError(cli_spelling(str(exc))) from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RLArrowWarning)
         # (the files of the tables the query reads are checked whole first: Store.verify)
-        con = _connect(st, ema_window=None, database=":memory:", version=None, layout=layouts, warn=True,
-                       verify=_tables_read(query))
+        con = connect_checked(st, ema_window=None, database=":memory:", version=None, layout=layouts,
+                              warn=True, verify=tables_read(query))
     for w in caught:
         if issubclass(w.category, RLArrowWarning):
             click.echo(f"note: {w.message}", err=True)
@@ -832,7 +833,7 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
 @click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts,
               help="Only the runs whose steps are in steps layout N (or TABLE=N: memory=2), for a store "
                    "whose runs' tensors differ (PPO and DQN runs); `rlarrow info STORE` lists the layouts.")
-@_friendly_errors
+@friendly_errors
 def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str | None, smooth: int,
          episodes: bool, output: str, layouts: dict[str, int] | None) -> None:
     """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes).

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from rlarrow.cli.commands import _friendly_errors
+from rlarrow.cli.commands import friendly_errors
 
 __all__ = ["stats_command"]
 
@@ -64,7 +64,7 @@ def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
                    "(`rlarrow info STORE` lists the layouts).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write LeRobot's stats.json to this file (default: print it).")
-@_friendly_errors
+@friendly_errors
 def stats_command(store: str, where: str | None, runs: tuple[str, ...], weights: dict[str, float] | None,
                   columns: tuple[str, ...], no_quantiles: bool, version: int | None, layout: int | None,
                   output: str | None) -> None:

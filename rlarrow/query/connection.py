@@ -81,14 +81,16 @@ from rlarrow.query.views import layout_notes_by_table as _layout_notes
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "scan", "sql"]
+__all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "readonly_store", "scan",
+           "sql", "tables_read"]
 
 
 #: :func:`connect` with the files of the tables in ``verify`` checked whole first (``rlarrow sql``).
 _connect = _views.connect_checked
 
 
-def _store(store: StoreLike, version: int | None = None) -> Store:
+def readonly_store(store: StoreLike, version: int | None = None) -> Store:
+    """``store`` opened read-only (at ``version``): what every query reads."""
     from rlarrow.core.store import as_store
 
     return as_store(store, readonly=True, version=version)
@@ -99,7 +101,7 @@ _READS = {"transitions": ("steps",), "episode_returns": ("steps",), "smoothed": 
           "steps_to_threshold": ("scalars",), "ema": ("scalars",), "video_frame": ("videos",)}
 
 
-def _tables_read(query: str) -> list[str]:
+def tables_read(query: str) -> list[str]:
     """The tables ``query`` may read: each table, view or macro named in it (a word of its text).
 
     An over-estimate (a name in a string or a comment counts too), never an under-estimate
@@ -144,9 +146,9 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
     import duckdb
 
     con = _connect(store, ema_window=None, database=":memory:", version=version, layout=None, warn=False,
-                   verify=_tables_read(query))
+                   verify=tables_read(query))
     # the notes of the combined views this query reads (a query of scalars needs none)
-    for name, note in _layout_notes(_store(store, version)).items():
+    for name, note in _layout_notes(readonly_store(store, version)).items():
         views = ("steps", "transitions", "episode_returns") if name == "steps" else (name,)
         if any(re.search(rf"\b{view}(_decoded)?\b", query, re.IGNORECASE) for view in views):
             warnings.warn(note, RLArrowWarning, stacklevel=2)
@@ -154,12 +156,12 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
-        st = _store(store, version)
+        st = readonly_store(store, version)
         err = _damaged(st, exc)
         if err is exc:
             raise
         if not isinstance(err, InvalidInputError):  # name the file DuckDB did not
-            _locate(st, [f for t in _tables_read(query) for f in st.files(t)], exc)
+            _locate(st, [f for t in tables_read(query) for f in st.files(t)], exc)
         raise err from exc
     finally:
         con.close()

@@ -191,9 +191,9 @@ def _draw(ax: Any, curves: list[tuple[str, np.ndarray, np.ndarray]], runs: _Runs
 
 
 def _connect(store: StoreLike, layout: int | Mapping[str, int] | None) -> tuple[Any, str]:
-    from rlarrow.query.connection import _store, connect
+    from rlarrow.query.connection import connect, readonly_store
 
-    st = _store(store)
+    st = readonly_store(store)
     return connect(st, layout=layout, warn=False), os.fspath(st.path)
 
 
