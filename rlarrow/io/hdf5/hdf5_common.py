@@ -1,0 +1,129 @@
+"""What the D4RL and robomimic readers share: checked reads of rows, flags and small datasets.
+
+Internal to :mod:`rlarrow.io.hdf5` (its names are the package's, not a public API).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core import metadata as _metadata
+from rlarrow.core.errors import CorruptFileError
+from rlarrow.io.codecs.hdf5_files import guarded, plain
+
+__all__ = ["D4RL_KEYS", "SMALL_ELEMENTS"]
+
+#: the datasets a D4RL file must have at its root
+D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
+#: a dataset of at most this many elements that is not per row is kept in the run's metadata
+SMALL_ELEMENTS = 4096
+
+_DEMO = re.compile(r"demo_(\d+)")
+
+
+def _described(ds: Any) -> dict[str, Any]:
+    return {"dtype": np.dtype(ds.dtype).str, "shape": [int(d) for d in ds.shape[1:]]}
+
+
+def _small(path: Path, items: list[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Datasets that are not per row: small ones as values (nested by path), large ones named."""
+    kept: dict[str, Any] = {}
+    left: dict[str, str] = {}
+    for key, ds in items:
+        with guarded(path, f"dataset {key!r}"):
+            size = int(np.prod(ds.shape, dtype=np.int64)) if ds.shape is not None else 0
+            if size > SMALL_ELEMENTS:
+                left[key] = f"{ds.dtype} {tuple(ds.shape)}"
+                continue
+            value = plain(ds[()])
+        node = kept
+        *parents, last = key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return kept, left
+
+
+def _attrs(path: Path, node: Any, what: str) -> dict[str, Any]:
+    """A node's attributes as plain values; JSON text (robomimic's ``env_args``, ``ep_meta``) parsed."""
+    out: dict[str, Any] = {}
+    with guarded(path, f"the attributes of {what}"):
+        for key, value in node.attrs.items():
+            value = plain(value)
+            if isinstance(value, str) and value[:1] in "{[":
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    pass
+            out[key] = value
+    return out
+
+
+
+def _check_tensors(path: Path, items: list[tuple[str, Any]]) -> None:
+    """Observations and actions must be numbers (or bools), at least one per row."""
+    for key, ds in items:
+        if np.dtype(ds.dtype).kind not in "biuf":
+            raise CorruptFileError(path, f"{key} holds {ds.dtype} values; observations and actions must be "
+                                   "numbers")
+        if ds.shape is not None and 0 in tuple(ds.shape[1:]):
+            raise CorruptFileError(path, f"{key} has rows of shape {tuple(ds.shape[1:])}, which hold no "
+                                   "values: there is nothing to import")
+
+
+def _spec(name: str, info: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "Array", "name": name, "shape": info["shape"], "dtype": np.dtype(info["dtype"]).name}
+
+
+def _read(path: Path, ds: Any, key: str, start: int, stop: int) -> np.ndarray:
+    with guarded(path, f"rows {start}..{stop} of {key!r}"):
+        return np.asarray(ds[start:stop])
+
+
+def _take(path: Path, ds: Any, key: str, rows: np.ndarray) -> np.ndarray:
+    """The rows ``rows`` (increasing) of a dataset."""
+    with guarded(path, f"rows of {key!r}"):
+        return np.asarray(ds[rows.tolist()])
+
+
+def _flags(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+    """``terminals``/``timeouts``/``dones``: one value per row (``(N,)`` or ``(N, 1)``), as bools."""
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.shape != (rows,):
+        raise CorruptFileError(
+            path, f"{key} has shape {values.shape}; one value per row ({rows},) was expected"
+        )
+    if values.dtype.kind not in "biuf":
+        raise CorruptFileError(path, f"{key} holds {values.dtype} values; flags (bool or 0/1) were expected")
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        raise CorruptFileError(path, f"{key} holds NaN where a flag (0 or 1) was expected")
+    return np.asarray(values != 0, bool)
+
+
+def _scalars(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.shape != (rows,) or values.dtype.kind not in "biuf":
+        raise CorruptFileError(
+            path,
+            f"{key} has shape {values.shape} and dtype {values.dtype}; one number per "
+            f"row ({rows},) was expected",
+        )
+    return values.astype(np.float64)
+
+
+
+def _per_step(
+    path: Path, items: list[tuple[str, Any]], start: int, stop: int
+) -> tuple[pa.Array, pa.Array] | None:
+    if not items:
+        return None
+    return _metadata.encode_rows({key: _read(path, ds, key, start, stop) for key, ds in items})
+
