@@ -212,3 +212,20 @@ def test_the_packages_examples_run(module, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_an_existing_target_is_refused_in_pythons_words_and_the_clis(tmp_path, capsys):
+    from rlarrow.cli.commands import main
+    from rlarrow.core.errors import InvalidInputError
+    from rlarrow.io.hdf5 import import_hdf5, read_hdf5, write_robomimic
+
+    target = tmp_path / "demos.hdf5"
+    target.write_bytes(b"mine")
+    with read_hdf5(D4RL[0]) as source, pytest.raises(InvalidInputError, match="pass overwrite=True to"):
+        write_robomimic(source, target)
+    assert target.read_bytes() == b"mine"
+    import_hdf5(D4RL[0], tmp_path / "s", progress=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(tmp_path / "s"), "-o", str(target), "--format", "robomimic"])
+    assert exited.value.code != 0 and "pass --overwrite to replace it" in capsys.readouterr().err
+    assert target.read_bytes() == b"mine"

@@ -200,7 +200,7 @@ def import_hdf5(
         progress: a progress bar (None: when stderr is a terminal).
         chunk_bytes: how much to read at a time, over all of a chunk's datasets.
         allow_hdf5_links: follow external links and virtual datasets whose files lie in the
-            input's own directory (``rlarrow convert --allow-hdf5-links``); never outside it.
+            input's own directory; never outside it.
         layout: the layout the file must have (``"d4rl"``, ``"robomimic"``); None: either.
 
     Raises:

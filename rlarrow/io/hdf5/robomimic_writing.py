@@ -117,7 +117,7 @@ def _target(path: str | os.PathLike[str], overwrite: bool) -> Path:
     if target.is_dir():
         raise InvalidInputError(target, "a directory: give the robomimic .hdf5 file to write")
     if target.exists() and not overwrite:
-        raise InvalidInputError(target, "exists: pass overwrite=True (--overwrite) to replace it")
+        raise InvalidInputError(target, "exists: pass overwrite=True to replace it")
     return target
 
 
