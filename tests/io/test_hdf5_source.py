@@ -229,3 +229,24 @@ def test_an_existing_target_is_refused_in_pythons_words_and_the_clis(tmp_path, c
         main(["export", str(tmp_path / "s"), "-o", str(target), "--format", "robomimic"])
     assert exited.value.code != 0 and "pass --overwrite to replace it" in capsys.readouterr().err
     assert target.read_bytes() == b"mine"
+
+
+def test_read_hdf5_streams_a_chunk_at_a_time(tmp_path):
+    import h5py
+
+    from rlarrow.io.hdf5 import HDF5Options, read_hdf5
+
+    path, rows = tmp_path / "long.hdf5", 20_000
+    with h5py.File(path, "w") as f:  # 1 MiB of observations, one episode per 1,000 rows
+        f["observations"] = np.zeros((rows, 13), np.float32)
+        f["actions"] = np.zeros((rows, 3), np.float32)
+        f["rewards"] = np.ones(rows, np.float32)
+        f["terminals"] = np.zeros(rows, bool)
+        f["timeouts"] = (np.arange(rows) % 1000) == 999
+    sizes, episodes = [], 0
+    with read_hdf5(path, options=HDF5Options(chunk_bytes=64 * 1024)) as source:
+        for chunk in source:
+            sizes.append(chunk.steps.nbytes)
+            episodes += 0 if chunk.episodes is None else chunk.episodes.num_rows
+    assert len(sizes) > 20 and max(sizes) < 256 * 1024  # no chunk near the file's size
+    assert episodes == 20
