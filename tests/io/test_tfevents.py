@@ -441,6 +441,58 @@ def test_damaged_input_never_touches_the_store(tmp_path: Path) -> None:
         assert st.read("runs")["run_id"].to_pylist() == ["good"]  # no run row for the failed import
 
 
+def test_an_import_damaged_after_its_first_files_were_read_commits_nothing(tmp_path: Path) -> None:
+    """One import is one transaction: runs a/ and b/ read and written, then c/'s file fails."""
+    store = tmp_path / "s.rlarrow"
+    tfe.import_tfevents(_torch_like_file(tmp_path / "before", n=10).parent, store, run_id="before")
+    files_before = sorted(store.rglob("*.parquet"))
+    log = tmp_path / "log"
+    for run in ("a", "b", "c"):
+        _torch_like_file(log / run, n=300)
+    (f,) = list((log / "c").iterdir())
+    data = bytearray(f.read_bytes())
+    damaged_at = _record_offsets(f)[250]
+    data[damaged_at + 14] ^= 1
+    f.write_bytes(bytes(data))
+    with pytest.raises(rlarrow.CorruptFileError, match=f"at byte {damaged_at}"):
+        tfe.import_tfevents(log, store, run_id="r", name="exp")
+    with rlarrow.Store.open(store) as st:
+        assert st.read("runs")["run_id"].to_pylist() == ["before"]  # no run row of a/ or b/
+        assert st.read("scalars")["run_id"].unique().to_pylist() == ["before"]
+        assert st.row_count("scalars") == 10
+        assert len(st.files("scalars")) == 1
+    assert sorted(store.rglob("*.parquet")) == files_before  # the failed import's files are deleted
+    # the same import with the damage skipped commits every run at once
+    report = tfe.import_tfevents(log, store, run_id="r", on_corrupt="skip")
+    assert report.scalars == 3 * 300 - 1 and len(report.corrupt) == 1
+    with rlarrow.Store.open(store) as st:
+        assert sorted(st.read("runs")["run_id"].to_pylist()) == ["before", "r/a", "r/b", "r/c"]
+        assert st.row_count("scalars") == 10 + 899
+
+
+def test_an_import_failing_at_its_runs_rows_leaves_no_scalars(tmp_path: Path) -> None:
+    """The scalars are written first, the runs rows last: one transaction, so a failure at the
+    runs rows (a log folder whose name is not UTF-8 cannot be the row's source_path) takes the
+    scalars back out. (Before, the scalars stayed in the store without a run.)"""
+    import os
+
+    store = tmp_path / "s.rlarrow"
+    rlarrow.Store.create(store).close()
+    log = Path(os.fsdecode(os.fsencode(tmp_path) + b"/run-\xe9t\xe9"))  # Latin-1 "run-été"
+    _torch_like_file(tmp_path / "written", n=50)
+    (tmp_path / "written").rename(log)
+    with pytest.raises(rlarrow.InvalidInputError, match="not valid UTF-8.*rename it"):
+        tfe.import_tfevents(log, store, run_id="r")
+    with rlarrow.Store.open(store) as st:
+        assert st.row_count("scalars") == 0 and st.row_count("runs") == 0
+    assert not list(store.rglob("*.parquet"))
+    # a sub-run so named cannot even be a run_id: refused before anything is read
+    _torch_like_file(tmp_path / "log" / "sub", n=5)
+    (tmp_path / "log" / "sub").rename(os.fsdecode(os.fsencode(tmp_path / "log") + b"/sub-\xff"))
+    with pytest.raises(rlarrow.InvalidInputError, match="run's folder name is not valid UTF-8"):
+        tfe.read_tfevents(tmp_path / "log")
+
+
 def test_import_maps_tianshou_prefixes_to_scopes(tmp_path: Path) -> None:
     events = [tb_event(tag, 1, 1.0, simple=1.0) for tag in
               ["training/env_step", "test/returns_stat/mean", "update/loss", "info/epoch", "save/epoch", "x"]]

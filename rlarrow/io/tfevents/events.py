@@ -79,7 +79,8 @@ def find_runs(
     them. A run's name is its directory relative to the root given (``"."`` for the root).
 
     Raises:
-        InvalidInputError: a path does not exist, or nothing under it is an event file.
+        InvalidInputError: a path does not exist, nothing under it is an event file, or a
+            run's folder name is not UTF-8 (it could not be a ``run_id``).
     """
     sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     runs: dict[str, list[Path]] = {}
@@ -107,6 +108,12 @@ def find_runs(
     if not runs:
         raise InvalidInputError(", ".join(os.fspath(s) for s in sources),
                                 "no TensorBoard event files (names containing 'tfevents') here")
+    for name, files in runs.items():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(files[0].parent, "this run's folder name is not valid UTF-8, so no "
+                                    "run_id can hold it; rename it with UTF-8 characters only") from None
     return [(name, sorted(set(files), key=lambda f: (f.name, os.fspath(f))))
             for name, files in sorted(runs.items())]
 

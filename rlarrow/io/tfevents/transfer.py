@@ -1,7 +1,7 @@
 """Event files to and from a store: :func:`import_tfevents` and :func:`export_tfevents`.
 
 The import reads with :class:`~rlarrow.io.tfevents.TfeventsReader` and writes the rows into
-the store's ``scalars`` table (one commit) and a ``runs`` row per TensorBoard run; the
+the store's ``scalars`` table and a ``runs`` row per TensorBoard run, in one transaction; the
 export reads a store's ``scalars`` and writes them with
 :func:`~rlarrow.io.tfevents.write_tfevents`, one folder per run. What the files hold, and
 how they are read and written, is :mod:`.events`' business and below.
@@ -49,9 +49,11 @@ def import_tfevents(source: Any, store: StoreLike, *, run_id: str | None = None,
     the event files (``existing_run=True``: the root run's scalars go into the existing run
     ``run_id``, which gets no new row; an experiment import does this). Tags keep their
     prefixes; ``scope`` maps tianshou's ``training/``,
-    ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info. The scalars
-    are one commit, made when every file has been read (the runs rows follow it): a damaged
-    file stops the import with nothing written.
+    ``test/``, ``update/``, ``info/`` (and ``train/``) to train/test/update/info. The import
+    is one transaction (:meth:`~rlarrow.Store.transaction`): the scalars and the runs rows
+    are committed together once every file has been read, or nothing is (a damaged file
+    found after others were read, a run id taken, a full disk, a kill). Memory stays
+    bounded: the rows are streamed to a temporary Parquet file a row group at a time.
 
     Returns:
         A :class:`TfeventsReport` (scalars, skipped summaries by kind, damage found).
@@ -75,23 +77,35 @@ def import_tfevents(source: Any, store: StoreLike, *, run_id: str | None = None,
                 continue
             if st.has_run(rid):
                 raise InvalidInputError(st.path, f"run {rid!r} already exists; choose another run_id")
-        with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
-            reader.progress = pbar
-            # one commit at the end: a damaged file stops the import with nothing written
-            with st.writer("scalars", file_bytes=1 << 62) as w:
-                for batch in reader:
-                    w.write(batch)
-        for run_name, files in reader.runs:
-            if existing_run and reader.run_id(run_name) == base:
-                continue
-            st.add_run(source="tfevents", run_id=reader.run_id(run_name),
-                       name=name if run_name == "." else (f"{name}/{run_name}" if name else run_name),
-                       source_path=files[0].parent,
-                       metadata={"tensorboard_run": run_name, "files": [f.name for f in files]})
+        # one transaction: the scalars (streamed to a file as they are read, memory bounded by
+        # the writer's row group) and the runs rows are committed together, or nothing is
+        with st.transaction():
+            with bar(reader.total_bytes, "importing tfevents", progress=progress) as pbar:
+                reader.progress = pbar
+                with st.writer("scalars", file_bytes=1 << 62) as w:
+                    for batch in reader:
+                        w.write(batch)
+            for run_name, files in reader.runs:
+                if existing_run and reader.run_id(run_name) == base:
+                    continue
+                st.add_run(source="tfevents", run_id=reader.run_id(run_name),
+                           name=name if run_name == "." else (f"{name}/{run_name}" if name else run_name),
+                           source_path=_utf8(files[0].parent),
+                           metadata={"tensorboard_run": run_name, "files": [_utf8(f).name for f in files]})
     finally:
         if own:
             st.close()
     return reader.report
+
+
+def _utf8(path: Path) -> Path:
+    """``path``, checked to be text the ``runs`` row can hold (a name not in UTF-8 is not)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(path, "this path is not valid UTF-8, so the runs row cannot record it; "
+                                      "rename it with UTF-8 characters only and import again") from None
+    return path
 
 
 def export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
