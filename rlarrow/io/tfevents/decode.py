@@ -268,10 +268,18 @@ def _fast_simple_values(buf: np.ndarray, start: np.ndarray, length: np.ndarray) 
     value = (f32[np.clip(p + 1, 0, max(len(f32) - 1, 0))] if len(f32) else np.zeros(k, np.float32)
              ).astype(np.float64)
     plain = ok & (p + 5 == end)
-    kind, exact_value, value_int = _fast_exact(buf, p + 5, end, ok & ~plain)
+    kind = np.zeros(k, dtype=np.int8)
+    value_int = np.zeros(k, dtype=np.int64)
+    more = ok & ~plain  # only these can carry rlarrow's exact value (torch's records never do)
+    if more.all():  # (rlarrow's own files of float64 values: every record)
+        kind, exact_value, value_int = _fast_exact(buf, p + 5, end)
+        value = np.where(kind > 0, exact_value, value)
+    elif more.any():
+        at_more = np.flatnonzero(more)
+        kind[at_more], exact_value, value_int[at_more] = _fast_exact(buf, p[at_more] + 5, end[at_more])
+        value[at_more] = np.where(kind[at_more] > 0, exact_value, value[at_more])
     return {"ok": plain | (kind > 0), "wall_time": wall, "step": stepv.view(np.int64), "tag_start": tag_start,
-            "tag_len": np.where(ok, tag_len, 0), "value": np.where(kind > 0, exact_value, value),
-            "kind": kind, "value_int": value_int}
+            "tag_len": np.where(ok, tag_len, 0), "value": value, "kind": kind, "value_int": value_int}
 
 
 # kinds of the vectorised path: a plain simple_value, or rlarrow's exact float64 / int64 beside it
@@ -280,11 +288,12 @@ _FAST_ENCODINGS = pa.array(["simple_value", "double_val", "int64_val", "logger",
 _FAST_DTYPES = pa.array(["float32", "float64", "int64", "float64", "int64"])
 
 
-def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray, live: np.ndarray,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised decoding of the :data:`EXACT_PLUGIN` metadata that follows a simple_value at ``r``.
 
-    Only the common shapes: a ``double_val`` float64 or ``int64_val`` int64 tensor, with no
+    Given only the records with more after their simple_value (``r < end``: the only ones
+    that can carry it), so files without it (torch's, tianshou's...) skip this scan. Only
+    the common shapes: a ``double_val`` float64 or ``int64_val`` int64 tensor, with no
     encoding field (the tensor's own) or ``logger``, and no plugin. Returns ``(kind, value,
     value_int)``; kind 0 marks records left to the generic path.
     """
@@ -295,7 +304,7 @@ def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray, live: np.ndarra
         got: np.ndarray = buf[np.clip(p, 0, last)]
         return got
 
-    ok = live & (at(r) == 0x4A)
+    ok = at(r) == 0x4A
     for key in (0x0A, None):  # SummaryMetadata, then PluginData: each runs to the record's end
         n, r, bad = _varints(buf, r + 1, ok)
         ok &= ~bad & (r + n.astype(np.int64) == end)
