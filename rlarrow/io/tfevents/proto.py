@@ -229,7 +229,7 @@ def _exact_row(data: bytes, start: int, end: int) -> tuple[float, int | None, st
 
 
 def parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: Counter[str],
-                 file_versions: list[str]) -> None:
+                file_versions: list[str]) -> None:
     """Append the scalars of one ``Event`` payload to ``rows``; count what is skipped by kind.
 
     Each row is ``(index, n, tag, step, value, value_int, wall_time, encoding, dtype,
@@ -240,6 +240,23 @@ def parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: C
         Malformed: ``data`` is not a valid message (also ``UnicodeDecodeError`` and
             ``struct.error`` from a tag or field that is cut short).
     """
+    wall_time, step, summary = _event_fields(data, skipped, file_versions)
+    if summary is None:
+        return
+    sub = 0
+    for num, wt, value in _fields(data, *summary):
+        if num != 1 or wt != 2:
+            continue
+        got = _summary_value(data, value, skipped)
+        if got is not None:
+            tag, v, value_int, encoding, dtype, plugin = got
+            rows.append((index, sub, tag, step, v, value_int, wall_time, encoding, dtype, plugin))
+            sub += 1
+
+
+def _event_fields(data: bytes, skipped: Counter[str], file_versions: list[str],
+                  ) -> tuple[float, int, tuple[int, int] | None]:
+    """``(wall_time, step, summary span)`` of an ``Event``; its other kinds counted, its version kept."""
     wall_time = 0.0
     step = 0
     summary: tuple[int, int] | None = None
@@ -254,59 +271,70 @@ def parse_event(data: bytes, rows: list[tuple[Any, ...]], index: int, skipped: C
             summary = value
         elif num in _EVENT_KINDS:
             skipped[_EVENT_KINDS[num]] += 1
-    if summary is None:
-        return
-    sub = 0
-    for num, wt, value in _fields(data, *summary):
+    return wall_time, step, summary
+
+
+#: a ``Summary.Value``'s scalar: ``(tag, value, value_int, encoding, dtype, plugin)``
+_Row = tuple[str, float, int | None, str | None, str, str | None]
+
+
+def _summary_value(data: bytes, span: tuple[int, int], skipped: Counter[str]) -> _Row | None:
+    """The scalar of one ``Summary.Value``, or None (its kind counted in ``skipped``)."""
+    tag = ""
+    plugin: str | None = None
+    simple: float | None = None
+    tensor: tuple[int, int] | None = None
+    content: tuple[int, int] | None = None
+    kind: str | None = None
+    for num, wt, value in _fields(data, *span):
+        if num == 1 and wt == 2:
+            tag = data[value[0]:value[1]].decode("utf-8")
+        elif num == 2 and wt == 5:
+            simple = struct.unpack("<f", value)[0]
+        elif num == 8 and wt == 2:
+            tensor = value
+        elif num == 9 and wt == 2:
+            plugin, content = _plugin_data(data, value, plugin, content)
+        elif num in _VALUE_KINDS:
+            kind = _VALUE_KINDS[num]
+    if simple is not None and plugin == EXACT_PLUGIN and content is not None:
+        return (tag, *_exact_row(data, *content))
+    if simple is not None:
+        return tag, simple, None, "simple_value", "float32", plugin
+    if tensor is None:
+        skipped[kind or "empty value"] += 1
+        return None
+    return _tensor_row(data, tag, tensor, plugin, skipped)
+
+
+def _plugin_data(data: bytes, span: tuple[int, int], plugin: str | None, content: tuple[int, int] | None,
+                 ) -> tuple[str | None, tuple[int, int] | None]:
+    """``(plugin name, content span)`` of a ``SummaryMetadata``, each kept as given when absent."""
+    for num, wt, value in _fields(data, *span):
         if num != 1 or wt != 2:
             continue
-        tag = ""
-        plugin: str | None = None
-        simple: float | None = None
-        tensor: tuple[int, int] | None = None
-        content: tuple[int, int] | None = None
-        kind: str | None = None
-        for vnum, vwt, vval in _fields(data, *value):
-            if vnum == 1 and vwt == 2:
-                tag = data[vval[0]:vval[1]].decode("utf-8")
-            elif vnum == 2 and vwt == 5:
-                simple = struct.unpack("<f", vval)[0]
-            elif vnum == 8 and vwt == 2:
-                tensor = vval
-            elif vnum == 9 and vwt == 2:
-                for mnum, mwt, mval in _fields(data, *vval):
-                    if mnum == 1 and mwt == 2:
-                        for pnum, pwt, pval in _fields(data, *mval):
-                            if pnum == 1 and pwt == 2:
-                                plugin = data[pval[0]:pval[1]].decode("utf-8")
-                            elif pnum == 2 and pwt == 2:
-                                content = pval
-            elif vnum in _VALUE_KINDS:
-                kind = _VALUE_KINDS[vnum]
-        if simple is not None and plugin == EXACT_PLUGIN and content is not None:
-            ev, ei, enc, dt, plug = _exact_row(data, *content)
-            rows.append((index, sub, tag, step, ev, ei, wall_time, enc, dt, plug))
-            sub += 1
-        elif simple is not None:
-            rows.append((index, sub, tag, step, simple, None, wall_time, "simple_value", "float32", plugin))
-            sub += 1
-        elif tensor is not None:
-            if plugin not in _SCALAR_PLUGINS:
-                skipped[plugin or "tensor"] += 1
-                continue
-            got = _tensor_scalar(data, *tensor)
-            if isinstance(got, str):
-                skipped[got] += 1
-                continue
-            dtype, v, encoding = got
-            if isinstance(v, int):
-                as_int = v if -(1 << 63) <= v < (1 << 63) else None
-                rows.append((index, sub, tag, step, float(v), as_int, wall_time, encoding, dtype, plugin))
-            else:
-                rows.append((index, sub, tag, step, v, None, wall_time, encoding, dtype, plugin))
-            sub += 1
-        else:
-            skipped[kind or "empty value"] += 1
+        for pnum, pwt, pval in _fields(data, *value):
+            if pnum == 1 and pwt == 2:
+                plugin = data[pval[0]:pval[1]].decode("utf-8")
+            elif pnum == 2 and pwt == 2:
+                content = pval
+    return plugin, content
+
+
+def _tensor_row(data: bytes, tag: str, tensor: tuple[int, int], plugin: str | None,
+                skipped: Counter[str]) -> _Row | None:
+    """The scalar a ``Summary.Value``'s tensor holds, or None (a plugin's or a non-scalar tensor: counted)."""
+    if plugin not in _SCALAR_PLUGINS:
+        skipped[plugin or "tensor"] += 1
+        return None
+    got = _tensor_scalar(data, *tensor)
+    if isinstance(got, str):
+        skipped[got] += 1
+        return None
+    dtype, v, encoding = got
+    if isinstance(v, int):
+        return tag, float(v), v if -(1 << 63) <= v < (1 << 63) else None, encoding, dtype, plugin
+    return tag, v, None, encoding, dtype, plugin
 
 
 # --------------------------------------------------------------------------- encoding
