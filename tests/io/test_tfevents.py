@@ -556,3 +556,28 @@ def test_a_tag_that_is_not_utf8_is_a_corrupt_record(tmp_path):
     table = tfe.read_tfevents(path, on_corrupt="skip")
     assert table.column("tag").to_pylist() == ["train/loss"]
     assert table.column("value").to_pylist() == [0.5]
+
+
+def test_scan_streams_what_read_reads_a_chunk_at_a_time_without_a_store(tmp_path: Path) -> None:
+    import duckdb
+
+    src = _torch_like_file(tmp_path / "log", n=3000)  # written by TensorBoard's own writer
+    table = tfe.read_tfevents(src)
+    batches = tfe.scan_tfevents(src, chunk_bytes=16 << 10)
+    assert isinstance(batches, pa.RecordBatchReader) and batches.schema == table.schema
+    got = list(batches)
+    assert len(got) > 1 and max(b.num_rows for b in got) < table.num_rows  # streamed: a chunk at a time
+    assert pa.Table.from_batches(got).equals(table)
+    con = duckdb.connect()
+    con.register("scalars", tfe.scan_tfevents(src))
+    assert con.sql("SELECT count(*), sum(step) FROM scalars WHERE tag = 'train/m0'").fetchall() == [
+        (1000, sum(range(0, 3000, 3)))]
+    # damage far into the file: nothing is read until asked, the early batches come, then the error
+    data = bytearray(src.read_bytes())
+    damaged_at = _record_offsets(src)[2900]
+    data[damaged_at + 14] ^= 1
+    src.write_bytes(bytes(data))
+    lazy = tfe.scan_tfevents(src, chunk_bytes=16 << 10)
+    assert lazy.read_next_batch().column("step").to_pylist()[:3] == [0, 1, 2]
+    with pytest.raises(rlarrow.CorruptFileError, match=f"at byte {damaged_at}"):
+        lazy.read_all()

@@ -43,8 +43,10 @@ The package, a module per concern (each imports only those above it in this list
   decoding one record (the generic path), encoding what the writer writes.
 - :mod:`.decode`: a chunk of records to a ``scalars`` record batch (vectorised for the
   common record shape, :mod:`.proto` for the rest); :func:`scope_of`.
-- :mod:`.events`: event files to and from Arrow: :func:`find_runs`, :class:`TfeventsReader`,
-  :func:`read_tfevents`, :class:`EventFileWriter`, :func:`write_tfevents`.
+- :mod:`.events`: event files to and from Arrow, without a store: :func:`find_runs`,
+  :class:`TfeventsReader`, :func:`read_tfevents` (a table), :func:`scan_tfevents` (a
+  ``pa.RecordBatchReader`` streamed in bounded memory), :class:`EventFileWriter`,
+  :func:`write_tfevents`.
 - :mod:`.transfer`: event files to and from a store: :func:`import_tfevents`,
   :func:`export_tfevents`.
 
@@ -60,6 +62,8 @@ Example:
     >>> table = tfe.read_tfevents(log)
     >>> table.select(["tag", "scope", "step", "value"]).to_pylist()[-1]
     {'tag': 'training/loss', 'scope': 'train', 'step': 3, 'value': 0.3333333432674408}
+    >>> sum(batch.num_rows for batch in tfe.scan_tfevents(log))  # streamed, a chunk at a time
+    3
     >>> table = tfe.read_tfevents("runs/")  # doctest: +SKIP
     >>> table.group_by(["run_id", "tag"]).aggregate([("value", "mean")])  # doctest: +SKIP
 """
@@ -76,6 +80,7 @@ from rlarrow.io.tfevents.events import (
     is_event_file,
     is_tfevents_source,
     read_tfevents,
+    scan_tfevents,
     write_tfevents,
 )
 from rlarrow.io.tfevents.proto import EXACT_PLUGIN
@@ -94,6 +99,7 @@ __all__ = [
     "is_event_file",
     "is_tfevents_source",
     "read_tfevents",
+    "scan_tfevents",
     "scope_of",
     "write_tfevents",
 ]

@@ -8,7 +8,8 @@ This is the layer a user calls (all of it is re-exported by :mod:`rlarrow.io.tfe
 - **Reading**: :class:`TfeventsReader` streams a source's scalars as record batches of the
   ``scalars`` table, file by file and chunk by chunk (:mod:`rlarrow.io.codecs.tfrecord` finds and checks the
   records, :mod:`.decode` turns them into rows) and fills in a :class:`TfeventsReport`;
-  :func:`read_tfevents` reads them all into one table.
+  :func:`read_tfevents` reads them all into one table, :func:`scan_tfevents` streams them as a
+  ``pa.RecordBatchReader`` (no store either way).
 - **Writing**: :class:`EventFileWriter` writes one new event file as ``SummaryWriter`` does
   (payloads from :mod:`.proto`, frames from :mod:`rlarrow.io.codecs.tfrecord`); :func:`write_tfevents`
   writes ``scalars`` rows, one file per run.
@@ -54,7 +55,7 @@ from rlarrow.io.tfevents.decode import decode_chunk
 from rlarrow.io.tfevents.proto import PLAIN_ENCODINGS, event_bytes, f32_bytes, len_field, value_message
 
 __all__ = ["EventFileWriter", "TfeventsReader", "TfeventsReport", "find_runs", "is_event_file",
-           "is_tfevents_source", "read_tfevents", "write_tfevents"]
+           "is_tfevents_source", "read_tfevents", "scan_tfevents", "write_tfevents"]
 
 
 # --------------------------------------------------------------------------- finding runs
@@ -263,6 +264,33 @@ def read_tfevents(source: Any, *, on_corrupt: str = "raise", run_prefix: str | N
         >>> t.filter(t["tag"] == "train/loss").select(["step", "value"])  # doctest: +SKIP
     """
     return TfeventsReader(source, on_corrupt=on_corrupt, run_prefix=run_prefix).read_all()
+
+
+def scan_tfevents(source: Any, *, on_corrupt: str = "raise", run_prefix: str | None = None,
+                  chunk_bytes: int = CHUNK_BYTES) -> pa.RecordBatchReader:
+    """Stream the scalars of ``source`` as a ``pa.RecordBatchReader``, in bounded memory, no store.
+
+    Nothing is read until the first batch is asked for; then one chunk of a file at a time
+    (a batch per chunk, memory about 3x ``chunk_bytes``), so a log of any size goes to
+    DuckDB, Polars or a Parquet writer without being held at once. Damage is raised when
+    the reading reaches it (:class:`TfeventsReader` gives the arguments and the report).
+
+    Example:
+        >>> import tempfile
+        >>> import duckdb
+        >>> log = tempfile.mkdtemp()
+        >>> with EventFileWriter(log) as w:
+        ...     for step in range(1, 5):
+        ...         w.add_scalar("train/loss", 1 / step, step=step, wall_time=1.7e9 + step)
+        >>> batches = scan_tfevents(log)
+        >>> duckdb.sql("SELECT tag, count(*) AS n, max(step) AS last FROM batches GROUP BY tag").fetchall()
+        [('train/loss', 4, 4)]
+        >>> import polars as pl
+        >>> pl.from_arrow(scan_tfevents(log)).select("step", "value").row(0)
+        (1, 1.0)
+    """
+    reader = TfeventsReader(source, on_corrupt=on_corrupt, run_prefix=run_prefix, chunk_bytes=chunk_bytes)
+    return pa.RecordBatchReader.from_batches(reader.schema, iter(reader))
 
 
 # --------------------------------------------------------------------------- writing
