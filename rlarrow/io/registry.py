@@ -410,6 +410,25 @@ def _read_envlogger(path: Path, options: ImportOptions) -> EpisodeSource:
     return read_envlogger(path, run_id=options.run_id, skip_corrupt=options.skip_corrupt)
 
 
+def _read_hdf5(path: Path, options: ImportOptions) -> EpisodeSource:
+    from rlarrow.io.hdf5 import HDF5Options, read_hdf5
+
+    return read_hdf5(path, run_id=options.run_id, options=HDF5Options(allow_links=options.hdf5_links))
+
+
+def _write_robomimic(source: EpisodeSource, directory: str | os.PathLike[str], *,
+                     overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.hdf5 import write_robomimic
+
+    return [write_robomimic(source, _robomimic_target(directory), overwrite=overwrite)]
+
+
+def _robomimic_target(directory: str | os.PathLike[str]) -> Path:
+    """``-o FILE.hdf5`` as given, ``-o DIR`` as ``DIR/demo.hdf5``."""
+    target = Path(directory)
+    return target if target.suffix.lower() in (".hdf5", ".h5") else target / "demo.hdf5"
+
+
 def _read_minari(path: Path, options: ImportOptions) -> EpisodeSource:
     from rlarrow.io.minari import read_minari
 
@@ -427,10 +446,7 @@ def _export_robomimic(store: StoreLike, directory: str | os.PathLike[str], *, ru
                       overwrite: bool = False) -> list[Path]:
     from rlarrow.io.hdf5 import export_robomimic
 
-    target = Path(directory)
-    if target.suffix.lower() not in (".hdf5", ".h5"):
-        target = target / "demo.hdf5"
-    return [export_robomimic(store, target, run_id=run_id, overwrite=overwrite)]
+    return [export_robomimic(store, _robomimic_target(directory), run_id=run_id, overwrite=overwrite)]
 
 
 def _never(path: Path) -> bool:
@@ -565,13 +581,14 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format(
         name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",
         detect=_is_hdf5, kind="file", import_=_import_hdf5, suffixes=(".hdf5", ".h5", ".he5", ".hdf"),
+        read=_read_hdf5,
         single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
         convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
         convert_help=("FILE.hdf5", "a D4RL or robomimic HDF5 file: one run of episodes each"),
     ),
     Format(
         name="robomimic", summary="a run's episodes as a robomimic HDF5 file (data/demo_<i>), export only",
-        detect=_never, kind="file", export=_export_robomimic, suffixes=(".hdf5",),
+        detect=_never, kind="file", export=_export_robomimic, suffixes=(".hdf5",), write=_write_robomimic,
         export_options=_EXPORT_OPTIONS,
         export_help="robomimic (a run's episodes as a robomimic .hdf5 file: -o FILE.hdf5, or DIR/demo.hdf5)",
     ),

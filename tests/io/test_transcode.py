@@ -69,3 +69,30 @@ def test_an_envlogger_directory_becomes_a_minari_dataset_without_a_store(tmp_pat
         n = steps.num_rows - 1
         assert row is not None and len(ep.actions) == n == row["num_steps"] - 1
         np.testing.assert_array_equal(ep.rewards, steps.column("reward").to_numpy(zero_copy_only=False)[:n])
+
+
+def test_a_d4rl_file_becomes_minari_and_robomimic_without_a_store(tmp_path: Path) -> None:
+    pytest.importorskip("h5py", reason="h5py reads the HDF5 files (pip install h5py)")
+    import h5py
+    from minari.dataset.minari_dataset import MinariDataset
+
+    from rlarrow.io.hdf5 import read_hdf5
+
+    d4rl = FIXTURES / "hdf5" / "d4rl_mujoco.hdf5"
+    written = convert_format(d4rl, "robomimic", tmp_path / "demos")
+    assert written == [tmp_path / "demos" / "demo.hdf5"]
+    with read_hdf5(d4rl) as source:
+        episodes = [(steps, row) for steps, row in source.by_episode()]
+    with h5py.File(written[0]) as f:
+        demos = sorted(f["data"], key=lambda d: int(d.split("_")[1]))
+        assert len(demos) == len(episodes)
+        for demo, (steps, _) in zip(demos, episodes, strict=True):
+            n = int(f["data"][demo].attrs["num_samples"])
+            want = steps.column("reward").to_numpy(zero_copy_only=False)[:n]
+            rewards = f["data"][demo]["rewards"]
+            np.testing.assert_array_equal(rewards[:], want.astype(rewards.dtype))
+    from rlarrow.core.errors import RLArrowWarning
+
+    with pytest.warns(RLArrowWarning, match="without a final observation"):  # D4RL's last: cut short
+        convert_format(d4rl, "minari", tmp_path / "m", data_format="parquet")
+    assert MinariDataset(tmp_path / "m" / "data").total_episodes >= 1
