@@ -44,14 +44,29 @@ def _same_columns(stored: pa.Table, read: pa.Table, skip: tuple[str, ...] = ()) 
         assert a.equals(b), name
 
 
-@pytest.mark.parametrize("name", ["catch", "robot"])
-def test_read_rlds_gives_what_the_import_stores_without_a_store(tmp_path, name):
-    from rlarrow.io.rlds import import_rlds, read_rlds
+def _whole_episodes(chunks) -> None:
+    """Each chunk holds whole episodes: the ``episodes`` rows of exactly the episodes its steps hold."""
+    for c in chunks:
+        assert c.episodes is not None
+        ids = c.episodes["episode_id"].to_pylist()
+        assert sorted(set(c.steps["episode_id"].to_pylist())) == \
+            sorted(i for i, n in zip(ids, c.episodes["num_steps"].to_pylist(), strict=True) if n)
+        assert c.steps.num_rows == sum(c.episodes["num_steps"].to_pylist())
+
+
+@pytest.mark.parametrize("name", ["catch", "robot", "labels"])
+def test_read_rlds_gives_what_the_import_stores_without_a_store(tmp_path, name, monkeypatch):
+    from rlarrow.io.rlds import import_rlds, read_rlds, rlds_reading
 
     source = read_rlds(RLDS / name, run_id="r")
-    chunks = list(source)  # one chunk an episode: memory holds one at a time
-    assert all(c.episodes is not None and c.episodes.num_rows == 1 for c in chunks)
-    assert [c.steps.num_rows for c in chunks] == [c.episodes["num_steps"][0].as_py() for c in chunks]
+    chunks = list(source)
+    assert len(chunks) == 1  # (a small dataset: one chunk)
+    _whole_episodes(chunks)
+    monkeypatch.setattr(rlds_reading, "CHUNK_BYTES", 1)  # a chunk an episode: memory holds one
+    one_each = list(source)
+    _whole_episodes(one_each)
+    assert [c.episodes.num_rows for c in one_each] == [1] * chunks[0].episodes.num_rows
+    monkeypatch.undo()
     steps, episodes = source.read()
     assert not (tmp_path / "s").exists()
 
@@ -62,7 +77,7 @@ def test_read_rlds_gives_what_the_import_stores_without_a_store(tmp_path, name):
     _same_columns(store.read("episodes").sort_by("episode_id"), episodes.sort_by("episode_id"))
     # RLDS's last step: no action, reward or discount (core.alignment.last_null)
     last = steps.filter(pa.compute.equal(steps["is_last"], True))
-    assert last.num_rows == episodes.num_rows
+    assert last.num_rows == sum(1 for n in episodes["num_steps"].to_pylist() if n)  # (labels: one of none)
     assert last["reward"].null_count == last["action"].null_count == last.num_rows
 
 

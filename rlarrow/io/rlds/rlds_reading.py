@@ -44,6 +44,7 @@ from rlarrow.io.rlds.rlds_dataset import (
 from rlarrow.io.rlds.rlds_decoding import decode_feature
 
 __all__ = [
+    "CHUNK_BYTES",
     "IMAGE_MODES",
     "RLDS_STEP_FIELDS",
     "Episode",
@@ -55,6 +56,8 @@ __all__ = [
 
 #: how :func:`import_rlds` stores images: decoded to uint8 tensors, or kept as their PNG/JPEG bytes
 IMAGE_MODES = ("decode", "encoded")
+#: a chunk of :func:`read_rlds` holds whole episodes up to this many bytes of steps (or one larger episode)
+CHUNK_BYTES = 16 << 20
 #: the step fields RLDS defines; the rest of a step is its metadata
 RLDS_STEP_FIELDS = ("observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal")
 
@@ -250,11 +253,12 @@ def read_rlds(
 ) -> EpisodeSource:
     """An RLDS dataset in a TFDS directory as an episode source, without a store or TensorFlow.
 
-    Each chunk is one episode, decoded when the source is iterated (memory holds one episode):
-    its ``steps`` rows in RLDS alignment (the last step's action, reward and discount null,
+    Each chunk is whole episodes, decoded when the source is iterated, up to :data:`CHUNK_BYTES`
+    of steps (or one larger episode: memory holds one chunk): their ``steps`` rows in RLDS
+    alignment (the last step's action, reward and discount null,
     :func:`rlarrow.core.alignment.last_null`; kept in its metadata as ``rlds_last`` where not
-    all zero) and its ``episodes`` row (its fields and ``{"rlds": {split, shard, index}}`` as
-    metadata). The run's metadata holds ``dataset_info``, ``features``, ``images`` and the
+    all zero) and their ``episodes`` rows (each episode's fields and ``{"rlds": {split, shard,
+    index}}`` as metadata). The run's metadata holds ``dataset_info``, ``features``, ``images`` and the
     ClassLabel names (``labels``): what :func:`~rlarrow.io.rlds.write_rlds` needs to write the
     dataset back as it was.
 
@@ -321,8 +325,20 @@ def read_rlds(
     )
 
     def chunks(run_as: str) -> Iterator[EpisodeChunk]:
+        block: list[pa.Table] = []  # whole episodes, up to CHUNK_BYTES (or one larger episode)
+        rows = EpisodeRows()
+        size = 0
         for ep in dataset.episodes(options.splits, encoded):
-            yield _episode_chunk(run_as, ep)
+            steps, row = _episode_rows(run_as, ep)
+            nbytes = steps.get_total_buffer_size()
+            if block and (size + nbytes > CHUNK_BYTES or steps.schema != block[0].schema):
+                yield _chunk(block, rows, run_as)
+                block, rows, size = [], EpisodeRows(), 0
+            block.append(steps)
+            rows.add(ep.number, **row)
+            size += nbytes
+        if block:
+            yield _chunk(block, rows, run_as)
 
     return EpisodeSource(run, _declared(dataset.steps_feature, encoded), chunks, run_id=run_id,
                          episodes=dataset.total(options.splits) or None,
@@ -464,8 +480,13 @@ def _last_row(value: Any) -> Any:
     return value[-1].as_py() if isinstance(value, pa.Array) else value[-1]
 
 
-def _episode_chunk(run: str, ep: Episode) -> EpisodeChunk:
-    """One decoded episode as ``steps`` rows (RLDS alignment) and its ``episodes`` row."""
+def _chunk(block: list[pa.Table], rows: EpisodeRows, run: str) -> EpisodeChunk:
+    """Whole episodes' steps (one schema) and their ``episodes`` rows as one chunk."""
+    return EpisodeChunk(block[0] if len(block) == 1 else pa.concat_tables(block), rows.table(run))
+
+
+def _episode_rows(run: str, ep: Episode) -> tuple[pa.Table, dict[str, Any]]:
+    """One decoded episode's ``steps`` rows (RLDS alignment) and its ``episodes`` row (EpisodeRows.add's)."""
     n = ep.num_steps
     obs, action, extra = _split_step(ep.steps)
     is_last = np.asarray(ep.steps.get("is_last", np.zeros(n, bool)), bool)
@@ -498,17 +519,15 @@ def _episode_chunk(run: str, ep: Episode) -> EpisodeChunk:
             columns[key] = last_null(floats, n - 1) if ended else floats
     steps = _schema.build("steps", columns, num_rows=n)
     rewards = np.asarray(reward, np.float64) if reward is not None and np.ndim(reward) == 1 else None
-    rows = EpisodeRows()
-    rows.add(
-        ep.number,
-        num_steps=n,
-        total=float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None,
-        terminated=bool(n and is_terminal[-1]),
-        truncated=bool(ended and not is_terminal[-1]),
-        partial_end=not ended,
-        metadata={**ep.fields, "rlds": {"split": ep.split, "shard": ep.shard, "index": ep.index}},
-    )
-    return EpisodeChunk(steps, rows.table(run))
+    return steps, {
+        "num_steps": n,
+        "total": float(np.sum(rewards[:-1] if ended else rewards)) if rewards is not None else None,
+        "terminated": bool(n and is_terminal[-1]),
+        "truncated": bool(ended and not is_terminal[-1]),
+        "partial_end": not ended,
+        "metadata": {**ep.fields, "rlds": {"split": ep.split, "shard": ep.shard, "index": ep.index}},
+    }
+
 
 def _specs(root: Feature) -> dict[str, Any]:
     """``runs.env_specs`` from the steps' features: Array specs of observation, action, reward, discount."""
