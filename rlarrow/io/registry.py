@@ -429,6 +429,19 @@ def _robomimic_target(directory: str | os.PathLike[str]) -> Path:
     return target if target.suffix.lower() in (".hdf5", ".h5") else target / "demo.hdf5"
 
 
+def _read_rlds(path: Path, options: ImportOptions) -> EpisodeSource:
+    from rlarrow.io.rlds import read_rlds
+
+    return read_rlds(path, run_id=options.run_id, images=options.images)
+
+
+def _write_rlds(source: EpisodeSource, directory: str | os.PathLike[str], *,
+                overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.rlds import write_rlds
+
+    return [write_rlds(source, directory, overwrite=overwrite)]
+
+
 def _read_minari(path: Path, options: ImportOptions) -> EpisodeSource:
     from rlarrow.io.minari import read_minari
 
@@ -561,6 +574,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format(
         name="rlds", summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
         detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
+        read=_read_rlds, write=_write_rlds,
         markers=("dataset_info.json", "features.json"), export_options=_EXPORT_OPTIONS,
         export_help="rlds (a run's episodes as an RLDS dataset that tfds.builder_from_directory reads)",
         noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again", "--keep-images-encoded"),

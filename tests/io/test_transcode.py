@@ -96,3 +96,19 @@ def test_a_d4rl_file_becomes_minari_and_robomimic_without_a_store(tmp_path: Path
     with pytest.warns(RLArrowWarning, match="without a final observation"):  # D4RL's last: cut short
         convert_format(d4rl, "minari", tmp_path / "m", data_format="parquet")
     assert MinariDataset(tmp_path / "m" / "data").total_episodes >= 1
+
+
+def test_rlds_to_minari_and_back_keeps_every_value(tmp_path: Path) -> None:
+    from rlarrow.io.minari import read_minari
+    from rlarrow.io.rlds import read_rlds
+
+    convert_format(FIXTURES / "minari" / "cartpole" / "arrow-v0", "rlds", tmp_path / "rlds")
+    convert_format(tmp_path / "rlds", "minari", tmp_path / "m", data_format="arrow")
+    with read_minari(FIXTURES / "minari" / "cartpole" / "arrow-v0", run_id="r") as a, \
+            read_rlds(tmp_path / "rlds", run_id="r") as b, read_minari(tmp_path / "m", run_id="r") as c:
+        want = a.read()[0]
+        for got in (b.read()[0], c.read()[0]):
+            for name in ("episode_id", "step", "action", "reward", "is_first", "is_last", "is_terminal"):
+                assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+            np.testing.assert_array_equal(np.stack(got.column("observation").to_numpy(zero_copy_only=False)),
+                                          np.stack(want.column("observation").to_numpy(zero_copy_only=False)))
