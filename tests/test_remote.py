@@ -208,3 +208,71 @@ def test_a_push_while_training_appends_copies_no_commit_newer_than_its_manifest(
             assert copy.row_count("scalars") == rows + 1
         assert deltalake.DeltaTable(os.fspath(dest / "scalars")).to_pyarrow_table().num_rows == rows + 1
     assert at_manifest, "no copy's log reached its manifest's version"
+
+
+def _memory_rows(run, states):
+    n = len(states)
+    return {"run_id": run, "snapshot_id": 0, "memory_index": np.arange(n), "env_index": 0, "memory_size": n,
+            "num_envs": 1, "states": states, "values": np.arange(n, dtype="f4").reshape(n, 1)}
+
+
+@pytest.fixture
+def two_layouts_pushed(tmp_path):
+    """A local store whose ``memory`` has two layouts (states of 2 and of 3 numbers), and its push."""
+    st = rlarrow.Store.create(tmp_path / "s")
+    st.append("memory", _memory_rows("a", np.arange(8, dtype="f4").reshape(4, 2)))
+    st.append("memory", _memory_rows("b", np.arange(9, dtype="f4").reshape(3, 3)))
+    push(st, f"file://{tmp_path}/bucket", progress=False)
+    return st, RemoteStore(f"file://{tmp_path}/bucket")
+
+
+def test_a_local_and_a_pushed_store_are_one_store_reader(two_layouts_pushed):
+    import inspect
+
+    from rlarrow.core.store import StoreReader, layout_number
+
+    local, remote = two_layouts_pushed
+    assert isinstance(local, StoreReader) and isinstance(remote, StoreReader)
+    assert not isinstance(object(), StoreReader)
+    # every method of the protocol takes its parameters on both, by the protocol's names and kinds
+    for name, member in vars(StoreReader).items():
+        if name.startswith("_") or isinstance(member, property):
+            continue
+        wanted = inspect.signature(member).parameters
+        for cls in (rlarrow.Store, RemoteStore):
+            got = inspect.signature(getattr(cls, name)).parameters
+            assert [(p, wanted[p].kind) for p in wanted] == [(p, got[p].kind) for p in wanted], (cls, name)
+    assert local.filesystem is None and isinstance(remote.filesystem, pafs.LocalFileSystem)
+    assert remote.version == local.version > 0
+    assert remote.tables() == local.tables()  # (memory.2 is memory's)
+    assert set(remote.manifest()["tables"]) == set(local.manifest()["tables"])
+    remote.manifest()["tables"].clear()  # a copy
+    assert remote.layout_dirs("memory") == local.layout_dirs("memory") == ["memory", "memory.2"]
+    assert remote.layout_dirs("memory", 2) == ["memory.2"]
+    for d in remote.layout_dirs("memory"):
+        n = layout_number(d)
+        assert [os.path.basename(f) for f in remote.files("memory", layout=n)] == \
+            [f.name for f in local.files("memory", layout=n)]
+        assert remote.read("memory", layout=n).equals(local.read("memory", layout=n))
+    with pytest.raises(StoreError, match="no layout 3"):
+        remote.layout_dirs("memory", 3)
+
+
+def test_samples_of_a_pushed_store_are_the_local_ones_one_layout_at_a_time(two_layouts_pushed):
+    from rlarrow.train.samples import SampleSource
+
+    local, remote = two_layouts_pushed
+    with pytest.raises(StoreError, match=r"has layouts \[1, 2\] here.*layout=N"):
+        SampleSource.from_store(remote, "memory", columns=["states"])
+    for layout, width in ((1, 2), (2, 3)):
+        here = SampleSource.from_store(local, "memory", columns=["states", "values"], layout=layout)
+        there = SampleSource.from_store(remote, "memory", columns=["states", "values"], layout=layout)
+        assert here.version == local.version and there.version is None  # (a remote store's: not read again)
+        assert here.lease is not None and there.lease is None
+        assert there.filesystem is remote.filesystem and here.filesystem is None
+        got = [there.read(u, {}) for u in there.units]
+        want = [here.read(u, {}) for u in here.units]
+        assert len(got) == len(want) == 1
+        assert got[0]["states"].shape[1] == width and got[0]["states"].dtype == np.float32
+        for k in want[0]:
+            assert np.array_equal(got[0][k], want[0][k]), k

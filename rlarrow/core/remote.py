@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import secrets
@@ -44,6 +45,7 @@ from rlarrow.core.progress import bar
 from rlarrow.core.store import (
     LOCK_NAME,
     MANIFEST_NAME,
+    Store,
     StoreLike,
     as_store,
     check_manifest_versions,
@@ -137,11 +139,23 @@ class RemoteStore:
         return bool(self.filesystem.get_file_info(f"{self.root}/{rel}").type != pafs.FileType.NotFound)
 
     def tables(self) -> list[str]:
-        """Names of the store's tables."""
-        return list(self._manifest["tables"])
+        """Names of the store's tables (a table's further layouts, ``TABLE.N``, are the table's)."""
+        return [n for n in self._manifest["tables"] if n == table_of(n)]
 
-    def _layouts(self, table: str, layout: int | None) -> list[str]:
-        """The layout directories of ``table`` that ``layout`` selects (None: all of them)."""
+    @property
+    def version(self) -> int:
+        """The store version pushed here (:attr:`rlarrow.Store.version` when it was pushed)."""
+        return int(self._manifest.get("version", 0))
+
+    def manifest(self) -> dict[str, Any]:
+        """A copy of the manifest as this object read it when opened (``docs/format.md``)."""
+        return copy.deepcopy(self._manifest)
+
+    def layout_dirs(self, table: str, layout: int | None = None) -> list[str]:
+        """The layout directories of ``table`` that ``layout`` selects (None: all of them).
+
+        As :meth:`rlarrow.Store.layout_dirs`: a file's layout is its directory's name.
+        """
         _schema.table(table)
         names = sorted((n for n in self._manifest["tables"] if table_of(n) == table), key=layout_number)
         if layout is None:
@@ -154,7 +168,7 @@ class RemoteStore:
 
     def layouts(self, table: str) -> list[int]:
         """The layout numbers of ``table`` (see :meth:`rlarrow.Store.layouts`)."""
-        return [layout_number(n) for n in self._layouts(table, None)]
+        return [layout_number(n) for n in self.layout_dirs(table, None)]
 
     def files(self, table: str, *, layout: int | None = None) -> list[str]:
         """Paths (on :attr:`filesystem`) of the committed Parquet files of ``table``, oldest first.
@@ -162,7 +176,7 @@ class RemoteStore:
         ``layout``: one layout's files (:meth:`rlarrow.Store.layouts`); None: every layout's.
         """
         out = []
-        for name in self._layouts(table, layout):
+        for name in self.layout_dirs(table, layout):
             entry = self._manifest["tables"].get(name, {"files": []})
             out += [f"{self.root}/{name}/{f['name']}" for f in entry["files"]]
         return out
@@ -170,7 +184,7 @@ class RemoteStore:
     def row_count(self, table: str, *, layout: int | None = None) -> int:
         """Committed rows of ``table`` (of one layout with ``layout``)."""
         tables = self._manifest["tables"]
-        return sum(int(tables.get(n, {}).get("rows", 0)) for n in self._layouts(table, layout))
+        return sum(int(tables.get(n, {}).get("rows", 0)) for n in self.layout_dirs(table, layout))
 
     def schema(self, table: str, *, layout: int | None = None) -> pa.Schema | None:
         """The store's concrete Arrow schema of ``table`` (None until it holds data).
@@ -178,7 +192,7 @@ class RemoteStore:
         With several layouts and no ``layout``: the schema they are read with together
         (columns whose types differ left out), as :meth:`rlarrow.Store.schema` gives it.
         """
-        names = self._layouts(table, layout)
+        names = self.layout_dirs(table, layout)
         return union_layouts([(n, self._layout_schema(n)) for n in names])[0]
 
     def _layout_schema(self, name: str) -> pa.Schema | None:
@@ -194,7 +208,7 @@ class RemoteStore:
 
         schema = self.schema(table, layout=layout) or _schema.table(table).arrow_schema()
         located = [(n, self._layout_schema(n) or schema, self.files(table, layout=layout_number(n)))
-                   for n in self._layouts(table, layout)]
+                   for n in self.layout_dirs(table, layout)]
         located = [(n, own, files) for n, own, files in located if files]
         if not located:
             return ds.dataset(schema.empty_table())
@@ -281,8 +295,8 @@ def push(store: StoreLike, destination: str | os.PathLike[str], *,
                           reason=exc.strerror or str(exc), errno_=exc.errno) from exc
 
 
-def _push(st: Any, fs: pafs.FileSystem, root: str, manifest: dict[str, Any], wanted: list[tuple[str, int]], *,
-          prune: bool, progress: bool | None) -> list[str]:
+def _push(st: Store, fs: pafs.FileSystem, root: str, manifest: dict[str, Any], wanted: list[tuple[str, int]],
+          *, prune: bool, progress: bool | None) -> list[str]:
     """:func:`push`'s copy, once the manifest to write is known."""
     fs.create_dir(root, recursive=True)
     for table in manifest["tables"]:

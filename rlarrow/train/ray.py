@@ -38,7 +38,16 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, NotFoundError, SchemaMismatchError, StoreError
-from rlarrow.core.store import CommitInfo, StagedFile, Staging, Store, StoreLike, as_store
+from rlarrow.core.store import (
+    CommitInfo,
+    StagedFile,
+    Staging,
+    Store,
+    StoreLike,
+    StoreReader,
+    as_store,
+    layout_number,
+)
 from rlarrow.train.samples import SampleSource, delta_steps_of, filter_mask
 
 require("ray", feature="rlarrow.train.ray")  # names the extra when Ray is missing
@@ -51,8 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["import_memory", "read", "read_samples", "write"]
 
 
-def _open(store: StoreLike | RemoteStore, version: int | None = None) -> Any:
-    """A Store, a RemoteStore, a local path or a URI, as something with files()/schema()."""
+def _open(store: StoreLike | RemoteStore, version: int | None = None) -> StoreReader:
+    """A Store, a RemoteStore, a local path or a URI, as a store to read (a local one: a Store)."""
     from rlarrow.core.remote import RemoteStore
     from rlarrow.core.store import as_store
 
@@ -93,13 +102,13 @@ def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] |
         >>> ds.groupby("episode_id").count().take(3)  # doctest: +SKIP
     """
     st = _open(store, version)
-    fs = getattr(st, "filesystem", None)
-    # a local store's files are pinned for the process's life (a lazy dataset, and those
-    # derived from it, outlive any object that could hold a lease); absolute: the read
-    # tasks' working directory is not ours
-    listed = st.process_lease().pin_view(st, [table])[table] if hasattr(st, "process_lease") \
-        else st.files(table)
+    fs = st.filesystem
+    listed: Sequence[str | os.PathLike[str]]
     if isinstance(st, Store):  # its layouts: the ones asked for
+        # a local store's files are pinned for the process's life (a lazy dataset, and those
+        # derived from it, outlive any object that could hold a lease); absolute: the read
+        # tasks' working directory is not ours
+        listed = st.process_lease().pin_view(st, [table])[table]
         names = st.layout_dirs(table, layout)  # (the view pin_view took)
         st.check_columns(table, columns, layout=layout)
         listed = [f for f in listed if Path(f).parent.name in names]
@@ -108,7 +117,7 @@ def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] |
         st.verify(table, listed)
         schema = st.schema(table, layout=layout) or _schema.table(table).arrow_schema()
     else:  # a RemoteStore: one layout at a time where it has several (their files differ)
-        numbers = st.layouts(table)
+        numbers = [layout_number(d) for d in st.layout_dirs(table)]
         if layout is None and len(numbers) > 1:
             raise StoreError(f"{st.path}: {table!r} has layouts {numbers} here, whose files differ: "
                              "read one with layout=N")

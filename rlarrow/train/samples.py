@@ -26,7 +26,7 @@ from rlarrow.core import metadata as _metadata
 from rlarrow.core import padding as _padding
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
-from rlarrow.core.store import open_checked
+from rlarrow.core.store import Store, StoreReader, layout_number, open_checked
 
 __all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of",
            "expression_mask", "filter_mask", "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
@@ -141,10 +141,11 @@ def filter_mask(table: pa.Table, filter: Any) -> np.ndarray:  # noqa: A002 - pya
     return expression_mask(table, filter)
 
 
-def _shared_schema(store: Any, table: str, layouts: list[str]) -> tuple[pa.Schema | None, dict[str, str]]:
+def _shared_schema(store: StoreReader, table: str,
+                   layouts: list[str]) -> tuple[pa.Schema | None, dict[str, str]]:
     """The columns every layout of ``layouts`` has with the same type, and why each other one is not."""
-    schemas = [(name, store.schema(table, layout=int(name.partition(".")[2] or 1))) for name in layouts]
-    schemas = [(name, s) for name, s in schemas if s is not None]
+    found = [(name, store.schema(table, layout=layout_number(name))) for name in layouts]
+    schemas = [(name, s) for name, s in found if s is not None]
     if len(schemas) <= 1:
         return (schemas[0][1] if schemas else None), {}
     first = schemas[0][1]
@@ -483,16 +484,16 @@ class SampleSource:
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
 
     @classmethod
-    def from_store(cls, store: Any, table: str = "steps", *, columns: Sequence[str] | None = None,
+    def from_store(cls, store: StoreReader, table: str = "steps", *, columns: Sequence[str] | None = None,
                    filter: Any = None, sequence_length: int = 1,  # noqa: A002
                    layout: int | None = None,
                    delta_steps: Mapping[str, Sequence[int]] | None = None) -> SampleSource:
         """Plan the samples of ``table`` (``"transitions"``: windows of 2 steps as transitions).
 
-        ``store`` is a :class:`~rlarrow.Store`, or anything with ``files``, ``schema``,
-        ``path`` and ``filesystem`` (:class:`rlarrow.core.remote.RemoteStore`). ``layout``: one
-        layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of them, whose
-        samples then have the columns every layout has with the same type.
+        ``store`` is a :class:`~rlarrow.Store`, or any other
+        :class:`~rlarrow.core.store.StoreReader` (:class:`rlarrow.core.remote.RemoteStore`).
+        ``layout``: one layout of the table (:meth:`~rlarrow.Store.layouts`); None: all of
+        them, whose samples then have the columns every layout has with the same type.
 
         Raises:
             KeyError: a column the table (or one of the layouts read together) does not have.
@@ -500,53 +501,17 @@ class SampleSource:
         """
         transitions = table == "transitions"
         source = "steps" if transitions else table
-        fs = getattr(store, "filesystem", None)
-        # a local store's files are pinned for the process's life: an epoch (in DataLoader
-        # workers, in Ray tasks holding copies of this source) reads them whatever compacts
-        # the store meanwhile
-        lease = store.process_lease() if hasattr(store, "process_lease") else None
-        view: dict[str, list[Any]] = {}
-        if hasattr(store, "layout_dirs"):  # a Store: its layouts
-            # (the steps and their videos from one manifest: the view of one store version,
-            # which ``version`` names afterwards)
-            tables = [source]
-            if source == "steps" and "videos" in store.tables():
-                tables.append("videos")
-            view = (lease.pin_view(store, tables) if lease is not None
-                    else {t: store.files(t, refresh=False) for t in tables})
-            files = view[source]
-            layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
-            files = [f for f in files if os.path.basename(os.path.dirname(f)) in layouts]
-            store.check_footers(source, files)  # (pages are checked as they are read)
-            schema, lacking = _shared_schema(store, source, layouts)
-        else:
-            numbers = store.layouts(source) if hasattr(store, "layouts") else [1]  # a RemoteStore
-            if layout is None and len(numbers) > 1:
-                raise StoreError(f"{store.path}: {source!r} has layouts {numbers} here, whose files differ: "
-                                 "read one with layout=N")
-            one = {} if layout is None else {"layout": layout}
-            files = store.files(source, **one)  # (not a local store: nothing to pin)
-            schema, lacking = store.schema(source, **one), {}
-        found = units(files, fs)
+        listed = _list_local(store, source, layout) if isinstance(store, Store) \
+            else _list_other(store, source, layout)
+        found = units(listed.files, store.filesystem)
         if transitions:
             if sequence_length != 1:
                 raise ArgumentError("transitions are windows of 2 steps already; use table='steps' "
                                     "with sequence_length for longer windows")
             sequence_length = 2
-            wanted = list(columns or TRANSITION_COLUMNS)
-            wanted = [c for c in wanted if c not in _transitions.DERIVED]
-            columns = list(dict.fromkeys([*wanted, *_transitions.NEXT_SOURCES]))
-        names = schema.names if schema is not None else []
-        chosen = list(columns) if columns is not None else [
-            f.name for f in (schema or []) if f.name not in KEYS and not is_text(f.type)]
-        missing = [c for c in chosen if schema is not None and c not in names]
-        apart = [c for c in missing if c in lacking]
-        if apart:
-            raise NotFoundError(f"{store.path}: column(s) {apart} of {source!r} are not in every layout read "
-                                "together (" + "; ".join(lacking[c] for c in apart) + "): read one layout "
-                                "with layout=N (Store.layouts lists them)")
-        if missing:
-            raise NotFoundError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
+            columns = _transition_columns(columns)
+        names = listed.schema.names if listed.schema is not None else []
+        chosen = _chosen_columns(store, source, columns, listed)
         if sequence_length > 1 and source != "steps":
             raise ArgumentError("sequence windows need episodes: table='steps' (or 'transitions')")
         deltas = None
@@ -554,31 +519,16 @@ class SampleSource:
             deltas = _check_deltas(delta_steps, table, sequence_length, names, chosen, store.path)
             chosen += [d.split(".")[0] for d in deltas if d.split(".")[0] not in chosen]
         videos: list[str] = []
-        if source == "steps" and "observation" in chosen and hasattr(store, "layout_dirs"):
-            videos = list(view.get("videos", []))
-        elif source == "steps" and "observation" in chosen and _has_videos(store):
-            raise StoreError(f"{store.path}: its cameras in the video layout are decoded from a local store "
-                             "only; pull it first (rlarrow.core.remote.pull)")
-        masked: list[str] = []
-        needs: list[str] = []
-        if source == "steps":  # padding is never data (rlarrow.core.padding)
-            if deltas is not None:
-                masked = [*deltas, *(c for c in chosen if c in _padding.NULLABLE
-                                     and not any(_under(d, c) or _under(c, d) for d in deltas))]
-                needs = [c for c in [_padding.FRAME_COLUMN] if c in names]
-            else:
-                # (transitions: a REQUIRED column is never null on a step row, but may be on the
-                # next row: its mask is read for the next row's copy, next_observation_is_pad)
-                required = _transitions.REQUIRED if transitions else ()
-                nexts = _transitions.NEXT_MASKED if transitions else ()
-                masked = [c for c in chosen if c in _padding.NULLABLE and (c not in required or c in nexts)]
-                needs = [c for c in required if c in names]
+        if source == "steps" and "observation" in chosen:
+            videos = _video_files(store, listed)
+        masked, needs = _padding_columns(source, chosen, names, deltas, transitions) if source == "steps" \
+            else ([], [])
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
-                   transitions=transitions, filesystem=fs, deltas=deltas, videos=videos,
+                   transitions=transitions, filesystem=store.filesystem, deltas=deltas, videos=videos,
                    masked=masked, needs=needs)
-        made.lease = lease  # the links live as long as the source (and copies in workers read them)
+        made.lease = listed.lease  # the links live as long as the source (and copies in workers read them)
         #: the store version whose files these are (None: not a local store)
-        made.version = int(store.version) if hasattr(store, "layout_dirs") else None
+        made.version = listed.version
         return made
 
     def __getstate__(self) -> dict[str, Any]:
@@ -860,9 +810,102 @@ class SampleSource:
             yield other
 
 
-def _has_videos(store: Any) -> bool:
+def _has_videos(store: StoreReader) -> bool:
     """Whether a (remote) store lists ``videos`` files (one of format 1.3 or before has none)."""
     try:
         return bool(store.files("videos"))
     except (KeyError, LookupError, StoreError):
         return False
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """What :meth:`SampleSource.from_store` plans from: one view of a table's files, and their columns."""
+
+    files: list[Any]
+    schema: pa.Schema | None  # the columns the files are read with together
+    lacking: dict[str, str]  # why each column some layouts lack (or type otherwise) is left out
+    videos: list[Any]  # the ``videos`` files of the same view (a local store's steps)
+    lease: Any = None  # a ReaderLease pinning them (a local store)
+    version: int | None = None  # the store version they are (a local store)
+
+
+def _list_local(store: Store, source: str, layout: int | None) -> _Listed:
+    """A local store's files of ``source``, pinned, with its videos' files from the same manifest."""
+    # a local store's files are pinned for the process's life: an epoch (in DataLoader
+    # workers, in Ray tasks holding copies of this source) reads them whatever compacts
+    # the store meanwhile
+    lease = store.process_lease()
+    # (the steps and their videos from one manifest: the view of one store version,
+    # which ``version`` names afterwards)
+    tables = [source]
+    if source == "steps" and "videos" in store.tables():
+        tables.append("videos")
+    view: dict[str, list[Any]] = dict(lease.pin_view(store, tables))
+    layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
+    files = [f for f in view[source] if os.path.basename(os.path.dirname(f)) in layouts]
+    store.check_footers(source, files)  # (pages are checked as they are read)
+    schema, lacking = _shared_schema(store, source, layouts)
+    return _Listed(files, schema, lacking, list(view.get("videos", [])), lease, int(store.version))
+
+
+def _list_other(store: StoreReader, source: str, layout: int | None) -> _Listed:
+    """Another store's files of ``source`` (a RemoteStore: nothing to pin), of one layout."""
+    numbers = [layout_number(d) for d in store.layout_dirs(source)]
+    if layout is None and len(numbers) > 1:
+        raise StoreError(f"{store.path}: {source!r} has layouts {numbers} here, whose files differ: "
+                         "read one with layout=N")
+    return _Listed(list(store.files(source, layout=layout)), store.schema(source, layout=layout), {}, [])
+
+
+def _transition_columns(columns: Sequence[str] | None) -> list[str]:
+    """The steps columns read for transitions of ``columns`` (default: all of them)."""
+    wanted = list(columns or TRANSITION_COLUMNS)
+    wanted = [c for c in wanted if c not in _transitions.DERIVED]
+    return list(dict.fromkeys([*wanted, *_transitions.NEXT_SOURCES]))
+
+
+def _chosen_columns(store: StoreReader, source: str, columns: Sequence[str] | None,
+                    listed: _Listed) -> list[str]:
+    """The columns asked for, each checked to be in every layout read (default: non-key, non-text)."""
+    schema, lacking = listed.schema, listed.lacking
+    names = schema.names if schema is not None else []
+    chosen = list(columns) if columns is not None else [
+        f.name for f in (schema or []) if f.name not in KEYS and not is_text(f.type)]
+    missing = [c for c in chosen if schema is not None and c not in names]
+    apart = [c for c in missing if c in lacking]
+    if apart:
+        raise NotFoundError(f"{store.path}: column(s) {apart} of {source!r} are not in every layout read "
+                            "together (" + "; ".join(lacking[c] for c in apart) + "): read one layout "
+                            "with layout=N (Store.layouts lists them)")
+    if missing:
+        raise NotFoundError(f"{store.path}: table {source!r} has no column(s) {missing}; it has {names}")
+    return chosen
+
+
+def _video_files(store: StoreReader, listed: _Listed) -> list[str]:
+    """The ``videos`` files whose frames the steps' observations are read with (a local store)."""
+    if isinstance(store, Store):
+        return list(listed.videos)
+    if _has_videos(store):
+        raise StoreError(f"{store.path}: its cameras in the video layout are decoded from a local store "
+                         "only; pull it first (rlarrow.core.remote.pull)")
+    return []
+
+
+def _padding_columns(source: str, chosen: list[str], names: list[str], deltas: dict[str, np.ndarray] | None,
+                     transitions: bool) -> tuple[list[str], list[str]]:
+    """The steps columns read with an ``_is_pad`` mask, and those read only for the rule.
+
+    Padding is never data (:mod:`rlarrow.core.padding`).
+    """
+    if deltas is not None:
+        masked = [*deltas, *(c for c in chosen if c in _padding.NULLABLE
+                             and not any(_under(d, c) or _under(c, d) for d in deltas))]
+        return masked, [c for c in [_padding.FRAME_COLUMN] if c in names]
+    # (transitions: a REQUIRED column is never null on a step row, but may be on the
+    # next row: its mask is read for the next row's copy, next_observation_is_pad)
+    required = _transitions.REQUIRED if transitions else ()
+    nexts = _transitions.NEXT_MASKED if transitions else ()
+    masked = [c for c in chosen if c in _padding.NULLABLE and (c not in required or c in nexts)]
+    return masked, [c for c in required if c in names]

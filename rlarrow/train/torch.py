@@ -74,7 +74,7 @@ from rlarrow.train.samples import (  # noqa: E402
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
-    from rlarrow.core.store import StoreLike
+    from rlarrow.core.store import StoreLike, StoreReader
 
 __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
 
@@ -202,7 +202,11 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
                 rank is not None and world_size is not None and not 0 <= rank < world_size):
             raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
-        st = store if hasattr(store, "filesystem") else as_store(store, readonly=True, version=version)
+        st: StoreReader
+        if isinstance(store, (Store, str, os.PathLike)):
+            st = as_store(store, readonly=True, version=version)
+        else:  # a RemoteStore (or another StoreReader): read as it is
+            st = store
         if delta_timestamps is not None:
             if delta_steps is not None:
                 raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
@@ -235,8 +239,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             raise ArgumentError("stats= is what normalize= applies: give normalize='mean_std' "
                                 "(or another mode) too")
 
-    def _normalizer(self, st: Any, normalize: str | Mapping[str, str], given: Mapping[str, Any] | None,
-                    layout: int | None) -> Any:
+    def _normalizer(self, st: StoreReader, normalize: str | Mapping[str, str],
+                    given: Mapping[str, Any] | None, layout: int | None) -> Any:
         from rlarrow.core.stats import ColumnStats
         from rlarrow.core.store import Store
         from rlarrow.train.normalize import normalizer

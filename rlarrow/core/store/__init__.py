@@ -41,6 +41,8 @@ The package's modules, each owning one part (lowest first):
   recovery and versions; listing, reading and layouts; checks and repair; compaction,
   :class:`Maintenance` and vacuum; commits; edits), one class each, each on the one
   before; ``_store`` adds the constructors.
+* :mod:`~rlarrow.core.store.protocol`: :class:`StoreReader`, what readers use of a store,
+  local or remote (:class:`Store` and ``RemoteStore`` both satisfy it).
 * :mod:`~rlarrow.core.store.delta`: each table's Delta Lake log (written after every
   settling manifest write; read for ``version=``).
 
@@ -96,6 +98,7 @@ from rlarrow.core.store.manifest import (
     parse_manifest,
     write_error,
 )
+from rlarrow.core.store.protocol import StoreReader
 from rlarrow.core.store.repair import FileProblem, RepairReport, StoreInfo, TableInfo
 from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import TableWriter
@@ -106,7 +109,8 @@ __all__ = ["AUTO_COMPACT_FILES", "CommitInfo", "FILE_BYTES", "FileProblem", "LOC
            "as_store", "check_inside", "check_manifest_versions", "damaged_file", "decode_schema",
            "encode_schema", "fsync_dir", "layout_directory", "layout_number", "new_run_id", "open_checked",
            "opened", "parse_manifest", "pending_parts", "roll_forward", "table_of", "union_layouts",
-           "validate_rows", "verify_pages", "write_error"]
+           "validate_rows", "verify_pages", "write_error",
+           "StoreReader"]
 
 #: Sizes that stay settable here, as before the package was split: setting
 #: ``rlarrow.core.store.ROW_GROUP_BYTES`` sets it where it is read (:mod:`~rlarrow.core.store.files`).

@@ -378,6 +378,14 @@ class TableStore(JournalStore):
                     expected=self.schema(table, layout=layout_number(other)),
                     got=self.schema(table, layout=layout_number(name)))
 
+    @property
+    def filesystem(self) -> None:
+        """The pyarrow filesystem :meth:`files` are on: None, the local disk.
+
+        (As :class:`~rlarrow.core.store.StoreReader` says; a ``RemoteStore``'s is its bucket's.)
+        """
+        return None
+
     def tables(self) -> list[str]:
         """Names of the store's tables (a table's further layouts, ``TABLE.N``, are the table's)."""
         return [n for n in self._manifest["tables"] if n == table_of(n)]
