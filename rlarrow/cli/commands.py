@@ -24,13 +24,16 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from rlarrow._version import __version__
 from rlarrow.core.errors import RLArrowError, RLArrowWarning
 from rlarrow.io import registry
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreReader
 
 __all__ = ["cli", "compact", "convert", "delete", "export", "history", "info", "label", "main", "merge",
            "migrate", "plot", "push", "repair", "sql_command", "vacuum"]
@@ -320,7 +323,7 @@ def _tensor_kind(what: str) -> str:
     return what
 
 
-def _video_fields(st: Any) -> list[dict[str, Any]]:
+def _video_fields(st: StoreReader) -> list[dict[str, Any]]:
     """The store's video-layout fields: column, codec, frame shape, streams and frames."""
     table = st.read("videos", columns=["column", "codec", "height", "width", "channels", "steps"])
     found: dict[tuple[Any, ...], dict[str, Any]] = {}

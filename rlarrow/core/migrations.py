@@ -34,7 +34,7 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import FormatVersionError, StoreError
 from rlarrow.core.progress import iterate as _iterate
-from rlarrow.core.store import Store, encode_schema
+from rlarrow.core.store import Maintenance, Store, encode_schema
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, failure_cause
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
@@ -135,7 +135,7 @@ def migrate(path: str | os.PathLike[str], *, dry_run: bool = False, progress: bo
     return actions
 
 
-def _migrate_tables(store: Any, m: Any, plans: dict[str, list[Migration]], progress: bool,
+def _migrate_tables(store: Store, m: Maintenance, plans: dict[str, list[Migration]], progress: bool,
                     done: list[str]) -> None:
     """Rewrite each planned table's files (one journaled commit each); ``done`` says what was committed."""
     manifest = m.manifest

@@ -32,12 +32,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from rlarrow.core.errors import CorruptFileError, InvalidInputError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreReader
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -355,13 +358,13 @@ class VideoFrames:
                         self._cols[r["run_id"]].append(r["column"])
 
     @classmethod
-    def of(cls, store: Any) -> VideoFrames | None:
+    def of(cls, store: StoreReader) -> VideoFrames | None:
         """The store's video rows, or None when it has none (a store of format 1.3 or before, too)."""
         try:
             files = store.files("videos")
         except (KeyError, LookupError):
             return None
-        return cls(files) if files else None
+        return cls(list(files)) if files else None
 
     def runs(self) -> list[str]:
         """The runs that have video-layout fields."""

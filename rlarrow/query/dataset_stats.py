@@ -41,7 +41,7 @@ import pyarrow as pa
 from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, lerobot_entry
-from rlarrow.core.store import StoreLike
+from rlarrow.core.store import Store, StoreLike
 
 __all__ = ["lerobot_stats", "lerobot_stats_json", "selected_episodes", "stats", "write_stats_json"]
 
@@ -169,7 +169,7 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
         return {name: ColumnStats.combine(parts[name], weights=mix[name]) for name in sorted(parts)}
 
 
-def _check_names(st: Any, runs: list[str] | None, weighted: list[str],
+def _check_names(st: Store, runs: list[str] | None, weighted: list[str],
                  columns: list[str] | None) -> list[str] | None:
     """Runs and columns that name nothing in the store are errors, not empty answers.
 
@@ -247,7 +247,7 @@ def _image_leaves(type_: pa.DataType, name: str = "observation",
     return [(name, path)] if dtype == "uint8" and len(shape) == 3 and shape[-1] in (1, 3, 4) else []
 
 
-def _image_stats(st: Any, runs: list[str], chosen: set[tuple[str, int]] | None,
+def _image_stats(st: Store, runs: list[str], chosen: set[tuple[str, int]] | None,
                  weights: Mapping[str, float] | None, quantiles: bool,
                  wanted: list[str] | None) -> dict[str, dict[str, Any]]:
     """Per-channel image statistics in [0, 1] of the selected episodes' frames, as LeRobot's.
