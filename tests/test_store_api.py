@@ -411,3 +411,52 @@ def test_each_module_says_what_it_owns_and_its_examples_run(name, tmp_path, monk
     assert len((STORE_DIR / f"{name}.py").read_text().splitlines()) <= 700
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def _episodes(run: str, lengths: list[int]) -> dict[str, object]:
+    return {"run_id": run, "episode_id": list(range(len(lengths))), "num_steps": lengths, "env_index": 0,
+            "terminated": True, "truncated": False, "partial_start": False, "partial_end": False}
+
+
+def test_the_catalog_adds_finds_labels_and_deletes_runs_and_episodes(tmp_path):
+    from rlarrow.core.errors import ArgumentTypeError
+    from rlarrow.core.store import Catalog
+
+    store = rlarrow.Store.create(tmp_path / "s")
+    catalog = store.catalog
+    assert isinstance(catalog, Catalog) and catalog.store is store
+    a = catalog.add_run(source="user", run_id="a", name="first", num_envs=2, metadata={"seed": 1})
+    b = store.add_run(source="user", run_id="b")  # (the old method: the same runs table)
+    assert (a, b) == ("a", "b") and catalog.has_run("b") and not catalog.has_run("c")
+    with pytest.raises(StoreError, match="already exists"):
+        catalog.add_run(source="user", run_id="a")
+    assert catalog.runs().equals(store.runs()) and catalog.runs().num_rows == 2
+    row = catalog.runs().filter(pa.compute.field("run_id") == "a").to_pylist()[0]
+    assert (row["name"], row["num_envs"], row["source"]) == ("first", 2, "user")
+    store.append("episodes", _episodes("a", [5, 9]))
+    store.append("episodes", _episodes("b", [3]))
+    assert catalog.episodes().num_rows == 3
+    assert catalog.episodes("a").column("num_steps").to_pylist() == [5, 9]  # a bare string: one run
+    assert catalog.episodes(["b"]).column("num_steps").to_pylist() == [3]
+    assert catalog.episodes("c").num_rows == 0
+    with pytest.raises(ArgumentTypeError, match="runs"):
+        catalog.episodes(3)  # type: ignore[arg-type]
+    version = store.version
+    assert catalog.label({"split": "val"}, episodes=[("a", 1)]) == {"episodes": 1}
+    assert catalog.episodes("a").column("metadata").to_pylist() == [None, '{"split":"val"}']
+    assert store.version == version + 1  # (one commit)
+    assert catalog.delete(runs=["b"]) == {"runs": 1, "episodes": 1}
+    assert not catalog.has_run("b") and catalog.episodes().num_rows == 2
+
+
+def test_the_catalog_uses_only_the_engines_public_methods():
+    tree = ast.parse((STORE_DIR / "catalog.py").read_text(encoding="utf-8"))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute) and node.value.attr == "store"}
+    assert used and not {name for name in used if name.startswith("_")}, used
+    # (and the engine needs nothing of it: no module below the Store class imports the catalog)
+    for path in STORE_DIR.glob("*.py"):
+        modules = {n.module for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(n, ast.ImportFrom)}
+        if path.stem not in {"catalog", "_store", "__init__"}:
+            assert f"{STORE_MODULE}.catalog" not in modules, path.name

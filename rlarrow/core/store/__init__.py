@@ -43,6 +43,8 @@ The package's modules, each owning one part (lowest first):
   before; ``_store`` adds the constructors.
 * :mod:`~rlarrow.core.store.protocol`: :class:`StoreReader`, what readers use of a store,
   local or remote (:class:`Store` and ``RemoteStore`` both satisfy it).
+* :mod:`~rlarrow.core.store.catalog`: :class:`Catalog` (``Store.catalog``), the RL catalog
+  on top of the engine: runs, episodes and their labels.
 * :mod:`~rlarrow.core.store.delta`: each table's Delta Lake log (written after every
   settling manifest write; read for ``version=``).
 
@@ -68,6 +70,7 @@ from typing import Any
 
 from rlarrow.core.store import files as _files
 from rlarrow.core.store._store import Store, StoreLike, as_store, opened
+from rlarrow.core.store.catalog import Catalog
 from rlarrow.core.store.checked import damaged_file, open_checked, verify_pages
 from rlarrow.core.store.commits import new_run_id
 from rlarrow.core.store.compaction import Maintenance
@@ -110,7 +113,7 @@ __all__ = ["AUTO_COMPACT_FILES", "CommitInfo", "FILE_BYTES", "FileProblem", "LOC
            "encode_schema", "fsync_dir", "layout_directory", "layout_number", "new_run_id", "open_checked",
            "opened", "parse_manifest", "pending_parts", "roll_forward", "table_of", "union_layouts",
            "validate_rows", "verify_pages", "write_error",
-           "StoreReader"]
+           "StoreReader", "Catalog"]
 
 #: Sizes that stay settable here, as before the package was split: setting
 #: ``rlarrow.core.store.ROW_GROUP_BYTES`` sets it where it is read (:mod:`~rlarrow.core.store.files`).

@@ -8,7 +8,8 @@ concern to the one below: :mod:`~rlarrow.core.store.base` (state, manifest, lock
 :mod:`~rlarrow.core.store.compaction` (compaction, maintenance, vacuum),
 :mod:`~rlarrow.core.store.commits` (appends, writers, transactions, staged files) and
 :mod:`~rlarrow.core.store.edits` (delete, label, merge). This
-module adds the constructors, leases, and the helpers that take a store or its path.
+module adds the constructors, leases, the RL catalog on top (:attr:`Store.catalog`,
+:mod:`~rlarrow.core.store.catalog`), and the helpers that take a store or its path.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Self
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
+from rlarrow.core.store.catalog import Catalog
 from rlarrow.core.store.edits import EditingStore
 from rlarrow.core.store.entries import MANIFEST_FIX, is_directory, open_lock, refuse_link
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, _unwritable
@@ -208,6 +210,18 @@ class Store(EditingStore):
         m = self._manifest
         counts = ", ".join(f"{n}={t['rows']}" for n, t in m["tables"].items() if t["rows"])
         return f"Store({os.fspath(self.path)!r}, format {m['format_version']}, {counts or 'empty'})"
+
+    @property
+    def catalog(self) -> Catalog:
+        """The store's RL catalog: runs, episodes and their labels (:mod:`~rlarrow.core.store.catalog`).
+
+        Example:
+            >>> import rlarrow, tempfile, os
+            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
+            >>> store.catalog.has_run(store.catalog.add_run(source="user"))
+            True
+        """
+        return Catalog(self)
 
     def lease(self) -> ReaderLease:
         """A :class:`ReaderLease`: pinned files stay readable while it is held."""
