@@ -13,7 +13,7 @@ from conftest import episode_columns, run_python_blocks
 
 import rlarrow
 from rlarrow.core.errors import SchemaMismatchError
-from rlarrow.core.tensors import tensor_type
+from rlarrow.core.tensors import tensor_type, to_numpy
 
 ray = pytest.importorskip("ray", reason="Ray Data is the optional extra 'ray': pip install 'rlarrow[ray]'")
 torch = pytest.importorskip("torch",
@@ -242,3 +242,27 @@ def test_delta_steps_match_the_torch_dataset(cluster, store):
         for a, b in zip(got[k], w, strict=True):
             assert np.array_equal(a, b, equal_nan=True)
     assert any(w[3].any() for w in want.values()) and any(w[2].any() for w in want.values())
+
+
+def test_a_pushed_store_reads_as_the_local_one_a_layout_at_a_time(cluster, tmp_path):
+    from rlarrow.core.errors import StoreError
+    from rlarrow.core.remote import RemoteStore, push
+
+    st = rlarrow.Store.create(tmp_path / "s")
+    for run, width in (("a", 2), ("b", 3)):  # two layouts of memory: states of 2 and of 3 numbers
+        st.append("memory", {"run_id": run, "snapshot_id": 0, "memory_index": np.arange(4), "env_index": 0,
+                             "memory_size": 4, "num_envs": 1,
+                             "states": np.arange(4 * width, dtype="f4").reshape(4, width)})
+    uri = f"file://{tmp_path}/bucket"
+    push(st, uri, progress=False)
+    with pytest.raises(StoreError, match=r"has layouts \[1, 2\] here.*layout=N"):
+        rray.read(uri, "memory")
+    for layout in (1, 2):
+        for remote in (uri, RemoteStore(uri)):
+            got = pa.concat_tables(ray.get(rray.read(remote, "memory", layout=layout).to_arrow_refs()))
+            assert got.equals(st.read("memory", layout=layout))
+        samples = rray.read_samples(uri, "memory", columns=["states"], layout=layout).take_all()
+        got_states = np.stack([s["states"] for s in samples])
+        want_states = to_numpy(st.read("memory", layout=layout).column("states"))
+        assert got_states.dtype == want_states.dtype == np.float32
+        assert np.array_equal(got_states, want_states)
