@@ -285,7 +285,7 @@ class EditingStore(CommittingStore):
         fsync_file(tmp)
         return rows
 
-    def merge(self, other: Any) -> dict[str, int]:
+    def merge(self, other: EditingStore | str | os.PathLike[str]) -> dict[str, int]:
         """Add every run of another store (a :class:`~rlarrow.Store` or its path): one commit.
 
         The other store's files are added by reference: hard-linked into this store where
@@ -301,9 +301,10 @@ class EditingStore(CommittingStore):
                 merge the other way), or the stores' table versions differ (``rlarrow migrate``).
         """
         # (type(self): the Store class, which this layer may not import: it is built on it)
-        if not isinstance(other, (EditingStore, str, os.PathLike)):
-            raise ArgumentTypeError(f"other: give a Store or a store's path, not {type(other).__name__} "
-                                    f"{other!r:.60}")
+        given: object = other  # (checked: a caller without a type checker may pass anything)
+        if not isinstance(given, (EditingStore, str, os.PathLike)):
+            raise ArgumentTypeError(f"other: give a Store or a store's path, not {type(given).__name__} "
+                                    f"{given!r:.60}")
         src: EditingStore = other if isinstance(other, EditingStore) else type(self)(  # type: ignore[call-arg]
             other, readonly=True)
         if os.path.realpath(src.path) == os.path.realpath(self.path):
