@@ -270,8 +270,13 @@ def test_samples_of_a_pushed_store_are_the_local_ones_one_layout_at_a_time(two_l
         assert here.version == local.version and there.version is None  # (a remote store's: not read again)
         assert here.lease is not None and there.lease is None
         assert there.filesystem is remote.filesystem and here.filesystem is None
-        got = [there.read(u, {}) for u in there.units]
-        want = [here.read(u, {}) for u in here.units]
+        opened: dict = {}
+        try:
+            got = [there.read(u, opened) for u in there.units]
+            want = [here.read(u, opened) for u in here.units]
+        finally:
+            for f in opened.values():
+                f.close()
         assert len(got) == len(want) == 1
         assert got[0]["states"].shape[1] == width and got[0]["states"].dtype == np.float32
         for k in want[0]:

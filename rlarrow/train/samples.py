@@ -521,8 +521,10 @@ class SampleSource:
         videos: list[str] = []
         if source == "steps" and "observation" in chosen:
             videos = _video_files(store, listed)
-        masked, needs = _padding_columns(source, chosen, names, deltas, transitions) if source == "steps" \
-            else ([], [])
+        masked: list[str] = []
+        needs: list[str] = []
+        if source == "steps":  # padding is never data (rlarrow.core.padding)
+            masked, needs = _padding_columns(chosen, names, deltas, transitions)
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
                    transitions=transitions, filesystem=store.filesystem, deltas=deltas, videos=videos,
                    masked=masked, needs=needs)
@@ -893,7 +895,7 @@ def _video_files(store: StoreReader, listed: _Listed) -> list[str]:
     return []
 
 
-def _padding_columns(source: str, chosen: list[str], names: list[str], deltas: dict[str, np.ndarray] | None,
+def _padding_columns(chosen: list[str], names: list[str], deltas: dict[str, np.ndarray] | None,
                      transitions: bool) -> tuple[list[str], list[str]]:
     """The steps columns read with an ``_is_pad`` mask, and those read only for the rule.
 
