@@ -349,7 +349,7 @@ def lerobot_stats_json(store: StoreLike, *, where: str | None = None, runs: Iter
     return out
 
 
-def _chosen_episodes(st: Any, episodes: list[tuple[str, int]] | pa.Table | None,
+def _chosen_episodes(st: Store, episodes: list[tuple[str, int]] | pa.Table | None,
                      where: str | None) -> set[tuple[str, int]] | None:
     """The ``(run_id, episode_id)`` pairs ``episodes`` and ``where`` both keep (None: every episode)."""
     chosen: set[tuple[str, int]] | None = None
@@ -365,7 +365,7 @@ def _chosen_episodes(st: Any, episodes: list[tuple[str, int]] | pa.Table | None,
     return chosen
 
 
-def _framed_runs(st: Any, all_runs: list[dict[str, Any]], runs: list[str] | None,
+def _framed_runs(st: Store, all_runs: list[dict[str, Any]], runs: list[str] | None,
                  layout: int | None) -> list[str]:
     """The runs with steps (of ``layout``) among ``runs``: the runs table's order, then any without a row."""
     framed = sorted({run for info in st.layouts("steps") if layout is None or info.layout == layout

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlarrow.core.errors import (
     InvalidInputError,
@@ -28,12 +28,12 @@ from rlarrow.core.store import damaged_file
 from rlarrow.query.sql_text import quote
 
 if TYPE_CHECKING:
-    pass
+    from rlarrow.core.store import Store
 
 __all__ = ["damaged", "locate"]
 
 
-def locate(st: Any, files: Sequence[str | os.PathLike[str]], exc: Exception) -> None:
+def locate(st: Store, files: Sequence[str | os.PathLike[str]], exc: Exception) -> None:
     """Raise a CorruptFileError naming the first of ``files`` that DuckDB cannot read alone.
 
     For DuckDB failing on the store's files without naming one: each is read whole on
@@ -51,7 +51,7 @@ def locate(st: Any, files: Sequence[str | os.PathLike[str]], exc: Exception) -> 
                 raise damaged_file(f, found) from exc
 
 
-def damaged(st: Any, exc: Exception) -> Exception:
+def damaged(st: Store, exc: Exception) -> Exception:
     """A StoreError for DuckDB failing to read the store's files; other errors as they are."""
     import duckdb
 

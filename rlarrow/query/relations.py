@@ -27,7 +27,7 @@ from rlarrow.query.duckdb_errors import damaged
 from rlarrow.query.views import connect
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import StoreLike
+    from rlarrow.core.store import Store, StoreLike
 
 __all__ = ["export", "export_relation"]
 
@@ -124,7 +124,7 @@ def export(
         con.close()
 
 
-def _relation(st: Any, con: Any, query: str, params: Sequence[Any] | None) -> Any:
+def _relation(st: Store, con: Any, query: str, params: Sequence[Any] | None) -> Any:
     import duckdb
 
     try:
@@ -136,7 +136,7 @@ def _relation(st: Any, con: Any, query: str, params: Sequence[Any] | None) -> An
         raise err from exc
 
 
-def export_relation(st: Any, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
+def export_relation(st: Store, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
                     hints: Mapping[str, list[pa.DataType]] | None = None, overwrite: bool = False) -> int:
     """Stream a DuckDB relation over ``st``'s views into ``path`` (see :func:`export`)."""
     import duckdb

@@ -39,7 +39,7 @@ from rlarrow.query.sql_functions import add_functions
 from rlarrow.query.sql_text import file_list, ident, quote
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import StoreLike
+    from rlarrow.core.store import Store, StoreLike
 
 __all__ = ["connect", "connect_checked", "layout_notes", "layout_notes_by_table", "plain_schema", "widest"]
 
@@ -140,7 +140,7 @@ def connect_checked(store: StoreLike, *, ema_window: int | None, database: str, 
     return con
 
 
-def _chosen_layouts(st: Any, layout: int | Mapping[str, int] | None) -> dict[str, int]:
+def _chosen_layouts(st: Store, layout: int | Mapping[str, int] | None) -> dict[str, int]:
     """``connect``'s ``layout``: the layout read by each table's plain view, checked."""
     from rlarrow.core.store.layouts import has_layouts
 
@@ -176,7 +176,7 @@ class _Combined:
         return _Combined("transitions", mapped(self.widened), mapped(self.left_out), self.numbers)
 
 
-def _combine(st: Any, table: str, numbers: list[int]) -> _Combined:
+def _combine(st: Store, table: str, numbers: list[int]) -> _Combined:
     """Which of ``table``'s columns whose types differ between layouts widen exactly, and to what."""
     left_out = st.left_out_columns(table)
     widened: dict[str, pa.DataType] = {}
@@ -302,7 +302,7 @@ def layout_notes_by_table(store: StoreLike, combined: Mapping[str, _Combined] | 
     return notes
 
 
-def _create_view(con: Any, st: Any, table: str, view: str, files: Sequence[Path],
+def _create_view(con: Any, st: Store, table: str, view: str, files: Sequence[Path],
                  schema: pa.Schema | None) -> None:
     """The view ``view`` over ``files`` (of ``table``, in ``schema``; none: an empty view).
 
