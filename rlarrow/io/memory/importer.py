@@ -266,14 +266,14 @@ def iter_memory_tables(
             dtype=dtype,
         )
         return
-    table, verify = _snapshot_table(path, fmt, run_id, snapshot_id)
+    _, table, verify = _snapshot_table(path, fmt, run_id, snapshot_id)
     verify()
     yield table
 
 
 def _snapshot_table(path: Path, fmt: str, run_id: str,
-                    snapshot_id: int) -> tuple[pa.Table, Callable[[], None]]:
-    """A pt/npz/parquet export as one ``memory`` table, and the source's check still to run.
+                    snapshot_id: int) -> tuple[MemorySnapshot, pa.Table, Callable[[], None]]:
+    """A pt/npz/parquet export: its snapshot, as one ``memory`` table, and the source's check still to run.
 
     A pt export's tensors and an uncompressed npz are mapped, and the CRC-32s of their bytes
     are left to ``verify()`` (see :func:`rlarrow.io.memory.pt.open_pt` and
@@ -290,11 +290,18 @@ def _snapshot_table(path: Path, fmt: str, run_id: str,
         snap, verify = open_npz(path)
     else:
         snap = read_memory(path)
-    return snap.to_table(run_id, snapshot_id), verify
+    return snap, snap.to_table(run_id, snapshot_id), verify
 
 
 def _no_check() -> None:
     return None
+
+
+def _draining(pieces: list[pa.Table]) -> Iterator[pa.Table]:
+    """``pieces`` from the first, each let go of once taken (memory holds one piece at a time)."""
+    pieces.reverse()
+    while pieces:
+        yield pieces.pop()
 
 
 def import_memory(
@@ -398,6 +405,7 @@ def import_memory(
             )
         report = ConvertReport(store=st.path, run_id=run_id, first_snapshot=next_snapshot)
         autoreset_assumed: list[str] = []  # said once per conversion, not per file
+        read: list[MemorySnapshot] = []  # with episodes: each file's snapshot as read, to unroll
         total = sum(f.stat().st_size for f in files)
         with bar(total, "convert", "B", progress) as pbar:
             for i, path in enumerate(files):
@@ -409,7 +417,9 @@ def import_memory(
                     if fmt != "csv":  # one table: written as parallel files, one commit
                         from concurrent.futures import ThreadPoolExecutor
 
-                        whole, verify = _snapshot_table(path, fmt, run_id, next_snapshot + i)
+                        snap, whole, verify = _snapshot_table(path, fmt, run_id, next_snapshot + i)
+                        if episodes:
+                            read.append(snap)
                         # the source's checksums are checked while the files are written
                         with ThreadPoolExecutor(1) as pool:
                             check = pool.submit(verify)
@@ -419,27 +429,35 @@ def import_memory(
                     else:  # streamed: one file, committed when the whole csv has been read
                         tables = _declaring(st, layout, iter_memory_tables(
                             path, fmt, run_id, next_snapshot + i, num_envs, memory_size, dtype))
+                        pieces: list[pa.Table] = []  # with episodes: the rows written, for the snapshot
                         with st.writer("memory") as writer:
                             for table in tables:
                                 writer.write(table)
+                                if episodes:
+                                    pieces.append(table)
                                 report.rows += table.num_rows
                                 step = min(size - done, table.nbytes // 2 + 1)
                                 done += step
                                 pbar.update(step)
+                        if episodes:  # the snapshot the store now holds, from the rows it was given
+                            snap = MemorySnapshot.from_table(_draining(pieces), path=os.fspath(path))
+                            snap.source_format = fmt
+                            read.append(snap)
                     pbar.update(size - done)
                 _sort_warnings(caught, report, autoreset_assumed)
                 report.files.append(path)
                 report.snapshots += 1
                 report.bytes_read += size
-        if episodes:  # one memory's consecutive exports unroll as one time series
-            from rlarrow.io.memory.unroll import unroll_store
+        if episodes:  # one memory's consecutive exports unroll as one time series, from what was read
+            from rlarrow.io.memory.unroll import unroll_snapshots
 
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", AssumptionWarning)
-                report.episodes, report.steps = unroll_store(
-                    st, run_id=run_id, snapshot_ids=range(next_snapshot, next_snapshot + len(files)),
+                report.episodes, report.steps = unroll_snapshots(
+                    st, read, run_id=run_id, snapshot_ids=range(next_snapshot, next_snapshot + len(files)),
                     names=names, autoreset=autoreset, max_episode_steps=max_episode_steps,
-                    formats={next_snapshot + i: detect_format(f) for i, f in enumerate(files)})
+                    formats=[detect_format(f) for f in files])
+            read.clear()
             _sort_warnings(caught, report, autoreset_assumed)
         if autoreset_assumed:
             first = autoreset_assumed[0]

@@ -112,13 +112,13 @@ from rlarrow.io.memory.continuity import gae_links
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import StoreLike
+    from rlarrow.core.store import Store, StoreLike
 
 __all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "DEFAULT_NAMES", "ROLES", "ROLE_ALIASES",
            "SKRL_EXPORT_NAME",
            "AutoresetAssumptionWarning", "AutoresetDetection", "GapWarning", "NoTruncationWarning",
            "detect_autoreset", "memory_series", "memory_to_episodes", "resolve_names", "time_order",
-           "unroll_series", "unroll_store"]
+           "unroll_series", "unroll_snapshots", "unroll_store"]
 
 #: The tensors an unrolling uses, by role; map your names with ``names={role: name}``.
 ROLES = ("states", "actions", "rewards", "next_states", "terminated", "truncated")
@@ -878,17 +878,92 @@ def unroll_store(
                  (row["memory_size_max"], row["num_envs_max"], fmt)))
     written = [0, 0]
     for rid, known in by_run.items():
-        ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == rid)
-        next_id = (pc.max(ids.column(0)).as_py() + 1) if ids.num_rows else 0
+        next_id = _next_episode_id(st, rid)
         for series in _series([k[1] for k in known], [k[2] for k in known]):
             sids = [known[i][0] for i in series]
             loaded = [snap for sid in sids for snap in snapshots(st, run_id=rid, snapshot_id=sid)]
-            episodes, steps = unroll_series(loaded, run_id=rid, names=names, first_episode_id=next_id,
-                                            snapshot_ids=sids, autoreset=autoreset,
-                                            max_episode_steps=max_episode_steps)
-            st.append("steps", steps)
-            st.append("episodes", episodes)
-            next_id += episodes.num_rows
-            written[0] += episodes.num_rows
-            written[1] += steps.num_rows
+            counts = _unroll_into(st, rid, loaded, sids, next_id, names=names, autoreset=autoreset,
+                                  max_episode_steps=max_episode_steps)
+            next_id += counts[0]
+            written = [written[0] + counts[0], written[1] + counts[1]]
     return written[0], written[1]
+
+
+def unroll_snapshots(
+    store: StoreLike,
+    snapshots: Sequence[MemorySnapshot],
+    *,
+    run_id: str,
+    snapshot_ids: Sequence[int],
+    formats: Sequence[str | None] | None = None,
+    names: Mapping[str, str] | None = None,
+    autoreset: str = "auto",
+    max_episode_steps: int | None = None,
+) -> tuple[int, int]:
+    """:func:`unroll_store` of snapshots at hand: what an import has just read and written.
+
+    ``snapshots`` are run ``run_id``'s snapshots ``snapshot_ids`` as read from their files
+    (the store's ``memory`` rows of them hold the same values): they are grouped into series
+    and unrolled exactly as :func:`unroll_store` would unroll them from the store, without
+    reading the store's copy back. Episode ids continue after the run's highest.
+
+    Args:
+        store: the store the ``episodes`` and ``steps`` rows go to.
+        snapshots: the snapshots, in snapshot id order.
+        run_id: their run.
+        snapshot_ids: each snapshot's id.
+        formats: each snapshot's export format (see :func:`unroll_store`).
+        names: role -> tensor name (see :func:`memory_to_episodes`).
+        autoreset: the vector env's autoreset mode, or ``"auto"`` (see :func:`memory_to_episodes`).
+        max_episode_steps: the env's time limit (see :func:`unroll_series`).
+
+    Returns:
+        ``(episodes, steps)`` rows written.
+
+    Example:
+        >>> import numpy as np, tempfile, rlarrow
+        >>> done = np.zeros((6, 1, 1), bool); done[2] = True
+        >>> snap = MemorySnapshot({"states": np.arange(6, dtype=np.float32).reshape(6, 1, 1),
+        ...                        "actions": np.zeros((6, 1, 1), np.float32),
+        ...                        "rewards": np.ones((6, 1, 1), np.float32), "terminated": done,
+        ...                        "truncated": np.zeros((6, 1, 1), bool)},
+        ...                       name="m", is_full=False, write_pointer=6, env_pointer=0)
+        >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+        >>> unroll_snapshots(st, [snap], run_id="r", snapshot_ids=[0], autoreset="none")
+        (2, 8)
+    """
+    from rlarrow.core.store import as_store
+
+    if len(snapshot_ids) != len(snapshots) or (formats is not None and len(formats) != len(snapshots)):
+        raise ArgumentError("unroll_snapshots: give one snapshot id (and format) per snapshot")
+    st = as_store(store)
+    shapes = [(s.memory_size, s.num_envs, None if formats is None else formats[i])
+              for i, s in enumerate(snapshots)]
+    written = [0, 0]
+    next_id = _next_episode_id(st, run_id)
+    for series in _series([s.name or None for s in snapshots], shapes):
+        counts = _unroll_into(st, run_id, [snapshots[i] for i in series], [snapshot_ids[i] for i in series],
+                              next_id, names=names, autoreset=autoreset, max_episode_steps=max_episode_steps)
+        next_id += counts[0]
+        written = [written[0] + counts[0], written[1] + counts[1]]
+    return written[0], written[1]
+
+
+def _next_episode_id(st: Store, run_id: str) -> int:
+    """The episode id after the run's highest in the store (0 for a run without episodes)."""
+    import pyarrow.compute as pc
+
+    ids = st.read("episodes", columns=["episode_id"], filter=pc.field("run_id") == run_id)
+    return (pc.max(ids.column(0)).as_py() + 1) if ids.num_rows else 0
+
+
+def _unroll_into(st: Store, run_id: str, series: Sequence[MemorySnapshot], snapshot_ids: Sequence[int],
+                 first_episode_id: int, *, names: Mapping[str, str] | None, autoreset: str,
+                 max_episode_steps: int | None) -> tuple[int, int]:
+    """One series unrolled into ``st``'s tables, from ``first_episode_id``: the rows written."""
+    episodes, steps = unroll_series(series, run_id=run_id, names=names, first_episode_id=first_episode_id,
+                                    snapshot_ids=snapshot_ids, autoreset=autoreset,
+                                    max_episode_steps=max_episode_steps)
+    st.append("steps", steps)
+    st.append("episodes", episodes)
+    return episodes.num_rows, steps.num_rows

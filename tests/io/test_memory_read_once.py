@@ -1,0 +1,79 @@
+"""A memory export is read once per import (issue 37): episodes unroll from what was read.
+
+``import_memory(..., episodes=True)`` (``rlarrow convert --episodes``) unrolls the snapshots it
+has just read from their files, not the store's copy it has just written: the episodes and
+steps must be exactly those that unrolling the store's copy gives (:func:`unroll_store`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import rlarrow
+from rlarrow.io.memory.csv import write_csv
+from rlarrow.io.memory.importer import import_memory
+from rlarrow.io.memory.npz import write_npz
+from rlarrow.io.memory.snapshot import MemorySnapshot
+from rlarrow.io.memory.unroll import unroll_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_unroll_series import play, skrl_name  # noqa: E402
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _write(fmt: str, tensors: dict[str, np.ndarray], path: Path) -> Path:
+    if fmt == "pt":
+        from rlarrow.io.memory.pt import write_pt
+
+        return write_pt(MemorySnapshot(tensors), path)
+    if fmt == "csv":
+        return write_csv(MemorySnapshot(tensors), path)
+    return write_npz(tensors, path)
+
+
+def _tables(store: Path) -> tuple[pa.Table, pa.Table]:
+    st = rlarrow.Store.open(store, readonly=True)
+    return (st.read("episodes").sort_by([("episode_id", "ascending")]),
+            st.read("steps").sort_by([("episode_id", "ascending"), ("step", "ascending")]))
+
+
+@pytest.mark.parametrize("fmt", [
+    "npz", "csv",
+    pytest.param("pt", marks=pytest.mark.skipif(not HAVE_TORCH, reason="writing a .pt export needs torch: "
+                                                "pip install 'rlarrow[torch]'"))])
+def test_episodes_unrolled_from_what_was_read_equal_the_stores_copy_unrolled(tmp_path, fmt):
+    played = play(exports=3, memory_size=12)
+    files = [_write(fmt, tensors, tmp_path / "memories" / f"{skrl_name(i)}.{fmt}")
+             for i, tensors in enumerate(played.exports)]
+    # a lone export beside the series (another memory): a series of its own
+    files.append(_write(fmt, play(exports=1, memory_size=9, seed=3).exports[0],
+                        tmp_path / "memories" / f"{skrl_name(0, '0x1')}.{fmt}"))
+    csv = {"num_envs": 3} if fmt == "csv" else {}
+    read = import_memory(files, tmp_path / "read", run_id="r", episodes=True, progress=False, **csv)
+    import_memory(files, tmp_path / "stored", run_id="r", progress=False, **csv)
+    with warnings.catch_warnings():  # (the import said these assumptions in its report)
+        warnings.simplefilter("ignore", rlarrow.AssumptionWarning)
+        from_store = unroll_store(tmp_path / "stored", run_id="r",
+                                  formats={i: fmt for i in range(len(files))})
+    assert (read.episodes, read.steps) == from_store and read.episodes > 20
+    got, want = _tables(tmp_path / "read"), _tables(tmp_path / "stored")
+    for table_got, table_want in zip(got, want, strict=True):
+        assert table_got.equals(table_want)  # values, nulls, types, metadata: row for row
+
+
+def test_an_import_into_a_run_with_episodes_numbers_the_new_ones_after_them(tmp_path):
+    played = play(exports=2, memory_size=10)
+    files = [write_npz(t, tmp_path / "memories" / f"{skrl_name(i)}.npz")
+             for i, t in enumerate(played.exports)]
+    first = import_memory(files[:1], tmp_path / "s", run_id="r", episodes=True, progress=False)
+    second = import_memory(files[1:], tmp_path / "s", run_id="r", episodes=True, progress=False)
+    ids = rlarrow.Store.open(tmp_path / "s", readonly=True).read("episodes").column("episode_id").to_pylist()
+    assert sorted(ids) == list(range(first.episodes + second.episodes))
