@@ -35,6 +35,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "store_history.py": (["store_history"], None),
     "step_stats.py": (["step_stats"], None),
     "memory_convert.py": (["memory_convert_100000x16"], None),
+    "convert_pt.py": (["convert_pt_100000x16"], None),
     "episodes_record.py": (["episodes_record"], None),
     "record_paths.py": (["record_paths"], None),
     "tfevents_io.py": (["tfevents_io"], None),

@@ -16,7 +16,9 @@ of which becomes one run of the store:
 Formats are recognised and imported through :mod:`rlarrow.io.registry`: a format
 registered there is taken here with no change to this module.
 
-Every source is hashed (SHA-256) first. A source the store's ``sources`` table already
+Every source is hashed (SHA-256) first, in one pass that also checks a ``.pt``/``.npz``
+export's zip CRC-32s (:func:`rlarrow.io.memory.snapshot.digest_export`), so that the import
+reads its bytes once more only to convert them. A source the store's ``sources`` table already
 holds was imported before: it is skipped with a message naming its run, unless
 ``again=True``. Everything is written in one :meth:`rlarrow.Store.transaction`: a failure
 anywhere (a damaged file, a full disk, Ctrl-C, a kill) leaves the store as it was.
@@ -43,6 +45,7 @@ from rlarrow.core.errors import ArgumentError, InvalidInputError, UnsupportedInp
 from rlarrow.core.store import Store, StoreLike, as_store, new_run_id
 from rlarrow.io import registry
 from rlarrow.io.memory.importer import collapse_assumptions
+from rlarrow.io.memory.snapshot import crc_record, digest_export
 from rlarrow.io.registry import Format, ImportOptions
 
 __all__ = ["NOT_DATA", "ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
@@ -52,7 +55,6 @@ NOT_DATA = ("checkpoints",)
 #: What an experiment directory holds: event files, and memory exports in ``memories/``.
 _EVENTS = "tfevents"
 _MEMORY = "memory"  # (a registry group: pt, npz, csv, parquet)
-_CHUNK = 1 << 20
 
 
 def content_hash(path: str | os.PathLike[str]) -> tuple[str, int]:
@@ -68,14 +70,8 @@ def content_hash(path: str | os.PathLike[str]) -> tuple[str, int]:
         ('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', 3)
     """
     p = Path(path)
-    if p.is_file():
-        h = hashlib.sha256()
-        size = 0
-        with open(p, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
-                size += len(chunk)
-        return h.hexdigest(), size
+    if p.is_file():  # (in a crc_record, a zip archive's CRC-32s are checked in the same pass)
+        return digest_export(p)
     outer = hashlib.sha256()
     total = 0
     for f in sorted(_files_below(p)):
@@ -426,32 +422,26 @@ def import_paths(
     report = ImportReport(store=st.path)
     try:
         known = _known_sources(st)
-        hashes: dict[Path, tuple[str, int]] = {}
-        from rlarrow.core.progress import bar
-
-        total = sum(_size(p) for u in units for p, _ in u.sources())
-        with bar(total, "hashing", "B", progress) as pbar:
-            for u in units:
-                for p, _ in u.sources():
-                    hashes[p] = content_hash(p)
-                    pbar.update(hashes[p][1])
-        report.hashed_bytes = sum(size for _, size in hashes.values())
-        now = datetime.now(UTC)
-        seen_now: dict[str, str] = {}
-        with st.transaction():
-            for u in units:
-                todo = _new_sources(u, hashes, known, seen_now, again, report)
-                if todo is None:
-                    continue
-                rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
-                                   autoreset=autoreset, max_episode_steps=max_episode_steps,
-                                   skip_corrupt=skip_corrupt, num_envs=num_envs,
-                                   memory_size=memory_size, dtype=dtype, layout=layout, images=images,
-                                   video=video, progress=progress, report=report, hashes=hashes, now=now,
-                                   hdf5_links=hdf5_links)
-                report.runs.append(rid)
-                for p in todo:
-                    seen_now[hashes[p][0]] = rid
+        # a memory export's checksums are checked in the pass that hashes it, and not read again
+        with crc_record():
+            hashes = _hash_sources(units, progress)
+            report.hashed_bytes = sum(size for _, size in hashes.values())
+            now = datetime.now(UTC)
+            seen_now: dict[str, str] = {}
+            with st.transaction():
+                for u in units:
+                    todo = _new_sources(u, hashes, known, seen_now, again, report)
+                    if todo is None:
+                        continue
+                    rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
+                                       autoreset=autoreset, max_episode_steps=max_episode_steps,
+                                       skip_corrupt=skip_corrupt, num_envs=num_envs,
+                                       memory_size=memory_size, dtype=dtype, layout=layout, images=images,
+                                       video=video, progress=progress, report=report, hashes=hashes,
+                                       now=now, hdf5_links=hdf5_links)
+                    report.runs.append(rid)
+                    for p in todo:
+                        seen_now[hashes[p][0]] = rid
     except BaseException:
         if own:
             st.close()
@@ -462,6 +452,20 @@ def import_paths(
         if own:
             st.close()
     return report
+
+
+def _hash_sources(units: Sequence[_Unit], progress: bool | None) -> dict[Path, tuple[str, int]]:
+    """Each unit's sources' SHA-256 and size; a ``.pt``/``.npz`` export's CRC-32s checked in the same pass."""
+    from rlarrow.core.progress import bar
+
+    hashes: dict[Path, tuple[str, int]] = {}
+    total = sum(_size(p) for u in units for p, _ in u.sources())
+    with bar(total, "hashing", "B", progress) as pbar:
+        for u in units:
+            for p, _ in u.sources():
+                hashes[p] = content_hash(p)
+                pbar.update(hashes[p][1])
+    return hashes
 
 
 def _missing_dirs(path: Path) -> list[Path]:

@@ -13,12 +13,13 @@ uncompressed, names sorted), byte for byte.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import tokenize
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from rlarrow.io.memory.snapshot import (
     atomic_output,
     export_tensors,
     is_zip,
+    map_file,
     tensor_name_problem,
     zip_crc_check,
     zip_members,
@@ -64,14 +66,16 @@ def open_npz(path: str | os.PathLike[str]) -> tuple[MemorySnapshot, Callable[[],
     path = Path(path)
     tensors: dict[str, np.ndarray] = {}
     try:
-        members = zip_members(path) if is_zip(path) else []
-        for member in members:
-            _check_name(path, member.name)
-        if members and all(m.stored for m in members):
-            mapped = _mapped(path, members)
-            return (MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz"),
-                    zip_crc_check(path, members))
-        with open(path, "rb") as fh:  # our handle: np.load leaks its own on a damaged zip
+        with open(path, "rb") as fh:  # the one open (and our handle: np.load leaks its own on a damaged zip)
+            members = zip_members(path, fh) if is_zip(path, fh) else []
+            for member in members:
+                _check_name(path, member.name)
+            if members and all(m.stored for m in members):
+                whole = map_file(fh)
+                mapped = _mapped(path, members, fh, whole)
+                return (MemorySnapshot(mapped, name=path.stem, path=os.fspath(path), source_format="npz"),
+                        zip_crc_check(path, members, whole))
+            fh.seek(0)
             loaded = np.load(fh, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
                 raise UnsupportedInputError(path, "a single .npy array, not an .npz of named tensors")
@@ -105,39 +109,39 @@ def _check_name(path: Path, member: str) -> None:
                                "export the memory again")
 
 
-def _mapped(path: Path, members: list[ZipMember]) -> dict[str, np.ndarray]:
-    """The (stored) members of an ``.npz`` as read-only memory maps, by tensor name.
+def _mapped(path: Path, members: list[ZipMember], fh: IO[bytes], whole: mmap.mmap | None
+            ) -> dict[str, np.ndarray]:
+    """The (stored) members of an ``.npz`` as read-only views of ``whole`` (the file's map), by tensor name.
 
     Raises what :func:`read_npz` documents for damage and object arrays (their checksums
     are :func:`open_npz`'s ``verify``).
     """
     out: dict[str, np.ndarray] = {}
-    with open(path, "rb") as fh:
-        for member in members:
-            end = member.start + member.size
-            fh.seek(member.start)
-            try:
-                version = np.lib.format.read_magic(fh)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-                else:
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:  # a Python literal
-                raise CorruptFileError(path, f"member {member.name!r}: damaged .npy header "
-                                       f"({exc})") from exc
-            if dtype.hasobject:
-                raise UnsupportedInputError(path, f"member {member.name!r} holds an object (pickled) array; "
-                                            "refused without unpickling it")
-            offset = fh.tell()
-            if offset + math.prod(shape) * dtype.itemsize != end:
-                raise CorruptFileError(path, f"member {member.name!r}: its array header does not match "
-                                       "its size")
-            if math.prod(shape) == 0:
-                array = np.empty(shape, dtype, order="F" if fortran else "C")
+    for member in members:
+        end = member.start + member.size
+        fh.seek(member.start)
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
             else:
-                array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
-                                  order="F" if fortran else "C")
-            out[member.name[:-4]] = np.asarray(array)
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:  # a Python literal
+            raise CorruptFileError(path, f"member {member.name!r}: damaged .npy header "
+                                   f"({exc})") from exc
+        if dtype.hasobject:
+            raise UnsupportedInputError(path, f"member {member.name!r} holds an object (pickled) array; "
+                                        "refused without unpickling it")
+        offset = fh.tell()
+        if offset + math.prod(shape) * dtype.itemsize != end:
+            raise CorruptFileError(path, f"member {member.name!r}: its array header does not match "
+                                   "its size")
+        if math.prod(shape) == 0 or whole is None:
+            array = np.empty(shape, dtype, order="F" if fortran else "C")
+        else:
+            flat = np.frombuffer(whole, dtype=dtype, count=math.prod(shape), offset=offset)
+            array = flat.reshape(shape, order="F" if fortran else "C")
+        out[member.name[:-4]] = array
     return out
 
 

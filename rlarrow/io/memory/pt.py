@@ -39,6 +39,7 @@ from rlarrow.io.memory.snapshot import (
     check_zip_crcs,
     export_tensors,
     is_zip,
+    map_file,
     zip_crc_check,
     zip_members,
 )
@@ -89,12 +90,14 @@ def open_pt(path: str | os.PathLike[str], *,
     """
     torch = require("torch", feature="reading .pt memory exports")
     path = Path(path)
-    zipped = is_zip(path)
     verify: Callable[[], None] = _nothing
-    if zipped:
-        members = zip_members(path)
-        check_zip_crcs(path, [m for m in members if m.size <= _CHECK_FIRST_BYTES])
-        verify = zip_crc_check(path, [m for m in members if m.size > _CHECK_FIRST_BYTES])
+    with open(path, "rb") as fh:  # one open for the archive's directory and its checksums
+        zipped = is_zip(path, fh)
+        if zipped:
+            members = zip_members(path, fh)
+            mapped = map_file(fh)
+            check_zip_crcs(path, [m for m in members if m.size <= _CHECK_FIRST_BYTES], mapped)
+            verify = zip_crc_check(path, [m for m in members if m.size > _CHECK_FIRST_BYTES], mapped)
     try:
         with warnings.catch_warnings():
             # torch's note about legacy pickle protocols; the safe unpickler still decides

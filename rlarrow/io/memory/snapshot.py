@@ -14,15 +14,17 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,8 +33,8 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.targets import atomic_file
 
-__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_mapping", "check_zip_crcs",
-           "export_tensors", "is_zip",
+__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_mapping", "check_zip_crcs", "crc_record",
+           "digest_export", "export_tensors", "is_zip", "map_file",
            "tensor_name_problem", "zip_crc_check", "zip_members"]
 
 
@@ -265,73 +267,76 @@ class ZipMember:
     stored: bool
 
 
-def is_zip(path: str | os.PathLike[str]) -> bool:
+def is_zip(path: str | os.PathLike[str], fh: IO[bytes] | None = None) -> bool:
     """Whether ``path`` is a zip archive (a damaged one too: :func:`zip_members` then says how).
 
-    ``zipfile.is_zipfile`` raises, rather than answers, for some damaged end records.
+    ``zipfile.is_zipfile`` raises, rather than answers, for some damaged end records. ``fh``:
+    the file, already open (read through it, not opened again).
     """
     try:
-        return zipfile.is_zipfile(path)
+        return zipfile.is_zipfile(fh if fh is not None else path)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error,
             NotImplementedError):
         return True
 
 
-def zip_members(path: str | os.PathLike[str]) -> list[ZipMember]:
+def zip_members(path: str | os.PathLike[str], fh: IO[bytes] | None = None) -> list[ZipMember]:
     """The members of a zip archive (a ``.pt`` or ``.npz`` export), checked against the file.
 
     Each member's local header must be where the central directory says, carry the same
     name, and its bytes must end within the file. Their checksums are left to
-    :func:`check_zip_crcs`.
+    :func:`check_zip_crcs`. ``fh``: the file, already open (read through it, not opened again).
 
     Raises:
         CorruptFileError: not a readable zip archive, or a member that the file does not hold
             as the archive describes it.
     """
     path = Path(path)
+    if fh is None:
+        with open(path, "rb") as own:
+            return zip_members(path, own)
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(fh) as zf:  # (a file object given: ZipFile leaves it open)
             infos = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error,
             NotImplementedError) as exc:  # "zip file version 6.4": a damaged directory entry
         raise CorruptFileError(path, f"not a readable zip archive ({exc}); the file is damaged or "
                                "truncated: export the memory again") from exc
-    size = path.stat().st_size
+    size = os.fstat(fh.fileno()).st_size
     out = []
-    with open(path, "rb") as fh:
-        listed = _listed_members(fh, size)
-        if listed is not None and listed != len(infos):
-            # zipfile reads the directory until its byte size is used up: an entry whose name or
-            # extra-field length is damaged swallows the entries after it without a word
-            raise CorruptFileError(path, f"the archive's end record lists {listed} members, its directory "
-                                   f"holds {len(infos)} (the directory is damaged); export the memory again")
-        for info in infos:
-            where = f"member {info.filename!r}"
-            if info.compress_type not in _ZIP_METHODS:
-                raise CorruptFileError(path, f"{where}: compression method {info.compress_type}, which "
-                                       "neither torch.save nor np.savez writes (the file is damaged); "
-                                       "export the memory again")
-            if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
-                raise CorruptFileError(path, f"{where}: its header lies past the end of the file "
-                                       "(truncated or damaged); export the memory again")
-            fh.seek(info.header_offset)
-            head = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
-            name_len, extra_len = head[10], head[11]
-            if head[0] != b"PK\x03\x04":
-                raise CorruptFileError(path, f"{where}: no local header at its offset (the file is "
-                                       "damaged); export the memory again")
-            raw = fh.read(name_len)
-            local = raw.decode("utf-8" if info.flag_bits & _UTF8_NAMES else "cp437", "replace")
-            if local != info.orig_filename:
-                raise CorruptFileError(path, f"{where}: its local header names it {local!r} (the file's "
-                                       "member names are damaged); export the memory again")
-            start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
-            if start + info.compress_size > size:
-                raise CorruptFileError(path, f"{where} runs past the end of the file "
-                                       f"({start + info.compress_size} > {size} bytes): truncated; "
-                                       "export the memory again")
-            out.append(ZipMember(info.filename, start, info.compress_size, info.CRC,
-                                 info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1))
+    listed = _listed_members(fh, size)
+    if listed is not None and listed != len(infos):
+        # zipfile reads the directory until its byte size is used up: an entry whose name or
+        # extra-field length is damaged swallows the entries after it without a word
+        raise CorruptFileError(path, f"the archive's end record lists {listed} members, its directory "
+                               f"holds {len(infos)} (the directory is damaged); export the memory again")
+    for info in infos:
+        where = f"member {info.filename!r}"
+        if info.compress_type not in _ZIP_METHODS:
+            raise CorruptFileError(path, f"{where}: compression method {info.compress_type}, which "
+                                   "neither torch.save nor np.savez writes (the file is damaged); "
+                                   "export the memory again")
+        if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
+            raise CorruptFileError(path, f"{where}: its header lies past the end of the file "
+                                   "(truncated or damaged); export the memory again")
+        fh.seek(info.header_offset)
+        head = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+        name_len, extra_len = head[10], head[11]
+        if head[0] != b"PK\x03\x04":
+            raise CorruptFileError(path, f"{where}: no local header at its offset (the file is "
+                                   "damaged); export the memory again")
+        raw = fh.read(name_len)
+        local = raw.decode("utf-8" if info.flag_bits & _UTF8_NAMES else "cp437", "replace")
+        if local != info.orig_filename:
+            raise CorruptFileError(path, f"{where}: its local header names it {local!r} (the file's "
+                                   "member names are damaged); export the memory again")
+        start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+        if start + info.compress_size > size:
+            raise CorruptFileError(path, f"{where} runs past the end of the file "
+                                   f"({start + info.compress_size} > {size} bytes): truncated; "
+                                   "export the memory again")
+        out.append(ZipMember(info.filename, start, info.compress_size, info.CRC,
+                             info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1))
     return out
 
 
@@ -368,28 +373,31 @@ def _listed_members(fh: Any, size: int) -> int | None:
     return zip64_total
 
 
-def check_zip_crcs(path: str | os.PathLike[str], members: Iterable[ZipMember]) -> None:
+def check_zip_crcs(path: str | os.PathLike[str], members: Iterable[ZipMember],
+                   mapped: mmap.mmap | None = None) -> None:
     """Check the CRC-32 of each of ``members`` (from :func:`zip_members`) against its bytes.
 
-    Stored members are checked in place (the file is memory-mapped; ``zlib.crc32`` releases
-    the GIL, so this may run in a thread while the data is used); compressed ones are read
-    through :mod:`zipfile`, which checks them as it inflates.
+    Stored members are checked in place (the file is memory-mapped, or ``mapped`` is its map
+    from :func:`map_file`; ``zlib.crc32`` releases the GIL, so this may run in a thread while
+    the data is used); compressed ones are read through :mod:`zipfile`, which checks them as
+    it inflates. Members whose bytes :func:`digest_export` checked as it hashed the file, in
+    this :func:`crc_record`, are not read again.
 
     Raises:
         CorruptFileError: naming the first member whose bytes do not match their CRC-32.
     """
     path = Path(path)
-    members = list(members)
+    done = _checked_before(path)
+    members = [m for m in members if m not in done]
     stored = [m for m in members if m.stored]
-    if stored:
+    if stored and mapped is None:
         with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size:
-                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-                    for m in stored:
-                        with view[m.start:m.start + m.size] as data:
-                            ok = zlib.crc32(data) == m.crc
-                        if not ok:
-                            raise _crc_mismatch(path, m.name)
+            own = map_file(fh)
+            if own is not None:
+                with own:
+                    _check_stored(path, stored, own)
+    elif stored:
+        _check_stored(path, stored, mapped)
     packed = [m for m in members if not m.stored]
     if packed:
         try:
@@ -404,10 +412,117 @@ def check_zip_crcs(path: str | os.PathLike[str], members: Iterable[ZipMember]) -
                                    "file is damaged; export the memory again") from exc
 
 
-def zip_crc_check(path: str | os.PathLike[str], members: Iterable[ZipMember]) -> Callable[[], None]:
+def _check_stored(path: Path, stored: list[ZipMember], mapped: mmap.mmap | None) -> None:
+    if mapped is None:  # (an empty file: no member holds a byte)
+        return
+    with memoryview(mapped) as view:
+        for m in stored:
+            with view[m.start:m.start + m.size] as data:
+                ok = zlib.crc32(data) == m.crc
+            if not ok:
+                raise _crc_mismatch(path, m.name)
+
+
+def zip_crc_check(path: str | os.PathLike[str], members: Iterable[ZipMember],
+                  mapped: mmap.mmap | None = None) -> Callable[[], None]:
     """:func:`check_zip_crcs` of ``members``, as a function to call later (say, in a thread)."""
     members = list(members)
-    return lambda: check_zip_crcs(path, members)
+    return lambda: check_zip_crcs(path, members, mapped)
+
+
+def map_file(fh: IO[bytes]) -> mmap.mmap | None:
+    """The open file ``fh`` mapped read-only (None when it is empty); the map outlives ``fh``."""
+    if not os.fstat(fh.fileno()).st_size:
+        return None
+    return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+#: While a :func:`crc_record` is open: the members :func:`digest_export` found intact, by file identity.
+_RECORD: dict[tuple[int, ...], frozenset[ZipMember]] | None = None
+_HASH_CHUNK = 1 << 20
+
+
+@contextmanager
+def crc_record() -> Iterator[None]:
+    """Within it, members :func:`digest_export` checked are not checked again; forgotten on exit.
+
+    ``rlarrow convert`` hashes each source before it imports it (:mod:`rlarrow.io.importing`):
+    with this record open, the hash's one pass over a ``.pt``/``.npz`` export checks its
+    stored members' CRC-32s too, and the import does not read the bytes again to check them.
+    A file changed since (its size, inode, modification or change time) is checked again.
+    """
+    global _RECORD
+    outer = _RECORD
+    _RECORD = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _RECORD = outer
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _checked_before(path: Path) -> frozenset[ZipMember]:
+    if not _RECORD:
+        return frozenset()
+    try:
+        return _RECORD.get(_identity(os.stat(path)), frozenset())
+    except OSError:
+        return frozenset()
+
+
+def digest_export(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """SHA-256 (hex) and size of a file, read once; a zip export's CRC-32s checked in the same pass.
+
+    The hash :func:`rlarrow.io.importing.content_hash` gives. Inside a :func:`crc_record`, the
+    CRC-32 of each stored member of a zip archive (a ``.pt`` or ``.npz`` export) is computed
+    from the same chunks as the hash, while they are in the CPU's cache, and the members
+    that match are recorded, so that reading the export does not check them again. Damage is
+    not raised here: the import that reads the file says what is damaged, as it would without.
+
+    Example:
+        >>> import hashlib, tempfile, numpy as np
+        >>> p = Path(tempfile.mkdtemp()) / "m.npz"; np.savez(p, states=np.zeros((4, 1, 2)))
+        >>> with crc_record():
+        ...     sha, size = digest_export(p)  # hashed; its one member's CRC-32 checked on the way
+        >>> sha == hashlib.sha256(p.read_bytes()).hexdigest(), size == p.stat().st_size
+        (True, True)
+    """
+    path = Path(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        members: list[ZipMember] = []
+        if _RECORD is not None:
+            if is_zip(path, fh):
+                try:
+                    members = sorted((m for m in zip_members(path, fh) if m.stored), key=lambda m: m.start)
+                except CorruptFileError:
+                    members = []  # (the import says how)
+            fh.seek(0)  # (both looked at the file's end)
+        crcs = [0] * len(members)
+        buf = bytearray(_HASH_CHUNK)
+        pos = first = 0  # first: the first member not yet wholly behind ``pos``
+        with memoryview(buf) as view:
+            while n := fh.readinto(buf):
+                chunk = view[:n]
+                h.update(chunk)
+                while first < len(members) and members[first].start + members[first].size <= pos:
+                    first += 1
+                for k in range(first, len(members)):
+                    m = members[k]
+                    if m.start >= pos + n:
+                        break
+                    lo, hi = max(m.start - pos, 0), min(m.start + m.size - pos, n)
+                    if hi > lo:
+                        crcs[k] = zlib.crc32(chunk[lo:hi], crcs[k])
+                chunk.release()
+                pos += n
+    if _RECORD is not None and members and pos == st.st_size:
+        _RECORD[_identity(st)] = frozenset(m for m, crc in zip(members, crcs, strict=True) if crc == m.crc)
+    return h.hexdigest(), pos
 
 
 def _crc_mismatch(path: Path, member: str) -> CorruptFileError:
