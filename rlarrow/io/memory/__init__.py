@@ -4,7 +4,9 @@
 * :mod:`~rlarrow.io.memory.pt`, :mod:`~rlarrow.io.memory.npz`, :mod:`~rlarrow.io.memory.csv`:
   each file format read to and written from a snapshot (``read_*``/``write_*``);
 * :mod:`~rlarrow.io.memory.importer`: exports into a store's ``memory`` table and back;
-* :mod:`~rlarrow.io.memory.unroll`: snapshots to episodes (gymnasium autoreset aware).
+* :mod:`~rlarrow.io.memory.unroll`: snapshots to episodes (gymnasium autoreset aware), on
+  :mod:`~rlarrow.io.memory.rows` (tensors by role, each env's rows in time order) and
+  :mod:`~rlarrow.io.memory.autoreset` (the vector env's autoreset mode, read from the data).
 """
 
 from rlarrow.io.memory.snapshot import (

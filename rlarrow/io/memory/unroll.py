@@ -99,7 +99,6 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -108,7 +107,26 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
+from rlarrow.io.memory.autoreset import (
+    AUTORESET_MODES,
+    DEFAULT_AUTORESET,
+    AutoresetAssumptionWarning,
+    AutoresetDetection,
+    decide_autoreset,
+    detect_autoreset,
+    detect_in_rows,
+)
 from rlarrow.io.memory.continuity import gae_links
+from rlarrow.io.memory.rows import (
+    DEFAULT_NAMES,
+    ROLE_ALIASES,
+    ROLES,
+    EnvRows,
+    env_rows,
+    resolve_names,
+    same_rows,
+    time_order,
+)
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 if TYPE_CHECKING:
@@ -119,281 +137,6 @@ __all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "DEFAULT_NAMES", "ROLES", "RO
            "AutoresetAssumptionWarning", "AutoresetDetection", "GapWarning", "NoTruncationWarning",
            "detect_autoreset", "memory_series", "memory_to_episodes", "resolve_names", "time_order",
            "unroll_series", "unroll_snapshots", "unroll_store"]
-
-#: The tensors an unrolling uses, by role; map your names with ``names={role: name}``.
-ROLES = ("states", "actions", "rewards", "next_states", "terminated", "truncated")
-
-#: Tensor names tried for each role, first found wins: skrl 2's, then skrl 1's.
-#: ``next_states`` is ``next_<the states tensor's name>``.
-DEFAULT_NAMES: dict[str, tuple[str, ...]] = {
-    "states": ("observations", "states"), "actions": ("actions",), "rewards": ("rewards",),
-    "terminated": ("terminated",), "truncated": ("truncated",)}
-
-#: Role aliases accepted in ``names`` (skrl 2's words for the roles).
-ROLE_ALIASES = {"observations": "states", "next_observations": "next_states"}
-
-#: ``autoreset=`` values: ``"auto"`` reads the mode from the data (see the module docs).
-AUTORESET_MODES = ("auto", "next-step", "same-step", "none")
-
-#: The mode assumed where the data does not show it: gymnasium 1.x's default.
-DEFAULT_AUTORESET = "next-step"
-
-_REQUIRED = ("states", "actions", "rewards", "terminated")
-
-
-class AutoresetAssumptionWarning(AssumptionWarning):
-    """The autoreset mode of a memory could not be read from its data and was assumed."""
-
-
-@dataclass(frozen=True)
-class AutoresetDetection:
-    """What a snapshot's data says about its vector env's autoreset mode.
-
-    Attributes:
-        mode: ``"next-step"``, ``"same-step"`` or ``"none"``; None when the data cannot tell.
-        exact: the data proves ``mode`` (False: the most likely mode, or None).
-        reason: why, in words.
-        ends: episode ends followed by a transition in the snapshot (the evidence).
-        matters: the modes would unroll the snapshot differently (False: no episode ends in
-            it, or only at its last transitions with no ``next_states`` to read).
-    """
-
-    mode: str | None
-    exact: bool
-    reason: str
-    ends: int
-    matters: bool = True
-
-
-def resolve_names(snapshot: MemorySnapshot, names: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """Role -> tensor name for ``snapshot`` (None where the memory has no such tensor).
-
-    ``names`` wins; otherwise skrl 2's names, then skrl 1's (see :data:`DEFAULT_NAMES`).
-
-    Raises:
-        InvalidInputError: ``names`` has a key that is not a role, or names a tensor the
-            snapshot lacks, or a required tensor (states, actions, rewards, terminated)
-            cannot be found.
-
-    Example:
-        >>> import numpy as np
-        >>> from rlarrow.io.memory.snapshot import MemorySnapshot
-        >>> z = np.zeros((2, 1, 1), np.float32)
-        >>> snap = MemorySnapshot({"observations": z, "next_observations": z, "actions": z,
-        ...                        "rewards": z, "terminated": z.astype(bool)})
-        >>> resolve_names(snap)["next_states"], resolve_names(snap)["truncated"]
-        ('next_observations', None)
-    """
-    t = snapshot.tensors
-    where = snapshot.name or snapshot.path
-    given: dict[str, str] = {}
-    for key, name in (names or {}).items():
-        role = ROLE_ALIASES.get(key, key)
-        if role not in ROLES:
-            raise InvalidInputError(where, f"names: {key!r} is not a role; the roles are {', '.join(ROLES)} "
-                                    "(on the command line: --names states=NAME,actions=NAME,...)")
-        if name not in t:
-            raise InvalidInputError(where, f"names: {role}={name!r}, but the memory has no tensor {name!r}; "
-                                    f"it has {sorted(t)}")
-        given[role] = name
-    out: dict[str, str | None] = {}
-    for role in ROLES:
-        if role in given:
-            out[role] = given[role]
-        elif role == "next_states":
-            candidate = f"next_{out['states']}" if out.get("states") else None
-            out[role] = candidate if candidate in t else None
-        else:
-            out[role] = next((n for n in DEFAULT_NAMES[role] if n in t), None)
-    missing = [f"{r} (tried {', '.join(repr(n) for n in DEFAULT_NAMES[r])})" for r in _REQUIRED
-               if out[r] is None]
-    if missing:
-        raise InvalidInputError(snapshot.path, f"cannot unroll: no tensor for {'; '.join(missing)}; "
-                                f"it has {sorted(t)} (map names with names={{role: name}}, on the command "
-                                "line --names states=NAME,...)")
-    return out
-
-
-def time_order(snapshot: MemorySnapshot) -> tuple[list[np.ndarray], bool]:
-    """Each env's memory indices, oldest first, and whether that order is known.
-
-    With the buffer state (a parquet export, :class:`rlarrow.record.replay.Memory`), a wrapped
-    buffer starts at the write pointer. Without it (legacy pt/npz/csv exports), storage
-    order is taken as time order and trailing rows that were never written (all-NaN
-    floats) are dropped.
-    """
-    ms, ne = snapshot.memory_size, snapshot.num_envs
-    if snapshot.is_full is None or snapshot.write_pointer is None:
-        floats = [v.reshape(ms, ne, -1) for v in snapshot.tensors.values() if v.dtype.kind == "f"]
-        orders = []
-        for e in range(ne):
-            written = np.ones(ms, bool)
-            if floats:
-                written = ~np.all(np.concatenate([np.isnan(f[:, e]) for f in floats], axis=1), axis=1)
-            last = int(np.flatnonzero(written)[-1]) + 1 if written.any() else 0
-            orders.append(np.arange(last))
-        return orders, False
-    wp, ep = int(snapshot.write_pointer), int(snapshot.env_pointer or 0)
-    orders = []
-    for e in range(ne):
-        head = wp + 1 if e < ep else wp  # envs before the env pointer already wrote row wp
-        if snapshot.is_full:
-            orders.append(np.concatenate([np.arange(head, ms), np.arange(0, head)]) % ms)
-        else:
-            orders.append(np.arange(min(head, ms)))
-    return orders, True
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise exact equality of two ``(n, ...)`` arrays, NaN equal to NaN."""
-    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
-    eq = a == b
-    if a.dtype.kind == "f":
-        eq |= np.isnan(a) & np.isnan(b)
-    return np.asarray(eq.all(axis=1))
-
-
-@dataclass
-class _EnvRows:
-    """One env's transitions in time order, across the snapshots of a segment.
-
-    ``snap`` is each row's snapshot (its position in the segment), ``index`` its memory index.
-    """
-
-    states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray | None
-    next_states: np.ndarray | None
-    snap: np.ndarray
-    index: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.rewards)
-
-    def done(self) -> np.ndarray:
-        done = self.terminated.astype(bool)
-        return done | self.truncated.astype(bool) if self.truncated is not None else done
-
-
-def _env_rows(snaps: Sequence[MemorySnapshot], orders: Sequence[list[np.ndarray]],
-              roles: Mapping[str, str | None], env: int) -> _EnvRows:
-    """Env ``env``'s rows of ``snaps`` (each in its ``orders``), concatenated in time order."""
-
-    def cat(role: str, flag: bool = False) -> np.ndarray | None:
-        name = roles[role]
-        if name is None:
-            return None
-        parts = []
-        for snap, order in zip(snaps, orders, strict=True):
-            t = snap.tensors[name]
-            parts.append(t.reshape(snap.memory_size, snap.num_envs, -1)[order[env], env, 0] if flag
-                         else t[order[env], env])
-        return np.concatenate(parts)
-
-    states, actions, rewards, terminated = cat("states"), cat("actions"), cat("rewards", True), \
-        cat("terminated", True)
-    assert states is not None and actions is not None and rewards is not None and terminated is not None
-    return _EnvRows(states, actions, rewards, terminated, cat("truncated", True), cat("next_states"),
-                    np.concatenate([np.full(len(o[env]), k) for k, o in enumerate(orders)]).astype(np.int64),
-                    np.concatenate([o[env] for o in orders]).astype(np.int64))
-
-
-def _detect(envs: Sequence[_EnvRows], cuts: Sequence[np.ndarray] | None = None) -> AutoresetDetection:
-    """The autoreset rule of the module docs over each env's rows (``cuts``: more episode ends)."""
-    n_ends = n_reset = n_continuous = n_zero_elsewhere = n_last = 0
-    has_next = False
-    for i, rows in enumerate(envs):
-        if not len(rows):
-            continue
-        done = rows.done()
-        if cuts is not None:
-            done = done | cuts[i]
-        ends = np.flatnonzero(done[:-1])
-        n_last += int(done[-1])
-        after = ends + 1
-        other = np.ones(len(rows), bool)
-        other[after] = False
-        other[0] = False  # what came before the first row is unknown: it may follow an end too
-        n_zero_elsewhere += int(np.count_nonzero(rows.rewards[other] == 0))
-        has_next = rows.next_states is not None
-        if not len(ends):
-            continue
-        possible = (rows.rewards[after] == 0) & ~done[after]
-        if rows.next_states is not None:
-            continuous = _same(rows.states[after], rows.next_states[ends])
-            possible &= continuous
-            n_continuous += int(continuous.sum())
-        n_ends += len(ends)
-        n_reset += int(possible.sum())
-    if n_ends == 0:
-        return AutoresetDetection(None, False, "no episode end is followed by a transition in the snapshot",
-                                  0, bool(n_last) and has_next)
-    if n_reset == n_ends:
-        if n_zero_elsewhere:
-            return AutoresetDetection(
-                "next-step", False, f"all {n_ends} episode end(s) are followed by a reward-0 transition, but "
-                f"{n_zero_elsewhere} other transition(s) have reward 0 too", n_ends)
-        return AutoresetDetection("next-step", True, f"all {n_ends} episode end(s) are followed by an "
-                                  "autoreset transition (reward 0, not done, and none elsewhere)", n_ends)
-    not_next = f"{n_ends - n_reset} of {n_ends} episode end(s) are followed by a real step"
-    if not has_next:
-        return AutoresetDetection("same-step", True, not_next + " (without next_states, same-step and none "
-                                  "give the same rows)", n_ends)
-    if n_continuous == n_ends:
-        return AutoresetDetection("same-step", True, not_next + ", and next_states of each end is the state "
-                                  "after it (the reset observation)", n_ends)
-    if n_continuous == 0:
-        return AutoresetDetection("none", True, not_next + ", and next_states of each end differs from the "
-                                  "state after it (the true final observation)", n_ends)
-    mode = "same-step" if 2 * n_continuous > n_ends else "none"
-    return AutoresetDetection(mode, False, not_next + f"; next_states of {n_continuous} of {n_ends} end(s) "
-                              "is the state after it: mixed", n_ends)
-
-
-def detect_autoreset(snapshot: MemorySnapshot, *, names: Mapping[str, str] | None = None,
-                     orders: list[np.ndarray] | None = None) -> AutoresetDetection:
-    """Read a snapshot's autoreset mode from the transitions that follow episode ends.
-
-    The rule is the module's (see :mod:`rlarrow.io.memory.unroll`): a transition after an end that is
-    not a possible NEXT_STEP autoreset transition rules next-step out, and then continuity
-    of ``next_states`` tells same-step from none; ends all followed by possible autoreset
-    transitions mean next-step (exact only when no other transition has reward 0).
-
-    Args:
-        snapshot: the memory.
-        names: role -> tensor name (see :func:`resolve_names`).
-        orders: each env's indices in time order (default: :func:`time_order`).
-
-    Returns:
-        An :class:`AutoresetDetection`; its ``mode`` is None when no end is followed by a
-        transition.
-    """
-    roles = resolve_names(snapshot, names)
-    if orders is None:
-        orders = time_order(snapshot)[0]
-    return _detect([_env_rows([snapshot], [orders], roles, e) for e in range(snapshot.num_envs)])
-
-
-def _decide(where: str | None, autoreset: str, detect: Callable[[], AutoresetDetection]) -> tuple[str, str]:
-    """The mode to unroll with and where it came from (``given``, ``data``, ``assumed``)."""
-    if autoreset not in AUTORESET_MODES:
-        raise InvalidInputError(where, f"autoreset={autoreset!r}: choose one of "
-                                f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
-    if autoreset != "auto":
-        return autoreset, "given"
-    det = detect()
-    if det.exact and det.mode is not None:
-        return det.mode, "data"
-    mode = det.mode or DEFAULT_AUTORESET
-    if not det.matters:
-        return mode, "assumed"
-    warnings.warn(f"{where}: the autoreset mode does not show in the data "
-                  f"({det.reason}); assumed {mode} (pass autoreset=, on the command line --autoreset "
-                  f"{{next-step,same-step,none}}, to say it)", AutoresetAssumptionWarning, stacklevel=4)
-    return mode, "assumed"
-
 
 #: How skrl (and :class:`rlarrow.record.replay.Memory`) names an export: the time it was
 #: written, then the memory's ``id()``: ``25-01-31_14-03-59-123456_memory_0x7f3a2c1b9d50``.
@@ -459,7 +202,7 @@ def _new_rows(prev: MemorySnapshot, snap: MemorySnapshot, orders: list[np.ndarra
     return [np.arange(min(wp + 1 if e < ep else wp, snap.memory_size)) for e in range(snap.num_envs)]
 
 
-def _gap(prev: list[_EnvRows], nxt: list[_EnvRows], next_step: bool) -> str | None:
+def _gap(prev: list[EnvRows], nxt: list[EnvRows], next_step: bool) -> str | None:
     """Why exports ``prev`` and ``nxt`` (each env's rows) are not consecutive, or None.
 
     With ``next_states``, an env whose last transition of ``prev`` did not end an episode goes on
@@ -479,7 +222,7 @@ def _gap(prev: list[_EnvRows], nxt: list[_EnvRows], next_step: bool) -> str | No
                     "export lost?)")
         if a.next_states is None or (ended and not next_step):
             continue
-        if not _same(b.states[:1], a.next_states[-1:])[0]:
+        if not same_rows(b.states[:1], a.next_states[-1:])[0]:
             return (f"env {env}: the next state of its last transition is not the first state of the next "
                     "export (rows are missing between them: an export lost?)")
     return None
@@ -539,10 +282,10 @@ def _split_at_gaps(snaps: Sequence[MemorySnapshot], roles: Mapping[str, str | No
     gaps: list[str] = []
     if len(snaps) == 1:
         return segments, orders, gaps
-    rows = [[_env_rows([snap], [order], roles, e) for e in range(snap.num_envs)]
+    rows = [[env_rows([snap], [order], roles, e) for e in range(snap.num_envs)]
             for snap, order in zip(snaps, orders, strict=True)]
     if autoreset == "auto":
-        inside = _detect([r for per_env in rows for r in per_env])
+        inside = detect_in_rows([r for per_env in rows for r in per_env])
         next_step = inside.mode == "next-step" and inside.exact
     else:
         next_step = autoreset == "next-step"
@@ -632,25 +375,25 @@ def unroll_series(
     joined = longest = 0
     for seg_no, seg in enumerate(segments):
         snaps = [snapshots[k] for k in seg]
-        envs = [_env_rows(snaps, [orders[k] for k in seg], roles, e) for e in range(first.num_envs)]
+        envs = [env_rows(snaps, [orders[k] for k in seg], roles, e) for e in range(first.num_envs)]
         wrapped = snaps[0].is_full is not False  # the first episodes may have lost their start
         gap_before, gap_after = seg_no > 0, seg_no < len(segments) - 1
 
-        def cuts_for(mode: str, envs: list[_EnvRows] = envs,
+        def cuts_for(mode: str, envs: list[EnvRows] = envs,
                      wrapped: bool = wrapped) -> list[np.ndarray] | None:
             if max_episode_steps is None:
                 return None
             return [_time_limit_cuts(r.done(), int(max_episode_steps), mode == "next-step", not wrapped)
                     for r in envs]
 
-        def detect(envs: list[_EnvRows] = envs, cuts_for: Callable[[str], list[np.ndarray] | None] = cuts_for
+        def detect(envs: list[EnvRows] = envs, cuts_for: Callable[[str], list[np.ndarray] | None] = cuts_for
                    ) -> AutoresetDetection:
-            det = _detect(envs)
+            det = detect_in_rows(envs)
             if max_episode_steps is None:
                 return det
-            return _detect(envs, cuts_for(det.mode or DEFAULT_AUTORESET))  # the hidden ends counted too
+            return detect_in_rows(envs, cuts_for(det.mode or DEFAULT_AUTORESET))  # hidden ends counted too
 
-        mode, mode_from = _decide(where, autoreset, detect)
+        mode, mode_from = decide_autoreset(where, autoreset, detect)
         cuts = cuts_for(mode)
         for env, rows in enumerate(envs):
             if not len(rows):
@@ -692,7 +435,7 @@ _EPISODE_COLUMNS = ("episode_id", "env_index", "num_steps", "return", "terminate
                     "partial_start", "partial_end", "metadata")
 
 
-def _unroll_env(rows: _EnvRows, env: int, mode: str, wrapped: bool, cut: np.ndarray | None,
+def _unroll_env(rows: EnvRows, env: int, mode: str, wrapped: bool, cut: np.ndarray | None,
                 episode_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """One env's rows as ``episodes`` columns and ``steps`` columns (RLDS alignment)."""
     done_known = rows.done()
