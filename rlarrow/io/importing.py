@@ -216,77 +216,104 @@ def find_units(directory: str | os.PathLike[str]) -> list[Any]:
     return units
 
 
-def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
-    """The inputs as units, in order; files of a pooled format (memory exports) make one unit last."""
-    units: list[_Unit] = []
-    pooled: dict[str, list[Path]] = {}  # group -> files given (in a file or a folder)
-    rest: list[str | os.PathLike[str]] = []  # for the fallback format (memory exports): files, folders, globs
-    fallback = registry.fallback()
+@dataclass
+class _Plan:
+    """The units found so far, and the files of pooled formats still to make units of."""
 
-    def pool(fmt: Format, files: list[Path]) -> None:
-        if fallback is not None and fmt.group == fallback.group:
-            rest.extend(files)
+    fallback: Format | None
+    units: list[_Unit] = field(default_factory=list)
+    pooled: dict[str, list[Path]] = field(default_factory=dict)  # group -> files given (file or folder)
+    rest: list[str | os.PathLike[str]] = field(default_factory=list)  # the fallback's: files, folders, globs
+
+    def falls_back(self, fmt: Format) -> bool:
+        """Whether ``fmt``'s files go to the fallback format (memory exports), expanded by it."""
+        return self.fallback is not None and fmt.group == self.fallback.group
+
+    def pool(self, fmt: Format, files: list[Path]) -> None:
+        """Files of a pooled format: one unit of each group, made last."""
+        if self.falls_back(fmt):
+            self.rest.extend(files)
         else:
-            have = pooled.setdefault(fmt.group, [])
+            have = self.pooled.setdefault(fmt.group, [])
             have.extend(f for f in dict.fromkeys(files) if f not in have)
 
+
+def _plan(inputs: Sequence[str | os.PathLike[str]]) -> list[_Unit]:
+    """The inputs as units, in order; files of a pooled format (memory exports) make one unit last."""
+    plan = _Plan(registry.fallback())
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            if (fmt := _dataset(p)) is not None:
-                units.append(_Unit(fmt, p))
-            elif _named_unsupported(p):  # (a LeRobot v2.x dataset, ...: its files are no memory exports)
-                raise _unsupported([item], FileNotFoundError("no format takes it"))
-            elif is_experiment_dir(p):
-                units.append(_experiment(p))
-            elif found := find_units(p):
-                inside = [u.path for u in found if u.path is not None]
-                loose = [f for f in _files_below(p)
-                         if _file_format(f) is not None and not any(f.is_relative_to(d) for d in inside)]
-                if loose:
-                    raise InvalidInputError(p, f"holds {len(found)} experiment(s) or dataset(s) and also "
-                                            f"{len(loose)} event file(s) or memory export(s) outside them "
-                                            f"(e.g. {loose[0]}); convert those on their own")
-                units += found
-            else:
-                by_format: dict[str, list[Path]] = {}
-                for f in sorted(_files_below(p)):
-                    if (ff := _file_format(f)) is not None:
-                        by_format.setdefault(ff.name, []).append(f)
-                whole = next((registry.get(n) for n in registry.FORMATS
-                              if n in by_format and registry.get(n).whole), None)
-                if whole is not None:  # a log directory: imported whole (what else it holds is not)
-                    units.append(_Unit(whole, p, files=[f for f in _files_below(p) if whole.detect(f)]))
-                    continue
-                others = [registry.get(n) for n in by_format
-                          if fallback is None or registry.get(n).group != fallback.group]
-                for ff in others:
-                    if ff.single:  # each file a dataset of its own
-                        units += [_Unit(ff, f, files=[f]) for f in by_format[ff.name]]
-                    else:
-                        pool(ff, by_format[ff.name])
-                if not others or len(others) < len(by_format):
-                    rest.append(item)  # the fallback's own search of the folder
+            _plan_directory(plan, item, p)
         elif p.is_file() and (fmt := registry.detect(p)) is not None and fmt.kind == "file":
             if fmt.whole or fmt.single:
-                units.append(_Unit(fmt, p, files=[p]))
-            elif fallback is not None and fmt.group == fallback.group:
-                rest.append(item)
+                plan.units.append(_Unit(fmt, p, files=[p]))
+            elif plan.falls_back(fmt):
+                plan.rest.append(item)
             else:
-                pool(fmt, [p])
+                plan.pool(fmt, [p])
         elif p.is_file() and _named_unsupported(p):  # (an HDF5 file of another layout, ...)
             raise _unsupported([item], FileNotFoundError("no format takes it"))
         else:
-            rest.append(item)
-    for group, files in pooled.items():
+            plan.rest.append(item)
+    return _pooled_units(plan)
+
+
+def _plan_directory(plan: _Plan, item: str | os.PathLike[str], p: Path) -> None:
+    """A directory given: a dataset, an experiment, a folder of them, or a folder of files."""
+    if (fmt := _dataset(p)) is not None:
+        plan.units.append(_Unit(fmt, p))
+    elif _named_unsupported(p):  # (a LeRobot v2.x dataset, ...: its files are no memory exports)
+        raise _unsupported([item], FileNotFoundError("no format takes it"))
+    elif is_experiment_dir(p):
+        plan.units.append(_experiment(p))
+    elif found := find_units(p):
+        inside = [u.path for u in found if u.path is not None]
+        loose = [f for f in _files_below(p)
+                 if _file_format(f) is not None and not any(f.is_relative_to(d) for d in inside)]
+        if loose:
+            raise InvalidInputError(p, f"holds {len(found)} experiment(s) or dataset(s) and also "
+                                    f"{len(loose)} event file(s) or memory export(s) outside them "
+                                    f"(e.g. {loose[0]}); convert those on their own")
+        plan.units += found
+    else:
+        _plan_folder_of_files(plan, item, p)
+
+
+def _plan_folder_of_files(plan: _Plan, item: str | os.PathLike[str], p: Path) -> None:
+    """A folder of loose files: a log directory imported whole, else its files by format."""
+    by_format: dict[str, list[Path]] = {}
+    for f in sorted(_files_below(p)):
+        if (ff := _file_format(f)) is not None:
+            by_format.setdefault(ff.name, []).append(f)
+    whole = next((registry.get(n) for n in registry.FORMATS if n in by_format and registry.get(n).whole),
+                 None)
+    if whole is not None:  # a log directory: imported whole (what else it holds is not)
+        plan.units.append(_Unit(whole, p, files=[f for f in _files_below(p) if whole.detect(f)]))
+        return
+    others = [registry.get(n) for n in by_format if not plan.falls_back(registry.get(n))]
+    for ff in others:
+        if ff.single:  # each file a dataset of its own
+            plan.units += [_Unit(ff, f, files=[f]) for f in by_format[ff.name]]
+        else:
+            plan.pool(ff, by_format[ff.name])
+    if not others or len(others) < len(by_format):
+        plan.rest.append(item)  # the fallback's own search of the folder
+
+
+def _pooled_units(plan: _Plan) -> list[_Unit]:
+    """The plan's units, then one unit per pooled group, then the fallback's files (memory exports)."""
+    units = list(plan.units)
+    for group, files in plan.pooled.items():
         units.append(_Unit(next(f for f in registry.FORMATS.values() if f.group == group), None, files=files))
-    if rest:
+    if plan.rest:
+        fallback = plan.fallback
         if fallback is None or fallback.expand is None:
-            raise _unsupported(rest, FileNotFoundError("no format takes it"))
+            raise _unsupported(plan.rest, FileNotFoundError("no format takes it"))
         try:
-            files = fallback.expand(rest)
+            files = fallback.expand(plan.rest)
         except FileNotFoundError as exc:
-            raise _unsupported(rest, exc) from None
+            raise _unsupported(plan.rest, exc) from None
         units.append(_Unit(fallback, None, files=files))
     return units
 
