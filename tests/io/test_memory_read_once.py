@@ -135,3 +135,33 @@ def test_the_hash_pass_checks_the_crcs_and_a_file_changed_after_it_is_checked_ag
         digest_export(path)
         with pytest.raises(rlarrow.CorruptFileError, match=repr(biggest.name)[1:-1]):
             read_memory(path)
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="writing a .pt export needs torch: pip install 'rlarrow[torch]'")
+def test_an_export_hashed_in_the_record_is_not_read_again_for_its_crcs(tmp_path, monkeypatch):
+    import zlib
+
+    import rlarrow.io.memory.snapshot as snapshot
+    from rlarrow.io.memory.pt import open_pt
+
+    path = _write("pt", play(exports=1, memory_size=40).exports[0], tmp_path / "m.pt")
+    checked: list[int] = []
+
+    class Counting:  # zlib as the snapshot module calls it, counting the bytes each CRC-32 reads
+        @staticmethod
+        def crc32(data: bytes, value: int = 0) -> int:
+            checked.append(len(data))
+            return zlib.crc32(data, value)
+
+    monkeypatch.setattr(snapshot, "zlib", Counting)
+    with snapshot.crc_record():
+        snapshot.digest_export(path)
+        in_hash = sum(checked)
+        _, verify = open_pt(path, mmap=True)
+        verify()
+    every = sum(m.size for m in snapshot.zip_members(path) if m.stored)
+    assert sum(checked) == in_hash == every > 0  # all in the hash's pass, none again in the read
+    checked.clear()
+    _, verify = open_pt(path, mmap=True)  # without the record: every member checked by the reader
+    verify()
+    assert sum(checked) == every

@@ -18,6 +18,7 @@ import hashlib
 import mmap
 import os
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -425,8 +426,12 @@ def _check_stored(path: Path, stored: list[ZipMember], mapped: mmap.mmap | None)
 
 def zip_crc_check(path: str | os.PathLike[str], members: Iterable[ZipMember],
                   mapped: mmap.mmap | None = None) -> Callable[[], None]:
-    """:func:`check_zip_crcs` of ``members``, as a function to call later (say, in a thread)."""
-    members = list(members)
+    """:func:`check_zip_crcs` of ``members``, as a function to call later (say, in a thread).
+
+    Members the calling thread's :func:`crc_record` holds as checked are left out now.
+    """
+    done = _checked_before(Path(path))
+    members = [m for m in members if m not in done]
     return lambda: check_zip_crcs(path, members, mapped)
 
 
@@ -437,27 +442,33 @@ def map_file(fh: IO[bytes]) -> mmap.mmap | None:
     return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-#: While a :func:`crc_record` is open: the members :func:`digest_export` found intact, by file identity.
-_RECORD: dict[tuple[int, ...], frozenset[ZipMember]] | None = None
+#: ``.record``: while a :func:`crc_record` is open in this thread, the members
+#: :func:`digest_export` found intact, by file identity (else None).
+_THREAD = threading.local()
 _HASH_CHUNK = 1 << 20
 
 
 @contextmanager
 def crc_record() -> Iterator[None]:
-    """Within it, members :func:`digest_export` checked are not checked again; forgotten on exit.
+    """Within it (in this thread), members :func:`digest_export` checked are not checked again.
 
     ``rlarrow convert`` hashes each source before it imports it (:mod:`rlarrow.io.importing`):
     with this record open, the hash's one pass over a ``.pt``/``.npz`` export checks its
     stored members' CRC-32s too, and the import does not read the bytes again to check them.
-    A file changed since (its size, inode, modification or change time) is checked again.
+    A file changed since (its size, inode, modification or change time) is checked again; the
+    record is forgotten when the outermost one exits.
     """
-    global _RECORD
-    outer = _RECORD
-    _RECORD = {} if outer is None else outer
+    outer = _record()
+    _THREAD.record = {} if outer is None else outer
     try:
         yield
     finally:
-        _RECORD = outer
+        _THREAD.record = outer
+
+
+def _record() -> dict[tuple[int, ...], frozenset[ZipMember]] | None:
+    record: dict[tuple[int, ...], frozenset[ZipMember]] | None = getattr(_THREAD, "record", None)
+    return record
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -465,10 +476,11 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 def _checked_before(path: Path) -> frozenset[ZipMember]:
-    if not _RECORD:
+    record = _record()
+    if not record:
         return frozenset()
     try:
-        return _RECORD.get(_identity(os.stat(path)), frozenset())
+        return record.get(_identity(os.stat(path)), frozenset())
     except OSError:
         return frozenset()
 
@@ -495,7 +507,8 @@ def digest_export(path: str | os.PathLike[str]) -> tuple[str, int]:
     with open(path, "rb") as fh:
         st = os.fstat(fh.fileno())
         members: list[ZipMember] = []
-        if _RECORD is not None:
+        record = _record()
+        if record is not None:
             if is_zip(path, fh):
                 try:
                     members = sorted((m for m in zip_members(path, fh) if m.stored), key=lambda m: m.start)
@@ -520,8 +533,8 @@ def digest_export(path: str | os.PathLike[str]) -> tuple[str, int]:
                         crcs[k] = zlib.crc32(chunk[lo:hi], crcs[k])
                 chunk.release()
                 pos += n
-    if _RECORD is not None and members and pos == st.st_size:
-        _RECORD[_identity(st)] = frozenset(m for m, crc in zip(members, crcs, strict=True) if crc == m.crc)
+    if record is not None and members and pos == st.st_size:
+        record[_identity(st)] = frozenset(m for m, crc in zip(members, crcs, strict=True) if crc == m.crc)
     return h.hexdigest(), pos
 
 
