@@ -47,12 +47,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, InvalidInputError
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import Store
 
 __all__ = ["EpisodeChunk", "EpisodeRows", "EpisodeSource", "RunInfo"]
 
@@ -132,7 +135,7 @@ class EpisodeRows:
         return _schema.build("episodes", {"run_id": run_id, "env_index": 0, "partial_start": False,
                                           **self.columns}, num_rows=len(self))
 
-    def append_to(self, store: Any, run_id: str) -> None:
+    def append_to(self, store: Store, run_id: str) -> None:
         """Append the rows to ``store``'s ``episodes`` (none: nothing)."""
         if len(self):
             store.append("episodes", self.table(run_id))
