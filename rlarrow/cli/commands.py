@@ -35,8 +35,8 @@ from rlarrow.io import registry
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreReader
 
-__all__ = ["cli", "compact", "convert", "delete", "export", "history", "info", "label", "main", "merge",
-           "migrate", "plot", "push", "repair", "sql_command", "vacuum"]
+__all__ = ["cli", "cli_spelling", "compact", "convert", "delete", "export", "friendly_errors", "history",
+           "info", "label", "main", "merge", "migrate", "plot", "push", "repair", "sql_command", "vacuum"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

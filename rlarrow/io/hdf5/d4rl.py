@@ -22,18 +22,18 @@ from rlarrow.core.tensors import tensor_type
 from rlarrow.io.codecs.hdf5_files import chunk_rows, guarded, leaves
 from rlarrow.io.hdf5.hdf5_common import (
     D4RL_KEYS,
-    _attrs,
-    _check_tensors,
-    _described,
-    _flags,
-    _per_step,
-    _read,
-    _scalars,
-    _small,
-    _spec,
-    _take,
+    attrs_of,
+    check_tensors,
+    described,
+    flag_column,
+    per_step_columns,
+    read_rows,
+    scalar_column,
+    small_items,
+    spec_of,
+    take_rows,
 )
-from rlarrow.io.hdf5.hdf5_steps import _Steps
+from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
 __all__ = ["d4rl_parts"]
 
@@ -65,7 +65,7 @@ def _datasets(f: Any, path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]
             if k not in main and not k.startswith("metadata/") and ds.shape and ds.shape[0] == n
         ]
         other = [(k, ds) for k, ds in found if k not in main and (k, ds) not in per_step]
-        _check_tensors(path, [("observations", obs), ("actions", main["actions"])])
+        check_tensors(path, [("observations", obs), ("actions", main["actions"])])
         if next_obs is not None and np.dtype(next_obs.dtype) != np.dtype(obs.dtype):
             raise CorruptFileError(path, f"next_observations holds {next_obs.dtype} values, observations "
                                    f"{obs.dtype}: the final observations would not be what the file holds")
@@ -75,15 +75,15 @@ def _datasets(f: Any, path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]
 def d4rl_parts(f: Any, path: Path, chunk_bytes: int) -> tuple[RunInfo, dict[str, pa.DataType], _Chunks, int]:
     """The run, declared types, chunks and row count of the D4RL file ``f`` (open, checked)."""
     main, per_step, other, n = _datasets(f, path)
-    kept, left = _small(path, other)
-    columns = {k: _described(ds) for k, ds in main.items()}
+    kept, left = small_items(path, other)
+    columns = {k: described(ds) for k, ds in main.items()}
     run_meta: dict[str, Any] = {
         "layout": "d4rl",
-        "attrs": _attrs(path, f, "the file"),
+        "attrs": attrs_of(path, f, "the file"),
         "metadata": kept.get("metadata", {}),
         "datasets": {k: v for k, v in kept.items() if k != "metadata"},
         "columns": columns,
-        "per_step": {k: _described(ds) for k, ds in per_step},
+        "per_step": {k: described(ds) for k, ds in per_step},
     }
     if left:
         run_meta["left_out"] = left
@@ -91,16 +91,16 @@ def d4rl_parts(f: Any, path: Path, chunk_bytes: int) -> tuple[RunInfo, dict[str,
     types = {"observation": tensor_type(np.dtype(obs.dtype), obs.shape[1:], layout="auto"),
              "action": tensor_type(np.dtype(act.dtype), act.shape[1:], layout="auto")}
     env_specs = {
-        "observation_spec": _spec("observation", columns["observations"]),
-        "action_spec": _spec("action", columns["actions"]),
-        "reward_spec": _spec("reward", {**columns["rewards"], "shape": []}),
+        "observation_spec": spec_of("observation", columns["observations"]),
+        "action_spec": spec_of("action", columns["actions"]),
+        "reward_spec": spec_of("reward", {**columns["rewards"], "shape": []}),
     }
     run = RunInfo(source="d4rl", name=path.stem, source_path=os.fspath(path), alignment="rlds", num_envs=1,
                   metadata=run_meta, env_specs=env_specs)
     rows = chunk_rows(list(main.values()) + [ds for _, ds in per_step], chunk_bytes)
 
     def chunks(run_id: str) -> Iterator[EpisodeChunk]:
-        return _chunks(path, main, per_step, n, rows, _Steps(run_id, types, _episode_meta(main)))
+        return _chunks(path, main, per_step, n, rows, StepBuilder(run_id, types, _episode_meta(main)))
 
     return run, types, chunks, n
 
@@ -115,28 +115,30 @@ def _episode_meta(main: dict[str, Any]) -> Callable[[int, int, bool], dict[str, 
 
 
 def _chunks(path: Path, main: dict[str, Any], per_step: list[tuple[str, Any]], n: int, rows: int,
-            steps: _Steps) -> Iterator[EpisodeChunk]:
+            steps: StepBuilder) -> Iterator[EpisodeChunk]:
     """Blocks of ``rows`` transitions as chunks, then the episode the data stops in (if any)."""
     timeouts, next_obs = main.get("timeouts"), main.get("next_observations")
     for start in range(0, n, rows):
         stop = min(n, start + rows)
-        o = _read(path, main["observations"], "observations", start, stop)
-        a = _read(path, main["actions"], "actions", start, stop)
-        r = _scalars(_read(path, main["rewards"], "rewards", start, stop), stop - start, path, "rewards")
-        t = _flags(_read(path, main["terminals"], "terminals", start, stop), stop - start, path, "terminals")
+        o = read_rows(path, main["observations"], "observations", start, stop)
+        a = read_rows(path, main["actions"], "actions", start, stop)
+        k = stop - start
+        r = scalar_column(read_rows(path, main["rewards"], "rewards", start, stop), k, path, "rewards")
+        t = flag_column(read_rows(path, main["terminals"], "terminals", start, stop), k, path, "terminals")
         done = t.copy()
         if timeouts is not None:
-            done |= _flags(_read(path, timeouts, "timeouts", start, stop), stop - start, path, "timeouts")
+            done |= flag_column(read_rows(path, timeouts, "timeouts", start, stop), k, path, "timeouts")
         ends = np.flatnonzero(done)
         finals: list[Any] = [None] * len(ends)
         if next_obs is not None and len(ends):
-            finals = list(_take(path, next_obs, "next_observations", ends + start))
-        chunk = steps.add(o, a, r, _per_step(path, per_step, start, stop), start, ends, t[ends], finals)
+            finals = list(take_rows(path, next_obs, "next_observations", ends + start))
+        extra = per_step_columns(path, per_step, start, stop)
+        chunk = steps.add(o, a, r, extra, start, ends, t[ends], finals)
         chunk.count = stop - start
         yield chunk
     tail = None  # the observation after the last row, which an episode the data stops in needs too
     if next_obs is not None and n and steps.step:
-        tail = _take(path, next_obs, "next_observations", np.asarray([n - 1]))[0]
+        tail = take_rows(path, next_obs, "next_observations", np.asarray([n - 1]))[0]
     last = steps.finish(n, tail)
     if last is not None:
         last.count = 0

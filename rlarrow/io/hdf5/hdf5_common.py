@@ -17,21 +17,24 @@ from rlarrow.core import metadata as _metadata
 from rlarrow.core.errors import CorruptFileError
 from rlarrow.io.codecs.hdf5_files import guarded, plain
 
-__all__ = ["D4RL_KEYS", "SMALL_ELEMENTS"]
+__all__ = ["D4RL_KEYS", "DEMO_NAME", "SMALL_ELEMENTS", "attrs_of", "check_tensors", "described",
+           "flag_column", "per_step_columns", "read_rows", "scalar_column", "small_items", "spec_of",
+           "take_rows"]
 
 #: the datasets a D4RL file must have at its root
 D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
 #: a dataset of at most this many elements that is not per row is kept in the run's metadata
 SMALL_ELEMENTS = 4096
 
-_DEMO = re.compile(r"demo_(\d+)")
+DEMO_NAME = re.compile(r"demo_(\d+)")
 
 
-def _described(ds: Any) -> dict[str, Any]:
+def described(ds: Any) -> dict[str, Any]:
+    """A dataset's row dtype and shape, as the run's metadata records them."""
     return {"dtype": np.dtype(ds.dtype).str, "shape": [int(d) for d in ds.shape[1:]]}
 
 
-def _small(path: Path, items: list[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+def small_items(path: Path, items: list[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
     """Datasets that are not per row: small ones as values (nested by path), large ones named."""
     kept: dict[str, Any] = {}
     left: dict[str, str] = {}
@@ -50,7 +53,7 @@ def _small(path: Path, items: list[tuple[str, Any]]) -> tuple[dict[str, Any], di
     return kept, left
 
 
-def _attrs(path: Path, node: Any, what: str) -> dict[str, Any]:
+def attrs_of(path: Path, node: Any, what: str) -> dict[str, Any]:
     """A node's attributes as plain values; JSON text (robomimic's ``env_args``, ``ep_meta``) parsed."""
     out: dict[str, Any] = {}
     with guarded(path, f"the attributes of {what}"):
@@ -66,7 +69,7 @@ def _attrs(path: Path, node: Any, what: str) -> dict[str, Any]:
 
 
 
-def _check_tensors(path: Path, items: list[tuple[str, Any]]) -> None:
+def check_tensors(path: Path, items: list[tuple[str, Any]]) -> None:
     """Observations and actions must be numbers (or bools), at least one per row."""
     for key, ds in items:
         if np.dtype(ds.dtype).kind not in "biuf":
@@ -77,22 +80,24 @@ def _check_tensors(path: Path, items: list[tuple[str, Any]]) -> None:
                                    "values: there is nothing to import")
 
 
-def _spec(name: str, info: dict[str, Any]) -> dict[str, Any]:
+def spec_of(name: str, info: dict[str, Any]) -> dict[str, Any]:
+    """An array spec (dm_env's) of a column described by :func:`described`."""
     return {"kind": "Array", "name": name, "shape": info["shape"], "dtype": np.dtype(info["dtype"]).name}
 
 
-def _read(path: Path, ds: Any, key: str, start: int, stop: int) -> np.ndarray:
+def read_rows(path: Path, ds: Any, key: str, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of dataset ``key``, h5py's errors named."""
     with guarded(path, f"rows {start}..{stop} of {key!r}"):
         return np.asarray(ds[start:stop])
 
 
-def _take(path: Path, ds: Any, key: str, rows: np.ndarray) -> np.ndarray:
+def take_rows(path: Path, ds: Any, key: str, rows: np.ndarray) -> np.ndarray:
     """The rows ``rows`` (increasing) of a dataset."""
     with guarded(path, f"rows of {key!r}"):
         return np.asarray(ds[rows.tolist()])
 
 
-def _flags(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+def flag_column(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
     """``terminals``/``timeouts``/``dones``: one value per row (``(N,)`` or ``(N, 1)``), as bools."""
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]
@@ -107,7 +112,8 @@ def _flags(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
     return np.asarray(values != 0, bool)
 
 
-def _scalars(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+def scalar_column(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
+    """A column of one number a row (an ``(N, 1)`` dataset flattened), checked for its row count."""
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]
     if values.shape != (rows,) or values.dtype.kind not in "biuf":
@@ -120,10 +126,11 @@ def _scalars(values: np.ndarray, rows: int, path: Path, key: str) -> np.ndarray:
 
 
 
-def _per_step(
+def per_step_columns(
     path: Path, items: list[tuple[str, Any]], start: int, stop: int
 ) -> tuple[pa.Array, pa.Array] | None:
+    """Rows ``start:stop`` of the per-step datasets as the steps' metadata and its types (None: none)."""
     if not items:
         return None
-    return _metadata.encode_rows({key: _read(path, ds, key, start, stop) for key, ds in items})
+    return _metadata.encode_rows({key: read_rows(path, ds, key, start, stop) for key, ds in items})
 

@@ -49,7 +49,7 @@ from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.store import StoreLike
 from rlarrow.io.codecs.hdf5_files import CHUNK_BYTES, guarded, open_hdf5
 from rlarrow.io.hdf5.d4rl import d4rl_parts
-from rlarrow.io.hdf5.hdf5_common import _DEMO, D4RL_KEYS
+from rlarrow.io.hdf5.hdf5_common import D4RL_KEYS, DEMO_NAME
 from rlarrow.io.hdf5.robomimic import robomimic_parts
 
 __all__ = ["HDF5Options", "hdf5_layout", "import_d4rl", "import_hdf5", "import_robomimic", "read_hdf5"]
@@ -114,7 +114,7 @@ def _layout(f: Any) -> str | None:
     if all(k in f and not hasattr(f[k], "keys") for k in D4RL_KEYS):
         return "d4rl"
     data = f.get("data")
-    if data is not None and hasattr(data, "keys") and any(_DEMO.fullmatch(k) for k in data):
+    if data is not None and hasattr(data, "keys") and any(DEMO_NAME.fullmatch(k) for k in data):
         return "robomimic"
     return None
 

@@ -17,10 +17,10 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.sources import EpisodeChunk, EpisodeRows
 from rlarrow.core.tensors import to_arrow, with_null_rows
 
-__all__: list[str] = []
+__all__ = ["StepBuilder"]
 
 
-class _Steps:
+class StepBuilder:
     """Turns chunks of transitions, and where episodes end in them, into RLDS ``steps`` and ``episodes`` rows.
 
     A chunk gives, per row, the observation, action, reward and metadata of a transition;

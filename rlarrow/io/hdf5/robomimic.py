@@ -20,18 +20,18 @@ from rlarrow.core.sources import EpisodeChunk, RunInfo
 from rlarrow.core.tensors import tensor_type
 from rlarrow.io.codecs.hdf5_files import chunk_rows, guarded, leaves, plain
 from rlarrow.io.hdf5.hdf5_common import (
-    _DEMO,
-    _attrs,
-    _check_tensors,
-    _described,
-    _flags,
-    _per_step,
-    _read,
-    _scalars,
-    _small,
-    _spec,
+    DEMO_NAME,
+    attrs_of,
+    check_tensors,
+    described,
+    flag_column,
+    per_step_columns,
+    read_rows,
+    scalar_column,
+    small_items,
+    spec_of,
 )
-from rlarrow.io.hdf5.hdf5_steps import _Steps
+from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
 __all__ = ["robomimic_parts"]
 
@@ -49,7 +49,7 @@ def _rows_of(path: Path, data: Any, name: str) -> int:
 
 def _demos(path: Path, data: Any) -> list[tuple[int, str]]:
     with guarded(path, "the demos of data/"):
-        found = [(int(m.group(1)), k) for k in data if (m := _DEMO.fullmatch(k))]
+        found = [(int(m.group(1)), k) for k in data if (m := DEMO_NAME.fullmatch(k))]
     ids = [i for i, _ in found]
     if not found:
         raise CorruptFileError(path, "data/ holds no demo_<i> groups")
@@ -63,19 +63,19 @@ def _run_meta(f: Any, path: Path, data: Any, first: _Demo, empty: list[str]) -> 
     with guarded(path, "data/"):
         mask = {k: plain(ds[()]) for k, ds in leaves(f["mask"])} if "mask" in f else None
         others = [(k, ds) for k, ds in leaves(f) if not k.startswith(("data/", "mask/"))]
-    kept, left = _small(path, others)
-    columns: dict[str, Any] = {"actions": _described(first.actions)}
+    kept, left = small_items(path, others)
+    columns: dict[str, Any] = {"actions": described(first.actions)}
     if first.rewards is not None:
-        columns["rewards"] = _described(first.rewards)
+        columns["rewards"] = described(first.rewards)
     if first.obs is not None:
-        columns["obs"] = {k: _described(ds) for k, ds in first.obs.items()}
+        columns["obs"] = {k: described(ds) for k, ds in first.obs.items()}
     run_meta: dict[str, Any] = {
         "layout": "robomimic",
-        "attrs": _attrs(path, f, "the file"),
-        "data_attrs": _attrs(path, data, "data/"),
+        "attrs": attrs_of(path, f, "the file"),
+        "data_attrs": attrs_of(path, data, "data/"),
         "datasets": kept,
         "columns": columns,
-        "per_step": {k: _described(ds) for k, ds in first.per_step},
+        "per_step": {k: described(ds) for k, ds in first.per_step},
     }
     if mask is not None:
         run_meta["mask"] = mask
@@ -91,14 +91,14 @@ def _declared(first: _Demo, columns: dict[str, Any]) -> tuple[dict[str, pa.DataT
     declared: dict[str, pa.DataType] = {
         "action": tensor_type(np.dtype(first.actions.dtype), first.actions.shape[1:], layout="auto")
     }
-    env_specs: dict[str, Any] = {"action_spec": _spec("action", columns["actions"])}
+    env_specs: dict[str, Any] = {"action_spec": spec_of("action", columns["actions"])}
     if "rewards" in columns:
-        env_specs["reward_spec"] = _spec("reward", {**columns["rewards"], "shape": []})
+        env_specs["reward_spec"] = spec_of("reward", {**columns["rewards"], "shape": []})
     if first.obs is not None:
         declared["observation"] = pa.struct(
             [(k, tensor_type(np.dtype(ds.dtype), ds.shape[1:], layout="auto")) for k, ds in first.obs.items()]
         )
-        env_specs["observation_spec"] = {k: _spec(k, v) for k, v in columns["obs"].items()}
+        env_specs["observation_spec"] = {k: spec_of(k, v) for k, v in columns["obs"].items()}
     return declared, env_specs
 
 
@@ -121,7 +121,7 @@ def robomimic_parts(f: Any, path: Path, chunk_bytes: int
 
     def chunks(run_id: str) -> Iterator[EpisodeChunk]:
         current: dict[str, Any] = {}
-        steps = _Steps(run_id, types, lambda start, stop, known: dict(current))
+        steps = StepBuilder(run_id, types, lambda start, stop, known: dict(current))
         for number, name in demos:
             demo = first if name == first.name else _Demo(path, data, name)
             demo.same_kind(first)
@@ -175,7 +175,7 @@ class _Demo:
                         path,
                         f"{self.where}/{key} has {ds.shape[0] if ds.shape else 0} rows; actions has {rows}",
                     )
-            _check_tensors(path, [(f"{self.where}/actions", self.actions),
+            check_tensors(path, [(f"{self.where}/actions", self.actions),
                                   *((f"{self.where}/obs/{k}", ds) for k, ds in (self.obs or {}).items())])
 
     def _group(self, name: str) -> dict[str, Any] | None:
@@ -206,27 +206,28 @@ class _Demo:
             )
 
     def metadata(self) -> dict[str, Any]:
-        kept, left = _small(self.path, self.small)
-        out = {"demo": self.name, **_attrs(self.path, self.group, self.where)}
+        kept, left = small_items(self.path, self.small)
+        out = {"demo": self.name, **attrs_of(self.path, self.group, self.where)}
         if kept:
             out["datasets"] = kept
         if left:
             out["left_out"] = left
         return out
 
-    def unroll(self, steps: _Steps, number: int, chunk_bytes: int) -> Iterator[EpisodeChunk]:
+    def unroll(self, steps: StepBuilder, number: int, chunk_bytes: int) -> Iterator[EpisodeChunk]:
         """The demo's rows as chunks of about ``chunk_bytes``; the last closes its episode (``count`` 1)."""
         path, where, rows = self.path, self.where, self.rows
         final: Any = None
         if self.next_obs is not None and self.obs is not None and list(self.next_obs) == list(self.obs):
             final = {
-                k: _read(path, ds, f"{where}/next_obs/{k}", rows - 1, rows)[0]
+                k: read_rows(path, ds, f"{where}/next_obs/{k}", rows - 1, rows)[0]
                 for k, ds in self.next_obs.items()
             }
         last_done = False
         if self.dones is not None:
             last_done = bool(
-                _flags(_read(path, self.dones, f"{where}/dones", rows - 1, rows), 1, path, f"{where}/dones")[
+                flag_column(read_rows(path, self.dones, f"{where}/dones", rows - 1, rows), 1, path,
+                            f"{where}/dones")[
                     0
                 ]
             )
@@ -242,13 +243,13 @@ class _Demo:
         for start in range(0, rows, chunk):
             stop = min(rows, start + chunk)
             obs = (
-                {k: _read(path, ds, f"{where}/obs/{k}", start, stop) for k, ds in self.obs.items()}
+                {k: read_rows(path, ds, f"{where}/obs/{k}", start, stop) for k, ds in self.obs.items()}
                 if self.obs is not None
                 else None
             )
             reward = (
-                _scalars(
-                    _read(path, self.rewards, f"{where}/rewards", start, stop),
+                scalar_column(
+                    read_rows(path, self.rewards, f"{where}/rewards", start, stop),
                     stop - start,
                     path,
                     f"{where}/rewards",
@@ -259,9 +260,9 @@ class _Demo:
             ends = np.array([stop - start - 1]) if stop == rows else np.empty(0, np.int64)
             made = steps.add(
                 obs,
-                _read(path, self.actions, f"{where}/actions", start, stop),
+                read_rows(path, self.actions, f"{where}/actions", start, stop),
                 reward,
-                _per_step(path, self.per_step, start, stop),
+                per_step_columns(path, self.per_step, start, stop),
                 start,
                 ends,
                 np.array([last_done])[: len(ends)],
