@@ -366,6 +366,38 @@ def test_background_commits_give_the_same_rows(tmp_path):
     assert tables[0].equals(tables[1])
 
 
+def test_statistics_are_committed_with_their_steps_from_the_writer_thread(tmp_path):
+    """By default a recorder that opened its store commits in a writer thread (the step
+    statistics are most of a commit): the same steps and the same ``stats`` rows as on the
+    recording thread, each commit's statistics describing exactly its steps."""
+    stats = []
+    for background in (False, None):
+        path = tmp_path / f"s{background}"
+        env = rlarrow.EnvLogger(DictEnv(), path, flush_every_steps=3, flush_every_seconds=None,
+                                background=background)
+        assert env._sink.background is (background is None)
+        for _ in range(5):
+            ts = env.reset()
+            while not ts.last():
+                ts = env.step(np.zeros(2, np.float32))
+        env.close()
+        store = rlarrow.Store.open(path)
+        table = store.read("stats").drop_columns(["run_id", "block"])
+        stats.append(table.sort_by([("column", "ascending"), ("episode_id", "ascending"),
+                                    ("count", "ascending")]))
+        reward = table.filter(pc.and_(pc.equal(table.column("column"), "reward"),
+                                      pc.is_valid(table.column("episode_id"))))
+        assert pc.sum(reward.column("rows")).as_py() == store.row_count("steps") == 25
+        # one stats file per steps file: each commit wrote both
+        assert len(store.files("stats")) == len(store.files("steps")) > 1
+    assert stats[0].num_rows > 0 and stats[0].equals(stats[1])
+    # a store passed in may be written by its owner between steps: its commits stay on this thread
+    store = rlarrow.Store.open(tmp_path / "passed", create=True)
+    env = rlarrow.EnvLogger(DictEnv(), store)
+    assert env._sink.background is False
+    env.close()
+
+
 class BufferEnv:
     """Plain float32 observations written into one reused buffer (as many envs do).
 

@@ -24,8 +24,8 @@ from rlarrow.core.step_columns import scalars as _scalars
 from rlarrow.core.step_columns import stack as _stack
 from rlarrow.core.store import Store
 
-__all__ = ["PACKED_BYTES", "Arena", "Episode", "EpisodeRows", "Lane", "Packer", "Sink", "checked_row",
-           "unpack"]
+__all__ = ["PACKED_BYTES", "Arena", "Episode", "EpisodeRows", "Lane", "Packer", "Sink", "background_default",
+           "checked_row", "unpack"]
 
 #: an arena holds at most this many bytes before it grows past the flush size
 _ARENA_BYTES = 256 << 20
@@ -219,9 +219,10 @@ class Arena:
         where: what to name in errors (the environment).
     """
 
-    __slots__ = ("buf", "n", "rows", "shape", "where")
+    __slots__ = ("buf", "n", "retired", "rows", "shape", "where")
 
     def __init__(self, shape: tuple[int, ...], dtype: Any, rows: int, where: str = "the environment") -> None:
+        self.retired: np.ndarray | None = None  # the buffer a commit in flight reads (restart)
         self.shape = tuple(shape)
         self.where = where
         row_bytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
@@ -245,9 +246,17 @@ class Arena:
         """Drop the first ``taken`` rows; the rest move to the front (of a new buffer unless ``reuse``).
 
         ``reuse`` only when nothing refers to the taken rows any more (their commit is done).
+        Without it the buffer is kept as :attr:`retired` and taken again at the restart
+        after next, when the caller has waited for the commit that read it (a writer
+        thread's): two buffers in turn, where a fresh one each commit cost its page faults
+        on the recording thread.
         """
         left = self.n - taken
-        buf = self.buf if reuse else np.empty_like(self.buf)  # same row count
+        if reuse:
+            buf = self.buf
+        else:
+            spare, self.retired = self.retired, self.buf
+            buf = spare if spare is not None and spare.shape == self.buf.shape else np.empty_like(self.buf)
         if left:
             buf[:left] = self.buf[taken:self.n]  # NumPy copies through a buffer where they overlap
         self.buf, self.n = buf, left
@@ -397,6 +406,28 @@ class _Rows:
         self.pads: list[int] = []  # rows with no action (an episode's last)
 
 
+def background_default(store: Store, *, own_store: bool) -> bool:
+    """Whether a recorder's commits run in a writer thread when its caller does not say.
+
+    Yes when the recorder opened the store itself and the store keeps statistics of the
+    steps (:attr:`~rlarrow.core.store.Store.step_stats` not ``"off"``): computing them
+    (per-episode moments, per-element KLL sketches) is about two thirds of a recorder's
+    commit, and it belongs off the environment loop. The steps and their statistics are
+    still committed together, in the writer thread. A store the caller passed in may be
+    written by the caller between two steps, so its commits stay on the caller's thread.
+
+    Example:
+        >>> import os, tempfile
+        >>> store = Store.create(os.path.join(tempfile.mkdtemp(), "s.rlarrow"))
+        >>> background_default(store, own_store=True), background_default(store, own_store=False)
+        (True, False)
+        >>> store.step_stats = "off"
+        >>> background_default(store, own_store=True)
+        False
+    """
+    return own_store and store.step_stats != "off"
+
+
 class Sink:
     """Commits its lanes' complete rows to a store, under a flush policy.
 
@@ -404,7 +435,11 @@ class Sink:
         store: the store; ``own_store``: close it on :meth:`close`.
         run_id: the run the rows belong to.
         action_dtype: the dtype of plain (non-nested) actions, None for nested ones.
-        flush_every_steps, flush_every_seconds, background: see :class:`rlarrow.EnvLogger`.
+        flush_every_steps, flush_every_seconds: see :class:`rlarrow.EnvLogger`.
+        background: commit the automatic flushes in a writer thread (see
+            :class:`rlarrow.EnvLogger`); None: when the sink opened the store itself
+            (``own_store``: no one else writes through it meanwhile) and the store keeps
+            step statistics, whose computing is most of a commit (:func:`background_default`).
         num_envs: one :class:`Lane` per environment (``env_index``), in :attr:`lanes`.
         types: the store's ``observation`` and ``action`` column types (from
             :func:`rlarrow.core.step_columns.declare_steps`): dict values are committed in their
@@ -423,7 +458,7 @@ class Sink:
         action_dtype: Any,
         flush_every_steps: int | None,
         flush_every_seconds: float | None,
-        background: bool,
+        background: bool | None,
         num_envs: int = 1,
         types: dict[str, Any] | None = None,
         emit: Any = None,
@@ -442,6 +477,9 @@ class Sink:
         self.last_flush = time.monotonic()
         self._pending: Any = None
         self._pool: Any = None
+        if background is None:
+            background = background_default(store, own_store=own_store)
+        self.background = background
         if background:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -552,7 +590,8 @@ class Sink:
         if self._pool is not None and not wait:
             self._pending = self._pool.submit(self._commit, rows, ep_rows)
             for arena, taken in arenas:
-                arena.restart(taken, reuse=False)  # the commit in flight reads the old rows
+                # the commit in flight reads the old rows; the one before it is done (waited for)
+                arena.restart(taken, reuse=False)
         else:
             try:
                 self._commit(rows, ep_rows)

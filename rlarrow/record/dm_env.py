@@ -9,7 +9,8 @@ Unlike envlogger, what is recorded survives the process: rows are committed ever
 ``flush_every_steps`` steps, every ``flush_every_seconds`` seconds, and (with
 ``flush_on_episode_end``) at each episode's end; a process killed at any moment leaves a
 store that holds everything committed before. Per step the wrapper only appends to lists;
-the columns are built when they are committed.
+the columns, and the statistics committed with them, are built when they are committed, in
+a writer thread by default (``background``).
 
 Example:
     >>> import numpy as np, dm_env, tempfile, os
@@ -77,9 +78,13 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             (checked at each step; None: never by time).
         flush_on_episode_end: commit at the end of every episode.
         background: build and commit the automatic flushes in a writer thread, so the
-            environment loop does not wait for Parquet encoding (``close`` and an explicit
-            ``flush()`` wait for it). Off by default: with small observations the thread's
-            share of the interpreter costs more than the encoding it hides.
+            environment loop waits neither for the statistics of the steps nor for Parquet
+            encoding (``close`` and an explicit ``flush()`` wait for it; a failed commit is
+            raised by the next flush). The steps and their ``stats`` rows are still one
+            commit. None (the default): on when the recorder opened the store itself and
+            the store keeps step statistics (:func:`rlarrow.core.episodes.background_default`),
+            off for a :class:`Store` passed in (its owner may write to it between steps)
+            or ``store.step_stats = "off"``.
 
     Attributes:
         run_id: the run the steps are recorded under.
@@ -99,7 +104,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         flush_every_steps: int | None = 10_000,
         flush_every_seconds: float | None = 30.0,
         flush_on_episode_end: bool = False,
-        background: bool = False,
+        background: bool | None = None,
     ) -> None:
         self._env = env
         self._own_store = not isinstance(data_directory, Store)
