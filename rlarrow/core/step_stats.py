@@ -627,91 +627,153 @@ def combine_stored(store: _Store, *, runs: Iterable[str] | None = None,
     """
     if isinstance(runs, str):
         raise ArgumentTypeError("runs takes a list of run ids, not one string")
-    run_set = None if runs is None else {str(r) for r in runs}
-    wanted = None if columns is None else {str(c) for c in columns}
-    if episodes is not None and not isinstance(episodes, pa.Table):
-        pairs = [(str(r), int(e)) for r, e in episodes]
-        episodes = pa.table({"run_id": pa.array([p[0] for p in pairs], pa.string()),
-                             "episode_id": pa.array([p[1] for p in pairs], pa.int64())})
-    elif episodes is not None:
-        episodes = episodes.select(["run_id", "episode_id"]).cast(
-            pa.schema([("run_id", pa.string()), ("episode_id", pa.int64())]))
-    flt = None
     directories = store.layout_dirs("steps")
-    if layout is not None:
-        name = "steps" if layout == 1 else f"steps.{layout}"
-        if name not in directories:
-            raise ArgumentError(f"the steps table has no layout {layout} (Store.layouts('steps'))")
-        flt = pc.field("layout") == name
-    # a run's steps are all in one layout; its rows' layout is read from there, not from the
-    # stats rows (a merge may have put another store's runs in a layout of another number)
-    run_layout = ({} if len(directories) == 1 else
-                  {run: info.directory for info in store.layouts("steps") for run in info.run_ids})
-    # one read of every row but the sketches (only the chosen blocks' are read, below)
-    everything = _relayout(store.read("stats", columns=[f.name for f in _schema.table("stats").arrow_schema()
-                                                        if f.name != "sketches"]), directories, run_layout)
+    sel = _Selection(store=store, runs=None if runs is None else {str(r) for r in runs},
+                     episodes=_episode_table(episodes),
+                     wanted=None if columns is None else {str(c) for c in columns}, layout=layout,
+                     layout_flt=_layout_filter(layout, directories), directories=directories,
+                     # a run's steps are all in one layout; its rows' layout is read from there, not
+                     # from the stats rows (a merge may have put another store's runs in a layout of
+                     # another number)
+                     run_layout=({} if len(directories) == 1 else
+                                 {run: info.directory for info in store.layouts("steps")
+                                  for run in info.run_ids}))
+    # one read of every row but the sketches (only the chosen blocks' are read, in _add_quantiles)
+    names = [f.name for f in _schema.table("stats").arrow_schema() if f.name != "sketches"]
+    everything = sel.relayout(store.read("stats", columns=names))
     sentinel = everything.filter(pc.equal(everything.column("column"), "reward"))
     uncovered = _uncovered_runs(store, sentinel)
-    if flt is not None:
-        sentinel = sentinel.filter(flt)
-    if wanted is None and layout is None:
-        # runs whose tensors differ (a PPO and a DQN run): every column but the clashing ones,
-        # as the combined SQL views do; naming one (columns=) or a layout reads it
-        clash = _clashing(everything.filter(everything.column("episode_id").is_valid()))
-        if clash:
-            import warnings
-
-            from rlarrow.core.errors import RLArrowWarning
-
-            warnings.warn(f"{store.path}: the statistics of all runs leave out "
-                          + ", ".join(f"{c} ({what})" for c, what in sorted(clash.items()))
-                          + ", whose shape differs between steps layouts; pick one with layout=N "
-                          "(`--layout N` on the command line; Store.layouts('steps') lists them)",
-                          RLArrowWarning, stacklevel=3)
-            wanted = set(everything.column("column").to_pylist()) - set(clash)
-    columns_flt = None if wanted is None else pc.field("column").isin(sorted(wanted))
-    both = _and(flt, columns_flt)
-    stored = everything if both is None else everything.filter(both)
+    if sel.layout_flt is not None:
+        sentinel = sentinel.filter(sel.layout_flt)
+    if sel.wanted is None and layout is None:
+        sel.wanted = _without_clashes(store, everything)
+    stored = everything if sel.filter() is None else everything.filter(sel.filter())
     if uncovered:
         gone = pa.array(sorted(uncovered), pa.string())
         stored = stored.filter(pc.invert(pc.is_in(stored.column("run_id"), gone)))
         sentinel = sentinel.filter(pc.invert(pc.is_in(sentinel.column("run_id"), gone)))
-    is_seg = np.asarray(stored.column("episode_id").is_valid().to_numpy(zero_copy_only=False))
-    segments = stored.filter(pa.array(_selected(stored, run_set, episodes) & is_seg))
+    segments = stored.filter(pa.array(sel.selected(stored) & _is_segment(stored)))
     _check_shapes(segments)
-    path = store.path / "stats"
-    result = _stats.combine_rows(segments, sketches=False, path=path) if segments.num_rows else {}
+    result = _stats.combine_rows(segments, sketches=False, path=sel.path) if segments.num_rows else {}
     if quantiles and segments.num_rows:
-        s_seg = np.asarray(sentinel.column("episode_id").is_valid().to_numpy(zero_copy_only=False))
-        full, reread = _blocks_for_quantiles(sentinel, _selected(sentinel, run_set, episodes) & s_seg)
-        sketched: dict[str, _stats.ColumnStats] = {}
-        if full:
-            block_rows = ~pc.field("episode_id").is_valid()
-            blocks = store.read("stats", filter=_and(columns_flt, block_rows))
-            blocks = _relayout(blocks, directories, run_layout)
-            blocks = blocks.filter(pa.array([key in full for key in _block_keys(blocks)], pa.bool_()))
-            sketched = _stats.combine_rows(blocks, path=path)
-        if reread is not None:
-            reread_runs = set(reread.column("run_id").to_pylist())  # (not every run's files)
-            for name, part in _from_data(store, reread_runs, reread, set(result), True, layout).items():
-                if name in sketched:
-                    sketched[name].merge(part)
-                else:
-                    sketched[name] = part
-        for name, stats in result.items():
-            source = sketched.get(name)
-            if source is not None and source.has_quantiles:
-                _stats.adopt_sketches(stats, source, f"stored statistics of column {name!r}", path)
+        _add_quantiles(sel, result, sentinel)
     if uncovered:
-        chosen_runs = uncovered if run_set is None else uncovered & run_set
-        if chosen_runs:
-            for name, part in _from_data(store, chosen_runs, episodes, wanted, quantiles, layout).items():
-                if name in result:
-                    _check_shape(result[name], part, name)
-                    result[name].merge(part)
-                else:
-                    result[name] = part
+        _add_uncovered(sel, result, uncovered, quantiles)
     return dict(sorted(result.items()))
+
+
+class _Selection:
+    """What :func:`combine_stored` was asked for, and the store's steps layouts it reads them in."""
+
+    def __init__(self, *, store: _Store, runs: set[str] | None, episodes: pa.Table | None,
+                 wanted: set[str] | None, layout: int | None, layout_flt: Any, directories: list[str],
+                 run_layout: dict[str, str]) -> None:
+        self.store, self.runs, self.episodes, self.wanted = store, runs, episodes, wanted
+        self.layout, self.layout_flt = layout, layout_flt
+        self.directories, self.run_layout = directories, run_layout
+        self.path = store.path / "stats"
+
+    def columns_filter(self) -> Any:
+        """The stats rows of the columns asked for (None: all)."""
+        return None if self.wanted is None else pc.field("column").isin(sorted(self.wanted))
+
+    def filter(self) -> Any:
+        """The stats rows of the layout and columns asked for (None: all)."""
+        return _and(self.layout_flt, self.columns_filter())
+
+    def selected(self, table: pa.Table) -> npt.NDArray[np.bool_]:
+        """Which rows of ``table`` are of the runs and episodes asked for."""
+        return _selected(table, self.runs, self.episodes)
+
+    def relayout(self, table: pa.Table) -> pa.Table:
+        """``table`` with each row's ``layout`` the one its run's steps are in now."""
+        return _relayout(table, self.directories, self.run_layout)
+
+
+def _episode_table(episodes: Iterable[tuple[str, int]] | pa.Table | None) -> pa.Table | None:
+    """``(run_id, episode_id)`` pairs (or a table holding them) as a table of those two columns."""
+    if episodes is None:
+        return None
+    if isinstance(episodes, pa.Table):
+        return episodes.select(["run_id", "episode_id"]).cast(
+            pa.schema([("run_id", pa.string()), ("episode_id", pa.int64())]))
+    pairs = [(str(r), int(e)) for r, e in episodes]
+    return pa.table({"run_id": pa.array([p[0] for p in pairs], pa.string()),
+                     "episode_id": pa.array([p[1] for p in pairs], pa.int64())})
+
+
+def _layout_filter(layout: int | None, directories: list[str]) -> Any:
+    """The stats rows of steps layout ``layout`` (None: all layouts)."""
+    if layout is None:
+        return None
+    name = "steps" if layout == 1 else f"steps.{layout}"
+    if name not in directories:
+        raise ArgumentError(f"the steps table has no layout {layout} (Store.layouts('steps'))")
+    return pc.field("layout") == name
+
+
+def _is_segment(table: pa.Table) -> npt.NDArray[np.bool_]:
+    """Which stats rows are segment rows (an episode's), not block rows."""
+    return np.asarray(table.column("episode_id").is_valid().to_numpy(zero_copy_only=False))
+
+
+def _without_clashes(store: _Store, everything: pa.Table) -> set[str] | None:
+    """Every column but those whose shape differs between layouts, with a warning; None: no clash.
+
+    Runs whose tensors differ (a PPO and a DQN run): the statistics of all runs leave the
+    clashing columns out, as the combined SQL views do; naming one (``columns=``) or a
+    layout reads it.
+    """
+    clash = _clashing(everything.filter(everything.column("episode_id").is_valid()))
+    if not clash:
+        return None
+    import warnings
+
+    from rlarrow.core.errors import RLArrowWarning
+
+    warnings.warn(f"{store.path}: the statistics of all runs leave out "
+                  + ", ".join(f"{c} ({what})" for c, what in sorted(clash.items()))
+                  + ", whose shape differs between steps layouts; pick one with layout=N "
+                  "(`--layout N` on the command line; Store.layouts('steps') lists them)",
+                  RLArrowWarning, stacklevel=4)
+    return set(everything.column("column").to_pylist()) - set(clash)
+
+
+def _add_quantiles(sel: _Selection, result: dict[str, _stats.ColumnStats], sentinel: pa.Table) -> None:
+    """Give ``result``'s moments their sketches: the wholly selected blocks', the rest read again."""
+    full, reread = _blocks_for_quantiles(sentinel, sel.selected(sentinel) & _is_segment(sentinel))
+    sketched: dict[str, _stats.ColumnStats] = {}
+    if full:
+        block_rows = ~pc.field("episode_id").is_valid()
+        blocks = sel.relayout(sel.store.read("stats", filter=_and(sel.columns_filter(), block_rows)))
+        blocks = blocks.filter(pa.array([key in full for key in _block_keys(blocks)], pa.bool_()))
+        sketched = _stats.combine_rows(blocks, path=sel.path)
+    if reread is not None:
+        reread_runs = set(reread.column("run_id").to_pylist())  # (not every run's files)
+        for name, part in _from_data(sel.store, reread_runs, reread, set(result), True, sel.layout).items():
+            if name in sketched:
+                sketched[name].merge(part)
+            else:
+                sketched[name] = part
+    for name, stats in result.items():
+        source = sketched.get(name)
+        if source is not None and source.has_quantiles:
+            _stats.adopt_sketches(stats, source, f"stored statistics of column {name!r}", sel.path)
+
+
+def _add_uncovered(sel: _Selection, result: dict[str, _stats.ColumnStats], uncovered: set[str],
+                   quantiles: bool) -> None:
+    """Merge into ``result`` the selected runs' steps no stored statistics describe, read from the data."""
+    chosen_runs = uncovered if sel.runs is None else uncovered & sel.runs
+    if not chosen_runs:
+        return
+    for name, part in _from_data(sel.store, chosen_runs, sel.episodes, sel.wanted, quantiles,
+                                 sel.layout).items():
+        if name in result:
+            _check_shape(result[name], part, name)
+            result[name].merge(part)
+        else:
+            result[name] = part
 
 
 def _relayout(table: pa.Table, directories: list[str], run_layout: dict[str, str]) -> pa.Table:
