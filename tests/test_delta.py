@@ -366,11 +366,11 @@ def test_links_and_fifos_in_a_log_are_refused_and_nothing_is_written_outside(tmp
 
 
 def test_a_dead_writers_half_written_commit_is_swept(tmp_path):
-    from rlarrow.core.store.files import _HOST, _TMP_PREFIX
+    from rlarrow.core.store.files import HOST, TMP_PREFIX
 
     path = tmp_path / "s"
     rlarrow.Store.create(path).append("scalars", scalars(0))
-    stale = path / "scalars" / LOG_DIR / f"{_TMP_PREFIX}{_HOST}-999999999-deltaabcd.json.partial"
+    stale = path / "scalars" / LOG_DIR / f"{TMP_PREFIX}{HOST}-999999999-deltaabcd.json.partial"
     stale.write_text("{")
     rlarrow.Store.open(path)  # a writer's recovery
     assert not stale.exists()

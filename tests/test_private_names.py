@@ -17,29 +17,6 @@ PLUMBING = {"rlarrow._version", "rlarrow._moved", "rlarrow.core.store._store"}
 #: the samples schema helper): each one removed from here as it is fixed; none may be added
 KNOWN = {
     ("rlarrow/train/torch.py", "rlarrow.train.samples", "_shared_schema"),
-    ("rlarrow/core/store/_store.py", "rlarrow.core.store.files", "_unwritable"),
-    ("rlarrow/core/store/_store.py", "rlarrow.core.store.lease", "_PROCESS_LEASES"),
-    ("rlarrow/core/store/tables.py", "rlarrow.core.store.journal", "_READ_ATTEMPTS"),
-    ("rlarrow/core/store/tables.py", "rlarrow.core.store.layouts", "_one"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_LONG"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_ORDER_TAG"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_SCHEMA_KEY"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_SEG"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_Checker"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_Commit"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.delta_commits", "_no_constant"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.files", "_TMP_PREFIX"),
-    ("rlarrow/core/store/delta.py", "rlarrow.core.store.files", "_tmp_owner_alive"),
-    ("rlarrow/core/store/compaction.py", "rlarrow.core.store.files", "_undo"),
-    ("rlarrow/core/store/repair.py", "rlarrow.core.store.lease", "_VIEWS_DIR"),
-    ("rlarrow/core/store/commits.py", "rlarrow.core.store.base", "_Transaction"),
-    ("rlarrow/core/store/commits.py", "rlarrow.core.store.base", "_TxFile"),
-    ("rlarrow/core/store/commits.py", "rlarrow.core.store.files", "_undo"),
-    ("rlarrow/core/store/lease.py", "rlarrow.core.store.files", "_HOST"),
-    ("rlarrow/core/store/journal.py", "rlarrow.core.store.files", "_TMP_PREFIX"),
-    ("rlarrow/core/store/journal.py", "rlarrow.core.store.files", "_tmp_owner_alive"),
-    ("rlarrow/core/store/journal.py", "rlarrow.core.store.lease", "_sweep_views"),
-    ("rlarrow/core/store/segments.py", "rlarrow.core.store.manifest", "_Checker"),
 }
 
 

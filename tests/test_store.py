@@ -201,7 +201,7 @@ def test_stale_temporary_files_are_removed_live_ones_kept(populated):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)
-    host = rlarrow.core.store.files._HOST
+    host = rlarrow.core.store.files.HOST
     stale = populated.path / "steps" / f".tmp-{host}-{dead_pid}-part-x.parquet.partial"
     live = populated.path / "steps" / f".tmp-{host}-{os.getpid()}-part-y.parquet.partial"
     stale.write_bytes(b"PAR1 half written")

@@ -155,7 +155,7 @@ def test_code_outside_the_store_uses_only_its_public_names():
     "def f(st):\n    return st._manifest['tables']\n",
     "def f(st):\n    return getattr(st, '_manifest')\n",
     "import operator\nlocked = operator.attrgetter('_locked')\n",
-    "from rlarrow.core.store import files\nf = files._TMP_PREFIX\n",
+    "from rlarrow.core.store import files\nf = files._TMP_SUFFIX\n",
 ])
 def test_a_planted_violation_is_named_with_its_line(plant):
     path = ROOT / "query" / "planted.py"

@@ -26,8 +26,8 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
 from rlarrow.core.store.catalog import Catalog
 from rlarrow.core.store.edits import EditingStore
 from rlarrow.core.store.entries import MANIFEST_FIX, is_directory, open_lock, refuse_link
-from rlarrow.core.store.files import AUTO_COMPACT_FILES, _unwritable
-from rlarrow.core.store.lease import _PROCESS_LEASES, ReaderLease
+from rlarrow.core.store.files import AUTO_COMPACT_FILES, unwritable
+from rlarrow.core.store.lease import PROCESS_LEASES, ReaderLease
 from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
 
 __all__ = ["Store", "StoreLike", "as_store", "opened"]
@@ -114,7 +114,7 @@ class Store(EditingStore):
             self._pinned_version = version
             return
         if readonly is None:
-            reason = _unwritable(self.path)
+            reason = unwritable(self.path)
             if reason is not None:
                 self.readonly, self._readonly_reason = True, reason
         if self.readonly:
@@ -236,9 +236,9 @@ class Store(EditingStore):
         the process ends (its links are removed then, or by the next writer after a kill).
         """
         key = os.path.realpath(self.path)
-        lease = _PROCESS_LEASES.get(key)
+        lease = PROCESS_LEASES.get(key)
         if lease is None:
-            lease = _PROCESS_LEASES[key] = ReaderLease(self.path)
+            lease = PROCESS_LEASES[key] = ReaderLease(self.path)
         return lease
 
 

@@ -37,7 +37,7 @@ from rlarrow.core.store.manifest import (
 from rlarrow.core.store.segments import encode_manifest, local_segments
 from rlarrow.core.store.writer import TableWriter
 
-__all__ = ["StoreBase"]
+__all__ = ["StoreBase", "Transaction", "TxFile"]
 
 try:  # POSIX advisory locks; without them (Windows) one writer at a time is assumed.
     import fcntl
@@ -46,7 +46,9 @@ except ImportError:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class _TxFile:
+class TxFile:
+    """One file a transaction wrote: hidden at ``tmp``, renamed to ``final`` in ``table`` at commit."""
+
     table: str
     tmp: Path
     final: str
@@ -54,17 +56,18 @@ class _TxFile:
     bytes: int
 
 
-class _Transaction:
+class Transaction:
     """What an open :meth:`Store.transaction` has written: hidden files, not yet listed."""
 
     def __init__(self) -> None:
-        self.files: list[_TxFile] = []
+        self.files: list[TxFile] = []
         self.schemas: dict[str, pa.Schema] = {}
         #: tables whose schema the transaction fixed (un-fixed again if it fails)
         self.fixed: list[str] = []
         self.writers: list[TableWriter] = []
 
     def discard(self) -> None:
+        """Delete the hidden files written so far (the transaction failed)."""
         for f in self.files:
             with contextlib.suppress(OSError):
                 f.tmp.unlink()
@@ -85,7 +88,7 @@ class StoreBase:
     #: writers open on this store object (closed with it)
     _writers: list[TableWriter]
     #: the open :meth:`rlarrow.Store.transaction`, whose files are written but not yet committed
-    _tx: _Transaction | None
+    _tx: Transaction | None
     _lock_depth: int
     _lock_fd: int | None
     #: the manifest of this object's current view (what :meth:`manifest` copies)

@@ -34,18 +34,18 @@ from rlarrow.core.errors import (
     StoreError,
 )
 from rlarrow.core.store import files as _files
-from rlarrow.core.store.base import _Transaction, _TxFile
+from rlarrow.core.store.base import Transaction, TxFile
 from rlarrow.core.store.compaction import CompactingStore
 from rlarrow.core.store.files import (
     FILE_BYTES,
     ROW_GROUP_BYTES,
     CommitInfo,
-    _undo,
     fsync_file,
     new_file_name,
     open_parquet,
     temp_name,
     temp_owner,
+    undo,
     write_row_groups,
 )
 from rlarrow.core.store.journal import apply_pending
@@ -326,7 +326,7 @@ class CommittingStore(CompactingStore):
                 self._write_manifest(manifest)
             except (OSError, StoreError) as exc:
                 # Not committed: with a new file missing, recovery rolls the journal back.
-                _undo(renamed, [tmp for tmp, _, _ in parts], exc)
+                undo(renamed, [tmp for tmp, _, _ in parts], exc)
                 self._forget_failed_commit()
                 raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc
         self._auto_compact([table])
@@ -364,7 +364,7 @@ class CommittingStore(CompactingStore):
             return
         if self.readonly:
             raise StoreError(f"{self.path}: cannot write: {self._readonly_reason}")
-        tx = self._tx = _Transaction()
+        tx = self._tx = Transaction()
         try:
             yield self
             for w in [w for w in self._writers if w in tx.writers]:
@@ -383,7 +383,7 @@ class CommittingStore(CompactingStore):
             self._tx_rollback(tx)
             raise
 
-    def _tx_rollback(self, tx: _Transaction) -> None:
+    def _tx_rollback(self, tx: Transaction) -> None:
         """Un-fix the schemas a failed transaction fixed, where the table still has no file."""
         if not tx.fixed:
             return
@@ -398,11 +398,11 @@ class CommittingStore(CompactingStore):
             if changed:
                 self._write_manifest(manifest)
 
-    def _commit_transaction(self, tx: _Transaction) -> None:
+    def _commit_transaction(self, tx: Transaction) -> None:
         """Rename a transaction's files into place and list them, all or none (journaled)."""
         if not tx.files:
             return
-        by_table: dict[str, list[_TxFile]] = {}
+        by_table: dict[str, list[TxFile]] = {}
         for f in tx.files:
             by_table.setdefault(f.table, []).append(f)
         with self._locked():
@@ -442,7 +442,7 @@ class CommittingStore(CompactingStore):
             self._write_manifest(manifest)
         except (OSError, StoreError) as exc:
             # Not committed: with a new file missing, recovery rolls the journal back.
-            _undo(renamed, [tmp for tmp, _ in moves], exc)
+            undo(renamed, [tmp for tmp, _ in moves], exc)
             self._forget_failed_commit()
             raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
 
@@ -468,7 +468,7 @@ class CommittingStore(CompactingStore):
                 self._manifest = manifest
         self._tx.schemas[table] = plain
         size = tmp.stat().st_size
-        self._tx.files.append(_TxFile(table, tmp, final, rows, size))
+        self._tx.files.append(TxFile(table, tmp, final, rows, size))
         return CommitInfo(table=table, file=f"{table}/{final}", rows=rows, bytes=size)
 
     def add_run(
@@ -564,7 +564,7 @@ class CommittingStore(CompactingStore):
             except (OSError, StoreError) as exc:
                 # Not committed: the files leave the table again, so no later recovery adopts
                 # what the caller was told failed.
-                _undo(renamed, [tmp for _, tmp, _, _, _ in files], exc)
+                undo(renamed, [tmp for _, tmp, _, _, _ in files], exc)
                 self._forget_failed_commit()
                 raise exc if isinstance(exc, StoreError) else write_error(self.path, exc) from exc
         self._auto_compact(list(dict.fromkeys(info.table for info in infos)))

@@ -29,12 +29,12 @@ from rlarrow.core.store import segments as _segments
 from rlarrow.core.store.files import (
     FILE_BYTES,
     ROW_GROUP_BYTES,
-    _undo,
     batch_rows,
     fsync_file,
     new_file_name,
     open_parquet,
     temp_name,
+    undo,
     write_row_groups,
 )
 from rlarrow.core.store.journal import RETAIN_HOURS, apply_pending
@@ -354,7 +354,7 @@ class CompactingStore(RepairStore):
             self._write_manifest(manifest)  # new file listed, old ones retired
         except (OSError, StoreError) as exc:
             # Rolled back: without the new file the journal undoes itself on recovery.
-            _undo([directory / final], [tmp], exc)
+            undo([directory / final], [tmp], exc)
             manifest.clear()
             manifest.update(saved)  # the caller's (and self._manifest's) view: as on disk
             raise exc if isinstance(exc, StoreError) else write_error(directory, exc) from exc

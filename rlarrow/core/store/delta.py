@@ -56,18 +56,18 @@ import pyarrow as pa
 from rlarrow._version import __version__
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.delta_commits import (
-    _LONG,
-    _ORDER_TAG,
-    _SCHEMA_KEY,
-    _SEG,
+    MAX_LONG,
+    ORDER_SEGMENT_DIGITS,
+    ORDER_TAG,
     PROTOCOL,
+    SCHEMA_KEY,
+    CheckedCommit,
+    CommitChecker,
     DeltaFile,
-    _Checker,
-    _Commit,
-    _no_constant,
+    refuse_constant,
 )
 from rlarrow.core.store.entries import is_regular
-from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive, temp_owner
+from rlarrow.core.store.files import TMP_PREFIX, temp_owner, tmp_owner_alive
 from rlarrow.core.store.manifest import (
     encode_schema,
     fsync_dir,
@@ -101,9 +101,9 @@ def order_after(key: str | None) -> str:
         ('000000000001', '000000000005', '000000000001')
     """
     if key is None:
-        return f"{1:0{_SEG}d}"
+        return f"{1:0{ORDER_SEGMENT_DIGITS}d}"
     head = key.split(".")[0]  # ('' for a key made before every other: ".000000000001")
-    return f"{int(head or 0) + 1:0{_SEG}d}"
+    return f"{int(head or 0) + 1:0{ORDER_SEGMENT_DIGITS}d}"
 
 
 def order_between(before: str | None, after: str | None) -> str:
@@ -121,10 +121,10 @@ def order_between(before: str | None, after: str | None) -> str:
     if after is None:
         return order_after(before)
     base = before if before is not None else ""
-    zero, one = "0" * _SEG, f"{1:0{_SEG}d}"
+    zero, one = "0" * ORDER_SEGMENT_DIGITS, f"{1:0{ORDER_SEGMENT_DIGITS}d}"
     candidate = f"{base}.{one}" if base else f".{one}"
     while candidate >= after:  # ``after`` extends ``before``: go one level deeper
-        candidate = f"{candidate[:-_SEG]}{zero}.{one}"
+        candidate = f"{candidate[:-ORDER_SEGMENT_DIGITS]}{zero}.{one}"
     return candidate
 
 
@@ -312,7 +312,7 @@ class DeltaLog:
                     if self._state.version < 0 and (first[1]["rlarrow"] or {}).get("rebuilt") is True:
                         self._state.history_from = first[0]
                     return
-            commit = _Checker(path).commit(self._parse(path, data))
+            commit = CommitChecker(path).commit(self._parse(path, data))
             if self._state.version < 0 and commit.rebuilt:
                 self._state.history_from = commit.store_version
             if until_store_version is not None and commit.store_version > until_store_version:
@@ -331,18 +331,18 @@ class DeltaLog:
         """The store version and commitInfo of a commit's first line (rlarrow's), if it is whole."""
         try:
             first = data.split(b"\n", 1)[0].decode("utf-8")
-            info = json.loads(first, parse_constant=_no_constant)["commitInfo"]
+            info = json.loads(first, parse_constant=refuse_constant)["commitInfo"]
             found = info["rlarrow"]["storeVersion"]
         except (ValueError, RecursionError, UnicodeDecodeError, AttributeError, KeyError, TypeError):
             return None
-        if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found <= _LONG:
+        if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found <= MAX_LONG:
             return None
         return found, info
 
     @staticmethod
     def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
         try:
-            actions = [json.loads(line, parse_constant=_no_constant)
+            actions = [json.loads(line, parse_constant=refuse_constant)
                        for line in data.decode("utf-8").splitlines() if line.strip()]
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise CorruptFileError(path, f"is not a Delta Lake commit (JSON lines): {str(exc):.200}") \
@@ -351,7 +351,7 @@ class DeltaLog:
             raise CorruptFileError(path, "is not a Delta Lake commit: a line is not a JSON object")
         return actions
 
-    def _apply(self, commit: _Commit) -> None:
+    def _apply(self, commit: CheckedCommit) -> None:
         self._synced = self._planned = None
         state = self._state
         if commit.metadata is not None:
@@ -365,7 +365,7 @@ class DeltaLog:
     def _name(path: Path, action: Any) -> str:
         if not isinstance(action, dict):
             raise CorruptFileError(path, "is a damaged Delta commit: an add or remove is not a JSON object")
-        return _Checker(path).name(action, "path")
+        return CommitChecker(path).name(action, "path")
 
     def check_not_ahead(self, latest: int) -> None:
         """Refuse a log that says it holds a store version after the store's latest (damage).
@@ -474,14 +474,14 @@ class DeltaLog:
         if schema is not None:
             encoded = encode_schema(schema)
             old = state.metadata
-            if old is None or (old.get("configuration") or {}).get(_SCHEMA_KEY) != encoded:
+            if old is None or (old.get("configuration") or {}).get(SCHEMA_KEY) != encoded:
                 new_meta = {
                     "id": (old or {}).get("id") or str(uuid.uuid4()),
                     "name": table or None, "description": None,
                     "format": {"provider": "parquet", "options": {}},
                     "schemaString": json.dumps(delta_schema(schema)),
                     "partitionColumns": [],
-                    "configuration": {_SCHEMA_KEY: encoded, "rlarrow.schemaVersion": schema_version},
+                    "configuration": {SCHEMA_KEY: encoded, "rlarrow.schemaVersion": schema_version},
                     "createdTime": (old or {}).get("createdTime") or now,
                 }
         if version == 0:
@@ -500,11 +500,11 @@ class DeltaLog:
             actions.append({"add": {"path": quote(f.name), "partitionValues": {}, "size": f.bytes,
                                     "modificationTime": now, "dataChange": data_change,
                                     "stats": json.dumps({"numRecords": f.rows}),
-                                    "tags": {_ORDER_TAG: f.order}}})
+                                    "tags": {ORDER_TAG: f.order}}})
         data = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
         self._write_new(version, data)
         planned = self._planned
-        self._apply(_Checker(self._path(version)).commit(actions))
+        self._apply(CommitChecker(self._path(version)).commit(actions))
         state.version = version
         state.store_version = store_version
         if planned is not None and planned[2] is adds and planned[3] is removes \
@@ -549,8 +549,8 @@ class DeltaLog:
         """Delete temporary commit files of dead writers."""
         if not self._check_dir():
             return
-        for p in self.log_dir.glob(_TMP_PREFIX + "*"):
-            if not _tmp_owner_alive(p.name):
+        for p in self.log_dir.glob(TMP_PREFIX + "*"):
+            if not tmp_owner_alive(p.name):
                 with contextlib.suppress(OSError):
                     p.unlink()
 
@@ -598,7 +598,7 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
         if due and log.store_version < due[-1]["version"]:
             item = due[-1]
             listed = [DeltaFile(f["name"], int(f["rows"]), int(f["bytes"]), "") for f in item["files"]]
-            config = {_SCHEMA_KEY: item.get("schema"),
+            config = {SCHEMA_KEY: item.get("schema"),
                       "rlarrow.schemaVersion": entry.get("schema_version", "1.0")}
         else:
             if log.version < 0 and log.history_from is not None and log.history_from > version:
@@ -622,7 +622,7 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
                                 f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
                                 "no longer in the store (deleted by `rlarrow vacuum` or a migration, or "
                                 "moved out by `rlarrow repair`); read a later version")
-        entry["schema"] = config.get(_SCHEMA_KEY) or entry.get("schema")
+        entry["schema"] = config.get(SCHEMA_KEY) or entry.get("schema")
         entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
         entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes, **({"retired": True} if
                                                                                   f.name in moved else {})}

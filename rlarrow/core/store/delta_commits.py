@@ -1,10 +1,10 @@
 """Reading one Delta commit of a table's log, checked field by field before anything is applied.
 
 Nothing in a log is trusted: a commit is JSON lines written by rlarrow, another Delta writer,
-or damage. :class:`_Checker` reads one commit's actions (``commitInfo``, ``protocol``,
+or damage. :class:`CommitChecker` reads one commit's actions (``commitInfo``, ``protocol``,
 ``metaData``, ``add``, ``remove``) against the protocol's types (whole numbers from 0 to
 2^63-1, strings, string maps; no NaN or Infinity tokens, no deep nesting, no unknown action)
-and gives a :class:`_Commit` to apply, or raises :class:`~rlarrow.core.errors.CorruptFileError`
+and gives a :class:`CheckedCommit` to apply, or raises :class:`~rlarrow.core.errors.CorruptFileError`
 naming the commit and the field, which :class:`~rlarrow.core.store.delta.DeltaLog` sets aside
 as damage (docs/format.md, "Nothing in a log is trusted"). Split from ``delta.py``, which
 writes and replays the log.
@@ -28,13 +28,17 @@ import pyarrow as pa
 from rlarrow.core.errors import CorruptFileError
 from rlarrow.core.store.manifest import decode_schema, is_plain_file_name
 
-__all__ = ["PROTOCOL", "DeltaFile"]
+__all__ = ["MAX_LONG", "ORDER_SEGMENT_DIGITS", "ORDER_TAG", "PROTOCOL", "SCHEMA_KEY", "CheckedCommit",
+           "CommitChecker", "DeltaFile", "refuse_constant"]
 
 #: The protocol versions rlarrow's logs need: no reader or writer table features.
 PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
-_ORDER_TAG = "rlarrow.order"
-_SCHEMA_KEY = "rlarrow.schema"
-_SEG = 12  # digits of one segment of an order key
+#: The ``add.tags`` key of a file's order key.
+ORDER_TAG = "rlarrow.order"
+#: The ``metaData.configuration`` key of the table's Arrow schema.
+SCHEMA_KEY = "rlarrow.schema"
+#: Digits of one segment of an order key.
+ORDER_SEGMENT_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -47,19 +51,19 @@ class DeltaFile:
     order: str
 
 
-def _no_constant(name: str) -> Any:
+def refuse_constant(name: str) -> Any:
     """``json.loads``' hook for ``NaN``/``Infinity``: not JSON, and Delta engines refuse them."""
     raise json.JSONDecodeError(f"{name} is not JSON (Delta engines refuse it)", name, 0)
 
 
 #: The largest number a Delta ``long`` holds.
-_LONG = (1 << 63) - 1
-_ORDER_KEY = re.compile(rf"(?:[0-9]{{{_SEG}}})?(?:\.[0-9]{{{_SEG}}})*")
+MAX_LONG = (1 << 63) - 1
+_ORDER_KEY = re.compile(rf"(?:[0-9]{{{ORDER_SEGMENT_DIGITS}}})?(?:\.[0-9]{{{ORDER_SEGMENT_DIGITS}}})*")
 _ACTIONS = ("commitInfo", "protocol", "metaData", "add", "remove")
 
 
 @dataclass
-class _Commit:
+class CheckedCommit:
     """One commit, checked: its store version and what it changes (nothing applied yet)."""
 
     store_version: int
@@ -69,31 +73,35 @@ class _Commit:
     removes: list[str]
 
 
-class _Checker:
+class CommitChecker:
     """The checks of one commit's actions: each wrong value is a CorruptFileError naming it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def bad(self, where: str, value: Any, want: str) -> CorruptFileError:
+        """The CorruptFileError for ``value`` at ``where``, which should have been ``want``."""
         shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
         return CorruptFileError(self.path, f"is a damaged Delta commit: {where} is {shown:.80}, not {want} "
                                 "(`rlarrow repair STORE --apply` sets the table's log aside and starts a new "
                                 "one; the store's data is not affected)")
 
     def obj(self, value: Any, where: str) -> dict[str, Any]:
+        """``value``, checked to be a JSON object."""
         if not isinstance(value, dict):
             raise self.bad(where, value, "a JSON object")
         return value
 
     def long(self, value: Any, where: str, *, optional: bool = False) -> int | None:
+        """``value``, checked to be a Delta ``long`` (0 to 2^63-1); None where optional and absent."""
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _LONG:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LONG:
             raise self.bad(where, value, "a whole number from 0 to 2^63-1")
         return value
 
     def text(self, value: Any, where: str, *, optional: bool = False) -> str | None:
+        """``value``, checked to be a string; None where optional and absent."""
         if value is None and optional:
             return None
         if not isinstance(value, str):
@@ -101,6 +109,7 @@ class _Checker:
         return value
 
     def flag(self, value: Any, where: str, *, optional: bool = False) -> bool | None:
+        """``value``, checked to be true or false; None where optional and absent."""
         if value is None and optional:
             return None
         if not isinstance(value, bool):
@@ -116,12 +125,14 @@ class _Checker:
         return dict(value)
 
     def json(self, value: Any, where: str) -> dict[str, Any]:
+        """``value``, a string checked to hold a JSON object, decoded."""
         try:
-            return self.obj(json.loads(self.text(value, where) or "", parse_constant=_no_constant), where)
+            return self.obj(json.loads(self.text(value, where) or "", parse_constant=refuse_constant), where)
         except (ValueError, RecursionError):
             raise self.bad(where, value, "a JSON object") from None
 
     def name(self, action: dict[str, Any], where: str) -> str:
+        """The file an ``add``/``remove`` action names, checked to be a plain name in the table directory."""
         raw = self.text(action.get("path"), f"{where}.path") or ""
         try:
             name = unquote(raw, errors="strict")
@@ -133,7 +144,7 @@ class _Checker:
                                    "directory; rlarrow's Delta logs list only their own files")
         return name
 
-    def commit(self, actions: list[dict[str, Any]]) -> _Commit:
+    def commit(self, actions: list[dict[str, Any]]) -> CheckedCommit:
         """Every field rlarrow writes, of the type the protocol gives it (and rlarrow's own)."""
         info: dict[str, Any] | None = None
         metadata: dict[str, Any] | None = None
@@ -172,11 +183,11 @@ class _Checker:
                                    "partitioned)")
                 config = self.texts(body.get("configuration"), "metaData.configuration")
                 self.long(body.get("createdTime"), "metaData.createdTime", optional=True)
-                if config.get(_SCHEMA_KEY) is not None:
+                if config.get(SCHEMA_KEY) is not None:
                     try:
-                        decode_schema(config[_SCHEMA_KEY])
+                        decode_schema(config[SCHEMA_KEY])
                     except (ValueError, pa.ArrowException):
-                        raise self.bad(f"metaData.configuration[{_SCHEMA_KEY!r}]", config[_SCHEMA_KEY],
+                        raise self.bad(f"metaData.configuration[{SCHEMA_KEY!r}]", config[SCHEMA_KEY],
                                        "an Arrow schema rlarrow wrote") from None
                 metadata = body
             elif kind == "add":
@@ -188,10 +199,10 @@ class _Checker:
                 self.flag(body.get("dataChange"), "add.dataChange")
                 rows = self.long(self.json(body.get("stats"), "add.stats").get("numRecords"),
                                  "add.stats.numRecords") or 0
-                order = self.texts(body.get("tags"), "add.tags").get(_ORDER_TAG)
-                if not isinstance(order, str) or not order or len(order) > 64 * (_SEG + 1) \
+                order = self.texts(body.get("tags"), "add.tags").get(ORDER_TAG)
+                if not isinstance(order, str) or not order or len(order) > 64 * (ORDER_SEGMENT_DIGITS + 1) \
                         or not _ORDER_KEY.fullmatch(order):
-                    raise self.bad(f"add.tags[{_ORDER_TAG!r}]", order, "an order key rlarrow wrote")
+                    raise self.bad(f"add.tags[{ORDER_TAG!r}]", order, "an order key rlarrow wrote")
                 adds.append(DeltaFile(name, rows, size, order))
             else:
                 removes.append(self.name(body, "remove"))
@@ -206,6 +217,6 @@ class _Checker:
         store_version = self.long(marks.get("storeVersion"), "commitInfo.rlarrow.storeVersion") or 0
         self.text(marks.get("table"), "commitInfo.rlarrow.table", optional=True)
         rebuilt = bool(self.flag(marks.get("rebuilt"), "commitInfo.rlarrow.rebuilt", optional=True))
-        return _Commit(store_version, rebuilt, metadata, adds, removes)
+        return CheckedCommit(store_version, rebuilt, metadata, adds, removes)
 
 

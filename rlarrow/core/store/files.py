@@ -32,15 +32,17 @@ import pyarrow.parquet as pq
 from rlarrow.core.errors import StoreError
 from rlarrow.core.store.layouts import table_of
 
-__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "LOCK_NAME", "ROW_GROUP_BYTES", "SMALL_ROW_GROUPS",
-           "CommitInfo", "batch_rows", "fsync_file", "new_file_name", "open_parquet", "temp_name",
-           "temp_owner", "write_row_groups"]
+__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "HOST", "LOCK_NAME", "ROW_GROUP_BYTES", "SMALL_ROW_GROUPS",
+           "TMP_PREFIX", "CommitInfo", "batch_rows", "fsync_file", "new_file_name", "open_parquet",
+           "temp_name", "temp_owner", "tmp_owner_alive", "undo", "unwritable", "write_row_groups"]
 
 #: The lock file a writer holds while it changes the manifest.
 LOCK_NAME = ".rlarrow.lock"
-_TMP_PREFIX = ".tmp-"
+#: How every hidden temporary name starts (:func:`temp_name`).
+TMP_PREFIX = ".tmp-"
 _TMP_SUFFIX = ".parquet.partial"
-_HOST = socket.gethostname().replace("-", "_")[:32] or "host"
+#: This host, as temporary names and readers' views name it (``-`` made ``_``).
+HOST = socket.gethostname().replace("-", "_")[:32] or "host"
 
 #: Default sizes: row groups of ~64 MiB in memory, files up to ~1 GiB.
 ROW_GROUP_BYTES = 64 << 20
@@ -71,7 +73,7 @@ def new_file_name() -> str:
 
 def temp_owner(tag: str = "") -> str:
     """The start of this process's temporary file names (``tag`` marks a group of them)."""
-    return f"{_TMP_PREFIX}{_HOST}-{os.getpid()}-{tag}"
+    return f"{TMP_PREFIX}{HOST}-{os.getpid()}-{tag}"
 
 
 def temp_name(final_name: str, owner: str | None = None) -> str:
@@ -79,14 +81,14 @@ def temp_name(final_name: str, owner: str | None = None) -> str:
     return f"{temp_owner() if owner is None else owner}{final_name[:-len('.parquet')]}{_TMP_SUFFIX}"
 
 
-def _tmp_owner_alive(name: str) -> bool:
+def tmp_owner_alive(name: str) -> bool:
     """Whether the process that owns a temporary file may still be writing it."""
     try:
-        host, pid_text = name[len(_TMP_PREFIX):].split("-", 2)[:2]
+        host, pid_text = name[len(TMP_PREFIX):].split("-", 2)[:2]
         pid = int(pid_text)
     except ValueError:
         return False
-    if host != _HOST:
+    if host != HOST:
         return True  # another machine's writer: never touch it
     if pid == os.getpid():
         return True
@@ -99,7 +101,7 @@ def _tmp_owner_alive(name: str) -> bool:
     return True
 
 
-def _unwritable(path: Path) -> str | None:
+def unwritable(path: Path) -> str | None:
     """Why the store at ``path`` cannot be written (read-only media, permissions), or None."""
     # (a commit replaces the manifest by a rename and locks a read-only descriptor: the
     # directory is what must be writable, not the files, as in a group-shared store)
@@ -115,7 +117,7 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def _undo(renamed: list[Path], temporary: list[Path], cause: BaseException) -> None:
+def undo(renamed: list[Path], temporary: list[Path], cause: BaseException) -> None:
     """Take a failed commit's files back out; if a renamed one cannot be, say so.
 
     Raises:

@@ -37,9 +37,9 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError, RLArrowError, SchemaMismatchError
 from rlarrow.core.store import manifest as _manifest
 from rlarrow.core.store.base import StoreBase
-from rlarrow.core.store.files import _TMP_PREFIX, _tmp_owner_alive
+from rlarrow.core.store.files import TMP_PREFIX, tmp_owner_alive
 from rlarrow.core.store.layouts import table_of
-from rlarrow.core.store.lease import _sweep_views
+from rlarrow.core.store.lease import sweep_views
 from rlarrow.core.store.manifest import (
     MANIFEST_NAME,
     decode_schema,
@@ -50,14 +50,15 @@ from rlarrow.core.store.manifest import (
 from rlarrow.core.store.segments import SEGMENTS_DIR, local_segments
 from rlarrow.core.type_names import schema_differences
 
-__all__ = ["RETAIN_HOURS", "JournalStore", "apply_pending", "pending_parts", "retire", "roll_forward"]
+__all__ = ["READ_ATTEMPTS", "RETAIN_HOURS", "JournalStore", "apply_pending", "pending_parts", "retire",
+           "roll_forward"]
 
 #: Files a compaction or an edit replaced are kept this long for reading earlier versions
 #: (Delta Lake's default ``deletedFileRetentionDuration``); :meth:`rlarrow.Store.vacuum` frees them sooner.
 RETAIN_HOURS = 168
 
 #: Attempts at a consistent view (a compaction may replace files under a reader).
-_READ_ATTEMPTS = 5
+READ_ATTEMPTS = 5
 
 
 def pending_parts(pending: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -258,7 +259,7 @@ class JournalStore(StoreBase):
         """
         raw = self._manifest_bytes()
         segments = local_segments(self.path)
-        for _ in range(_READ_ATTEMPTS * 4):
+        for _ in range(READ_ATTEMPTS * 4):
             try:
                 with self._no_commit_running() as quiet:
                     # While a writer holds the lock, an unlisted file may be a commit in flight
@@ -405,7 +406,7 @@ class JournalStore(StoreBase):
     def _remove_stale_tmp(self) -> None:
         from rlarrow.core.store.delta import DeltaLog
 
-        _sweep_views(self.path)  # dead readers' links
+        sweep_views(self.path)  # dead readers' links
         for name in self._manifest["tables"]:
             with contextlib.suppress(CorruptFileError, OSError):  # (a linked log: refused where read)
                 DeltaLog(self.path / name).sweep()  # dead writers' half-written Delta commits
@@ -417,8 +418,8 @@ class JournalStore(StoreBase):
                     and not (self.path / SEGMENTS_DIR).is_symlink():
                 _sweep_tmp(self.path / SEGMENTS_DIR, ".*.json.*.tmp")  # dead writers' half-written segments
             _sweep_tmp(directory, f".{MANIFEST_NAME}.*.tmp")
-            for p in directory.glob(_TMP_PREFIX + "*"):
-                if not _tmp_owner_alive(p.name):
+            for p in directory.glob(TMP_PREFIX + "*"):
+                if not tmp_owner_alive(p.name):
                     with contextlib.suppress(OSError):  # (a directory of that name: left alone)
                         p.unlink()
 

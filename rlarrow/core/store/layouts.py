@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from rlarrow.core import schema as _schema
 
 __all__ = ["LayoutInfo", "data_run_ids", "file_run_ids", "has_layouts", "layout_directory", "layout_number",
-           "table_of", "union_layouts", "validate_rows"]
+           "single_layout", "table_of", "union_layouts", "validate_rows"]
 
 
 def table_of(name: str) -> str:
@@ -48,7 +48,7 @@ def layout_directory(table: str, layout: int) -> str:
     return table if layout == 1 else f"{table}.{layout}"
 
 
-def _one(name: str) -> int | None:
+def single_layout(name: str) -> int | None:
     """The ``layout=`` that selects exactly the layout directory ``name`` (given as the table)."""
     return 1 if name == table_of(name) else None
 

@@ -3,7 +3,7 @@
 :class:`ReaderLease` (made by :meth:`rlarrow.Store.lease` and
 :meth:`rlarrow.Store.process_lease`) links the files of a reader's view under
 ``STORE/.rlarrow-views/<reader>/`` and holds a shared ``flock`` there for its life;
-:func:`_sweep_views` is how a writer removes the links of readers that are gone.
+:func:`sweep_views` is how a writer removes the links of readers that are gone.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store.files import _HOST
+from rlarrow.core.store.files import HOST
 
 try:  # POSIX advisory locks; without them (Windows) one writer at a time is assumed.
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["ReaderLease"]
+__all__ = ["PROCESS_LEASES", "VIEWS_DIR", "ReaderLease", "sweep_views"]
 
 #: Readers' hard links to the files of their views (see :class:`ReaderLease`).
-_VIEWS_DIR = ".rlarrow-views"
+VIEWS_DIR = ".rlarrow-views"
 
 
 class _Listing(Protocol):
@@ -66,14 +66,14 @@ class ReaderLease:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.directory = root / _VIEWS_DIR / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.directory = root / VIEWS_DIR / f"{HOST}-{os.getpid()}-{secrets.token_hex(4)}"
         self._usable: bool | None = None
         self._state: dict[str, Any] = {"fd": None, "pid": os.getpid(), "directory": None}
         self._finalizer: Any = weakref.finalize(self, _release_view, self._state)
 
     def _open(self) -> bool:
         """Make this lease's directory and take its lock; False where that cannot be done."""
-        views = self.root / _VIEWS_DIR
+        views = self.root / VIEWS_DIR
         for _ in range(5):  # another lease may be removing an empty views directory meanwhile
             try:
                 if views.is_symlink() or (views.exists() and not views.is_dir()):
@@ -147,7 +147,7 @@ class ReaderLease:
             with contextlib.suppress(OSError):
                 os.close(fd)
             self._state["fd"] = None
-        self.directory = self.root / _VIEWS_DIR / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.directory = self.root / VIEWS_DIR / f"{HOST}-{os.getpid()}-{secrets.token_hex(4)}"
         self._usable = self._open()
         return self._usable
 
@@ -199,7 +199,8 @@ class ReaderLease:
 
 
 _HELD_NAME = ".held"
-_PROCESS_LEASES: dict[str, ReaderLease] = {}  # see Store.process_lease
+#: The reader lease of each store this process opened (see ``Store.process_lease``).
+PROCESS_LEASES: dict[str, ReaderLease] = {}
 
 
 def _release_view(state: dict[str, Any]) -> None:
@@ -215,9 +216,9 @@ def _release_view(state: dict[str, Any]) -> None:
             os.close(fd)
 
 
-def _sweep_views(root: Path) -> None:
+def sweep_views(root: Path) -> None:
     """Remove the link directories of readers that are gone (their lock can be taken)."""
-    views = root / _VIEWS_DIR
+    views = root / VIEWS_DIR
     try:
         if not stat.S_ISDIR(os.lstat(views).st_mode):
             return  # missing, or a link: never followed

@@ -35,7 +35,8 @@ from rlarrow._version import __version__
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 
-__all__ = ["MANIFEST_NAME", "NOTHING_COMMITTED", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands", "check_inside",
+__all__ = ["MANIFEST_NAME", "NOTHING_COMMITTED", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands",
+           "ManifestChecker", "check_inside",
            "check_manifest_versions", "copy_tree", "decode_schema", "empty_manifest", "encode_schema",
            "failure_cause", "forget", "fsync_dir",
            "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "retired_location",
@@ -92,13 +93,14 @@ def is_table_name(name: object) -> bool:
     return isinstance(name, str) and _TABLE_NAME.match(name) is not None
 
 
-class _Checker:
+class ManifestChecker:
     """Collects the first problem of a manifest, named by its place (``tables.steps.files[3].name``)."""
 
     def __init__(self, path: object) -> None:
         self.path = path
 
     def fail(self, where: str, what: str) -> CorruptFileError:
+        """The CorruptFileError for the problem ``what`` at ``where`` in the manifest."""
         return CorruptFileError(
             os.fspath(self.path) if isinstance(self.path, (str, os.PathLike)) else str(self.path),
             f"damaged store manifest: {where} {what}; restore the manifest from a backup, or run "
@@ -106,31 +108,37 @@ class _Checker:
         )
 
     def obj(self, value: Any, where: str) -> dict[str, Any]:
+        """``value``, checked to be an object."""
         if not isinstance(value, dict):
             raise self.fail(where, f"should be an object, not {type(value).__name__}")
         return value
 
     def lst(self, value: Any, where: str) -> list[Any]:
+        """``value``, checked to be a list."""
         if not isinstance(value, list):
             raise self.fail(where, f"should be a list, not {type(value).__name__}")
         return value
 
     def count(self, value: Any, where: str) -> int:
+        """``value``, checked to be a count (an integer >= 0)."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(where, f"should be a count (an integer >= 0), not {value!r:.60}")
         return value
 
     def text(self, value: Any, where: str) -> str:
+        """``value``, checked to be text."""
         if not isinstance(value, str):
             raise self.fail(where, f"should be text, not {type(value).__name__}")
         return value
 
     def version(self, value: Any, where: str) -> str:
+        """``value``, checked to be a MAJOR.MINOR version."""
         if not isinstance(value, str) or _VERSION.match(value) is None:
             raise self.fail(where, f"should be a MAJOR.MINOR version, not {value!r:.60}")
         return value
 
     def file_name(self, value: Any, where: str, table: str) -> str:
+        """``value``, checked to be a plain file name inside ``table``'s directory."""
         if not is_plain_file_name(value):
             raise self.fail(where, f"{value!r:.200} is not a plain file name inside {table}/ (no "
                             "separators, no '..', not absolute, not hidden, ending in .parquet); "
@@ -138,6 +146,7 @@ class _Checker:
         return str(value)
 
     def file_entry(self, value: Any, where: str, table: str) -> None:
+        """Check one file entry of ``table``: its name, rows and bytes."""
         entry = self.obj(value, where)
         for key in ("name", "rows", "bytes"):
             if key not in entry:
@@ -153,7 +162,7 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
     Raises:
         CorruptFileError: the first problem, naming its place in the manifest.
     """
-    c = _Checker(path)
+    c = ManifestChecker(path)
     m = c.obj(manifest, "the manifest")
     if m.get("format") != "rlarrow-store":
         raise c.fail("'format'", f"is {m.get('format')!r:.60}, not 'rlarrow-store' (is this a store?)")
@@ -220,7 +229,7 @@ def validate(manifest: Any, path: object) -> dict[str, Any]:
     return m
 
 
-def _check_pending_part(c: _Checker, p: dict[str, Any], where: str, tables: dict[str, Any],
+def _check_pending_part(c: ManifestChecker, p: dict[str, Any], where: str, tables: dict[str, Any],
                         listed: set[str]) -> None:
     if not isinstance(p.get("table"), str) or p["table"] not in tables:
         raise c.fail(f"{where}.table", f"{p.get('table')!r:.80} is not one of the store's tables")
@@ -251,7 +260,7 @@ def parse(data: bytes, path: object, segments: Expands | None = None) -> dict[st
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _Checker(path).fail("the file", f"is not JSON text ({exc})") from exc
+        raise ManifestChecker(path).fail("the file", f"is not JSON text ({exc})") from exc
     fmt = manifest.get("format_version") if isinstance(manifest, dict) else None
     if isinstance(fmt, str) and _VERSION.match(fmt):
         got = _schema.parse_version(fmt)
@@ -268,8 +277,8 @@ def _expand(manifest: Any, path: object, segments: Expands | None) -> None:
     tables = manifest.get("tables") if isinstance(manifest, dict) else None
     for table, entry in (tables.items() if isinstance(tables, dict) else ()):
         if isinstance(entry, dict) and entry.get("segments"):
-            raise _Checker(path).fail(f"tables.{table}.segments", "lists segments, but there is no store "
-                                      "to read them from")
+            raise ManifestChecker(path).fail(f"tables.{table}.segments",
+                                             "lists segments, but there is no store to read them from")
 
 
 #: Where the files a compaction or an edit replaced go (``STORE/.rlarrow-retired/TABLE/NAME``):

@@ -27,7 +27,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, RLArrowError
 from rlarrow.core.store.entries import is_directory, is_regular, open_lock, read_entry, store_dirs
 from rlarrow.core.store.layouts import layout_number, table_of
-from rlarrow.core.store.lease import _VIEWS_DIR
+from rlarrow.core.store.lease import VIEWS_DIR
 from rlarrow.core.store.manifest import check_inside, decode_schema, retired_location, write_error
 from rlarrow.core.store.tables import TableStore
 
@@ -405,7 +405,7 @@ class RepairStore(TableStore):
                 # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
                 row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
                 runs.append(row)
-        size = _disk_bytes(os.fspath(self.path), skip=_VIEWS_DIR)  # (views: readers' links, the same bytes)
+        size = _disk_bytes(os.fspath(self.path), skip=VIEWS_DIR)  # (views: readers' links, the same bytes)
         retired_bytes = 0
         for rel in m.get("retired", []):
             sizes: list[Path] = []

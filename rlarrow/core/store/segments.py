@@ -38,7 +38,7 @@ from typing import Any
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.entries import open_lock, read_entry
-from rlarrow.core.store.manifest import SEGMENTED_FORMAT, _Checker, fsync_dir, write_error, write_file
+from rlarrow.core.store.manifest import SEGMENTED_FORMAT, ManifestChecker, fsync_dir, write_error, write_file
 
 __all__ = ["SEGMENTS_DIR", "SEGMENT_FILES", "Segments", "delete_segments", "encode_manifest", "forget",
            "is_segment_name", "local_segments", "restore_lists", "segment_names", "write_whole"]
@@ -156,7 +156,7 @@ def forget(key: str | None = None) -> None:
         _positions.pop(k, None)
 
 
-def _load_segment(c: _Checker, segments: Segments, name: str, count: int, rows: int,
+def _load_segment(c: ManifestChecker, segments: Segments, name: str, count: int, rows: int,
                   where: str) -> list[dict[str, Any]]:
     try:
         return _read_segment(c, segments, name, count, rows, where)
@@ -165,7 +165,7 @@ def _load_segment(c: _Checker, segments: Segments, name: str, count: int, rows: 
         raise
 
 
-def _read_segment(c: _Checker, segments: Segments, name: str, count: int, rows: int,
+def _read_segment(c: ManifestChecker, segments: Segments, name: str, count: int, rows: int,
                   where: str) -> list[dict[str, Any]]:
     entries = _segment_entries.get(name)
     at = segments.where(name)
@@ -191,7 +191,7 @@ def _read_segment(c: _Checker, segments: Segments, name: str, count: int, rows: 
             raise CorruptFileError(at, f"is not JSON text ({exc})") from exc
         if not isinstance(loaded, list):
             raise CorruptFileError(at, "is not a list of file entries")
-        check = _Checker(at)
+        check = ManifestChecker(at)
         for i, f in enumerate(loaded):  # (named here, by their place in the segment)
             check.file_entry(f, f"entry [{i}]", name.rsplit("-", 1)[0])
         entries = loaded
@@ -208,7 +208,7 @@ def _expand(manifest: Any, path: object, segments: Segments) -> None:
     tables = manifest.get("tables") if isinstance(manifest, dict) else None
     if not isinstance(tables, dict):
         return  # (validate names the problem)
-    c = _Checker(path)
+    c = ManifestChecker(path)
     for table, entry in tables.items():
         _positions[(segments.key, table)] = []  # (a table a later manifest does not segment)
         if not isinstance(entry, dict) or "segments" not in entry:
@@ -399,7 +399,7 @@ def restore_lists(root: Path, *, apply: bool = False) -> list[str]:
             try:
                 for i, ref in enumerate(refs):
                     _segment_entries.pop(ref["name"], None)  # (read from disk, not this process's cache)
-                    _load_segment(_Checker(path), segments, ref["name"], ref["files"], ref["rows"],
+                    _load_segment(ManifestChecker(path), segments, ref["name"], ref["files"], ref["rows"],
                                   f"tables.{table}.segments[{i}]")
                 continue  # every segment whole
             except (CorruptFileError, KeyError, TypeError) as exc:

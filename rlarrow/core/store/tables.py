@@ -29,15 +29,15 @@ from rlarrow.core.errors import (
     SchemaMismatchError,
     StoreError,
 )
-from rlarrow.core.store.journal import _READ_ATTEMPTS, JournalStore
+from rlarrow.core.store.journal import READ_ATTEMPTS, JournalStore
 from rlarrow.core.store.layouts import (
     LayoutInfo,
-    _one,
     data_run_ids,
     file_run_ids,
     has_layouts,
     layout_directory,
     layout_number,
+    single_layout,
     table_of,
     union_layouts,
     validate_rows,
@@ -406,7 +406,7 @@ class TableStore(JournalStore):
             self.refresh()
         names = self.layout_dirs(table, layout)
         if len(names) > 1 or names[0] != table:
-            return [f for n in names for f in self.files(n, refresh=False, layout=_one(n))]
+            return [f for n in names for f in self.files(n, refresh=False, layout=single_layout(n))]
         directory = self.path / table
         # files an open transaction of this store object wrote: read back by it alone
         uncommitted = [f.tmp for f in self._tx.files if f.table == table] if self._tx else []
@@ -421,7 +421,7 @@ class TableStore(JournalStore):
         self.refresh()
         names = self.layout_dirs(table, layout)
         if len(names) > 1 or names[0] != table:
-            return sum(self.row_count(n, layout=_one(n)) for n in names)
+            return sum(self.row_count(n, layout=single_layout(n)) for n in names)
         uncommitted = sum(f.rows for f in self._tx.files if f.table == table) if self._tx else 0
         return int(self._manifest["tables"][table]["rows"]) + uncommitted
 
@@ -488,7 +488,7 @@ class TableStore(JournalStore):
                 layouts read together.
         """
         columns = _arguments.names(columns, "columns", what="column name")
-        for attempt in range(_READ_ATTEMPTS):
+        for attempt in range(READ_ATTEMPTS):
             files = self.files(table, layout=layout)
             self.check_columns(table, columns, layout=layout)
             try:
@@ -502,7 +502,7 @@ class TableStore(JournalStore):
                 break
             except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
                 # A concurrent compaction replaced files of this snapshot: read the new ones.
-                if attempt + 1 < _READ_ATTEMPTS and not all(f.exists() for f in files):
+                if attempt + 1 < READ_ATTEMPTS and not all(f.exists() for f in files):
                     continue
                 raise self._find_damage(table, exc) from exc
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
