@@ -1,8 +1,12 @@
 """Minari datasets (``arrow``, ``parquet`` and ``hdf5`` backends): read, imported, written.
 
-The package's parts: :mod:`~rlarrow.io.minari.minari_reading` (:func:`read_minari`,
-:func:`import_minari`, :func:`is_minari_dir`). ``from rlarrow.io.minari import X`` keeps
-working for every name the module had.
+The package's parts, by concept: :mod:`~rlarrow.io.minari.minari_reading` (:func:`read_minari`,
+:func:`import_minari`, :func:`is_minari_dir`: a dataset as an episode source),
+:mod:`~rlarrow.io.minari.minari_episodes` (one episode's part files or HDF5 group read and
+checked), :mod:`~rlarrow.io.minari.minari_spaces` (columns in their space's shape, JPEG images,
+gymnasium spaces for an export) and :mod:`~rlarrow.io.minari.minari_writing`
+(:func:`write_minari`, :func:`export_minari`, with Minari's own writer).
+``from rlarrow.io.minari import X`` keeps working for every name the module had.
 
 Example:
     >>> import rlarrow.io.minari as minari_io
@@ -12,15 +16,8 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.minari.minari_reading import (
-    DATA_FORMATS,
-    DATASET_KEYS,
-    export_minari,
-    import_minari,
-    is_minari_dir,
-    read_minari,
-    write_minari,
-)
+from rlarrow.io.minari.minari_reading import import_minari, is_minari_dir, read_minari
+from rlarrow.io.minari.minari_writing import DATA_FORMATS, DATASET_KEYS, export_minari, write_minari
 
 __all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari",
            "write_minari"]
