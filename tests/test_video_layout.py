@@ -57,7 +57,7 @@ def test_encoded_frames_decode_in_any_order_from_the_key_frame_before_them():
 
 def test_a_copied_segment_decodes_to_the_originals_frames_exactly():
     from rlarrow.core import video
-    from rlarrow.io.lerobot.reading import _video
+    from rlarrow.io.lerobot.videos import episode_video
 
     info = {"fps": 10, "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"}
     start = 0.0
@@ -69,7 +69,7 @@ def test_a_copied_segment_decodes_to_the_originals_frames_exactly():
             "videos/observation.images.top/from_timestamp": start,
             "videos/observation.images.top/to_timestamp": start + n / 10,
         }
-        original = _video(SRC, info, "observation.images.top", ep, n, (24, 32, 3))
+        original = episode_video(SRC, info, "observation.images.top", ep, n, (24, 32, 3))
         stream = video.remux_segment(MP4, start, start + n / 10, 10)
         assert stream.frames == n
         np.testing.assert_array_equal(video.decode(stream, range(n)), original)

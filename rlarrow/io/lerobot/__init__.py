@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.lerobot.reading import FRAME_KEYS, import_lerobot, is_lerobot_dir
+from rlarrow.io.lerobot.reading import FRAME_KEYS, import_lerobot, is_lerobot_dir, read_lerobot
 from rlarrow.io.lerobot.writing import CODEBASES, IMAGE_MODES, export_lerobot
 
-__all__ = ["CODEBASES", "FRAME_KEYS", "IMAGE_MODES", "export_lerobot", "import_lerobot", "is_lerobot_dir"]
+__all__ = ["CODEBASES", "FRAME_KEYS", "IMAGE_MODES", "export_lerobot", "import_lerobot", "is_lerobot_dir",
+           "read_lerobot"]

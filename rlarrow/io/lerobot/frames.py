@@ -1,0 +1,313 @@
+"""A LeRobot episode's frames as RLDS steps, in Arrow.
+
+:class:`Frames` reads an episode's frames (v3.0: its rows of a data file many episodes
+share, the file read once for all of them; v2.x: its own file), checked against its
+metadata and put in frame order. :func:`episode_columns` takes each feature to its place:
+
+- numeric features in their dtype and shape (a column already of the step's Arrow type is
+  kept as it is, not taken through NumPy); ``image`` features (PNG bytes in the frame's
+  ``{bytes, path}`` struct) decoded with Pillow; ``video`` features decoded (or copied) by
+  :mod:`rlarrow.io.lerobot.videos`;
+- ``observation.*`` features are one struct observation, nested at the dots
+  (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action
+  (``action.*`` features a struct action, nested the same way); ``next.reward`` the reward
+  and ``next.done`` the last step's ``is_terminal``; ``timestamp``, ``frame_index``,
+  ``index``, ``task_index`` and any other feature the step's ``metadata`` (typed).
+
+:func:`episode_steps` makes the N frames N + 1 steps in RLDS alignment: LeRobot keeps no
+observation after the last action, so the last step's observation is null (never invented).
+
+Example:
+    >>> from rlarrow.io.lerobot.frames import Frames, episode_columns, episode_steps  # doctest: +SKIP
+    >>> columns = episode_columns(meta, Frames(root, info).episode(ep), ep)  # doctest: +SKIP
+    >>> episode_steps(columns, "run", 0).num_rows  # doctest: +SKIP
+    97
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlarrow.core import metadata as _metadata
+from rlarrow.core import schema as _schema
+from rlarrow.core.confined import MAX_IMAGE_PIXELS, png_size
+from rlarrow.core.errors import CorruptFileError, MissingDependencyError
+from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.io.lerobot.metadata import formatted, nest, read_parquet
+from rlarrow.io.lerobot.videos import episode_video
+
+__all__ = ["Frames", "episode_columns", "episode_steps"]
+
+
+class Frames:
+    """Frames of episodes, from data files read one at a time (the last one kept)."""
+
+    def _episode_v2(self, ep: dict[str, Any]) -> pa.Table:
+        index = int(ep["episode_index"])
+        template = str(
+            self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+        )
+        path = formatted(self.root, template, episode_chunk=index // self.chunks, episode_index=index)
+        return _in_order(read_parquet(path, "an episode's data file"), ep, path, int(ep["length"]))
+
+    def __init__(self, root: Path, info: dict[str, Any]) -> None:
+        self.info = info
+        self.chunks = int(info.get("chunks_size") or 1000)
+        self.root, self.template = (
+            root,
+            str(info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
+        )
+        self.key: tuple[int, int] | None = None
+        self.table: pa.Table | None = None
+
+    def episode(self, ep: dict[str, Any]) -> pa.Table:
+        """The episode's frames, in frame order, checked to be as many as its metadata says."""
+        if ep.get("_v2"):  # v2: a file per episode
+            return self._episode_v2(ep)
+        key = (int(ep["data/chunk_index"]), int(ep["data/file_index"]))
+        path = formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
+        if key != self.key:
+            self.table, self.key = read_parquet(path, "a data file"), key
+        assert self.table is not None
+        index = self.table.column("index").to_numpy()
+        lo, hi = int(ep["dataset_from_index"]), int(ep["dataset_to_index"])
+        rows = np.flatnonzero((index >= lo) & (index < hi))
+        if hi - lo != int(ep["length"]):
+            raise CorruptFileError(
+                path,
+                f"episode {ep['episode_index']}'s index range {lo}..{hi} is not its "
+                f"length {ep['length']}: the dataset is damaged",
+            )
+        return _in_order(self.table.take(pa.array(rows)), ep, path, int(ep["length"]))
+
+
+def _in_order(part: pa.Table, ep: dict[str, Any], path: Path, length: int) -> pa.Table:
+    """An episode's frames, checked to be as many as its metadata says, in frame order."""
+    if part.num_rows != length:
+        raise CorruptFileError(
+            path,
+            f"episode {ep['episode_index']} has {part.num_rows} frames here; its "
+            f"metadata says {length}: the dataset is damaged",
+        )
+    order = np.argsort(part.column("frame_index").to_numpy(), kind="stable")
+    return part.take(pa.array(order))
+
+
+def episode_columns(
+    root: Path,
+    table: pa.Table,
+    features: dict[str, Any],
+    ep: dict[str, Any],
+    info: dict[str, Any],
+    *,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """An episode's frames (``table``) as the columns of its steps: observation, action, reward, ...
+
+    Returns ``{"observation", "action", "reward", "done", "extra", "n", "videos"}``: the
+    observation and action (NumPy arrays, Arrow arrays where the frames' columns are kept as
+    they are, or dicts of them), the rewards (or None), whether it ended terminal, the other
+    features by name, the number of frames, and (``keep``) each camera's copied segment.
+    """
+    n = table.num_rows
+    out: dict[str, Any] = {"observation": None, "action": None, "reward": None, "done": False, "extra": {},
+                           "n": n, "videos": {}}
+    obs: dict[str, Any] = {}
+    acts: dict[str, Any] = {}
+    for key, spec in features.items():
+        dtype = spec.get("dtype")
+        shape = tuple(spec.get("shape") or ())
+        if dtype == "video":
+            if keep:
+                out["videos"][key] = episode_video(root, info, key, ep, n, shape, keep=True)
+                continue
+            values = episode_video(root, info, key, ep, n, shape)
+        elif key not in table.column_names:
+            raise CorruptFileError(
+                root, f"episode {ep['episode_index']}: the frames have no {key!r}, which info.json declares"
+            )
+        elif dtype == "image":
+            values = _images(table.column(key), root, key, shape)
+        elif dtype == "string":
+            out["extra"][key] = np.asarray(table.column(key).to_pylist(), dtype=object)
+            continue
+        elif _is_tensor(key):
+            values = _as_arrow(table.column(key), np.dtype(dtype), shape)
+            if values is None:
+                values = _numbers(table.column(key), np.dtype(dtype), shape, root, key)
+        else:
+            values = _numbers(table.column(key), np.dtype(dtype), shape, root, key)
+        _place(out, obs, acts, key, values)
+    if obs:
+        out["observation"] = obs.get("") if "" in obs else nest(obs)
+    if out["action"] is None and acts:
+        out["action"] = nest(acts)
+    return out
+
+
+def _is_tensor(key: str) -> bool:
+    """Whether feature ``key`` becomes (part of) the observation or the action."""
+    return key in ("observation", "action") or key.startswith(("observation.", "action."))
+
+
+def _place(out: dict[str, Any], obs: dict[str, Any], acts: dict[str, Any], key: str, values: Any) -> None:
+    """Feature ``key``'s values to their place: the observation's, the action's, reward, done, metadata."""
+    n = out["n"]
+    if key.startswith("observation."):
+        obs[key[len("observation."):]] = values
+    elif key == "observation":
+        obs[""] = values
+    elif key == "action":
+        out["action"] = values
+    elif key.startswith("action."):  # a struct action's fields (as export_lerobot writes one)
+        acts[key[len("action."):]] = values
+    elif key == "next.reward":
+        out["reward"] = values.reshape(n).astype(np.float64)
+    elif key == "next.done":
+        out["done"] = bool(values.reshape(n)[-1]) if n else False
+    else:
+        out["extra"][key] = values
+
+
+def _as_arrow(column: pa.ChunkedArray, dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.Array | None:
+    """The frames' column as it is, where it is already the step's Arrow type with every value (else None).
+
+    LeRobot writes a vector feature as a fixed-size list of its dtype and a scalar as a
+    scalar column: those are the steps' types, so the values stay in Arrow.
+    """
+    if not len(column) or column.null_count:
+        return None
+    arr = column.combine_chunks()
+    if shape == (1,) and not pa.types.is_fixed_size_list(arr.type):
+        shape = ()  # (a (1,) feature LeRobot writes as a scalar column)
+    if arr.type != tensor_type(dtype, shape, layout="auto"):
+        return None
+    if pa.types.is_fixed_size_list(arr.type) and arr.values.null_count:
+        return None
+    return arr
+
+
+def _numbers(
+    column: pa.ChunkedArray, dtype: np.dtype[Any], shape: tuple[int, ...], root: Path, key: str
+) -> Any:
+    arr = column.combine_chunks()
+    if shape == (1,) and not (pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type)):
+        shape = ()  # (a (1,) feature LeRobot writes as a scalar column: timestamp, frame_index, ...)
+    while pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type):
+        arr = arr.flatten()
+    values = np.asarray(arr.to_numpy(zero_copy_only=False))
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if values.size != len(column) * size:
+        raise CorruptFileError(
+            root, f"{key} holds {values.size} values for {len(column)} frames of shape {shape}"
+        )
+    out = values.astype(dtype, copy=False).reshape(len(column), *shape)
+    if shape == (1,) and key in ("next.reward", "next.done"):
+        return out.reshape(len(column))
+    return out
+
+
+def _check_frame(size: tuple[int, int], shape: tuple[Any, ...], root: Path, key: str, i: int) -> None:
+    """A frame's (height, width) from its header against the declared shape and MAX_IMAGE_PIXELS."""
+    height, width = size
+    if (len(shape) == 3 and size != tuple(shape[:2])) or width * height > MAX_IMAGE_PIXELS:
+        raise CorruptFileError(
+            root,
+            f"{key}: frame {i} is an image of {height}x{width} pixels; info.json declares {shape} "
+            f"(and rlarrow decodes at most {MAX_IMAGE_PIXELS} pixels): the dataset is damaged",
+        )
+
+
+def _images(column: pa.ChunkedArray, root: Path, key: str, shape: tuple[Any, ...] = ()) -> np.ndarray:
+    """A column of PNG frames decoded, each checked against the declared ``(H, W, C)`` before decoding."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{root}: {key} holds PNG images; decoding them needs Pillow: pip install pillow", name="PIL"
+        ) from exc
+    channels = int(shape[-1]) if len(shape) == 3 else 3
+    out = []
+    for i, cell in enumerate(column.to_pylist()):
+        data = cell.get("bytes") if isinstance(cell, dict) else cell
+        if not isinstance(data, bytes):
+            raise CorruptFileError(root, f"{key}: frame {i} holds no image bytes")
+        header = png_size(data)  # (its size checked before Pillow looks at it, then again as Pillow reads it)
+        if header is not None:
+            _check_frame(header, shape, root, key, i)
+        try:
+            image = Image.open(io.BytesIO(data))  # (reads the header only)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            raise CorruptFileError(root, f"{key}: frame {i} is not a readable image ({exc})") from exc
+        _check_frame(image.size[::-1], shape, root, key, i)
+        try:
+            out.append(
+                np.asarray(image.convert("L"))[:, :, None]
+                if channels == 1
+                else np.asarray(image.convert("RGB"))
+            )
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise CorruptFileError(root, f"{key}: frame {i} is not a readable image ({exc})") from exc
+    return np.stack(out) if out else np.empty((0, 0, 0, 3), np.uint8)
+
+
+def _type_of(values: Any) -> pa.DataType:
+    if isinstance(values, dict):
+        return pa.struct([(k, _type_of(v)) for k, v in values.items()])
+    return tensor_type(values.dtype, values.shape[1:], layout="auto")
+
+
+def episode_steps(columns: dict[str, Any], run: str, episode_id: int) -> pa.Table:
+    """N frames as N + 1 RLDS steps: the last has no observation (LeRobot keeps none after its action)."""
+    n = columns["n"]
+    last = np.zeros(n + 1, bool)
+    last[n] = True
+    out: dict[str, Any] = {
+        "run_id": run,
+        "episode_id": episode_id,
+        "step": np.arange(n + 1),
+        "env_index": 0,
+        "is_first": np.arange(n + 1) == 0,
+        "is_last": last,
+        "is_terminal": last & bool(columns["done"]),
+    }
+    for key in ("observation", "action"):
+        if columns[key] is not None:
+            out[key] = _null_last(_padded(columns[key]), last)
+    if columns["reward"] is not None:
+        out["reward"] = pa.array(np.append(columns["reward"], 0.0), mask=last)
+    extra = dict(columns["extra"])
+    if extra:
+        texts, tags = _metadata.encode_rows({k: v for k, v in extra.items()})
+        out["metadata"] = pa.concat_arrays([texts, pa.nulls(1, pa.string())])
+        out["metadata_types"] = pa.concat_arrays([tags, pa.nulls(1, pa.string())])
+    return _schema.build("steps", out, num_rows=n + 1)
+
+
+def _padded(values: Any) -> pa.Array:
+    """The values in Arrow with one more row (a copy of the last, made null afterwards), dicts too.
+
+    Arrow values get the row in Arrow; NumPy values (decoded images) are copied once.
+    """
+    if isinstance(values, dict):
+        children = {k: _padded(v) for k, v in values.items()}
+        return pa.StructArray.from_arrays(list(children.values()), names=list(children))
+    if isinstance(values, pa.Array):
+        return pa.concat_arrays([values, values.slice(len(values) - 1, 1)])
+    padded = np.concatenate(
+        [values, values[-1:] if len(values) else np.zeros((1, *values.shape[1:]), values.dtype)]
+    )
+    return to_arrow(padded, _type_of(values))
+
+
+def _null_last(arr: pa.Array, last: np.ndarray) -> pa.Array:
+    if pa.types.is_struct(arr.type):
+        return pa.StructArray.from_arrays(
+            [arr.field(i) for i in range(arr.type.num_fields)], fields=list(arr.type), mask=pa.array(last)
+        )
+    return with_null_rows(arr, last)
