@@ -1,8 +1,9 @@
 """LeRobot datasets: read (codebases v3.0 and v2.x) and written (v3.0, or v2.1), without LeRobot.
 
-:mod:`rlarrow.io.lerobot.reading` imports a LeRobot dataset into a store;
-:mod:`rlarrow.io.lerobot.writing` writes a run of a store as a LeRobot dataset that
-``lerobot``'s own ``LeRobotDataset`` loads.
+:mod:`rlarrow.io.lerobot.reading` reads a LeRobot dataset as an episode source
+(``read_lerobot``) and imports it into a store (``import_lerobot``);
+:mod:`rlarrow.io.lerobot.writing` writes any episode source (``write_lerobot``) or a run of a
+store (``export_lerobot``) as a LeRobot dataset that ``lerobot``'s own ``LeRobotDataset`` loads.
 
 Example:
     >>> from rlarrow.io.lerobot import export_lerobot, import_lerobot  # doctest: +SKIP
@@ -13,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from rlarrow.io.lerobot.reading import FRAME_KEYS, import_lerobot, is_lerobot_dir, read_lerobot
-from rlarrow.io.lerobot.writing import CODEBASES, IMAGE_MODES, export_lerobot
+from rlarrow.io.lerobot.writing import CODEBASES, IMAGE_MODES, LeRobotOptions, export_lerobot, write_lerobot
 
-__all__ = ["CODEBASES", "FRAME_KEYS", "IMAGE_MODES", "export_lerobot", "import_lerobot", "is_lerobot_dir",
-           "read_lerobot"]
+__all__ = ["CODEBASES", "FRAME_KEYS", "IMAGE_MODES", "LeRobotOptions", "export_lerobot", "import_lerobot",
+           "is_lerobot_dir", "read_lerobot", "write_lerobot"]

@@ -87,7 +87,7 @@ def read_lerobot(directory: str | os.PathLike[str], *, run_id: str | None = None
             Pillow for image features.
 
     Example:
-        >>> import tempfile, numpy as np
+        >>> import tempfile, warnings, numpy as np
         >>> from rlarrow.io.lerobot import export_lerobot
         >>> from rlarrow.core.store import Store
         >>> tmp = tempfile.mkdtemp()
@@ -97,7 +97,9 @@ def read_lerobot(directory: str | os.PathLike[str], *, run_id: str | None = None
         ...         "observation": np.arange(6, dtype=np.float32).reshape(3, 2), "action": [1, 0, None],
         ...         "reward": [0.5, 1.0, None], "is_first": [True, False, False],
         ...         "is_last": [False, False, True], "is_terminal": [False, False, True]})
-        >>> _ = export_lerobot(tmp + "/s", tmp + "/ds")
+        >>> with warnings.catch_warnings():  # (LeRobot keeps no final observation: a warning says so)
+        ...     warnings.simplefilter("ignore")
+        ...     _ = export_lerobot(tmp + "/s", tmp + "/ds")
         >>> steps, episodes = read_lerobot(tmp + "/ds").read()
         >>> steps.column("reward").to_pylist(), episodes.column("return").to_pylist()
         ([0.5, 1.0, None], [1.5])
