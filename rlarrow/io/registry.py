@@ -497,6 +497,21 @@ def _export_lerobot(store: StoreLike, directory: str | os.PathLike[str], *, run_
                            images=images or "auto", fps=fps, task=task)]
 
 
+def _read_lerobot(path: Path, options: ImportOptions) -> EpisodeSource:
+    from rlarrow.io.lerobot import read_lerobot
+
+    return read_lerobot(path, run_id=options.run_id, video=options.video)
+
+
+def _write_lerobot(source: EpisodeSource, directory: str | os.PathLike[str], *, overwrite: bool = False,
+                   codebase: str | None = None, images: str | None = None, fps: int | None = None,
+                   task: str | None = None) -> list[Path]:
+    from rlarrow.io.lerobot import write_lerobot
+
+    return [write_lerobot(source, directory, overwrite=overwrite, codebase=codebase or "v3.0",
+                          images=images or "auto", fps=fps, task=task)]
+
+
 def _is_lerobot(path: Path) -> bool:
     from rlarrow.io.lerobot import is_lerobot_dir
 
@@ -584,7 +599,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format(
         name="lerobot", summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
         detect=_is_lerobot, kind="directory", import_=_import_lerobot, export=_export_lerobot,
-        markers=("meta/info.json",),
+        read=_read_lerobot, write=_write_lerobot, markers=("meta/info.json",),
         export_options=(*_EXPORT_OPTIONS, "--codebase", "--images", "--fps", "--task"),
         export_help=("lerobot (a run's episodes as a LeRobot dataset; --codebase v3.0|v2.1, "
                      "--images auto|video|png)"),
