@@ -24,7 +24,7 @@ timestamps). :func:`read_lerobot` reads them one episode at a time, as an episod
 
 LeRobot v2.x datasets (``meta/episodes.jsonl``, ``tasks.jsonl``, ``episodes_stats.jsonl``, a
 data file and an mp4 per episode) are read the same way; older codebases are refused.
-:mod:`rlarrow.io.lerobot.metadata`, :mod:`~rlarrow.io.lerobot.frames` and
+:mod:`rlarrow.io.lerobot.dataset_meta`, :mod:`~rlarrow.io.lerobot.frame_steps` and
 :mod:`~rlarrow.io.lerobot.videos` hold the parts.
 
 Example:
@@ -51,8 +51,7 @@ from rlarrow.core.ingest import IngestReport, ingest
 from rlarrow.core.sources import EpisodeChunk, EpisodeRows, EpisodeSource, RunInfo
 from rlarrow.core.store import StoreLike
 from rlarrow.core.video import video_row
-from rlarrow.io.lerobot.frames import Frames, episode_columns, episode_steps
-from rlarrow.io.lerobot.metadata import (
+from rlarrow.io.lerobot.dataset_meta import (
     FRAME_KEYS,
     VIDEO_MODES,
     DatasetMeta,
@@ -61,6 +60,7 @@ from rlarrow.io.lerobot.metadata import (
     open_dataset,
     specs,
 )
+from rlarrow.io.lerobot.frame_steps import Frames, episode_columns, episode_steps
 
 __all__ = ["FRAME_KEYS", "VIDEO_MODES", "VIDEO_ROW_GROUP_BYTES", "import_lerobot", "is_lerobot_dir",
            "read_lerobot"]

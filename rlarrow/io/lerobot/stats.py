@@ -23,9 +23,9 @@ import numpy as np
 from rlarrow.core import metadata as _metadata
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, ImageStats, image_channel_stats, lerobot_entry
 from rlarrow.core.store import StoreLike
+from rlarrow.io.lerobot.dataset_meta import FRAME_KEYS
 from rlarrow.io.lerobot.episode_frames import frame_count, frame_keys, numbering, run_info
 from rlarrow.io.lerobot.features import Feature, numeric_feature
-from rlarrow.io.lerobot.metadata import FRAME_KEYS
 
 __all__ = ["column_stats", "frame_key_stats", "listed", "stats_entry"]
 

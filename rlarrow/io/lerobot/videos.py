@@ -23,7 +23,7 @@ import numpy as np
 
 from rlarrow.core.errors import CorruptFileError, RLArrowError, UnsupportedInputError
 from rlarrow.core.video import VideoStream, remux_segment
-from rlarrow.io.lerobot.metadata import formatted
+from rlarrow.io.lerobot.dataset_meta import formatted
 
 __all__ = ["episode_video"]
 

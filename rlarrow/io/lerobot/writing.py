@@ -29,7 +29,7 @@ without LeRobot:
 
 Not written: discounts (LeRobot has none), per-step metadata of runs from other formats,
 episodes without an action. :mod:`~rlarrow.io.lerobot.episode_frames` makes steps frames,
-:mod:`~rlarrow.io.lerobot.files` writes the files, :mod:`~rlarrow.io.lerobot.stats` the
+:mod:`~rlarrow.io.lerobot.dataset_files` writes the files, :mod:`~rlarrow.io.lerobot.stats` the
 statistics.
 
 Example:
@@ -58,9 +58,7 @@ from rlarrow.core.errors import ArgumentError, InvalidInputError
 from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.stats import ColumnStats, ImageStats
 from rlarrow.core.store import StoreLike
-from rlarrow.io.lerobot.episode_frames import episode_frames, numbering, run_info
-from rlarrow.io.lerobot.features import Feature, is_frame, numeric_feature
-from rlarrow.io.lerobot.files import (
+from rlarrow.io.lerobot.dataset_files import (
     CHUNKS,
     CODEC_NAME,
     DATA_MB,
@@ -75,7 +73,9 @@ from rlarrow.io.lerobot.files import (
     write_jsonl,
     write_tasks,
 )
-from rlarrow.io.lerobot.metadata import FRAME_KEYS
+from rlarrow.io.lerobot.dataset_meta import FRAME_KEYS
+from rlarrow.io.lerobot.episode_frames import episode_frames, numbering, run_info
+from rlarrow.io.lerobot.features import Feature, is_frame, numeric_feature
 from rlarrow.io.lerobot.stats import column_stats, frame_key_stats, listed, stats_entry
 
 __all__ = ["CODEBASES", "IMAGE_MODES", "LeRobotOptions", "export_lerobot", "frame_key_stats", "write_lerobot"]

@@ -18,7 +18,7 @@ metadata and put in frame order. :func:`episode_columns` takes each feature to i
 observation after the last action, so the last step's observation is null (never invented).
 
 Example:
-    >>> from rlarrow.io.lerobot.frames import Frames, episode_columns, episode_steps  # doctest: +SKIP
+    >>> from rlarrow.io.lerobot.frame_steps import Frames, episode_columns, episode_steps  # doctest: +SKIP
     >>> columns = episode_columns(meta, Frames(root, info).episode(ep), ep)  # doctest: +SKIP
     >>> episode_steps(columns, "run", 0).num_rows  # doctest: +SKIP
     97
@@ -38,7 +38,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.confined import MAX_IMAGE_PIXELS, png_size
 from rlarrow.core.errors import CorruptFileError, MissingDependencyError
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
-from rlarrow.io.lerobot.metadata import formatted, nest, read_parquet
+from rlarrow.io.lerobot.dataset_meta import formatted, nest, read_parquet
 from rlarrow.io.lerobot.videos import episode_video
 
 __all__ = ["Frames", "episode_columns", "episode_steps"]

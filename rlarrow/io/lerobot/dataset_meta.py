@@ -6,7 +6,7 @@
 Paths the dataset names are confined to it (:func:`formatted`).
 
 Example:
-    >>> from rlarrow.io.lerobot.metadata import open_dataset  # doctest: +SKIP
+    >>> from rlarrow.io.lerobot.dataset_meta import open_dataset  # doctest: +SKIP
     >>> meta = open_dataset(Path("pusht"), "decode")  # doctest: +SKIP
     >>> meta.version, len(meta.episodes)  # doctest: +SKIP
     ('v3.0', 206)
