@@ -35,9 +35,10 @@ import pyarrow as pa
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
+from rlarrow.core.alignment import last_null
 from rlarrow.core.confined import MAX_IMAGE_PIXELS, png_size
 from rlarrow.core.errors import CorruptFileError, MissingDependencyError
-from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
+from rlarrow.core.tensors import tensor_type, to_arrow
 from rlarrow.io.lerobot.dataset_meta import formatted, nest, read_parquet
 from rlarrow.io.lerobot.videos import episode_video
 
@@ -278,9 +279,9 @@ def episode_steps(columns: dict[str, Any], run: str, episode_id: int) -> pa.Tabl
     }
     for key in ("observation", "action"):
         if columns[key] is not None:
-            out[key] = _null_last(_padded(columns[key]), last)
+            out[key] = last_null(_arrow(columns[key]), n)
     if columns["reward"] is not None:
-        out["reward"] = pa.array(np.append(columns["reward"], 0.0), mask=last)
+        out["reward"] = last_null(pa.array(columns["reward"], pa.float64()), n)
     extra = dict(columns["extra"])
     if extra:
         texts, tags = _metadata.encode_rows({k: v for k, v in extra.items()})
@@ -289,25 +290,13 @@ def episode_steps(columns: dict[str, Any], run: str, episode_id: int) -> pa.Tabl
     return _schema.build("steps", out, num_rows=n + 1)
 
 
-def _padded(values: Any) -> pa.Array:
-    """The values in Arrow with one more row (a copy of the last, made null afterwards), dicts too.
-
-    Arrow values get the row in Arrow; NumPy values (decoded images) are copied once.
-    """
+def _arrow(values: Any) -> pa.Array:
+    """Values in Arrow: Arrow values as they are, NumPy ones (decoded images) converted, dicts a struct."""
     if isinstance(values, dict):
-        children = {k: _padded(v) for k, v in values.items()}
+        children = {k: _arrow(v) for k, v in values.items()}
         return pa.StructArray.from_arrays(list(children.values()), names=list(children))
     if isinstance(values, pa.Array):
-        return pa.concat_arrays([values, values.slice(len(values) - 1, 1)])
-    padded = np.concatenate(
-        [values, values[-1:] if len(values) else np.zeros((1, *values.shape[1:]), values.dtype)]
-    )
-    return to_arrow(padded, _type_of(values))
-
-
-def _null_last(arr: pa.Array, last: np.ndarray) -> pa.Array:
-    if pa.types.is_struct(arr.type):
-        return pa.StructArray.from_arrays(
-            [arr.field(i) for i in range(arr.type.num_fields)], fields=list(arr.type), mask=pa.array(last)
-        )
-    return with_null_rows(arr, last)
+        return values
+    if not len(values):  # (no frames: one row of zeros, for last_null to make null)
+        values = np.zeros((1, *values.shape[1:]), values.dtype)
+    return to_arrow(values, _type_of(values))
