@@ -65,7 +65,8 @@ from rlarrow.io.lerobot.frame_steps import Frames, episode_columns, episode_step
 __all__ = ["FRAME_KEYS", "VIDEO_MODES", "VIDEO_ROW_GROUP_BYTES", "import_lerobot", "is_lerobot_dir",
            "read_lerobot"]
 
-#: row groups of the ``videos`` table (a stream is read alone)
+#: row groups of the ``videos`` table (a stream is read alone); every writer of the store keeps
+#: them at most this (:data:`rlarrow.core.store.files.SMALL_ROW_GROUPS`), ingest's included
 VIDEO_ROW_GROUP_BYTES = 2 << 20
 
 
