@@ -124,12 +124,16 @@ def test_keep_video_puts_videos_rows_in_the_chunks() -> None:
 
 
 def test_an_import_damaged_in_its_last_episode_leaves_the_store_at_its_version(tmp_path: Path) -> None:
-    from rlarrow.io.lerobot import import_lerobot
+    from rlarrow.io.lerobot import import_lerobot, read_lerobot
 
     src = tmp_path / "ds"
     shutil.copytree(V21, src)
     last = src / "data" / "chunk-000" / "episode_000002.parquet"
     last.write_bytes(last.read_bytes()[:100])  # the last episode's frames cut short
+    chunks = iter(read_lerobot(src))  # (read an episode at a time: the damage is found at the last)
+    assert [next(chunks).steps.num_rows for _ in LENGTHS[:2]] == [n + 1 for n in LENGTHS[:2]]
+    with pytest.raises(rlarrow.CorruptFileError, match="episode_000002.parquet"):
+        next(chunks)
     import_lerobot(V21, tmp_path / "s", run_id="before", progress=False)
     store = rlarrow.Store.open(tmp_path / "s")
     version, rows = store.version, store.row_count("steps")
