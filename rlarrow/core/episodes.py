@@ -477,8 +477,8 @@ class Sink:
         self.last_flush = time.monotonic()
         self._pending: Any = None
         self._pool: Any = None
-        if background is None:
-            background = background_default(store, own_store=own_store)
+        if background is None:  # (a sink that hands its rows on, emit=, has no store to commit to)
+            background = store is not None and background_default(store, own_store=own_store)
         self.background = background
         if background:
             from concurrent.futures import ThreadPoolExecutor
