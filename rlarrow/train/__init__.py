@@ -2,7 +2,11 @@
 
 * :mod:`~rlarrow.train.samples`: the torch-free sample reader (rows, sequence windows,
   transitions) behind both loaders;
-* :mod:`~rlarrow.train.torch`: :class:`~rlarrow.train.torch.StreamingDataset` for PyTorch;
+* :mod:`~rlarrow.train.source`, :mod:`~rlarrow.train.sampling`, :mod:`~rlarrow.train.transforms`:
+  the parts a stream is composed of (which rows; their order, shards and resume point;
+  windows, normalisation, device), each usable alone;
+* :mod:`~rlarrow.train.torch`: :class:`~rlarrow.train.torch.StreamingDataset` for PyTorch
+  (and :mod:`~rlarrow.train.table`'s map-style ``TableDataset``);
 * :mod:`~rlarrow.train.ray`: Ray Data datasets over a store's files.
 
 May import :mod:`rlarrow.core`, :mod:`rlarrow.io` and :mod:`rlarrow.query`; see

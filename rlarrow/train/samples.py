@@ -26,6 +26,8 @@ from rlarrow.core import padding as _padding
 from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 from rlarrow.core.store import Store, StoreReader, layout_number, open_checked
+from rlarrow.train.transforms import check_deltas as _check_deltas
+from rlarrow.train.transforms import delta_steps_of
 from rlarrow.train.windows import Windows
 
 __all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of",
@@ -203,60 +205,6 @@ def _rows_of(pf: pq.ParquetFile, group: int, columns: list[str], start: int, cou
         if have >= count:
             break
     return pa.Table.from_batches(got) if got else pf.schema_arrow.empty_table().select(columns)
-
-
-def _check_deltas(delta_steps: Mapping[str, Sequence[int]], table: str, sequence_length: int,
-                  names: list[str], chosen: list[str], where: Any) -> dict[str, np.ndarray]:
-    """``delta_steps`` checked: offsets as int64 arrays, by column (or dict leaf) of ``steps``."""
-    if table != "steps":
-        raise ArgumentError("delta_steps reads rows of episodes around each step: table='steps', "
-                            f"not {table!r}")
-    if sequence_length != 1:
-        raise ArgumentError("delta_steps and sequence_length are two ways to ask for steps around a sample: "
-                            "give one (sequence_length=L is delta_steps {column: range(L)} for every column)")
-    if not isinstance(delta_steps, Mapping) or not delta_steps:
-        raise ArgumentTypeError("delta_steps is a mapping {column: [step offsets]}, e.g. "
-                                "{'observation': [-1, 0], 'action': range(16)}")
-    out: dict[str, np.ndarray] = {}
-    for name, offsets in delta_steps.items():
-        head = name.split(".")[0]
-        if head not in names:
-            raise NotFoundError(f"{where}: delta_steps names {name!r}, but 'steps' has no column {head!r}; "
-                                f"it has {names}")
-        got = np.asarray(list(offsets))
-        if got.ndim != 1 or not len(got) or not np.issubdtype(got.dtype, np.integer):
-            raise ArgumentTypeError(f"delta_steps[{name!r}] must be a non-empty list of whole step offsets "
-                                    f"(e.g. [-1, 0]), not {offsets!r}")
-        out[name] = got.astype(np.int64)
-    nested = [(a, b) for a in out for b in out if a != b and _under(b, a)]
-    if nested:
-        raise ArgumentError(f"delta_steps names {nested[0][0]!r} and its leaf {nested[0][1]!r}: give one")
-    return out
-
-
-def delta_steps_of(delta_timestamps: Mapping[str, Sequence[float]], fps: float,
-                   tolerance_s: float = 1e-4) -> dict[str, list[int]]:
-    """LeRobot's ``delta_timestamps`` (seconds) as step offsets at ``fps`` steps per second.
-
-    Each time must fall on a step, within ``tolerance_s`` (LeRobot's default too).
-
-    Example:
-        >>> delta_steps_of({"observation": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}, fps=10)
-        {'observation': [-1, 0], 'action': [0, 1, 2]}
-    """
-    if not fps or fps <= 0:
-        raise ArgumentError(f"delta_timestamps needs the steps' rate: fps > 0, not {fps!r}")
-    out: dict[str, list[int]] = {}
-    for name, times in delta_timestamps.items():
-        steps = []
-        for t in times:
-            k = round(float(t) * fps)
-            if abs(k / fps - float(t)) > tolerance_s:
-                raise ArgumentError(f"delta_timestamps[{name!r}]: {t} s is not a whole number of steps at "
-                                    f"{fps} fps (the nearest is {k / fps} s); use multiples of 1/fps")
-            steps.append(k)
-        out[name] = steps
-    return out
 
 
 def _under(key: str, name: str) -> bool:

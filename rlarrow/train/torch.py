@@ -49,24 +49,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
-from rlarrow.core.padding import fill
 
 require("torch", feature="rlarrow.train.torch")  # names the extra when torch is missing
 import torch  # noqa: E402
 
-from rlarrow.train.samples import (  # noqa: E402
-    SampleSource,
-    Unit,
-    Windows,
-    delta_steps_of,
-    nest,
-)
+from rlarrow.train.samples import SampleSource, Unit, nest  # noqa: E402
+from rlarrow.train.sampling import Sampler, SequentialSampler, ShuffleSampler  # noqa: E402
+from rlarrow.train.source import Source  # noqa: E402
 from rlarrow.train.table import TableDataset  # noqa: E402
+from rlarrow.train.transforms import (  # noqa: E402
+    DeltaSteps,
+    DeltaTimestamps,
+    Normalize,
+    SequenceWindow,
+    ToDevice,
+    WindowTransform,
+    check_offsets,
+)
+from rlarrow.train.windows import Windows  # noqa: E402
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
@@ -74,21 +78,27 @@ if TYPE_CHECKING:
 
 __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
 
-def _shard(rank: int | None = None, world: int | None = None) -> tuple[int, int]:
-    """(index, count) of this reader among all DataLoader workers of all ranks."""
-    if rank is None or world is None:
-        rank, world = 0, 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    info = torch.utils.data.get_worker_info()
-    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return rank * workers + worker, world * workers
-
-
 class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     """Stream batches of a store's table as dicts of tensors.
 
+    Composed of parts, each usable alone: a **source** (:class:`~rlarrow.train.source.Source`:
+    which rows of which store), a **sampler** (:mod:`rlarrow.train.sampling`: their order,
+    sharding, epoch and resume point) and **transforms** (:mod:`rlarrow.train.transforms`:
+    windows, ``delta_steps``/``delta_timestamps``, normalisation, device). The keyword
+    arguments after them build the same parts: ``StreamingDataset(store, "steps",
+    sequence_length=8, seed=1)`` is ``StreamingDataset(source=Source(store, "steps"),
+    sampler=ShuffleSampler(seed=1), transforms=[SequenceWindow(8)])``, batch for batch.
+
     Args:
+        source: a :class:`~rlarrow.train.source.Source` (or a planned
+            :class:`~rlarrow.train.samples.SampleSource`); it holds ``store``, ``table``,
+            ``columns``, ``filter``, ``layout`` and ``version``: give those to it, not here.
+        sampler: a :class:`~rlarrow.train.sampling.Sampler` (default: a ``ShuffleSampler``,
+            or ``SequentialSampler`` for ``shuffle=False``); it holds ``shuffle``, ``seed``,
+            ``buffer_rows``, ``rank`` and ``world_size``.
+        transforms: :class:`~rlarrow.train.transforms.SequenceWindow`, ``DeltaSteps`` or
+            ``DeltaTimestamps`` (one), ``Normalize``, ``ToDevice``, and functions of a
+            batch's flat NumPy columns (run in order, where the batch is gathered).
         store: a :class:`~rlarrow.Store` or its path.
         table: ``"steps"``, ``"memory"``, or ``"transitions"`` (from ``steps``:
             ``observation, action, reward, discount, next_observation, done, truncated``).
@@ -119,23 +129,14 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             ``{column: mode}`` for any of them (``reward`` too). ``next_observation``
             (transitions) takes the observation's statistics. Windows and leading axes
             broadcast.
-        delta_steps: each frame (a step with an action: LeRobot's frames; an episode's
-            final-observation row is none) is a sample with these rows of its episode around
-            it, per column (LeRobot's ``delta_timestamps``, in steps): ``{"observation": [-1, 0],
-            "action": range(16)}`` gives ``observation`` as ``(B, 2, ...)`` (the step before
-            and the step) and ``action`` as ``(B, 16, ...)`` (an action chunk), and for each
-            a mask ``observation_is_pad`` ``(B, 2)``: true where the offset falls outside the
-            episode or on a row null in the column (the last step's action), whose value
-            there is the episode's first (or last) one, as LeRobot pads. A dict column's
-            leaves (``"observation.state"``) may be named alone (the mask is then
-            ``batch["observation"]["state_is_pad"]``); other columns come at the step itself.
-            Padding is never data (:mod:`rlarrow.core.padding`, ``docs/format.md``
-            "Training samples"): on ``steps``, every nullable column read (``observation``,
-            ``action``, ``reward``, ``discount``) comes with ``<column>_is_pad`` in rows and
+        delta_steps: each frame (a step with an action) with these rows of its episode around
+            it, per column (LeRobot's ``delta_timestamps``, in steps), and ``<column>_is_pad``
+            masks: see :class:`~rlarrow.train.transforms.DeltaSteps`. Padding is never data
+            (:mod:`rlarrow.core.padding`, ``docs/format.md`` "Training samples"): on
+            ``steps``, every nullable column read comes with ``<column>_is_pad`` in rows and
             windows too, a null position holds 0, and ``transitions`` leave out the rows
             that are none (null observation or action) and keep a transition whose next
-            observation is null (an episode's last in a LeRobot import or a same-step
-            autoreset memory) with ``next_observation_is_pad`` true.
+            observation is null with ``next_observation_is_pad`` true.
         delta_timestamps, fps: the same in seconds, at ``fps`` steps per second (each time a
             whole number of steps, within 1e-4 s).
         stats: the statistics ``normalize`` uses, ``{column: ColumnStats}``; default: those
@@ -153,9 +154,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def __init__(
         self,
-        store: StoreLike | RemoteStore,
+        store: StoreLike | RemoteStore | None = None,
         table: str = "steps",
         *,
+        source: Source | SampleSource | None = None,
+        sampler: Sampler | None = None,
+        transforms: Sequence[Any] = (),
         columns: Sequence[str] | None = None,
         filter: Any = None,  # noqa: A002 - pyarrow's name
         batch_size: int = 256,
@@ -176,161 +180,131 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         fps: float | None = None,
     ) -> None:
-        from rlarrow.core.store import Store, as_store
-
         super().__init__()
         _arguments.integer(batch_size, "batch_size", minimum=1)
-        _arguments.integer(buffer_rows, "buffer_rows", minimum=1)
-        _arguments.integer(sequence_length, "sequence_length", minimum=1)
-        columns = _arguments.names(columns, "columns", what="column name")
-        if world_size is not None:
-            _arguments.integer(world_size, "world_size", minimum=1)
-        if rank is not None:
-            _arguments.integer(rank, "rank", minimum=0)
-        if fps is not None:
-            _arguments.number(fps, "fps", minimum=0, above=True)
-        for arg, deltas in (("delta_steps", delta_steps), ("delta_timestamps", delta_timestamps)):
-            if deltas is not None and (not isinstance(deltas, Mapping) or any(
-                    isinstance(v, (str, bytes)) or not isinstance(v, Sequence) for v in deltas.values())):
-                raise ArgumentTypeError(f"{arg}: give a mapping of column names to lists of offsets, e.g. "
-                                        f"{{'action': [0, 1, 2]}}, not {deltas!r:.80}")
-        if (rank is None) != (world_size is None) or (
-                rank is not None and world_size is not None and not 0 <= rank < world_size):
-            raise ArgumentError(f"rank {rank} of world_size {world_size}: give both, 0 <= rank < world_size")
-        self.rank, self.world_size = rank, world_size
-        st: StoreReader
-        if isinstance(store, (Store, str, os.PathLike)):
-            st = as_store(store, readonly=True, version=version)
-        else:  # a RemoteStore (or another StoreReader): read as it is
-            st = store
-        if delta_timestamps is not None:
-            if delta_steps is not None:
-                raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
-                                    "not both")
-            delta_steps = delta_steps_of(delta_timestamps, fps if fps is not None else 0.0)
-        self.source = SampleSource.from_store(st, table, columns=columns, filter=filter,
-                                              sequence_length=sequence_length, layout=layout,
-                                              delta_steps=delta_steps)
+        if sampler is None:
+            kind = ShuffleSampler if shuffle else SequentialSampler
+            sampler = kind(seed=seed, buffer_rows=buffer_rows, rank=rank, world_size=world_size)
+        elif not isinstance(sampler, Sampler):
+            raise ArgumentTypeError(f"sampler: give a rlarrow.train.sampling.Sampler (SequentialSampler, "
+                                    f"ShuffleSampler), not a {type(sampler).__name__}")
+        else:
+            _only("sampler", {"shuffle": shuffle is not True, "seed": seed != 0,
+                              "buffer_rows": buffer_rows != 1 << 19, "rank": rank is not None,
+                              "world_size": world_size is not None})
+        self.sampler: Sampler = sampler
+        transforms = [*transforms, *_legacy_transforms(sequence_length, delta_steps, delta_timestamps, fps,
+                                                       normalize, stats, device, pin_memory)]
+        spans = [t for t in transforms if isinstance(t, WindowTransform)]
+        if len(spans) > 1:
+            raise ArgumentError(f"transforms {spans} each say what a sample spans: give one")
+        plan = spans[0].plan_args() if spans else {}
+        if source is None:
+            if store is None:
+                raise ArgumentError("StreamingDataset: give a store (or its path), "
+                                    "or source=Source(store, ...)")
+            source = Source(store, table, columns=columns, filter=filter, layout=layout, version=version)
+        else:
+            _only("source", {"store": store is not None, "table": table != "steps",
+                             "columns": columns is not None, "filter": filter is not None,
+                             "layout": layout is not None, "version": version is not None})
+        planned = source.plan(**plan) if isinstance(source, Source) else source
+        if not isinstance(planned, SampleSource):
+            raise ArgumentTypeError(f"source: give a rlarrow.train.source.Source, "
+                                    f"not a {type(source).__name__}")
+        if plan and not isinstance(source, Source):
+            raise ArgumentError(f"{spans[0]} plans the reading: give source=Source(...), not a SampleSource")
+        #: the reader of the row groups (:class:`~rlarrow.train.samples.SampleSource`)
+        self.source = planned
         #: the store version this dataset reads: the one whose files it listed (record it with
         #: the run: ``version=`` reads exactly these rows again); None for a remote store
-        self.version: int | None = self.source.version if isinstance(st, Store) else None
+        self.version: int | None = self.source.version
         self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.buffer_rows = max(buffer_rows, batch_size)
         self.drop_last = drop_last
-        self.seed = seed
-        self.device = device
-        self.pin_memory = pin_memory
-        self.epoch = 0
-        self._resume: dict[int, int] = {}
-        self._delivered: dict[int, int] = {}
-        self._tag_worker = False
         self._ring: _Ring | None = None  # a DataLoader worker's shared-memory blocks
+        self._tag_worker = False
+        #: the transforms of the gathered NumPy columns (bound :class:`Normalize` among them)
+        self.batch_transforms: list[Any] = []
         #: the statistics ``normalize`` applies (``{column: ColumnStats}``; None: no normalisation)
         self.stats: dict[str, Any] | None = None
-        self._normalize: Any = None
-        if normalize is not None:
-            self._normalize = self._normalizer(st, normalize, stats, layout)
-        elif stats is not None:
-            raise ArgumentError("stats= is what normalize= applies: give normalize='mean_std' "
-                                "(or another mode) too")
+        self._move = ToDevice()
+        for t in transforms:
+            if isinstance(t, Normalize):
+                if self.stats is not None:
+                    raise ArgumentError("two Normalize transforms: give one (its mode may map "
+                                        "columns to modes)")
+                store_ = source.store if isinstance(source, Source) else None
+                t = t.bind(self.source.columns, store_, layout=getattr(source, "layout", None),
+                           version=self.version)
+                self.stats = t.stats
+                self.batch_transforms.append(t)
+            elif isinstance(t, ToDevice):
+                self._move = t
+            elif callable(t) and not isinstance(t, WindowTransform):
+                self.batch_transforms.append(t)
+            elif not isinstance(t, WindowTransform):
+                raise ArgumentTypeError(f"transforms: {t!r} is not a transform (rlarrow.train.transforms), "
+                                        "nor a function of a batch's NumPy columns")
 
-    def _normalizer(self, st: StoreReader, normalize: str | Mapping[str, str],
-                    given: Mapping[str, Any] | None, layout: int | None) -> Any:
-        from rlarrow.core.stats import ColumnStats
-        from rlarrow.core.store import Store
-        from rlarrow.train.normalize import normalizer
+    # (settings of the sampler and transforms, under their old names)
+    seed = property(lambda self: self.sampler.seed, doc="The sampler's seed.")
+    rank = property(lambda self: self.sampler.rank, doc="The sampler's rank (None: torch.distributed's).")
+    world_size = property(lambda self: self.sampler.world_size, doc="The sampler's world size.")
+    device = property(lambda self: self._move.device, doc="Where batches go (:class:`ToDevice`).")
+    pin_memory = property(lambda self: self._move.pin_memory, doc="Whether batches are pinned first.")
 
-        if given is None:
-            if not isinstance(st, Store):
-                raise ArgumentError("normalize= on a remote store needs stats= (computed where the store is: "
-                                    "rlarrow.query.dataset_stats.stats(path))")
-            from rlarrow.query.dataset_stats import stats as store_stats
+    @property
+    def shuffle(self) -> bool:
+        """Whether the sampler shuffles; set it to change the sampler's kind (its state kept)."""
+        return self.sampler.shuffle
 
-            wants_quantiles = normalize == "quantile" or (
-                isinstance(normalize, Mapping) and "quantile" in normalize.values())
-            given = store_stats(st, quantiles=wants_quantiles, layout=layout, version=self.version)
-        for name, value in given.items():
-            if not isinstance(value, ColumnStats):
-                raise ArgumentTypeError(f"stats[{name!r}] is a {type(value).__name__}, not a ColumnStats")
+    @shuffle.setter
+    def shuffle(self, value: bool) -> None:
+        if bool(value) != self.sampler.shuffle:
+            old = self.sampler
+            kind = ShuffleSampler if value else SequentialSampler
+            self.sampler = kind(seed=old.seed, buffer_rows=old.buffer_rows, rank=old.rank,
+                                world_size=old.world_size)
+            self.sampler.epoch, self.sampler.resume = old.epoch, old.resume
+            self.sampler.delivered = old.delivered
 
-        def leaves(column: str) -> list[str]:  # a column's statistics: itself, or its dict leaves
-            return [n for n in given if n == column or n.startswith(column + ".")]
+    @property
+    def buffer_rows(self) -> int:
+        """Samples mixed at a time (at least a batch)."""
+        return max(self.sampler.buffer_rows, self.batch_size)
 
-        # (transitions read the steps' columns; their next_observation is an observation too)
-        read = {c.split(".")[0] for c in self.source.columns}
-        modes: dict[str, Any] = {}
-        if isinstance(normalize, Mapping):
-            for column, mode in normalize.items():
-                found = leaves(column)
-                if not found:
-                    raise ArgumentError(f"normalize: no statistics of {column!r} (the store has statistics "
-                                        f"of {sorted(given)}; wider columns such as images have none stored)")
-                modes.update(dict.fromkeys(found, mode))
-        else:
-            for column in ("observation", "action"):
-                if column in read:
-                    found = leaves(column)
-                    if not found:
-                        raise ArgumentError(
-                            f"normalize={normalize!r}: the statistics given have nothing of {column!r} "
-                            f"(they hold {sorted(given)}); name the columns to normalise instead: "
-                            f"normalize={{'action': {normalize!r}}}")
-                    modes.update(dict.fromkeys(found, normalize))
-            if not modes:
-                raise ArgumentError(f"normalize={normalize!r}: none of the columns read "
-                                    f"({self.source.columns}) has statistics (the store has statistics of "
-                                    f"{sorted(given)})")
-        for name, mode in modes.items():
-            if mode == "quantile" and not given[name].has_quantiles:
-                raise ArgumentError(f"normalize: {name!r} has no quantiles (its statistics were kept "
-                                    "without sketches: store.step_stats = 'moments', or datasketches "
-                                    "missing: pip install 'rlarrow[stats]'); use 'mean_std' or 'min_max'")
-        self.stats = {c: given[c] for c in modes}
-        chosen = dict(self.stats)
-        for name in list(chosen):  # transitions: the next observation takes the observation's
-            if name == "observation" or name.startswith("observation."):
-                chosen["next_" + name] = chosen[name]
-                modes["next_" + name] = modes[name]
-        return normalizer(chosen, modes)
+    @property
+    def epoch(self) -> int:
+        """The epoch the sampler orders (:meth:`set_epoch`)."""
+        return self.sampler.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.sampler.epoch = value
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_ring"] = None  # (each worker makes its own)
         return state
 
-    # ---- epochs and resuming
+    # ---- epochs and resuming (kept by the sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle differently (and deterministically) for ``epoch``; clears a resume point."""
-        self.epoch = epoch
-        self._resume = {}
-        self._delivered = {}
+        self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the stream stands: the epoch and the batches delivered per reader.
 
         Counted by the dataset itself in one process, or by :class:`DataLoader` with workers.
         """
-        return {"epoch": self.epoch, "delivered": dict(self._delivered), "seed": self.seed}
+        return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the batches ``state`` counts (same data, seed and workers)."""
-        if state.get("seed", self.seed) != self.seed:
-            raise ArgumentError(f"the state was saved with seed {state['seed']}, "
-                                f"this dataset has {self.seed}")
-        self.epoch = int(state["epoch"])
-        self._resume = {int(k): int(v) for k, v in state["delivered"].items()}
-        self._delivered = dict(self._resume)
+        self.sampler.load_state_dict(state)
 
     # ---- reading
-
-    def _my_units(self) -> tuple[int, list[Unit]]:
-        index, count = _shard(self.rank, self.world_size)
-        order = list(range(len(self.units)))
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.units)).tolist()
-        return index, [self.units[i] for i in order[index::count]]
 
     @property
     def units(self) -> list[Unit]:
@@ -343,59 +317,11 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         return self.source.columns
 
     def _batches(self) -> Iterator[dict[str, np.ndarray]]:
-        for buf, which in self._plans():
-            yield buf.gather(which)
+        return self.sampler.batches(self.source, self.batch_size, drop_last=self.drop_last)
 
     def _plans(self) -> Iterator[tuple[Windows, np.ndarray]]:
-        """Each batch as the buffer it comes from and the windows it takes (gathered by the caller).
-
-        A buffer stays valid until the plans of the buffer after it are asked for (two
-        alternate in the same memory), so a worker may gather a parcel of them at once.
-        """
-        index, mine = self._my_units()
-        rng = np.random.default_rng([self.seed, self.epoch, index])
-        files: dict[str, pq.ParquetFile] = {}
-        # the buffer holds rows and window starts (Windows), never whole windows: its memory
-        # is about buffer_rows rows whatever sequence_length is, and a batch is one gather
-        pending: list[Windows] = []
-        count = 0
-        bs = self.batch_size
-        # the buffer's memory, refilled at each drain (two, alternating: see above)
-        scratches: list[dict[str, np.ndarray]] = [{}, {}]
-        drains = 0
-
-        def drain(final: bool) -> Iterator[tuple[Windows, np.ndarray]]:
-            nonlocal pending, count, drains
-            if not pending:
-                return
-            buf = Windows.concat(pending, scratches[drains % 2])
-            drains += 1
-            pending = []
-            n = len(buf)
-            order = rng.permutation(n) if self.shuffle else np.arange(n)
-            full = (n // bs) * bs
-            for s in range(0, full, bs):
-                yield buf, order[s:s + bs]
-            count = n - full
-            if count:
-                rest = order[full:]
-                if final and not self.drop_last:
-                    yield buf, rest
-                    count = 0
-                elif not final:
-                    pending = [buf.compact(rest)]  # the few windows left, with only their rows
-                else:
-                    count = 0
-
-        for unit in mine:
-            got = self.source.read_windows(unit, files)
-            if got is None:
-                continue
-            pending.append(got)
-            count += len(got)
-            if count >= self.buffer_rows:
-                yield from drain(final=False)
-        yield from drain(final=True)
+        """Each batch as the buffer it comes from and the windows it takes (:meth:`Sampler.plans`)."""
+        return self.sampler.plans(self.source, self.batch_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         cell = self.__dict__.get("_epoch_cell")
@@ -407,9 +333,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             # message announced blocks): a ring the main process has not seen, with the
             # released blocks of the old one.
             self._ring = self._ring.renewed()
-        index, _ = _shard(self.rank, self.world_size)
-        skip = self._resume.get(index, 0)
-        self._resume.pop(index, None)
+        index, _ = self.sampler.reader()
+        skip = self.sampler.resume.get(index, 0)
+        self.sampler.resume.pop(index, None)
         n = 0
         # Batches are gathered a parcel at a time (up to _PARCEL_BATCHES of one buffer): one
         # take per column for all of them, then split into views. Per batch that was a take,
@@ -445,8 +371,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         sizes = [len(which) for _, which in plans]
         first = last - len(plans)
         for i, batch in enumerate(_split(self._gathered(plans), sizes, _tensor)):
-            self._delivered[index] = first + i + 1
-            yield _to_device(batch, self.device, self.pin_memory)
+            self.sampler.delivered[index] = first + i + 1
+            yield self._move(batch)
 
     def _gathered(self, plans: list[tuple[Windows, np.ndarray]]) -> dict[str, np.ndarray]:
         """The columns of batches ``plans`` (of one buffer), one batch after the other, normalised.
@@ -454,11 +380,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         (Normalising is elementwise: the same on the parcel as on each batch.)
         """
         gathered = plans[0][0].gather(_joined(plans))
-        if self._normalize is None:
-            return gathered
-        normalised: dict[str, np.ndarray] = self._normalize(gathered)
-        fill(normalised)  # padding is never data: a padded position is FILL again, not (0 - mean) / std
-        return normalised
+        for transform in self.batch_transforms:  # (Normalize puts FILL back at padded positions)
+            gathered = transform(gathered)
+        return gathered
 
     def _pack(self, plans: list[tuple[Windows, np.ndarray]], reader: int) -> dict[str, Any]:
         """A worker's batches for the main process: gathered at once into one shared-memory block.
@@ -471,7 +395,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         if torch.utils.data.get_worker_info() is None:  # num_workers=0: this is the main process
             return {"_rlarrow_batches": _split(self._gathered(plans), sizes, _tensor),
                     "_rlarrow_reader": reader}
-        if self._normalize is not None or any(v.dtype == object for v in buf.base.values()):
+        if self.batch_transforms or any(v.dtype == object for v in buf.base.values()):
             return _pack(self._gathered(plans), sizes, reader)
         windows = sum(sizes)
         arrays = len(buf.base) * 2 + 2 + len(buf.deltas or {})
@@ -693,18 +617,6 @@ def _tensor(value: np.ndarray) -> Any:
     return torch.from_numpy(value) if value.dtype != object else value
 
 
-def _to_device(batch: Any, device: Any, pin: bool) -> Any:
-    if device is None and not pin:
-        return batch
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device, pin) for k, v in batch.items()}
-    if isinstance(batch, torch.Tensor):
-        if pin and torch.cuda.is_available():
-            batch = batch.pin_memory()
-        return batch.to(device, non_blocking=pin) if device is not None else batch
-    return batch
-
-
 class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
     """A ``torch.utils.data.DataLoader`` for :class:`StreamingDataset` that keeps count.
 
@@ -758,14 +670,57 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         cell = ds.__dict__.get("_epoch_cell")
         if cell is not None:
             cell[0] = ds.epoch
-        if self.persistent_workers and ds._resume:
+        if self.persistent_workers and ds.sampler.resume:
             self._iterator = None  # (running workers would not skip what a resume point says: new ones)
+        move = ds._move if not self._pin or ds.pin_memory else ToDevice(ds.device, pin_memory=True)
         ds._tag_worker = True
         try:
             for message in super().__iter__():
                 reader = int(message["_rlarrow_reader"])
                 for batch in _unpack(message, self._held):
-                    ds._delivered[reader] = ds._delivered.get(reader, 0) + 1
-                    yield _to_device(batch, ds.device, ds.pin_memory or self._pin)
+                    ds.sampler.delivered[reader] = ds.sampler.delivered.get(reader, 0) + 1
+                    yield move(batch)
         finally:
             ds._tag_worker = False
+
+
+def _only(part: str, others: Mapping[str, bool]) -> None:
+    """``part=`` holds these settings: an error naming those given beside it."""
+    both = [name for name, given in others.items() if given]
+    if both:
+        raise ArgumentError(f"{part}= holds {', '.join(both)}: give them to the {part} "
+                            f"(rlarrow.train.{'source' if part == 'source' else 'sampling'}), not beside it")
+
+
+def _legacy_transforms(sequence_length: int, delta_steps: Mapping[str, Sequence[int]] | None,
+                       delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float | None,
+                       normalize: str | Mapping[str, str] | None, stats: Mapping[str, Any] | None,
+                       device: Any, pin_memory: bool) -> list[Any]:
+    """The transforms the keyword arguments of :class:`StreamingDataset` before ``transforms=`` ask for."""
+    out: list[Any] = []
+    _arguments.integer(sequence_length, "sequence_length", minimum=1)
+    if fps is not None:
+        _arguments.number(fps, "fps", minimum=0, above=True)
+    for argument, deltas in (("delta_steps", delta_steps), ("delta_timestamps", delta_timestamps)):
+        if deltas is not None:
+            check_offsets(deltas, argument)
+    if delta_timestamps is not None and delta_steps is not None:
+        raise ArgumentError("give delta_steps (in steps) or delta_timestamps (in seconds, with fps), "
+                            "not both")
+    if (delta_steps is not None or delta_timestamps is not None) and sequence_length != 1:
+        raise ArgumentError("delta_steps and sequence_length are two ways to ask for steps around a sample: "
+                            "give one (sequence_length=L is delta_steps {column: range(L)} for every column)")
+    if delta_timestamps is not None:
+        out.append(DeltaTimestamps(delta_timestamps, fps if fps is not None else 0.0))
+    elif delta_steps is not None:
+        out.append(DeltaSteps(delta_steps))
+    elif sequence_length != 1:
+        out.append(SequenceWindow(sequence_length))
+    if normalize is not None:
+        out.append(Normalize(normalize, stats=stats))
+    elif stats is not None:
+        raise ArgumentError("stats= is what normalize= applies: give normalize='mean_std' "
+                            "(or another mode) too")
+    if device is not None or pin_memory:
+        out.append(ToDevice(device, pin_memory))
+    return out
