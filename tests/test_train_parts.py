@@ -83,6 +83,8 @@ def test_transitions_composed_equal_old_keywords(store):
                            batch_size=32)
     assert assert_same_batches(old, new) > 1
     assert old.version == new.version == rlarrow.Store.open(store).version
+    positional = StreamingDataset(Source(store, "transitions", columns=cols), batch_size=32, seed=5)
+    assert assert_same_batches(old, positional) > 1
 
 
 def test_source_alone_selects_runs_with_sql_or_expression(store):

@@ -75,6 +75,8 @@ class Sampler:
             larger mixes more and costs memory.
         rank, world_size: this process's share of the data; default: ``torch.distributed``'s
             when it is initialised, else the whole (one process).
+
+    A sampler keeps one stream's state (epoch, batches delivered): give each dataset its own.
     """
 
     #: whether row groups and samples are permuted (:class:`ShuffleSampler`)

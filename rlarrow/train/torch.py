@@ -99,7 +99,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         transforms: :class:`~rlarrow.train.transforms.SequenceWindow`, ``DeltaSteps`` or
             ``DeltaTimestamps`` (one), ``Normalize``, ``ToDevice``, and functions of a
             batch's flat NumPy columns (run in order, where the batch is gathered).
-        store: a :class:`~rlarrow.Store` or its path.
+        store: a :class:`~rlarrow.Store` or its path (or a ``Source``: ``source=``).
         table: ``"steps"``, ``"memory"``, or ``"transitions"`` (from ``steps``:
             ``observation, action, reward, discount, next_observation, done, truncated``).
         columns: columns to read (default: every non-key column; for transitions, all of
@@ -154,7 +154,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def __init__(
         self,
-        store: StoreLike | RemoteStore | None = None,
+        store: StoreLike | RemoteStore | Source | None = None,
         table: str = "steps",
         *,
         source: Source | SampleSource | None = None,
@@ -182,6 +182,11 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     ) -> None:
         super().__init__()
         _arguments.integer(batch_size, "batch_size", minimum=1)
+        if isinstance(store, Source):  # StreamingDataset(Source(...), ...)
+            if source is not None:
+                raise ArgumentError("give the source once: StreamingDataset(Source(...)) or source=...")
+            source = store
+        where = None if isinstance(store, Source) else store
         if sampler is None:
             kind = ShuffleSampler if shuffle else SequentialSampler
             sampler = kind(seed=seed, buffer_rows=buffer_rows, rank=rank, world_size=world_size)
@@ -200,12 +205,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             raise ArgumentError(f"transforms {spans} each say what a sample spans: give one")
         plan = spans[0].plan_args() if spans else {}
         if source is None:
-            if store is None:
+            if where is None:
                 raise ArgumentError("StreamingDataset: give a store (or its path), "
                                     "or source=Source(store, ...)")
-            source = Source(store, table, columns=columns, filter=filter, layout=layout, version=version)
+            source = Source(where, table, columns=columns, filter=filter, layout=layout, version=version)
         else:
-            _only("source", {"store": store is not None, "table": table != "steps",
+            _only("source", {"store": where is not None, "table": table != "steps",
                              "columns": columns is not None, "filter": filter is not None,
                              "layout": layout is not None, "version": version is not None})
         planned = source.plan(**plan) if isinstance(source, Source) else source
