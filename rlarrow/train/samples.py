@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import padding as _padding
 from rlarrow.core import transitions as _transitions
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
+from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 from rlarrow.core.store import Store, StoreReader, layout_number, open_checked
 from rlarrow.train.transforms import check_deltas as _check_deltas
 from rlarrow.train.transforms import delta_steps_of
 from rlarrow.train.windows import Windows
 
-__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of",
+__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of", "shared_schema",
            "expression_mask", "filter_mask", "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
 
 # the steps columns transitions are made of (rlarrow.core.transitions defines them)
@@ -143,7 +143,7 @@ def filter_mask(table: pa.Table, filter: Any) -> np.ndarray:  # noqa: A002 - pya
     return expression_mask(table, filter)
 
 
-def _shared_schema(store: StoreReader, table: str,
+def shared_schema(store: StoreReader, table: str,
                    layouts: list[str]) -> tuple[pa.Schema | None, dict[str, str]]:
     """The columns every layout of ``layouts`` has with the same type, and why each other one is not."""
     found = [(name, store.schema(table, layout=layout_number(name))) for name in layouts]
@@ -610,7 +610,7 @@ def _list_local(store: Store, source: str, layout: int | None) -> _Listed:
     layouts = store.layout_dirs(source, layout)  # (the view pin_view took)
     files = [f for f in view[source] if os.path.basename(os.path.dirname(f)) in layouts]
     store.check_footers(source, files)  # (pages are checked as they are read)
-    schema, lacking = _shared_schema(store, source, layouts)
+    schema, lacking = shared_schema(store, source, layouts)
     return _Listed(files, schema, lacking, list(view.get("videos", [])), lease, int(store.version))
 
 

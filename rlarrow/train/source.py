@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from rlarrow.core import arguments as _arguments
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
-    from rlarrow.core.store import StoreLike
+    from rlarrow.core.store import StoreLike, StoreReader
     from rlarrow.train.samples import SampleSource
 
 __all__ = ["Source"]
@@ -52,7 +53,7 @@ class Source:
                  columns: Sequence[str] | None = None, filter: Any = None,  # noqa: A002 - pyarrow's name
                  runs: Sequence[str] | None = None, layout: int | None = None,
                  version: int | None = None) -> None:
-        from rlarrow.core.store import as_store
+        from rlarrow.core.store import Store, as_store
 
         self.table = table
         self.columns = _arguments.names(columns, "columns", what="column name")
@@ -60,8 +61,11 @@ class Source:
         self.filter = _with_runs(filter, self.runs)
         self.layout = layout
         #: the store, opened (read-only, at ``version``)
-        self.store: Any = store if hasattr(store, "filesystem") else as_store(store, readonly=True,
-                                                                                version=version)
+        self.store: StoreReader
+        if isinstance(store, (Store, str, os.PathLike)):
+            self.store = as_store(store, readonly=True, version=version)
+        else:  # a RemoteStore (or another StoreReader): read as it is
+            self.store = store
         self.version = version
 
     def __repr__(self) -> str:

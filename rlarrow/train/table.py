@@ -58,13 +58,13 @@ class TableDataset(torch.utils.data.Dataset[dict[str, Any]]):
     def __init__(self, store: StoreLike, table: str = "steps", *, columns: Sequence[str] | None = None,
                  cache_groups: int = 4, layout: int | None = None, version: int | None = None) -> None:
         from rlarrow.core.store import as_store
-        from rlarrow.train.samples import _shared_schema
+        from rlarrow.train.samples import shared_schema
 
         st = as_store(store, readonly=True, version=version)
         files = st.files(table, layout=layout)
         st.check_footers(table, files, layout=layout)  # (pages are checked as they are read)
         self.units = units(files)
-        schema, _ = _shared_schema(st, table, st.layout_dirs(table, layout))
+        schema, _ = shared_schema(st, table, st.layout_dirs(table, layout))
         names = schema.names if schema is not None else []
         _arguments.integer(cache_groups, "cache_groups", minimum=1)
         self.columns = names if columns is None else _arguments.names(columns, "columns", what="column name")

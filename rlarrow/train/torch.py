@@ -74,7 +74,7 @@ from rlarrow.train.windows import Windows  # noqa: E402
 
 if TYPE_CHECKING:
     from rlarrow.core.remote import RemoteStore
-    from rlarrow.core.store import StoreLike, StoreReader
+    from rlarrow.core.store import StoreLike
 
 __all__ = ["DataLoader", "StreamingDataset", "TableDataset"]
 

@@ -23,13 +23,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError
 from rlarrow.core.padding import fill
+
+if TYPE_CHECKING:
+    from rlarrow.core.store import StoreReader
 
 __all__ = ["DeltaSteps", "DeltaTimestamps", "Normalize", "SequenceWindow", "ToDevice", "WindowTransform",
            "check_deltas", "check_offsets", "delta_steps_of"]
@@ -208,7 +211,7 @@ class Normalize:
         self.stats: dict[str, Any] | None = None
         self._apply: Any = None
 
-    def bind(self, columns: Sequence[str], store: Any = None, *, layout: int | None = None,
+    def bind(self, columns: Sequence[str], store: StoreReader | None = None, *, layout: int | None = None,
              version: int | None = None) -> Normalize:
         """A copy bound to a stream reading ``columns`` (flat names) of ``store``: statistics and modes.
 
