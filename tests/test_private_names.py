@@ -13,11 +13,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlarrow"
 PLUMBING = {"rlarrow._version", "rlarrow._moved", "rlarrow.core.store._store"}
-#: what is left to make public, pair by pair (the store package's modules among themselves,
-#: the samples schema helper): each one removed from here as it is fixed; none may be added
-KNOWN = {
-    ("rlarrow/train/torch.py", "rlarrow.train.samples", "shared_schema"),
-}
+#: crossings left to fix, pair by pair: none now, and none may be added
+KNOWN: set[tuple[str, str, str]] = set()
 
 
 def _private_imports() -> set[tuple[str, str, str]]:
