@@ -134,7 +134,7 @@ def test_each_hostile_file_is_refused_naming_file_dataset_and_fix(tmp_path, cana
         import_hdf5(path, tmp_path / "s", progress=False)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and EXPECTED[kind] in message, message
-    assert "--allow-hdf5-links" in message or "write" in message  # says what to do
+    assert "allow_hdf5_links=True" in message or "write" in message  # says what to do
     assert isinstance(info.value, InvalidInputError)
     assert not (tmp_path / "s").exists() or not rlarrow.Store.open(tmp_path / "s").runs().num_rows
 
@@ -182,7 +182,7 @@ def test_links_to_files_beside_the_input_import_with_the_option_only(tmp_path, k
         f["x"] = values
     make = external_link if kind == "external-link" else virtual
     path = d4rl(inputs / "main.hdf5", make("parts/actions.h5"))
-    with pytest.raises(HDF5RefusedError, match="--allow-hdf5-links"):
+    with pytest.raises(HDF5RefusedError, match="allow_hdf5_links=True"):
         import_hdf5(path, tmp_path / "refused", progress=False)
     report = import_hdf5(path, tmp_path / "s", progress=False, allow_hdf5_links=True)
     assert report.steps == ROWS + 1

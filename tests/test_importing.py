@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import rlarrow
 from rlarrow.cli.commands import cli
-from rlarrow.core.errors import CorruptFileError
+from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.store import MANIFEST_NAME
 from rlarrow.io.importing import content_hash, find_units, import_paths, is_experiment_dir
 from tests.conftest import FIXTURES
@@ -236,3 +236,64 @@ def test_a_real_skrl_project_becomes_one_store(tmp_path):
     assert again.count("imported before") == 2
     assert {t: rlarrow.Store.open(store).row_count(t) for t in rlarrow.core.schema.TABLE_NAMES} == rows
     assert out.count("experiment") >= 2
+
+
+# --------------------------------------------------------------------------- each format's own options
+
+
+def _memory_tables(store) -> dict[str, list]:
+    st = rlarrow.Store.open(store, readonly=True)
+    out = {t: st.read(t, columns=["run_id"]).num_rows for t in ("memory", "episodes", "steps")}
+    st.close()
+    return out
+
+
+def test_per_format_options_do_what_the_old_keywords_did(tmp_path):
+    from rlarrow.io.memory.memory_options import MemoryOptions
+
+    pt = str(next(SKRL.glob("*.pt")))
+    new = import_paths([pt], tmp_path / "new", progress=False,
+                       options={"memory": MemoryOptions(episodes=True, layout="list")})
+    old = import_paths([pt], tmp_path / "old", progress=False, episodes=True, layout="list")
+    counts = _memory_tables(tmp_path / "new")
+    assert counts == _memory_tables(tmp_path / "old") and counts["episodes"] > 0 and counts["steps"] > 0
+    assert len(new.runs) == len(old.runs) == 1
+    plain = import_paths([pt], tmp_path / "plain", progress=False)  # no options: each format's defaults
+    assert plain.runs and _memory_tables(tmp_path / "plain")["episodes"] == 0
+
+
+def test_options_of_another_format_or_unknown_keywords_are_refused(tmp_path):
+    from rlarrow.core.errors import ArgumentError
+    from rlarrow.io.lerobot.lerobot_options import LeRobotOptions
+    from rlarrow.io.memory.memory_options import MemoryOptions
+
+    pt = str(next(SKRL.glob("*.pt")))
+    with pytest.raises(ArgumentError, match=r"options\['memory'\].*takes a MemoryOptions"):
+        import_paths([pt], tmp_path / "a", options={"memory": LeRobotOptions()})
+    with pytest.raises(ArgumentError, match=r"options\['toml'\]: no format"):
+        import_paths([pt], tmp_path / "a", options={"toml": MemoryOptions()})
+    with pytest.raises(ArgumentError, match="unknown keyword argument 'episode'"):
+        import_paths([pt], tmp_path / "a", episode=True)
+    with pytest.raises(ArgumentError, match="dtype='float16'"):
+        MemoryOptions(dtype="float16")
+    # a dataset's option with no such dataset among the inputs: said, in Python's spelling
+    with pytest.raises(InvalidInputError, match="video='keep' applies to lerobot"):
+        import_paths([pt], tmp_path / "a", options={"lerobot": LeRobotOptions(video="keep")})
+    assert not (tmp_path / "a").exists()  # refused before any store was made
+
+
+def test_import_options_still_work_and_give_each_format_its_own():
+    from rlarrow.io.envlogger import EnvloggerOptions
+    from rlarrow.io.hdf5 import HDF5Options
+    from rlarrow.io.memory.memory_options import MemoryOptions
+    from rlarrow.io.registry import ImportOptions, get
+
+    bag = ImportOptions(run_id="r", skip_corrupt=True, hdf5_links=True, episodes=True, num_envs=4)
+    assert bag.run(get("envlogger")).options == EnvloggerOptions(skip_corrupt=True)
+    assert bag.run(get("hdf5")).options == HDF5Options(allow_links=True)
+    call = bag.run(get("npz"))
+    assert call.run_id == "r" and call.options == MemoryOptions(episodes=True, num_envs=4)
+    assert {f.name: f.options_type().__name__ for f in rlarrow.io.registry.importers()} == {
+        "pt": "MemoryOptions", "npz": "MemoryOptions", "csv": "MemoryOptions", "parquet": "MemoryOptions",
+        "envlogger": "EnvloggerOptions", "minari": "MinariOptions", "rlds": "RldsOptions",
+        "lerobot": "LeRobotOptions", "hdf5": "HDF5Options", "tfevents": "TfeventsOptions"}

@@ -59,8 +59,8 @@ from rlarrow.core.sources import EpisodeChunk, EpisodeSource, RunInfo
 from rlarrow.core.step_columns import flat_value
 from rlarrow.core.store import StoreLike
 
-__all__ = ["EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
-           "read_envlogger", "riegeli_record_count"]
+__all__ = ["EnvloggerOptions", "EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir",
+           "load", "read_envlogger", "riegeli_record_count"]
 
 _STEPS_PER_CHUNK = 50_000
 #: a chunk of no steps (one that only counts progress)
@@ -514,10 +514,10 @@ def _damage_message(found: list[str], *, run: str | None = None) -> str:
     shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
     if run is None:
         return (f"damaged or cut short: what envlogger reads disagrees with the files ({shown}). Nothing "
-                "was imported; import again with skip_corrupt=True (rlarrow convert --skip-corrupt) to "
+                "was imported; import again with skip_corrupt=True to "
                 "import the episodes that are whole, or restore the directory from a copy")
     return (f"damaged: {shown}. Nothing was imported (run {run} is not in the store); import again with "
-            "skip_corrupt=True (rlarrow convert --skip-corrupt) to import every episode that is whole")
+            "skip_corrupt=True to import every episode that is whole")
 
 
 # ------------------------------------------------------------ shards
@@ -788,3 +788,19 @@ def _dm_env_default(name: str) -> Any:
     import dm_env
 
     return getattr(dm_env.Environment, name)(None)
+
+
+@dataclass(frozen=True)
+class EnvloggerOptions:
+    """How an envlogger directory is read or imported (:func:`read_envlogger`, :func:`import_envlogger`).
+
+    Attributes:
+        skip_corrupt: import the episodes that are whole and list the damaged ones skipped,
+            instead of stopping at the first damaged record.
+
+    Example:
+        >>> EnvloggerOptions(skip_corrupt=True).skip_corrupt
+        True
+    """
+
+    skip_corrupt: bool = False

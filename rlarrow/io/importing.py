@@ -35,18 +35,17 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, InvalidInputError, UnsupportedInputError
 from rlarrow.core.store import Store, StoreLike, as_store, new_run_id
 from rlarrow.io import registry
 from rlarrow.io.memory.importer import collapse_assumptions
 from rlarrow.io.memory.snapshot import crc_record, digest_export
-from rlarrow.io.registry import Format, ImportOptions
+from rlarrow.io.registry import Format, ImportOptions, ImportRun
 
 __all__ = ["NOT_DATA", "ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
 
@@ -371,19 +370,9 @@ def import_paths(
     run_id: str | None = None,
     name: str | None = None,
     again: bool = False,
-    episodes: bool = False,
-    names: Mapping[str, str] | None = None,
-    autoreset: str | None = None,
-    max_episode_steps: int | None = None,
-    skip_corrupt: bool = False,
-    num_envs: int | None = None,
-    memory_size: int | None = None,
-    dtype: str = "float32",
-    layout: str = "binary",
-    images: str = "decode",
-    video: str = "decode",
     progress: bool | None = None,
-    hdf5_links: bool = False,
+    options: Mapping[str, Any] | None = None,
+    **legacy: Any,
 ) -> ImportReport:
     """Import ``inputs`` into ``store``, one run per unit (see the module docs), all or nothing.
 
@@ -393,51 +382,42 @@ def import_paths(
         run_id: the run's id; with one unit only.
         name: the run's name (an experiment's is its directory's name by default).
         again: import sources the store already holds (by content) once more, as new runs.
-        episodes: also unroll memory snapshots into episodes and steps.
-        names: tensor names by role for the unrolling (``{"states": "observations"}``).
-        autoreset: the vector env's autoreset mode for the unrolling (see
-            :func:`rlarrow.io.memory.unroll.memory_to_episodes`); None: detected from the data.
-        max_episode_steps: the env's time limit for the unrolling of memories without
-            ``truncated`` (see :func:`rlarrow.io.memory.unroll.unroll_series`).
-        skip_corrupt: import the whole records of damaged event files and envlogger
-            directories, and say what was skipped.
-        num_envs: environments of csv exports (see :func:`rlarrow.io.memory.importer.import_memory`).
-        memory_size: memory size of csv exports.
-        dtype: float dtype of csv exports.
-        layout: how a new memory table stores tensors.
-        images: RLDS datasets: ``"decode"`` images to uint8 tensors, or keep them ``"encoded"``
-            (see :func:`rlarrow.io.rlds.import_rlds`).
-        video: LeRobot datasets: ``"decode"`` cameras to uint8 frames, or ``"keep"`` them as
-            video (see :func:`rlarrow.io.lerobot.import_lerobot`).
         progress: progress bars (None: when stderr is a terminal).
-        hdf5_links: HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external
-            links and virtual datasets whose files lie in the input's own directory (refused
-            by default; never outside it: :func:`rlarrow.io.codecs.hdf5_files.check_contained`).
+        options: each format's own options, by format name or group (``"memory"`` for the
+            memory exports): an instance of the format's
+            :attr:`~rlarrow.io.registry.Format.options` class, e.g. ``{"memory":
+            MemoryOptions(episodes=True), "lerobot": LeRobotOptions(video="keep")}``. A format
+            not named takes its defaults.
+        legacy: the keyword arguments of rlarrow 0.2, still taken (deprecated), each turned
+            into the options of the formats it applies to (as
+            :meth:`~rlarrow.io.registry.ImportOptions.format_options` does), under what
+            ``options`` names: ``episodes``, ``names``, ``autoreset``, ``max_episode_steps``,
+            ``num_envs``, ``memory_size``, ``dtype``, ``layout`` (memory exports,
+            :class:`~rlarrow.io.memory.memory_options.MemoryOptions`), ``skip_corrupt`` (event
+            files, envlogger), ``images`` (RLDS), ``video`` (LeRobot), ``hdf5_links`` (HDF5
+            files, Minari).
 
     Raises:
         InvalidInputError, UnsupportedInputError, CorruptFileError, StoreError: what stopped
             the import; nothing of it was committed.
-        ArgumentError: no inputs, or an option out of range (a bare path is one input).
+        ArgumentError: no inputs, an option out of range or of another format, an unknown
+            keyword argument (a bare path is one input).
+
+    Example:
+        >>> from rlarrow.io.memory.memory_options import MemoryOptions
+        >>> import_paths(["runs/"], "project.rlarrow",
+        ...              options={"memory": MemoryOptions(episodes=True)})  # doctest: +SKIP
     """
     inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not inputs:
         raise ArgumentError("inputs: give the files, directories or globs to import")
-    for option, count in (("num_envs", num_envs), ("memory_size", memory_size)):
-        if count is not None:
-            _arguments.integer(count, option, minimum=1)
-    if dtype not in ("float32", "float64"):
-        raise ArgumentError(f"dtype={dtype!r}: csv floats are read as 'float32' or 'float64'")
+    chosen = _format_options(options, legacy)
     units = _plan(inputs)
-    for option, value, default, fmt, flag in (("video", video, "decode", "lerobot", "--keep-video"),
-                                              ("images", images, "decode", "rlds", "--keep-images-encoded")):
-        if value != default and not any(u.fmt is not None and u.fmt.name == fmt for u in units):
-            raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
-                                    f"{flag} ({option}={value!r}) applies to {fmt} datasets, and none of "
-                                    "the inputs is one: leave it out")
+    _check_options_apply(chosen, units, inputs)
     if run_id is not None and len(units) > 1:
         raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
                                 f"make {len(units)} runs ({', '.join(u.label for u in units[:3])}...); "
-                                "--run-id names one run: convert them one at a time")
+                                "run_id names one run: convert them one at a time")
     # a store this convert creates is removed again if it fails: no empty store is left behind
     made = None if isinstance(store, Store) or os.path.lexists(store) else _missing_dirs(Path(store))
     try:
@@ -447,6 +427,7 @@ def import_paths(
         raise
     own = st is not store
     report = ImportReport(store=st.path)
+    call = ImportRun(run_id=run_id, name=name, progress=progress)
     try:
         known = _known_sources(st)
         # a memory export's checksums are checked in the pass that hashes it, and not read again
@@ -460,12 +441,7 @@ def import_paths(
                     todo = _new_sources(u, hashes, known, seen_now, again, report)
                     if todo is None:
                         continue
-                    rid = _import_unit(st, u, todo, run_id=run_id, name=name, episodes=episodes, names=names,
-                                       autoreset=autoreset, max_episode_steps=max_episode_steps,
-                                       skip_corrupt=skip_corrupt, num_envs=num_envs,
-                                       memory_size=memory_size, dtype=dtype, layout=layout, images=images,
-                                       video=video, progress=progress, report=report, hashes=hashes,
-                                       now=now, hdf5_links=hdf5_links)
+                    rid = _import_unit(st, u, todo, call, chosen, report=report, hashes=hashes, now=now)
                     report.runs.append(rid)
                     for p in todo:
                         seen_now[hashes[p][0]] = rid
@@ -479,6 +455,48 @@ def import_paths(
         if own:
             st.close()
     return report
+
+
+def _format_options(options: Mapping[str, Any] | None, legacy: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of each format (group) given, checked: ``options``' over those the old arguments make."""
+    chosen: dict[str, Any] = {}
+    if legacy:
+        known = [f.name for f in fields(ImportOptions) if f.name not in ("run_id", "name", "existing_run",
+                                                                           "progress")]
+        unknown = sorted(set(legacy) - set(known))
+        if unknown:
+            raise ArgumentError(f"import_paths() got an unknown keyword argument {unknown[0]!r}; it takes "
+                                f"options={{format: options}} and the keywords {', '.join(known)}")
+        bag = ImportOptions(**legacy)
+        for fmt in registry.importers():
+            if fmt.group not in chosen and fmt.options_type() is not None:
+                chosen[fmt.group] = bag.format_options(fmt)
+    for key, value in (options or {}).items():
+        target = next((f for f in registry.importers() if key in (f.name, f.group)), None)
+        if target is None:
+            raise ArgumentError(f"options[{key!r}]: no format or group of that name imports; known: "
+                                f"{', '.join(dict.fromkeys(f.group for f in registry.importers()))}")
+        cls = target.options_type()
+        if cls is None or not isinstance(value, cls):
+            takes = "no options" if cls is None else f"a {cls.__name__}"
+            raise ArgumentError(f"options[{key!r}]={value!r}: the {key} format takes {takes}")
+        chosen[key] = value
+    return chosen
+
+
+def _check_options_apply(chosen: Mapping[str, Any], units: Sequence[_Unit],
+                         inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """A dataset's option (an options class's ``only_with_inputs`` fields) set where no input is one."""
+    given = {n for u in units if u.fmt is not None for n in (u.fmt.name, u.fmt.group)}
+    for key, value in chosen.items():
+        if key in given:
+            continue
+        default = type(value)()
+        for option in getattr(value, "only_with_inputs", ()):
+            if getattr(value, option) != getattr(default, option):
+                raise InvalidInputError(", ".join(os.fspath(i) for i in inputs),
+                                        f"{option}={getattr(value, option)!r} applies to {key} datasets, and "
+                                        "none of the inputs is one: leave it out")
 
 
 def _hash_sources(units: Sequence[_Unit], progress: bool | None) -> dict[Path, tuple[str, int]]:
@@ -548,30 +566,22 @@ def _new_sources(u: _Unit, hashes: dict[Path, tuple[str, int]], known: dict[str,
     if u.pooled:  # snapshots: each file on its own
         for p, where in seen.items():
             if where:
-                report.skipped.append(f"{p}: imported before into {where}; --again imports it again")
+                report.skipped.append(f"{p}: imported before into {where}; again=True imports it again")
         todo = [p for p, where in seen.items() if not where]
         return todo or None
     old = [p for p, where in seen.items() if where]
     if not old:
         return sources
     if len(old) == len(sources):
-        report.skipped.append(f"{u.label}: imported before into {seen[old[0]]}; --again imports it again")
+        report.skipped.append(f"{u.label}: imported before into {seen[old[0]]}; again=True imports it again")
         return None
     raise InvalidInputError(u.label, f"{len(old)} of its {len(sources)} files were imported before (e.g. "
                             f"{old[0]} into {seen[old[0]]}) and the others not: the source changed since. "
-                            "Import it as a new run with --again, or convert the new files on their own")
+                            "Import it as a new run with again=True, or convert the new files on their own")
 
 
-def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, name: str | None,
-                 episodes: bool, names: Mapping[str, str] | None, autoreset: str | None,
-                 max_episode_steps: int | None, skip_corrupt: bool,
-                 num_envs: int | None, memory_size: int | None, dtype: str, layout: str, images: str,
-                 video: str, progress: bool | None, report: ImportReport, hashes: dict[Path, tuple[str, int]],
-                 now: datetime, hdf5_links: bool = False) -> str:
-    options = ImportOptions(run_id=run_id, name=name, episodes=episodes, names=names, autoreset=autoreset,
-                            max_episode_steps=max_episode_steps, skip_corrupt=skip_corrupt,
-                            num_envs=num_envs, memory_size=memory_size, dtype=dtype, layout=layout,
-                            images=images, video=video, progress=progress, hdf5_links=hdf5_links)
+def _import_unit(st: Store, u: _Unit, todo: list[Path], call: ImportRun, chosen: Mapping[str, Any], *,
+                 report: ImportReport, hashes: dict[Path, tuple[str, int]], now: datetime) -> str:
     snapshot_of: dict[Path, int] = {}
     if u.fmt is not None:  # one format: its own import, through the registry
         assert u.fmt.import_ is not None
@@ -580,32 +590,33 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
         else:
             assert u.path is not None
             sources = [u.path]
-        imported = u.fmt.import_(sources, st, options)
+        imported = u.fmt.import_(sources, st, _call_for(call, u.fmt, chosen))
         rid = imported.run_id
         snapshot_of = imported.snapshot_ids
         report.lines += imported.lines
     else:  # experiment: one run of all of it
         assert u.path is not None
-        rid = run_id or new_run_id()
+        rid = call.run_id or new_run_id()
         events = [p for p in todo if p in u.files]
         memories = [p for p in todo if p in u.memories]
         rel = [os.fspath(p.relative_to(u.path)) for p in events + memories]
-        st.add_run(source="experiment", run_id=rid, name=name or u.path.name, source_path=u.path.resolve(),
+        st.add_run(source="experiment", run_id=rid, name=call.name or u.path.name,
+                   source_path=u.path.resolve(),
                    metadata={"experiment": u.path.name, "files": rel,
                              "not_imported": [os.fspath(p.relative_to(u.path)) for p in u.ignored]})
-        into_run = replace(options, run_id=rid, name=None)
+        into_run = replace(call, run_id=rid, name=None)
         parts = []
         if events:
-            tf = _import_with(_EVENTS)([u.path], st, replace(into_run, existing_run=True))
+            tf = _import_group(_EVENTS, [u.path], st, replace(into_run, existing_run=True), chosen)
             parts.append(tf.summary)
         if memories:
             # (the memory import collects its files' assumptions into its report itself)
-            mem = _import_with(_MEMORY)(memories, st, into_run)
+            mem = _import_group(_MEMORY, memories, st, into_run, chosen)
             report.assumptions += mem.assumptions
             snapshot_of = mem.snapshot_ids
             parts.append(mem.summary)
         what = "; ".join(parts) or "no data files"
-        report.lines.append(f"run {rid}  {name or u.path.name} (experiment {u.path}): {what}"
+        report.lines.append(f"run {rid}  {call.name or u.path.name} (experiment {u.path}): {what}"
                             + (f"; {len(u.ignored)} checkpoint file(s) not imported" if u.ignored else ""))
     rows = [(rid, snapshot_of.get(p), fmt, os.fspath(p.resolve()), *hashes[p])
             for p, fmt in u.sources() if p in todo]
@@ -618,9 +629,15 @@ def _import_unit(st: Store, u: _Unit, todo: list[Path], *, run_id: str | None, n
     return rid
 
 
-def _import_with(group: str) -> registry.ImportFunction:
-    """The import of the format (group) ``group``, as the registry has it."""
+def _import_group(group: str, sources: Sequence[Path], st: Store, call: ImportRun,
+                  chosen: Mapping[str, Any]) -> registry.Imported:
+    """``sources`` imported by the format (group) ``group`` that imports, as the registry has it."""
     fmt = next((f for f in registry.importers() if f.group == group), None)
     if fmt is None or fmt.import_ is None:
         raise InvalidInputError(None, f"no importer of {group} is registered")
-    return fmt.import_
+    return fmt.import_(sources, st, _call_for(call, fmt, chosen))
+
+
+def _call_for(call: ImportRun, fmt: Format, chosen: Mapping[str, Any]) -> ImportRun:
+    """``call`` with ``fmt``'s own options: those chosen for its name, else for its group (else None)."""
+    return replace(call, options=chosen.get(fmt.name, chosen.get(fmt.group)))

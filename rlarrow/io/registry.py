@@ -47,7 +47,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from rlarrow.core.errors import ArgumentError, NotFoundError
 
@@ -61,6 +61,7 @@ __all__ = [
     "Format",
     "ImportFunction",
     "ImportOptions",
+    "ImportRun",
     "Imported",
     "by_suffix",
     "detect",
@@ -74,10 +75,57 @@ __all__ = [
     "writers",
 ]
 
+_O = TypeVar("_O")
+
+
+@dataclass(frozen=True)
+class ImportRun:
+    """What one import is given: the run it goes into, and its format's own options.
+
+    Attributes:
+        run_id: the run to import into (None: a new id).
+        name: the new run's name.
+        existing_run: ``run_id`` names a run made already (an experiment's): add to it, make no
+            new ``runs`` row.
+        progress: progress bars (None: when stderr is a terminal).
+        options: an instance of the format's :attr:`Format.options` class (None: its defaults).
+
+    Example:
+        >>> from rlarrow.io.tfevents.tfevents_options import TfeventsOptions
+        >>> ImportRun(name="ppo", options=TfeventsOptions(skip_corrupt=True)).options.skip_corrupt
+        True
+    """
+
+    run_id: str | None = None
+    name: str | None = None
+    existing_run: bool = False
+    progress: bool | None = None
+    options: Any = None
+
+    def options_or(self, cls: type[_O]) -> _O:
+        """:attr:`options` if it is a ``cls``, its defaults when None.
+
+        Raises:
+            ArgumentError: the options are of another class (another format's).
+        """
+        if self.options is None:
+            return cls()
+        if not isinstance(self.options, cls):
+            raise ArgumentError(f"options={self.options!r}: this format takes {cls.__name__}, "
+                                f"not {type(self.options).__name__}")
+        return self.options
+
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """What ``rlarrow convert`` passes every importer; each format uses the options that apply to it.
+    """Every format's options in one bag: the deprecated way to pass them (rlarrow 0.2).
+
+    Each format now declares its own options class (:attr:`Format.options`: ``MemoryOptions``,
+    ``TfeventsOptions``, ``EnvloggerOptions``, ``MinariOptions``, ``HDF5Options``,
+    ``RldsOptions``, ``LeRobotOptions``) and takes an :class:`ImportRun`; this bag still works
+    where it is built: :meth:`run` gives the :class:`ImportRun` for a format (its fields
+    translated to that format's options), and ``import_paths``' keyword arguments of the
+    same names build the per-format options the same way.
 
     Attributes:
         run_id: the run to import into (None: a new id).
@@ -99,6 +147,10 @@ class ImportOptions:
         progress: progress bars (None: when stderr is a terminal).
         hdf5_links: HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external links
             and virtual datasets whose files lie in the input's own directory.
+
+    Example:
+        >>> ImportOptions(run_id="r1", skip_corrupt=True).run(get("envlogger")).options
+        EnvloggerOptions(skip_corrupt=True)
     """
 
     run_id: str | None = None
@@ -117,6 +169,32 @@ class ImportOptions:
     video: str = "decode"
     progress: bool | None = None
     hdf5_links: bool = False
+
+    def format_options(self, fmt: Format) -> Any:
+        """The options of ``fmt``'s own class these fields make (None: it takes none)."""
+        cls = fmt.options_type()
+        if cls is None:
+            return None
+        fields = _LEGACY_FIELDS.get(cls.__name__, {})
+        return cls(**{new: getattr(self, old) for new, old in fields.items()})
+
+    def run(self, fmt: Format) -> ImportRun:
+        """The :class:`ImportRun` for an import of ``fmt``: the run's fields, and its options."""
+        return ImportRun(run_id=self.run_id, name=self.name, existing_run=self.existing_run,
+                         progress=self.progress, options=self.format_options(fmt))
+
+
+#: ImportOptions' fields by option class: {its field: ImportOptions' field}.
+_LEGACY_FIELDS: dict[str, dict[str, str]] = {
+    "MemoryOptions": {f: f for f in ("num_envs", "memory_size", "dtype", "layout", "episodes", "names",
+                                      "autoreset", "max_episode_steps")},
+    "TfeventsOptions": {"skip_corrupt": "skip_corrupt"},
+    "EnvloggerOptions": {"skip_corrupt": "skip_corrupt"},
+    "MinariOptions": {"allow_hdf5_links": "hdf5_links"},
+    "HDF5Options": {"allow_links": "hdf5_links"},
+    "RldsOptions": {"images": "images"},
+    "LeRobotOptions": {"video": "video"},
+}
 
 
 @dataclass
@@ -139,14 +217,17 @@ class Imported:
 
 
 class ImportFunction(Protocol):
-    """``import_(sources, store, options) -> Imported``: a format's import into an open store.
+    """``import_(sources, store, run) -> Imported``: a format's import into an open store.
+
+    ``run`` is an :class:`ImportRun`: the run to import into, and the format's own options
+    (an instance of its :attr:`Format.options`, or None for their defaults).
 
     ``sources`` are the paths of one unit: the directory of a ``directory`` format, the
     directory or file given of a :attr:`Format.whole` format, else the files of the unit.
     It runs inside the caller's transaction: it must not commit on its own terms.
     """
 
-    def __call__(self, sources: Sequence[Path], store: Store, options: ImportOptions, /) -> Imported:
+    def __call__(self, sources: Sequence[Path], store: Store, run: ImportRun, /) -> Imported:
         """Import ``sources`` into ``store``."""
 
 
@@ -194,7 +275,10 @@ class Format:
         export_help: what ``rlarrow export --format`` says it writes (the same on
             formats of a group is said once).
         export_empty: what ``rlarrow export`` prints when the store held nothing to write.
-        read: ``read(path, options) -> EpisodeSource``: the format read without a store
+        options: the class of the format's own options (a small frozen dataclass whose
+            defaults are the format's defaults), or ``"module:Class"`` to import it only when
+            used; None: it takes none. An import gets an instance in :attr:`ImportRun.options`.
+        read: ``read(path, run) -> EpisodeSource``: the format read without a store
             (episode formats; :mod:`rlarrow.core.sources`); None: no reader of its own.
         write: ``write(source, path, *, overwrite=False, **options) -> [paths written]``:
             an episode source written as this format (what ``rlarrow convert --to`` calls).
@@ -219,8 +303,9 @@ class Format:
     convert_help: tuple[str, str] | None = None
     export_help: str = ""
     export_empty: str = ""
-    read: Callable[[Path, ImportOptions], EpisodeSource] | None = None
+    read: Callable[[Path, ImportRun], EpisodeSource] | None = None
     write: Callable[..., list[Path]] | None = None
+    options: type | str | None = None
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -228,6 +313,21 @@ class Format:
         if self.kind not in ("file", "directory"):
             raise ArgumentError(f"format {self.name!r}: kind must be 'file' or 'directory', "
                                 f"not {self.kind!r}")
+
+    def options_type(self) -> type | None:
+        """The class of :attr:`options` (a ``"module:Class"`` imported now); None: it takes none.
+
+        Example:
+            >>> get("lerobot").options_type().__name__
+            'LeRobotOptions'
+        """
+        if not isinstance(self.options, str):
+            return self.options
+        import importlib
+
+        module, _, name = self.options.partition(":")
+        cls: type = getattr(importlib.import_module(module), name)
+        return cls
 
 
 # --------------------------------------------------------------------------- detection helpers
@@ -329,14 +429,16 @@ def _expand_memory(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
 # --------------------------------------------------------------------------- imports and exports
 
 
-def _import_memory(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+def _import_memory(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
     from rlarrow.io.memory.importer import import_memory
+    from rlarrow.io.memory.memory_options import MemoryOptions
 
-    extra = {} if options.autoreset is None else {"autoreset": options.autoreset}
-    report = import_memory(list(sources), store, run_id=options.run_id, name=options.name,
-                           num_envs=options.num_envs, memory_size=options.memory_size, dtype=options.dtype,
-                           episodes=options.episodes, names=options.names, layout=options.layout,
-                           progress=options.progress, max_episode_steps=options.max_episode_steps, **extra)
+    o = run.options_or(MemoryOptions)
+    extra = {} if o.autoreset is None else {"autoreset": o.autoreset}
+    report = import_memory(list(sources), store, run_id=run.run_id, name=run.name,
+                           num_envs=o.num_envs, memory_size=o.memory_size, dtype=o.dtype,
+                           episodes=o.episodes, names=o.names, layout=o.layout,
+                           progress=run.progress, max_episode_steps=o.max_episode_steps, **extra)
     return Imported(report.run_id, lines=[str(report)], summary=f"{len(report.files)} memory snapshot(s)",
                     assumptions=list(report.assumptions),
                     snapshot_ids={p: report.first_snapshot + i for i, p in enumerate(report.files)})
@@ -352,14 +454,15 @@ def _export_memory(fmt: str) -> ExportFunction:
     return export
 
 
-def _import_tfevents(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+def _import_tfevents(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
     from rlarrow.core.store import new_run_id
     from rlarrow.io.tfevents import import_tfevents
+    from rlarrow.io.tfevents.tfevents_options import TfeventsOptions
 
-    run_id = options.run_id or new_run_id()
+    run_id = run.run_id or new_run_id()
     report = import_tfevents(sources[0] if len(sources) == 1 else list(sources), store, run_id=run_id,
-                             name=options.name, on_corrupt="skip" if options.skip_corrupt else "raise",
-                             progress=options.progress, existing_run=options.existing_run)
+                             name=run.name, on_corrupt=run.options_or(TfeventsOptions).on_corrupt,
+                             progress=run.progress, existing_run=run.existing_run)
     return Imported(run_id, lines=[f"imported {report}", *(f"  run {r}" for r in report.runs)],
                     summary=str(report))
 
@@ -371,12 +474,12 @@ def _export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *,
     return export_tfevents(store, directory, run_id=run_id, overwrite=overwrite)
 
 
-def _import_envlogger(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
-    from rlarrow.io.envlogger import import_envlogger
+def _import_envlogger(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
+    from rlarrow.io.envlogger import EnvloggerOptions, import_envlogger
 
     (directory,) = sources
-    report = import_envlogger(directory, store, run_id=options.run_id, name=options.name,
-                              progress=options.progress, skip_corrupt=options.skip_corrupt)
+    report = import_envlogger(directory, store, run_id=run.run_id, name=run.name, progress=run.progress,
+                              skip_corrupt=run.options_or(EnvloggerOptions).skip_corrupt)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -387,12 +490,12 @@ def _export_envlogger(store: StoreLike, directory: str | os.PathLike[str], *,
     return [export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)]
 
 
-def _import_minari(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
-    from rlarrow.io.minari import import_minari
+def _import_minari(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
+    from rlarrow.io.minari import MinariOptions, import_minari
 
     (directory,) = sources
-    report = import_minari(directory, store, run_id=options.run_id, name=options.name,
-                           progress=options.progress, allow_hdf5_links=options.hdf5_links)
+    report = import_minari(directory, store, run_id=run.run_id, name=run.name, progress=run.progress,
+                           allow_hdf5_links=run.options_or(MinariOptions).allow_hdf5_links)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -404,16 +507,16 @@ def _export_minari(store: StoreLike, directory: str | os.PathLike[str], *, run_i
     return [export_minari(store, directory, run_id=run_id, overwrite=overwrite, data_format=fmt)]
 
 
-def _read_envlogger(path: Path, options: ImportOptions) -> EpisodeSource:
-    from rlarrow.io.envlogger import read_envlogger
+def _read_envlogger(path: Path, run: ImportRun) -> EpisodeSource:
+    from rlarrow.io.envlogger import EnvloggerOptions, read_envlogger
 
-    return read_envlogger(path, run_id=options.run_id, skip_corrupt=options.skip_corrupt)
+    return read_envlogger(path, run_id=run.run_id, skip_corrupt=run.options_or(EnvloggerOptions).skip_corrupt)
 
 
-def _read_hdf5(path: Path, options: ImportOptions) -> EpisodeSource:
+def _read_hdf5(path: Path, run: ImportRun) -> EpisodeSource:
     from rlarrow.io.hdf5 import HDF5Options, read_hdf5
 
-    return read_hdf5(path, run_id=options.run_id, options=HDF5Options(allow_links=options.hdf5_links))
+    return read_hdf5(path, run_id=run.run_id, options=run.options_or(HDF5Options))
 
 
 def _write_robomimic(source: EpisodeSource, directory: str | os.PathLike[str], *,
@@ -429,10 +532,10 @@ def _robomimic_target(directory: str | os.PathLike[str]) -> Path:
     return target if target.suffix.lower() in (".hdf5", ".h5") else target / "demo.hdf5"
 
 
-def _read_rlds(path: Path, options: ImportOptions) -> EpisodeSource:
-    from rlarrow.io.rlds import read_rlds
+def _read_rlds(path: Path, run: ImportRun) -> EpisodeSource:
+    from rlarrow.io.rlds import RldsOptions, read_rlds
 
-    return read_rlds(path, run_id=options.run_id, images=options.images)
+    return read_rlds(path, run_id=run.run_id, options=run.options_or(RldsOptions))
 
 
 def _write_rlds(source: EpisodeSource, directory: str | os.PathLike[str], *,
@@ -442,10 +545,11 @@ def _write_rlds(source: EpisodeSource, directory: str | os.PathLike[str], *,
     return [write_rlds(source, directory, overwrite=overwrite)]
 
 
-def _read_minari(path: Path, options: ImportOptions) -> EpisodeSource:
-    from rlarrow.io.minari import read_minari
+def _read_minari(path: Path, run: ImportRun) -> EpisodeSource:
+    from rlarrow.io.minari import MinariOptions, read_minari
 
-    return read_minari(path, run_id=options.run_id, allow_hdf5_links=options.hdf5_links)
+    links = run.options_or(MinariOptions).allow_hdf5_links
+    return read_minari(path, run_id=run.run_id, allow_hdf5_links=links)
 
 
 def _write_minari(source: EpisodeSource, directory: str | os.PathLike[str], *, overwrite: bool = False,
@@ -472,12 +576,13 @@ def _is_rlds(path: Path) -> bool:
     return path.is_dir() and is_rlds_dir(path)
 
 
-def _import_rlds(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
-    from rlarrow.io.rlds import import_rlds
+def _import_rlds(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
+    from rlarrow.io.rlds import RldsOptions, import_rlds
 
     (directory,) = sources
-    report = import_rlds(directory, store, run_id=options.run_id, name=options.name, images=options.images,
-                         progress=options.progress)
+    o = run.options_or(RldsOptions)
+    report = import_rlds(directory, store, run_id=run.run_id, name=run.name, images=o.images,
+                         splits=None if o.splits is None else list(o.splits), progress=run.progress)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -518,21 +623,23 @@ def _is_lerobot(path: Path) -> bool:
     return path.is_dir() and is_lerobot_dir(path)
 
 
-def _import_lerobot(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
+def _import_lerobot(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
     from rlarrow.io.lerobot import import_lerobot
+    from rlarrow.io.lerobot.lerobot_options import LeRobotOptions
 
     (directory,) = sources
-    report = import_lerobot(directory, store, run_id=options.run_id, name=options.name, video=options.video,
-                            progress=options.progress)
+    report = import_lerobot(directory, store, run_id=run.run_id, name=run.name,
+                            video=run.options_or(LeRobotOptions).video, progress=run.progress)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
-def _import_hdf5(sources: Sequence[Path], store: Store, options: ImportOptions) -> Imported:
-    from rlarrow.io.hdf5 import import_hdf5
+def _import_hdf5(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
+    from rlarrow.io.hdf5 import HDF5Options, import_hdf5
 
     (path,) = sources
-    report = import_hdf5(path, store, run_id=options.run_id, name=options.name, progress=options.progress,
-                         allow_hdf5_links=options.hdf5_links)
+    o = run.options_or(HDF5Options)
+    report = import_hdf5(path, store, run_id=run.run_id, name=run.name, progress=run.progress,
+                         chunk_bytes=o.chunk_bytes, allow_hdf5_links=o.allow_links, layout=o.layout)
     return Imported(report.run_id, lines=[str(report)], summary=str(report))
 
 
@@ -557,6 +664,7 @@ def _memory(name: str) -> Format:
         name=name, summary=_MEMORY_SUMMARIES[name], detect=by_suffix(f".{name}"), kind="file",
         import_=_import_memory, export=_export_memory(name), suffixes=(f".{name}",), group="memory",
         sniff=_memory_sniff(name), expand=_expand_memory, noun=_MEMORY_NOUN,
+        options="rlarrow.io.memory.memory_options:MemoryOptions",
         convert_options=_MEMORY_OPTIONS if name == "csv" else tuple(
             o for o in _MEMORY_OPTIONS if o not in ("--num-envs", "--memory-size", "--float64")),
         export_options=_EXPORT_OPTIONS, convert_help=_MEMORY_HELP, export_help="Memory export format",
@@ -568,7 +676,8 @@ def _memory(name: str) -> Format:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     *(_memory(name) for name in ("pt", "npz", "csv", "parquet")),
     Format(
-        name="envlogger", summary="an envlogger (riegeli) directory of dm_env episodes",
+        name="envlogger", options="rlarrow.io.envlogger:EnvloggerOptions",
+        summary="an envlogger (riegeli) directory of dm_env episodes",
         detect=_is_envlogger, kind="directory", import_=_import_envlogger, export=_export_envlogger,
         read=_read_envlogger,
         suffixes=(".riegeli",), markers=("metadata.riegeli",), noun="envlogger directories",
@@ -577,7 +686,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         export_help="envlogger (a run's episodes as an envlogger directory)",
     ),
     Format(
-        name="minari", summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
+        name="minari", options="rlarrow.io.minari:MinariOptions",
+        summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
         detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
         read=_read_minari, write=_write_minari,
         suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
@@ -587,7 +697,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
     ),
     Format(
-        name="rlds", summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
+        name="rlds", options="rlarrow.io.rlds:RldsOptions",
+        summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
         detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
         read=_read_rlds, write=_write_rlds,
         markers=("dataset_info.json", "features.json"), export_options=_EXPORT_OPTIONS,
@@ -597,7 +708,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
                                   "one run of episodes, every split"),
     ),
     Format(
-        name="lerobot", summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
+        name="lerobot", options="rlarrow.io.lerobot.lerobot_options:LeRobotOptions",
+        summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
         detect=_is_lerobot, kind="directory", import_=_import_lerobot, export=_export_lerobot,
         read=_read_lerobot, write=_write_lerobot, markers=("meta/info.json",),
         export_options=(*_EXPORT_OPTIONS, "--codebase", "--images", "--fps", "--task"),
@@ -608,7 +720,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
                                      "one run of episodes, cameras decoded"),
     ),
     Format(
-        name="hdf5", summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",
+        name="hdf5", options="rlarrow.io.hdf5:HDF5Options",
+        summary="an HDF5 file of D4RL's or robomimic's layout (offline-RL, robot demos)",
         detect=_is_hdf5, kind="file", import_=_import_hdf5, suffixes=(".hdf5", ".h5", ".he5", ".hdf"),
         read=_read_hdf5,
         single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
@@ -622,7 +735,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         export_help="robomimic (a run's episodes as a robomimic .hdf5 file: -o FILE.hdf5, or DIR/demo.hdf5)",
     ),
     Format(
-        name="tfevents", summary="TensorBoard event files of logged scalars",
+        name="tfevents", options="rlarrow.io.tfevents.tfevents_options:TfeventsOptions",
+        summary="TensorBoard event files of logged scalars",
         detect=_is_event_file, kind="file", import_=_import_tfevents, export=_export_tfevents,
         markers=("*tfevents*",), whole=True, noun="TensorBoard event files or log directories",
         convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,

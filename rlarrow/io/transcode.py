@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ __all__ = ["convert_format"]
 
 
 def convert_format(source: str | os.PathLike[str], to: str, output: str | os.PathLike[str], *,
-                   overwrite: bool = False, options: registry.ImportOptions | None = None,
+                   overwrite: bool = False, options: Any = None,
                    **write_options: Any) -> list[Path]:
     """Write the dataset at ``source`` as format ``to`` at ``output``; the paths written.
 
@@ -36,7 +37,10 @@ def convert_format(source: str | os.PathLike[str], to: str, output: str | os.Pat
         to: the format to write (:func:`rlarrow.io.registry.writers`).
         output: where to write it (the format's own target: a directory, or a file).
         overwrite: replace what ``output`` holds (else a target that holds anything is refused).
-        options: the reading options (``images``, ``video``, ``hdf5_links``, ...).
+        options: the reader's options: an instance of the source format's
+            :attr:`~rlarrow.io.registry.Format.options` class (``RldsOptions(images="encoded")``),
+            a mapping of them by format name (``rlarrow convert``'s), or (deprecated) an
+            :class:`~rlarrow.io.registry.ImportOptions`; None: the defaults.
         write_options: the writer's own options (``data_format="arrow"`` for Minari, ...).
 
     Raises:
@@ -45,13 +49,26 @@ def convert_format(source: str | os.PathLike[str], to: str, output: str | os.Pat
     """
     target = registry.get(to)
     if target.write is None:
-        raise ArgumentError(f"--to {to}: rlarrow does not write {to} from episodes; it writes "
+        raise ArgumentError(f"to={to!r}: rlarrow does not write {to} from episodes; it writes "
                             f"{', '.join(f.name for f in registry.writers())}")
     found = registry.detect(source)
     if found is None or found.read is None:
         what = ("no dataset rlarrow recognises" if found is None
                 else f"{found.name}, which has no episode reader")
-        raise UnsupportedInputError(source, f"{what}; rlarrow convert --to reads "
+        raise UnsupportedInputError(source, f"{what}; a dataset converted to another format is one of "
                                     f"{', '.join(f.noun or f.name for f in registry.readers())}")
-    with found.read(Path(source), options or registry.ImportOptions()) as episodes:
+    with found.read(Path(source), _reading(found, options)) as episodes:
         return target.write(episodes, output, overwrite=overwrite, **write_options)
+
+
+def _reading(fmt: registry.Format, options: Any) -> registry.ImportRun:
+    """What ``fmt``'s reader is given: its own options out of ``options`` (see :func:`convert_format`)."""
+    if isinstance(options, registry.ImportOptions):
+        return options.run(fmt)
+    if isinstance(options, Mapping):
+        options = options.get(fmt.name, options.get(fmt.group))
+    cls = fmt.options_type()
+    if options is not None and (cls is None or not isinstance(options, cls)):
+        takes = "no options" if cls is None else f"a {cls.__name__}"
+        raise ArgumentError(f"options={options!r}: the {fmt.name} reader takes {takes}")
+    return registry.ImportRun(options=options)

@@ -49,7 +49,7 @@ def test_what_cannot_be_converted_says_what_can(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="does not write tfevents"):
         convert_format(FIXTURES / "minari" / "cartpole" / "arrow-v0", "tfevents", tmp_path / "o")
     (tmp_path / "x.txt").write_text("hello")
-    with pytest.raises(UnsupportedInputError, match="convert --to reads .*Minari datasets"):
+    with pytest.raises(UnsupportedInputError, match="to another format is one of .*Minari datasets"):
         convert_format(tmp_path / "x.txt", "minari", tmp_path / "o")
 
 
@@ -112,3 +112,22 @@ def test_rlds_to_minari_and_back_keeps_every_value(tmp_path: Path) -> None:
                 assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
             np.testing.assert_array_equal(np.stack(got.column("observation").to_numpy(zero_copy_only=False)),
                                           np.stack(want.column("observation").to_numpy(zero_copy_only=False)))
+
+
+def test_the_reader_takes_its_own_options_only(tmp_path: Path) -> None:
+    from rlarrow.io.minari import MinariOptions, read_minari
+    from rlarrow.io.registry import ImportOptions
+    from rlarrow.io.rlds import RldsOptions
+
+    src = FIXTURES / "minari" / "cartpole" / "arrow-v0"
+    with pytest.raises(ArgumentError, match="the minari reader takes a MinariOptions"):
+        convert_format(src, "minari", tmp_path / "x", options=RldsOptions())
+    assert not (tmp_path / "x").exists()
+    given = {"own": MinariOptions(), "by name": {"minari": MinariOptions()}, "old bag": ImportOptions()}
+    for i, options in enumerate(given.values()):
+        convert_format(src, "minari", tmp_path / str(i), options=options, data_format="arrow")
+    with read_minari(src, run_id="r") as want_source:
+        want = want_source.read()[0].column("action").to_pylist()
+    for i in range(len(given)):
+        with read_minari(tmp_path / str(i), run_id="r") as got:
+            assert got.read()[0].column("action").to_pylist() == want

@@ -316,7 +316,7 @@ class _Check:
         where = path if path == self.top else f"{self.top} (through {path})"
         fix = fix or ("copy the linked data into the file itself (read it with h5py, write it as a "
                       "dataset of this file), or, for links to files beside it, pass "
-                      "--allow-hdf5-links (allow_hdf5_links=True)")
+                      "allow_hdf5_links=True")
         why = "rlarrow reads nothing outside its input" if outside else "refused before anything is read"
         return HDF5RefusedError(where, f"{what}; {why}: {fix}")
 
@@ -413,15 +413,15 @@ class _Check:
         set_prefix = [v for v in _PREFIX_VARIABLES if os.environ.get(v)]
         if set_prefix:
             raise self.refuse(path, f"{what}, and {set_prefix[0]} is set (HDF5 would look there first)",
-                              f"unset {set_prefix[0]} to import with --allow-hdf5-links")
+                              f"unset {set_prefix[0]} to import with allow_hdf5_links=True")
         parts = Path(text).parts
         if not text or os.path.isabs(text) or ".." in parts or "%" in text or "\\" in text:
-            raise self.refuse(path, what, f"with --allow-hdf5-links a link {inside}; copy the data "
+            raise self.refuse(path, what, f"with allow_hdf5_links=True a link {inside}; copy the data "
                               "into the file instead")
         target = Path(os.path.realpath(path.parent / text))
         if not target.is_relative_to(self.root):
             raise self.refuse(path, f"{what}, which resolves to {target}",
-                              f"with --allow-hdf5-links a link {inside} ({self.root}), symlinks resolved; "
+                              f"with allow_hdf5_links=True a link {inside} ({self.root}), symlinks resolved; "
                               "copy the data into the file instead")
         if not target.is_file() or not is_hdf5_file(target):
             raise self.refuse(path, f"{what}, which is not an HDF5 file beside it",

@@ -16,8 +16,8 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.minari.minari_reading import import_minari, is_minari_dir, read_minari
+from rlarrow.io.minari.minari_reading import MinariOptions, import_minari, is_minari_dir, read_minari
 from rlarrow.io.minari.minari_writing import DATA_FORMATS, DATASET_KEYS, export_minari, write_minari
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "import_minari", "is_minari_dir", "read_minari",
-           "write_minari"]
+__all__ = ["DATASET_KEYS", "DATA_FORMATS", "MinariOptions", "export_minari", "import_minari", "is_minari_dir",
+           "read_minari", "write_minari"]

@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from rlarrow.core.store import StoreLike
 from rlarrow.io.codecs.hdf5_files import HDF5RefusedError, open_hdf5
 from rlarrow.io.minari.minari_episodes import Hdf5Episodes, PartEpisodes, read_json
 
-__all__ = ["import_minari", "is_minari_dir", "read_minari"]
+__all__ = ["MinariOptions", "import_minari", "is_minari_dir", "read_minari"]
 
 
 def _data_dir(path: str | os.PathLike[str]) -> tuple[Path, Path] | None:
@@ -202,3 +203,19 @@ def import_minari(
 
 
 _HDF5_FILE = "main_data.hdf5"
+
+
+@dataclass(frozen=True)
+class MinariOptions:
+    """How a Minari dataset is read or imported (:func:`read_minari`, :func:`import_minari`).
+
+    Attributes:
+        allow_hdf5_links: HDF5 backend: follow external links and virtual datasets whose
+            files lie in the dataset's own directory (refused by default; never outside it).
+
+    Example:
+        >>> MinariOptions().allow_hdf5_links
+        False
+    """
+
+    allow_hdf5_links: bool = False

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -81,6 +81,8 @@ class RldsOptions:
         RldsOptions(splits=('train',), images='encoded')
     """
 
+    #: options that apply to RLDS inputs only: set with none given, an import says to leave them out
+    only_with_inputs: ClassVar[tuple[str, ...]] = ("images",)
     splits: tuple[str, ...] | None = None
     images: str = "decode"
 
