@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import rlarrow
+from rlarrow.cli import formats as cli_formats
 from rlarrow.cli.commands import cli
 from rlarrow.io import registry
 from rlarrow.io.importing import import_paths
@@ -108,15 +109,31 @@ def test_the_cli_export_choices_are_the_registry_exporters():
 def test_every_declared_option_is_an_option_of_its_command():
     flags = {name: {o for p in cli.commands[name].params for o in p.opts} for name in ("convert", "export")}
     for fmt in registry.FORMATS.values():
-        assert set(fmt.convert_options) <= flags["convert"], fmt.name
-        assert set(fmt.export_options) <= flags["export"], fmt.name
+        assert set(cli_formats.convert_flags(fmt)) <= flags["convert"], fmt.name
+        assert set(cli_formats.export_flags(fmt)) <= flags["export"], fmt.name
+    # the CLI's words are the CLI's: rlarrow's own formats carry none of them
+    assert not any(f.convert_help or f.export_help or f.convert_options or f.export_options or f.export_empty
+                   for f in registry.FORMATS.values())
+    assert set(cli_formats.CONVERT_HELP) == {f.name for f in registry.importers()}
+    assert set(cli_formats.EXPORT_HELP) == {f.name for f in registry.exporters()}
 
 
 def test_the_convert_help_lists_every_importer():
     text = CliRunner().invoke(cli, ["convert", "--help"]).output
     for fmt in registry.importers():
-        assert fmt.convert_help is not None
-        assert fmt.convert_help[0] in text and fmt.convert_help[1].split("\n")[0] in text
+        said = cli_formats.convert_help(fmt)
+        assert said is not None
+        assert said[0] in text and said[1].split("\n")[0] in text
+
+
+def test_a_plugin_format_without_cli_words_gets_its_summary():
+    plain = Format(name="plain", summary="plain numbers, one a line", detect=registry.by_suffix(".num"),
+                   import_=_toy_import, export=lambda *a, **k: [], suffixes=(".num",))
+    assert cli_formats.convert_help(plain) == ("*.num", "plain numbers, one a line")
+    assert cli_formats.export_help(plain) == "plain (plain numbers, one a line)"
+    assert cli_formats.export_empty(plain) == "nothing to export as plain in the store"
+    # its own words, where it has them
+    assert cli_formats.convert_help(TOY) == ("*.toy", "toy files: one run")
 
 
 def test_importing_the_registry_imports_no_format():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from rlarrow._version import __version__
+from rlarrow.cli import formats
 from rlarrow.core.errors import RLArrowError, RLArrowWarning
 from rlarrow.io import registry
 
@@ -508,7 +509,8 @@ def _convert_help() -> str:
         "                  (--episodes) episodes; checkpoints are not imported",
         "  runs/           every experiment below it, one run each",
     ]
-    for pattern, text in dict.fromkeys(f.convert_help for f in registry.importers() if f.convert_help):
+    helps = (formats.convert_help(f) for f in registry.importers())
+    for pattern, text in dict.fromkeys(h for h in helps if h is not None):
         first, *more = text.split("\n")
         if len(pattern) < 16:
             lines.append(f"  {pattern:<16}{first}")
@@ -526,7 +528,7 @@ def _convert_help() -> str:
 
 def _export_format_help() -> str:
     """``rlarrow export --format``'s help: what each registered exporter writes."""
-    said = list(dict.fromkeys(f.export_help or f.name for f in registry.exporters()))
+    said = list(dict.fromkeys(formats.export_help(f) for f in registry.exporters()))
     return (", ".join(said[:-1]) + ", or " + said[-1] if len(said) > 1 else said[0]) + "."
 
 
@@ -590,10 +592,12 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
     from rlarrow.io.importing import import_paths
 
+    flags = {"num_envs": num_envs, "memory_size": memory_size, "float64": float64, "layout": layout,
+             "episodes": episodes, "skip_corrupt": skip_corrupt, "autoreset": autoreset,
+             "max_episode_steps": max_episode_steps, "keep_images_encoded": keep_images_encoded,
+             "keep_video": keep_video, "allow_hdf5_links": allow_hdf5_links}
     if to is not None:
-        _convert_to(inputs, to, store, overwrite=overwrite, hdf5_links=allow_hdf5_links,
-                    images="encoded" if keep_images_encoded else "decode",
-                    video="keep" if keep_video else "decode")
+        _convert_to(inputs, to, store, overwrite=overwrite, options=formats.convert_options(flags))
         return
 
     names = None
@@ -606,27 +610,22 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
                                        "commas, e.g. states=observations,next_states=next_observations")
             names[role] = tensor
     try:
-        report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again, episodes=episodes,
-                              names=names, autoreset=None if autoreset == "auto" else autoreset,
-                              max_episode_steps=max_episode_steps,
-                              skip_corrupt=skip_corrupt, num_envs=num_envs, memory_size=memory_size,
-                              dtype="float64" if float64 else "float32", layout=layout,
-                              images="encoded" if keep_images_encoded else "decode",
-                              video="keep" if keep_video else "decode", hdf5_links=allow_hdf5_links)
+        report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again,
+                              options=formats.convert_options({**flags, "names": names}))
     except (Exception, KeyboardInterrupt):
         click.echo("convert: nothing was committed; the store is as it was before", err=True)
         raise
     click.echo(cli_spelling(str(report)))
 
 
-def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool, **options: Any) -> None:
+def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool,
+                options: dict[str, Any]) -> None:
     """``rlarrow convert INPUT --to FORMAT -o OUTPUT``: one dataset to another format, no store."""
     from rlarrow.io.transcode import convert_format
 
     if len(inputs) != 1:
         raise click.UsageError(f"--to {to} writes one dataset: give one INPUT, not {len(inputs)}")
-    written = convert_format(inputs[0], to, output, overwrite=overwrite,
-                             options=registry.ImportOptions(**options))
+    written = convert_format(inputs[0], to, output, overwrite=overwrite, options=options)
     click.echo(f"wrote {', '.join(str(p) for p in written)} as {to} from {inputs[0]}")
 
 
@@ -669,19 +668,19 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     assert target.export is not None  # (the --format choices are the exporters)
     options: dict[str, Any] = {}
     if data_format is not None:
-        if "--data-format" not in target.export_options:
+        if "--data-format" not in formats.export_flags(target):
             raise click.UsageError(f"--data-format applies to --format minari, not {fmt}")
         options["data_format"] = data_format
     for flag, key, value in (("--codebase", "codebase", codebase), ("--images", "images", images),
                              ("--fps", "fps", fps), ("--task", "task", task)):
         if value is not None:
-            if flag not in target.export_options:
+            if flag not in formats.export_flags(target):
                 raise click.UsageError(f"{flag} applies to --format lerobot, not {fmt}")
             options[key] = value
     export_fn: Any = target.export  # (an exporter's own options beyond the protocol's)
     paths = export_fn(store, directory, run_id=run_id, overwrite=overwrite, **options)
     if not paths:
-        click.echo(target.export_empty or f"nothing to export as {fmt} in the store")
+        click.echo(formats.export_empty(target))
         return
     for p in paths:
         click.echo(f"wrote {p}")

@@ -3,7 +3,8 @@
 Each format is one :class:`Format`: its name, how to recognise it (:attr:`Format.detect`),
 how to import it into a store and export a store to it (thin callables over the format's
 own module, imported only when called), the file suffixes and marker files that identify
-it, the CLI options that apply to it and the help line the CLI prints. :data:`FORMATS`
+it, and the class of its own options (:attr:`Format.options`). What the command line says
+about it (flags, help lines) is in :mod:`rlarrow.cli.formats`. :data:`FORMATS`
 holds them, in the order detection tries them:
 
 * ``pt``, ``npz``, ``csv``, ``parquet``: replay-memory exports (:mod:`rlarrow.io.memory`),
@@ -268,13 +269,12 @@ class Format:
             no known name, folders without other formats' files, globs): the files they
             name, raising :class:`FileNotFoundError` when none (its message says why).
         noun: what messages call its inputs, plural (``"envlogger directories"``).
-        convert_options: the ``rlarrow convert`` options that apply to it.
-        export_options: the ``rlarrow export`` options that apply to it.
-        convert_help: ``(INPUT, what it becomes)`` for ``rlarrow convert --help`` (the
-            same pair on formats of a group is printed once).
-        export_help: what ``rlarrow export --format`` says it writes (the same on
-            formats of a group is said once).
-        export_empty: what ``rlarrow export`` prints when the store held nothing to write.
+        convert_options, export_options, convert_help, export_help, export_empty: deprecated
+            (rlarrow 0.2): the command line's words about a format live in
+            :mod:`rlarrow.cli.formats`, keyed by name; a plugin format may still set these
+            (its flags, ``(INPUT, what it becomes)``, its export help line and what an empty
+            export prints), else the CLI says its :attr:`summary`. rlarrow's own formats
+            leave them empty.
         options: the class of the format's own options (a small frozen dataclass whose
             defaults are the format's defaults), or ``"module:Class"`` to import it only when
             used; None: it takes none. An import gets an instance in :attr:`ImportRun.options`.
@@ -645,11 +645,6 @@ def _import_hdf5(sources: Sequence[Path], store: Store, run: ImportRun) -> Impor
 
 # --------------------------------------------------------------------------- the formats
 
-_MEMORY_OPTIONS = ("--num-envs", "--memory-size", "--float64", "--run-id", "--name", "--layout", "--episodes",
-                   "--names", "--autoreset", "--max-episode-steps", "--again")
-_EXPORT_OPTIONS = ("--run-id", "--overwrite")
-_MEMORY_HELP = ("*.pt *.npz *.csv *.parquet",
-                "replay-memory exports: snapshots of one run (files, folders, globs)")
 _MEMORY_NOUN = "memory exports (.pt .npz .csv .parquet)"
 _MEMORY_SUMMARIES = {
     "pt": "a skrl/rofunc replay memory saved by torch.save (.pt)",
@@ -665,10 +660,6 @@ def _memory(name: str) -> Format:
         import_=_import_memory, export=_export_memory(name), suffixes=(f".{name}",), group="memory",
         sniff=_memory_sniff(name), expand=_expand_memory, noun=_MEMORY_NOUN,
         options="rlarrow.io.memory.memory_options:MemoryOptions",
-        convert_options=_MEMORY_OPTIONS if name == "csv" else tuple(
-            o for o in _MEMORY_OPTIONS if o not in ("--num-envs", "--memory-size", "--float64")),
-        export_options=_EXPORT_OPTIONS, convert_help=_MEMORY_HELP, export_help="Memory export format",
-        export_empty="no memory snapshots in the store",
     )
 
 
@@ -681,9 +672,6 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         detect=_is_envlogger, kind="directory", import_=_import_envlogger, export=_export_envlogger,
         read=_read_envlogger,
         suffixes=(".riegeli",), markers=("metadata.riegeli",), noun="envlogger directories",
-        convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,
-        convert_help=("ENVLOGGER_DIR", "an envlogger directory (metadata.riegeli): one run of episodes"),
-        export_help="envlogger (a run's episodes as an envlogger directory)",
     ),
     Format(
         name="minari", options="rlarrow.io.minari:MinariOptions",
@@ -691,33 +679,21 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
         read=_read_minari, write=_write_minari,
         suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
-        convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
-        export_options=(*_EXPORT_OPTIONS, "--data-format"),
-        export_help="minari (a run's episodes as a Minari dataset; --data-format hdf5|arrow|parquet)",
-        convert_help=("MINARI_DIR", "a Minari dataset (arrow, parquet or HDF5): one run of episodes"),
     ),
     Format(
         name="rlds", options="rlarrow.io.rlds:RldsOptions",
         summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
         detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
         read=_read_rlds, write=_write_rlds,
-        markers=("dataset_info.json", "features.json"), export_options=_EXPORT_OPTIONS,
-        export_help="rlds (a run's episodes as an RLDS dataset that tfds.builder_from_directory reads)",
-        noun="RLDS/TFDS datasets", convert_options=("--run-id", "--name", "--again", "--keep-images-encoded"),
-        convert_help=("TFDS_DIR", "an RLDS dataset (dataset_info.json, features.json, *.tfrecord-*):\n"
-                                  "one run of episodes, every split"),
+        markers=("dataset_info.json", "features.json"),
+        noun="RLDS/TFDS datasets",
     ),
     Format(
         name="lerobot", options="rlarrow.io.lerobot.lerobot_options:LeRobotOptions",
         summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
         detect=_is_lerobot, kind="directory", import_=_import_lerobot, export=_export_lerobot,
         read=_read_lerobot, write=_write_lerobot, markers=("meta/info.json",),
-        export_options=(*_EXPORT_OPTIONS, "--codebase", "--images", "--fps", "--task"),
-        export_help=("lerobot (a run's episodes as a LeRobot dataset; --codebase v3.0|v2.1, "
-                     "--images auto|video|png)"),
-        noun="LeRobot datasets", convert_options=("--run-id", "--name", "--again", "--keep-video"),
-        convert_help=("LEROBOT_DIR", "a LeRobot v3.0 or v2.x dataset (meta/info.json, data/, videos/):\n"
-                                     "one run of episodes, cameras decoded"),
+        noun="LeRobot datasets",
     ),
     Format(
         name="hdf5", options="rlarrow.io.hdf5:HDF5Options",
@@ -725,25 +701,16 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         detect=_is_hdf5, kind="file", import_=_import_hdf5, suffixes=(".hdf5", ".h5", ".he5", ".hdf"),
         read=_read_hdf5,
         single=True, sniff=_sniff_hdf5, noun="HDF5 files (D4RL, robomimic)",
-        convert_options=("--run-id", "--name", "--again", "--allow-hdf5-links"),
-        convert_help=("FILE.hdf5", "a D4RL or robomimic HDF5 file: one run of episodes each"),
     ),
     Format(
         name="robomimic", summary="a run's episodes as a robomimic HDF5 file (data/demo_<i>), export only",
         detect=_never, kind="file", export=_export_robomimic, suffixes=(".hdf5",), write=_write_robomimic,
-        export_options=_EXPORT_OPTIONS,
-        export_help="robomimic (a run's episodes as a robomimic .hdf5 file: -o FILE.hdf5, or DIR/demo.hdf5)",
     ),
     Format(
         name="tfevents", options="rlarrow.io.tfevents.tfevents_options:TfeventsOptions",
         summary="TensorBoard event files of logged scalars",
         detect=_is_event_file, kind="file", import_=_import_tfevents, export=_export_tfevents,
         markers=("*tfevents*",), whole=True, noun="TensorBoard event files or log directories",
-        convert_options=("--run-id", "--name", "--skip-corrupt", "--again"), export_options=_EXPORT_OPTIONS,
-        convert_help=("LOGDIR", "TensorBoard event files: one run per TensorBoard run\n"
-                                "(add_scalars folders become RUN_ID/<folder>)"),
-        export_help="tfevents (the scalars as TensorBoard event files, DIR/<run_id>/)",
-        export_empty="no scalars in the store",
     ),
 )}
 
