@@ -29,15 +29,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from rlarrow._version import __version__
-from rlarrow.cli import formats
-from rlarrow.core.errors import RLArrowError, RLArrowWarning
-from rlarrow.io import registry
+from rlarrow.core.errors import RLArrowError
 
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreReader
 
-__all__ = ["cli", "cli_spelling", "compact", "convert", "delete", "export", "friendly_errors", "history",
-           "info", "label", "main", "merge", "migrate", "plot", "push", "repair", "sql_command", "vacuum"]
+__all__ = ["cli", "cli_spelling", "compact", "delete", "friendly_errors", "history", "info", "label", "main",
+           "merge", "migrate", "push", "repair", "vacuum"]
+
+#: commands of other modules (registered on :func:`cli` in :mod:`rlarrow.cli`), still importable from here
+_ELSEWHERE = {"convert": "rlarrow.cli.transfer_commands", "export": "rlarrow.cli.transfer_commands",
+              "sql_command": "rlarrow.cli.query_commands", "plot": "rlarrow.cli.query_commands"}
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -497,376 +499,6 @@ def merge(store: str, others: tuple[str, ...]) -> None:
                    + f" merged (version {st.version})")
 
 
-def _convert_help() -> str:
-    """``rlarrow convert --help``: the experiment layouts, then one entry per registered format."""
-    lines = [
-        "Import into STORE: experiment directories and the formats listed below.",
-        "",
-        "\b",
-        "Each input becomes runs of the store:",
-        "  runs/EXP        an experiment directory (skrl: event files, memories/, checkpoints/):",
-        "                  ONE run named EXP holding its scalars, memory snapshots and",
-        "                  (--episodes) episodes; checkpoints are not imported",
-        "  runs/           every experiment below it, one run each",
-    ]
-    helps = (formats.convert_help(f) for f in registry.importers())
-    for pattern, text in dict.fromkeys(h for h in helps if h is not None):
-        first, *more = text.split("\n")
-        if len(pattern) < 16:
-            lines.append(f"  {pattern:<16}{first}")
-        else:
-            lines += [f"  {pattern}", f"  {'':<16}{first}"]
-        lines += [f"  {'':<16}{line}" for line in more]
-    lines += [
-        "",
-        "Every source is hashed first: one the store holds already is skipped, with a message",
-        "naming its run (--again imports it again). One convert commits all or nothing: if",
-        "anything fails, the store is left as it was.",
-    ]
-    return "\n".join(lines)
-
-
-def _export_format_help() -> str:
-    """``rlarrow export --format``'s help: what each registered exporter writes."""
-    said = list(dict.fromkeys(formats.export_help(f) for f in registry.exporters()))
-    return (", ".join(said[:-1]) + ", or " + said[-1] if len(said) > 1 else said[0]) + "."
-
-
-@cli.command(help=_convert_help())
-@click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", "store", required=True, type=click.Path(file_okay=False),
-              help="The store to write into (created when missing).")
-@click.option("--num-envs", type=click.IntRange(min=1),
-              help="Environments of csv exports (csv files do not record it; 1 is assumed).")
-@click.option("--memory-size", type=click.IntRange(min=1),
-              help="Memory size of csv exports (default: the rows in the file per env).")
-@click.option("--float64", "float64", is_flag=True, help="Read csv floats as float64 (default float32).")
-@click.option("--run-id", help="File the snapshots under this run (new or existing).")
-@click.option("--name", help="A name for the new run.")
-@click.option("--layout", type=click.Choice(["binary", "list", "auto"]), default="binary",
-              show_default=True,
-              help="How a new memory table stores tensors: binary (fast, compact) or list (SQL reaches "
-                   "elements).")
-@click.option("--episodes", is_flag=True,
-              help="Also unroll the snapshots into the episodes and steps tables (needs states, actions, "
-                   "rewards, terminated tensors); one memory's consecutive exports unroll as one time "
-                   "series. csv exports need --num-envs.")
-@click.option("--skip-corrupt", is_flag=True,
-              help="tfevents: skip records whose checksum fails (counted) instead of stopping; "
-                   "envlogger: import the episodes that are whole and list the damaged ones skipped.")
-@click.option("--names", "names_text", metavar="ROLE=TENSOR,...",
-              help="With --episodes: which memory tensor plays which role, e.g. states=obs,actions=act "
-                   "(roles: states, actions, rewards, next_states, terminated, truncated). skrl 1 names "
-                   "(states, next_states) and skrl 2 names (observations, next_observations) are known.")
-@click.option("--autoreset", type=click.Choice(["auto", "next-step", "same-step", "none"]), default="auto",
-              show_default=True,
-              help="With --episodes: how the vector env reset finished episodes (gymnasium 1.x make_vec: "
-                   "next-step). auto: detected from the data where it shows.")
-@click.option("--max-episode-steps", type=click.IntRange(min=1), metavar="N",
-              help="With --episodes: the env's time limit, for memories without a truncated tensor (skrl's "
-                   "DQN): episodes are cut after N steps as gymnasium's TimeLimit truncates them.")
-@click.option("--again", is_flag=True,
-              help="Import sources the store already holds (same content) once more, as new runs "
-                   "(default: skip them, saying so).")
-@click.option("--keep-images-encoded", is_flag=True,
-              help="RLDS datasets: keep each image's PNG/JPEG bytes (a binary field, decoded on demand "
-                   "with rlarrow.io.rlds.decode_image; exported back as they are) instead of uint8 pixels.")
-@click.option("--keep-video", is_flag=True,
-              help="LeRobot datasets: keep the cameras as video (the store's video layout: each episode's "
-                   "segment copied, not decoded; readers decode frames on demand) instead of uint8 frames.")
-@click.option("--allow-hdf5-links", is_flag=True,
-              help="HDF5 files (D4RL, robomimic, Minari's HDF5 backend): follow external links and virtual "
-                   "datasets whose files lie in the input's own directory (refused by default; never "
-                   "outside it, whatever this flag).")
-@click.option("--to", "to", type=click.Choice([f.name for f in registry.writers()]),
-              help="Write the one INPUT dataset as this format at -o (a dataset, not a store), streamed "
-                   "from reader to writer without a store.")
-@click.option("--overwrite", is_flag=True, help="With --to: replace what the output holds.")
-@friendly_errors
-def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
-            float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
-            skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
-            again: bool,
-            keep_images_encoded: bool, keep_video: bool, allow_hdf5_links: bool = False,
-            to: str | None = None, overwrite: bool = False) -> None:
-    """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
-    from rlarrow.io.importing import import_paths
-
-    flags = {"num_envs": num_envs, "memory_size": memory_size, "float64": float64, "layout": layout,
-             "episodes": episodes, "skip_corrupt": skip_corrupt, "autoreset": autoreset,
-             "max_episode_steps": max_episode_steps, "keep_images_encoded": keep_images_encoded,
-             "keep_video": keep_video, "allow_hdf5_links": allow_hdf5_links}
-    if to is not None:
-        _convert_to(inputs, to, store, overwrite=overwrite, options=formats.convert_options(flags))
-        return
-
-    names = None
-    if names_text:
-        names = {}
-        for item in names_text.split(","):
-            role, eq, tensor = item.strip().partition("=")
-            if not eq or not role or not tensor:
-                raise click.UsageError(f"--names {names_text!r}: write ROLE=TENSOR pairs separated by "
-                                       "commas, e.g. states=observations,next_states=next_observations")
-            names[role] = tensor
-    try:
-        report = import_paths(list(inputs), store, run_id=run_id, name=name, again=again,
-                              options=formats.convert_options({**flags, "names": names}))
-    except (Exception, KeyboardInterrupt):
-        click.echo("convert: nothing was committed; the store is as it was before", err=True)
-        raise
-    click.echo(cli_spelling(str(report)))
-
-
-def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool,
-                options: dict[str, Any]) -> None:
-    """``rlarrow convert INPUT --to FORMAT -o OUTPUT``: one dataset to another format, no store."""
-    from rlarrow.io.transcode import convert_format
-
-    if len(inputs) != 1:
-        raise click.UsageError(f"--to {to} writes one dataset: give one INPUT, not {len(inputs)}")
-    written = convert_format(inputs[0], to, output, overwrite=overwrite, options=options)
-    click.echo(f"wrote {', '.join(str(p) for p in written)} as {to} from {inputs[0]}")
-
-
-@cli.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
-@click.option("-o", "--output", "directory", required=True, type=click.Path(),
-              help="Directory to write into: memory exports go to DIR/memories/ (as skrl writes them), a "
-                   "run's episodes are the dataset DIR (envlogger, minari, rlds, lerobot), event files go "
-                   "to DIR/<run_id>/; robomimic: the .hdf5 file.")
-@click.option("--format", "fmt", type=click.Choice([f.name for f in registry.exporters()]),
-              default="pt", show_default=True, help=_export_format_help())
-@click.option("--run-id", help="Memory formats: only this run's snapshots; episode formats: the run to "
-                               "export (needed when the store holds several).")
-@click.option("--overwrite", is_flag=True,
-              help="Replace what the target holds (DIR/memories/, the dataset DIR, a run's event files, the "
-                   ".hdf5 file); without it a target that holds anything is refused.")
-@click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
-              help="minari: Minari's backend to write (default hdf5, Minari's own default).")
-@click.option("--codebase", type=click.Choice(["v3.0", "v2.1"]),
-              help="lerobot: the LeRobot codebase to write (default v3.0, lerobot 0.4 on; v2.1 for "
-                   "lerobot 0.1 to 0.3).")
-@click.option("--images", type=click.Choice(["auto", "video", "png"]),
-              help="lerobot: camera frames as AV1 video (lossy, LeRobot's default) or PNG images "
-                   "(lossless); auto keeps a LeRobot run's own choice, else video.")
-@click.option("--fps", type=click.IntRange(min=1),
-              help="lerobot: frames per second (default: the run's own for a LeRobot import, else 30).")
-@click.option("--task", help="lerobot: the task of every episode of a run not imported from LeRobot "
-                             "(default: the run's name).")
-@friendly_errors
-def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool,
-           data_format: str | None, codebase: str | None, images: str | None, fps: int | None,
-           task: str | None) -> None:
-    """Write STORE back out: memory snapshots, a run's episodes, or scalars as event files.
-
-    Memory snapshots go as skrl exports (pt, npz, csv, parquet), a run's episodes as an
-    envlogger directory, a Minari dataset, an RLDS (TFDS) directory, a LeRobot dataset or a
-    robomimic .hdf5 file, the scalars as TensorBoard event files (DIR/<run_id>/).
-    """
-    target = registry.get(fmt)
-    assert target.export is not None  # (the --format choices are the exporters)
-    options: dict[str, Any] = {}
-    if data_format is not None:
-        if "--data-format" not in formats.export_flags(target):
-            raise click.UsageError(f"--data-format applies to --format minari, not {fmt}")
-        options["data_format"] = data_format
-    for flag, key, value in (("--codebase", "codebase", codebase), ("--images", "images", images),
-                             ("--fps", "fps", fps), ("--task", "task", task)):
-        if value is not None:
-            if flag not in formats.export_flags(target):
-                raise click.UsageError(f"{flag} applies to --format lerobot, not {fmt}")
-            options[key] = value
-    export_fn: Any = target.export  # (an exporter's own options beyond the protocol's)
-    paths = export_fn(store, directory, run_id=run_id, overwrite=overwrite, **options)
-    if not paths:
-        click.echo(formats.export_empty(target))
-        return
-    for p in paths:
-        click.echo(f"wrote {p}")
-    click.echo(f"wrote {len(paths)} file(s) to {directory}")
-
-
-def _layouts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int] | None:
-    """``--layout N`` (steps layout N) or ``--layout TABLE=N``, repeatable, as ``connect``'s ``layout``."""
-    out: dict[str, int] = {}
-    for value in values:
-        table, eq, number = value.rpartition("=")
-        if not eq:
-            table = "steps"
-        if table not in ("steps", "memory") or not number.isdigit() or int(number) < 1:
-            raise click.BadParameter(f"{value!r}: give a steps layout's number (2) or TABLE=N (steps=2, "
-                                     "memory=2); `rlarrow info STORE` lists the layouts", ctx, param)
-        out[table] = int(number)
-    return out or None
-
-
-_LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps layout N: steps, "
-                "transitions, "
-                "episode_returns) or TABLE=N (memory=2); repeatable. Without it the combined views widen a "
-                "column whose types differ where exact, else leave it out (a note says which); "
-                "`rlarrow info STORE` lists the layouts.")
-
-
-@cli.command("sql")
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
-@click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True,
-              help="table: a readable box (csv with -o); csv, json (one object per line), parquet: "
-                   "streamed to -o FILE or to stdout.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to this file.")
-@click.option("--max-rows", type=click.IntRange(min=0), default=40, show_default=True,
-              help="Rows shown by --format table.")
-@click.option("--tensor", "tensors", multiple=True, metavar="NAME=TABLE.COLUMN",
-              help="csv/json: result column NAME holds the binary-layout tensor TABLE.COLUMN (for a renamed "
-                   "column, e.g. obs=steps.observation); repeatable.")
-@click.option("--version", "version", type=click.IntRange(min=0), metavar="N",
-              help="Query the store as it was at version N (`rlarrow history STORE` lists them).")
-@click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts, help=_LAYOUT_HELP)
-@friendly_errors
-def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: int,
-                tensors: tuple[str, ...], version: int | None, layouts: dict[str, int] | None) -> None:
-    """Run a SQL QUERY over STORE with DuckDB.
-
-    Views: runs, episodes, steps, scalars, memory, transitions. Macros: episode_returns(gamma),
-    discounted_return(rewards, gamma), success_rate(flag), smoothed(n), ema(weight),
-    steps_to_threshold(tag, threshold[, direction := 'below']). See docs/format.md for the columns.
-
-    Binary-layout tensors (convert's default) are BLOBs in steps and memory; the views
-    steps_decoded, memory_decoded and transitions_decoded hold them decoded to arrays of their
-    dtype and shape, exactly, and tensor_<dtype>_<shape>(blob) decodes one (`rlarrow info STORE`
-    lists the tensor columns).
-
-    A store whose runs' tensors differ (a PPO and a DQN run: float and integer actions) keeps
-    each set in a layout of its own; each has its exact views (steps_2, transitions_2,
-    memory_2, steps_2_decoded...), and steps, transitions and memory combine them: a column
-    whose types differ is widened where every value fits exactly (int32 and int64 to int64,
-    float32 and float64 to float64), else left out, and a note on stderr says which.
-    --layout 2 (or steps=2, memory=2) makes a table's plain views read that layout alone.
-
-    csv, json and parquet stream the result batch by batch, whatever its size. In csv and json,
-    tensors are nested lists ([[1.0, 2.0], [3.0, 4.0]]) and dict observations JSON objects;
-    floats read back exactly; NaN and infinities are NaN, Infinity, -Infinity (strings in json).
-
-    \b
-    Examples:
-      rlarrow sql runs.rlarrow 'select run_id, avg("return") from episodes group by all'
-      rlarrow sql runs.rlarrow "select * from transitions" -o transitions.parquet --format parquet
-      rlarrow sql runs.rlarrow "select step, observation from steps limit 5" --format json
-      rlarrow sql runs.rlarrow "select states[1] from memory_decoded limit 5"
-      rlarrow sql runs.rlarrow "select * from steps_to_threshold('train/loss', 0.05, direction := 'below')"
-      rlarrow sql runs.rlarrow "select count(*) from episodes" --version 12
-      rlarrow sql runs.rlarrow "select * from episode_returns(0.99)" --layout steps=2
-    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
-    import duckdb
-    import pyarrow as pa
-
-    from rlarrow.query import output as _export
-    from rlarrow.query.connection import export_relation, readonly_store, tables_read
-    from rlarrow.query.views import connect_checked
-
-    if not query.strip():
-        raise click.UsageError("QUERY is empty: give a SQL query, e.g. 'select * from episodes limit 5'")
-    given: dict[str, str] = {}
-    for item in tensors:
-        name, eq, column = item.partition("=")
-        if not eq or not name or "." not in column:
-            raise click.UsageError(f"--tensor {item!r}: write NAME=TABLE.COLUMN, e.g. obs=steps.observation")
-        given[name] = column
-    if fmt == "table" and output is not None:
-        fmt = "csv"
-    binary_out: Any = None
-    if fmt != "table" and output is None:
-        binary_out = getattr(sys.stdout, "buffer", None)
-        if binary_out is None:
-            raise click.UsageError("stdout takes no bytes here; give -o FILE")
-        if fmt == "parquet" and binary_out.isatty():
-            raise click.UsageError("--format parquet writes binary: give -o FILE, or pipe stdout to a file")
-    st = readonly_store(store, version)
-    try:
-        hints = _export.resolve_tensor_types(st, given)
-    except ValueError as exc:
-        raise click.UsageError(cli_spelling(str(exc))) from None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RLArrowWarning)
-        # (the files of the tables the query reads are checked whole first: Store.verify)
-        con = connect_checked(st, ema_window=None, database=":memory:", version=None, layout=layouts,
-                              warn=True, verify=tables_read(query))
-    for w in caught:
-        if issubclass(w.category, RLArrowWarning):
-            click.echo(f"note: {w.message}", err=True)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    try:
-        try:
-            rel = con.sql(query)
-        except duckdb.Error as exc:
-            raise click.ClickException(
-                f"{exc}\n(views: runs, episodes, steps, scalars, memory, sources, stats, videos, "
-                "transitions, and steps_decoded, memory_decoded, transitions_decoded; a table of several "
-                "layouts also steps_N, transitions_N, memory_N, and --layout picks one; `rlarrow info "
-                "STORE` lists the columns)") from None
-        if rel is None:
-            click.echo("ok")
-            return
-        if fmt == "table":
-            click.echo(_box(rel, max_rows))
-            return
-        try:
-            rows = export_relation(st, rel, binary_out if output is None else output, fmt, hints=hints,
-                                   overwrite=True)
-        except (duckdb.Error, pa.ArrowException) as exc:
-            raise click.ClickException(f"the query failed while its rows were written: {exc}") from None
-    finally:
-        con.close()
-    if output is not None:
-        click.echo(f"wrote {rows} rows to {output}", err=True)
-
-
-@cli.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
-@click.option("--tag", "tags", multiple=True, help="A scalar tag to draw (repeat for more panels).")
-@click.option("--run", "runs", multiple=True, metavar="RUN",
-              help="Only this run, by id or name (repeat for more); default: all.")
-@click.option("--group-by", metavar="name|source|KEY",
-              help="Draw mean ± std per group of runs: by a runs column (name, source, ...) or a metadata "
-                   "key (algo, params.lr); default: one across all runs.")
-@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Moving average over this many points (--episodes: 10 when not given).")
-@click.option("--episodes", is_flag=True,
-              help="Draw episode returns against env steps (curve and histogram) instead of tags.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="The image to write (png, svg, pdf).")
-@click.option("--layout", "layouts", multiple=True, metavar="N|TABLE=N", callback=_layouts,
-              help="Only the runs whose steps are in steps layout N (or TABLE=N: memory=2), for a store "
-                   "whose runs' tensors differ (PPO and DQN runs); `rlarrow info STORE` lists the layouts.")
-@friendly_errors
-def plot(store: str, tags: tuple[str, ...], runs: tuple[str, ...], group_by: str | None, smooth: int,
-         episodes: bool, output: str, layouts: dict[str, int] | None) -> None:
-    """Draw learning curves of STORE's scalars (--tag), or its episode returns (--episodes).
-
-    A line per run and, with two runs or more, their mean ± std: one band per group with
-    --group-by (runs of different algorithms apart), else one across all runs.
-
-    \b
-    Examples:
-      rlarrow plot runs.rlarrow --tag train/loss --group-by algo --smooth 10 -o loss.png
-      rlarrow plot runs.rlarrow --episodes --run ppo-seed1 --run ppo-seed2 -o returns.svg
-    """  # noqa: D301 (click keeps a paragraph after a backspace character, \b, as it is)
-    from rlarrow.query.plot import plot_episodes, plot_scalars
-
-    if episodes == bool(tags):
-        raise click.UsageError("give --tag TAG (one or more), or --episodes")
-    if episodes:
-        plot_episodes(store, runs=list(runs) or None, smooth=smooth or 10, group_by=group_by, output=output,
-                      layout=layouts)
-    else:
-        plot_scalars(store, list(tags), runs=list(runs) or None, smooth=smooth, group_by=group_by,
-                     output=output, layout=layouts)
-    click.echo(f"wrote {output}")
-
-
 def _shorten_metadata(value: Any, width: int = 72) -> str:
     """Run metadata on one line: ``key=value`` pairs, long values and the whole line cut with ``...``."""
 
@@ -888,16 +520,6 @@ def _shorten_metadata(value: Any, width: int = 72) -> str:
     else:
         line = "metadata=" + compact(value)
     return line if len(line) <= width else line[:width - 3] + "..."
-
-
-def _box(rel: Any, max_rows: int) -> str:
-    """DuckDB's own readable table, cut at ``max_rows`` rows."""
-    total = rel.count("*").fetchall()[0][0] if max_rows else 0
-    shown = rel.limit(max_rows) if max_rows and total > max_rows else rel
-    text = str(shown)
-    if max_rows and total > max_rows:
-        text += f"({total} rows; {max_rows} shown: --max-rows N for more, or --format csv)\n"
-    return text
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -928,3 +550,12 @@ def _closed_pipe() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     sys.exit(141)
+
+
+def __getattr__(name: str) -> Any:
+    """``rlarrow.cli.commands.convert`` (and export, sql_command, plot): the command, from its module."""
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
