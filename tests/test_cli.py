@@ -167,6 +167,25 @@ def test_push_shows_no_progress_bar_when_stderr_is_not_a_terminal(populated, tmp
     ("m.pt: cannot unroll: no tensor for states; it has ['obs'] (map names with names={role: name}, on the "
      "command line --names states=NAME,...)", "(name the tensor of each role with --names ROLE=TENSOR",
      "names="),
+    # what io/ says in Python's spelling only (issue 37: no CLI text in io/), as the CLI prints it
+    ("m.pt: cannot unroll: no tensor for states; it has ['obs'] (map names with names={role: name})",
+     "(name the tensor of each role with --names ROLE=TENSOR", "names="),
+    ("s: imported before into run r (from p, t); again=True imports it again", "; --again imports it",
+     "again="),
+    ("a, b: make 2 runs (a, b...); run_id names one run: convert them one at a time",
+     "--run-id names one run", "run_id"),
+    ("p: video='keep' applies to lerobot datasets, and none of the inputs is one: leave it out",
+     "p: --keep-video applies", "video="),
+    ("p: images='encoded' applies to rlds datasets", "p: --keep-images-encoded applies", "images="),
+    ("f.h5: external link; pass allow_hdf5_links=True", "pass --allow-hdf5-links", "allow_hdf5_links"),
+    ("m.csv: pass num_envs=N, the memory's number of envs", "pass --num-envs N, the", "num_envs"),
+    ("m.pt: pass the env's time limit as max_episode_steps=N to cut", "as --max-episode-steps N to",
+     "max_episode_steps"),
+    ("m.pt: assumed next-step (pass autoreset='next-step', 'same-step' or 'none' to say it)",
+     "pass --autoreset next-step, same-step or none", "autoreset="),
+    ("s: name 'x/y': export the other runs one at a time (run_id=...), or import", "at a time (--run-id RUN)",
+     "run_id"),
+    ("x: cannot be AV1 video; export with images='png'", "export with --images png", "images="),
 ])
 def test_cli_errors_name_flags_not_python_arguments(message, cli, python):
     from rlarrow.cli.commands import cli_spelling
@@ -229,3 +248,11 @@ def test_a_failed_convert_into_a_new_path_leaves_no_store(tmp_path):
     out = rlarrow_cmd("convert", str(bad.parent), "-o", str(tmp_path / "new" / "s.rlarrow"))
     assert out.returncode == 1
     assert not (tmp_path / "new").exists()
+
+
+def test_cli_warnings_name_flags_too():
+    from rlarrow.cli.commands import _format_warning
+
+    text = _format_warning(UserWarning("m.pt: pass the env's time limit as max_episode_steps=N to cut them"),
+                           UserWarning, "x.py", 1)
+    assert text == "warning: m.pt: pass the env's time limit as --max-episode-steps N to cut them\n"

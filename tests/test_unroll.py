@@ -233,7 +233,7 @@ def test_detection_rules_and_what_is_assumed():
     sparse = dict(NEXT_STEP, rewards=[0, 0, 1, 0, 0, 1])
     det = detect_autoreset(one_env(**sparse))
     assert (det.mode, det.exact, det.ends) == ("next-step", False, 1)
-    with pytest.warns(AutoresetAssumptionWarning, match="assumed next-step.*--autoreset"):
+    with pytest.warns(AutoresetAssumptionWarning, match="assumed next-step.*pass autoreset='next-step'"):
         _, _, meta = summary(*memory_to_episodes(one_env(**sparse), run_id="r"))
     assert meta[0]["autoreset_from"] == "assumed"
     # an end only at the last row, with next_states: the data cannot tell, and it matters
@@ -246,7 +246,7 @@ def test_detection_rules_and_what_is_assumed():
         _, obs, meta = summary(*memory_to_episodes(one_env(**last), run_id="r", autoreset="same-step"))
         assert obs[-1] is None and meta[0]["autoreset_from"] == "given"
         memory_to_episodes(one_env(**dict(last, done=[0, 0, 0])), run_id="r")
-    with pytest.raises(rlarrow.InvalidInputError, match="autoreset='next'.*--autoreset"):
+    with pytest.raises(rlarrow.InvalidInputError, match="autoreset='next': choose one of auto"):
         memory_to_episodes(one_env(**NEXT_STEP), run_id="r", autoreset="next")
 
 
@@ -278,5 +278,5 @@ def test_convert_says_an_autoreset_assumption_once(tmp_path):
     again = import_memory([tmp_path / "memories"], tmp_path / "s2", episodes=True, progress=False,
                            autoreset="next-step")
     assert not any("autoreset" in a for a in again.assumptions) and again.steps == report.steps
-    with pytest.raises(rlarrow.InvalidInputError, match="--autoreset"):
+    with pytest.raises(rlarrow.InvalidInputError, match="autoreset='bad': choose one of"):
         import_memory([tmp_path / "memories"], tmp_path / "s3", episodes=True, autoreset="bad")

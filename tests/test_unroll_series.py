@@ -172,7 +172,7 @@ def test_a_memory_without_truncated_is_said_and_cut_at_the_time_limit(tmp_path):
     memories = export(played, tmp_path, drop=("truncated",))  # as skrl's DQN stores it
     report = import_memory([memories], tmp_path / "joined", episodes=True, progress=False)
     said = [a for a in report.assumptions if "no truncated tensor" in a]
-    assert len(said) == 1 and "--max-episode-steps N" in said[0] and "may be several joined" in said[0]
+    assert len(said) == 1 and "max_episode_steps=N" in said[0] and "may be several joined" in said[0]
     joined = unrolled(tmp_path / "joined")
     assert any(r["num_steps"] - 1 > 6 for rows in joined.values() for r in rows)  # episodes ran together
     report = import_memory([memories], tmp_path / "cut", episodes=True, progress=False, max_episode_steps=6)
@@ -183,7 +183,7 @@ def test_a_memory_without_truncated_is_said_and_cut_at_the_time_limit(tmp_path):
         # the first episode's start is unknown, so the cuts begin after its end: the ones after match
         assert whole == truth[len(truth) - len(whole):] and len(whole) >= len(truth) - 4, env
         assert all(r["meta"]["max_episode_steps"] == 6 for r in rows)
-    with pytest.raises(rlarrow.ArgumentError, match="--max-episode-steps"):
+    with pytest.raises(rlarrow.ArgumentError, match="max_episode_steps=0: give the env.s time limit"):
         import_memory([memories], tmp_path / "bad", episodes=True, progress=False, max_episode_steps=0)
     # the command line says the same
     from click.testing import CliRunner
@@ -208,7 +208,7 @@ def test_a_csv_without_num_envs_is_refused_for_episodes(tmp_path):
 
     played = play(exports=1)
     path = write_csv(MemorySnapshot(played.exports[0]), tmp_path / "memories" / f"{skrl_name(0)}.csv")
-    with pytest.raises(rlarrow.InvalidInputError, match=r"num_envs=N.*--num-envs N"):
+    with pytest.raises(rlarrow.InvalidInputError, match=r"pass num_envs=N, the memory's number of envs"):
         import_memory([path], tmp_path / "s", episodes=True, progress=False)
     assert not (tmp_path / "s").exists()  # refused before anything is written
     result = CliRunner().invoke(cli, ["convert", str(path), "-o", str(tmp_path / "s"), "--episodes"])

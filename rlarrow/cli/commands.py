@@ -76,6 +76,12 @@ _CLI_SPELLINGS: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
     (r"\bimages='encoded'", "--keep-images-encoded"),
     (r"\bto='([a-z0-9_]+)'", r"--to \1"),
     (r"\ballow_hdf5_links=True\b", "--allow-hdf5-links"),
+    (r"\bautoreset='([a-z]+)'(?=: choose one of)", r"--autoreset \1"),
+    (r"pass autoreset='next-step', 'same-step' or 'none'", "pass --autoreset next-step, same-step or none"),
+    (r"\bnum_envs=N\b", "--num-envs N"),
+    (r"\bmax_episode_steps=N\b", "--max-episode-steps N"),
+    (r"\(run_id=\.\.\.\)", "(--run-id RUN)"),
+    (r"export with images='png'", "export with --images png"),
     (r"on_corrupt='skip'", "rlarrow convert --skip-corrupt"),
     (r"([Pp])ass num_envs=\.\.\.", r"\1ass --num-envs N"),
     (r"\bnum_envs=(\d+)", r"--num-envs \1"),
@@ -524,8 +530,8 @@ def _shorten_metadata(value: Any, width: int = 72) -> str:
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                     line: str | None = None) -> str:
-    """A warning as the command line shows it: ``warning: <message>``, no Python source line."""
-    return f"warning: {message}\n"
+    """A warning as the command line shows it: ``warning: <message>`` (in flags), no source line."""
+    return f"warning: {cli_spelling(str(message))}\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -146,7 +146,7 @@ def decide_autoreset(where: str | None, autoreset: str,
     """
     if autoreset not in AUTORESET_MODES:
         raise InvalidInputError(where, f"autoreset={autoreset!r}: choose one of "
-                                f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
+                                f"{', '.join(AUTORESET_MODES)}")
     if autoreset != "auto":
         return autoreset, "given"
     det = detect()
@@ -156,6 +156,6 @@ def decide_autoreset(where: str | None, autoreset: str,
     if not det.matters:
         return mode, "assumed"
     warnings.warn(f"{where}: the autoreset mode does not show in the data "
-                  f"({det.reason}); assumed {mode} (pass autoreset=, on the command line --autoreset "
-                  f"{{next-step,same-step,none}}, to say it)", AutoresetAssumptionWarning, stacklevel=4)
+                  f"({det.reason}); assumed {mode} (pass autoreset='next-step', 'same-step' "
+                  f"or 'none' to say it)", AutoresetAssumptionWarning, stacklevel=4)
     return mode, "assumed"

@@ -371,21 +371,20 @@ def import_memory(
 
     if autoreset not in AUTORESET_MODES:
         raise InvalidInputError(None, f"autoreset={autoreset!r}: choose one of "
-                                f"{', '.join(AUTORESET_MODES)} (on the command line --autoreset)")
+                                f"{', '.join(AUTORESET_MODES)}")
     started = time.perf_counter()
     if not inputs:
         raise ArgumentError("no inputs: give memory export files, folders or glob patterns")
     files = expand_inputs(inputs)
     if max_episode_steps is not None and int(max_episode_steps) < 1:
         raise ArgumentError(f"max_episode_steps={max_episode_steps}: give the env's time limit, 1 or more "
-                            "steps (on the command line --max-episode-steps N)")
+                            "steps")
     if episodes and num_envs is None:
         csvs = [f for f in files if detect_format(f) == "csv"]
         if csvs:
             raise InvalidInputError(csvs[0], "a csv memory export does not record num_envs, and unrolling it "
                                     "into episodes with a wrong one interleaves the envs into garbage "
-                                    "episodes: pass num_envs=N, the memory's number of envs (on the command "
-                                    "line --num-envs N)")
+                                    "episodes: pass num_envs=N, the memory's number of envs")
     with opened(store, create=True) as st:
         next_snapshot = 0
         if run_id is not None and st.has_run(run_id):
@@ -603,8 +602,8 @@ def export_memory(
           bar(st.row_count("memory"), f"export {fmt}", "row", progress) as pbar):
         for snap in snapshots(st, run_id=run_id):
             stem = file_name_part(snap.name or "memory", what="memory snapshot name",
-                                  fix="export the other runs (--run-id), or import the file again under a "
-                                  "plain name")
+                                  fix="export the other runs one at a time (run_id=...), or import the "
+                                  "file again under a plain name")
             if stem in used:
                 stem = f"{stem}-{len(written)}"
             used.add(stem)

@@ -68,7 +68,7 @@ def resolve_names(snapshot: MemorySnapshot, names: Mapping[str, str] | None = No
         role = ROLE_ALIASES.get(key, key)
         if role not in ROLES:
             raise InvalidInputError(where, f"names: {key!r} is not a role; the roles are {', '.join(ROLES)} "
-                                    "(on the command line: --names states=NAME,actions=NAME,...)")
+                                    "(map names with names={role: name})")
         if name not in t:
             raise InvalidInputError(where, f"names: {role}={name!r}, but the memory has no tensor {name!r}; "
                                     f"it has {sorted(t)}")
@@ -86,8 +86,7 @@ def resolve_names(snapshot: MemorySnapshot, names: Mapping[str, str] | None = No
                if out[r] is None]
     if missing:
         raise InvalidInputError(snapshot.path, f"cannot unroll: no tensor for {'; '.join(missing)}; "
-                                f"it has {sorted(t)} (map names with names={{role: name}}, on the command "
-                                "line --names states=NAME,...)")
+                                f"it has {sorted(t)} (map names with names={{role: name}})")
     return out
 
 

@@ -355,7 +355,7 @@ def unroll_series(
         raise ArgumentError("unroll_series: no snapshots given")
     if max_episode_steps is not None and int(max_episode_steps) < 1:
         raise ArgumentError(f"max_episode_steps={max_episode_steps}: give the env's time limit, 1 or more "
-                            "steps (on the command line --max-episode-steps N)")
+                            "steps")
     ids = list(snapshot_ids) if snapshot_ids is not None else [None] * len(snapshots)
     first = snapshots[0]
     roles = resolve_names(first, names)
@@ -421,7 +421,7 @@ def unroll_series(
         warnings.warn(f"{where}: the memory has no truncated tensor (skrl's DQN stores none), so an episode "
                       f"its env cut at a time limit runs on into the next one: any of the {joined} complete "
                       f"episode(s) may be several joined (the longest has {longest} transitions); pass the "
-                      "env's time limit as max_episode_steps=N (on the command line --max-episode-steps N) "
+                      "env's time limit as max_episode_steps=N "
                       "to cut them as gymnasium's TimeLimit does", NoTruncationWarning, stacklevel=2)
     ep_rows = {k: [v for p in ep_parts for v in p[k]] for k in _EPISODE_COLUMNS}
     episodes = _schema.build("episodes", {"run_id": run_id, **ep_rows}, num_rows=len(ep_rows["episode_id"]))
