@@ -186,6 +186,8 @@ def test_push_shows_no_progress_bar_when_stderr_is_not_a_terminal(populated, tmp
     ("s: name 'x/y': export the other runs one at a time (run_id=...), or import", "at a time (--run-id RUN)",
      "run_id"),
     ("x: cannot be AV1 video; export with images='png'", "export with --images png", "images="),
+    ("x: no format takes it; import_paths takes memory exports and experiment directories",
+     "; rlarrow convert takes memory exports", "import_paths"),
 ])
 def test_cli_errors_name_flags_not_python_arguments(message, cli, python):
     from rlarrow.cli.commands import cli_spelling

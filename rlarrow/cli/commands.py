@@ -82,6 +82,7 @@ _CLI_SPELLINGS: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
     (r"\bmax_episode_steps=N\b", "--max-episode-steps N"),
     (r"\(run_id=\.\.\.\)", "(--run-id RUN)"),
     (r"export with images='png'", "export with --images png"),
+    (r"; import_paths takes ", "; rlarrow convert takes "),
     (r"on_corrupt='skip'", "rlarrow convert --skip-corrupt"),
     (r"([Pp])ass num_envs=\.\.\.", r"\1ass --num-envs N"),
     (r"\bnum_envs=(\d+)", r"--num-envs \1"),

@@ -340,7 +340,7 @@ def _unsupported(inputs: Sequence[str | os.PathLike[str]], exc: FileNotFoundErro
     nouns = list(dict.fromkeys(f.noun or f.summary for f in registry.importers()))
     return UnsupportedInputError(
         ", ".join(os.fspath(i) for i in inputs),
-        f"{exc.args[0] if exc.args else exc}; rlarrow convert takes {', '.join(nouns)} and "
+        f"{exc.args[0] if exc.args else exc}; import_paths takes {', '.join(nouns)} and "
         "experiment directories (runs/EXP with memories/ and event files)")
 
 
