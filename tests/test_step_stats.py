@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import rlarrow
 from rlarrow.core.errors import ArgumentError, CorruptFileError
-from rlarrow.core.step_stats import combine_stored
+from rlarrow.core.stored_stats import combine_stored
 from rlarrow.query.dataset_stats import lerobot_stats, stats
 
 pytest.importorskip("datasketches",
@@ -387,7 +387,7 @@ def test_merged_runs_are_counted_in_the_layout_their_steps_are_in(tmp_path):
 
 
 def test_a_commit_between_the_reads_of_a_question_is_not_taken_for_damage(tmp_path, monkeypatch):
-    import rlarrow.core.step_stats as step_stats
+    import rlarrow.core.stored_stats as step_stats
 
     store = rlarrow.Store.create(tmp_path / "s.rlarrow")
     store.append("steps", _rows("r", [0, 0, 1, 1], np.zeros((4, 2))))

@@ -483,10 +483,11 @@ def _export_lerobot(store: StoreLike, directory: str | os.PathLike[str], *, run_
                            images=images or "auto", fps=fps, task=task)]
 
 
-def _read_lerobot(path: Path, options: ImportOptions) -> EpisodeSource:
+def _read_lerobot(path: Path, run: ImportRun) -> EpisodeSource:
     from rlarrow.io.lerobot import read_lerobot
+    from rlarrow.io.lerobot.lerobot_options import LeRobotOptions
 
-    return read_lerobot(path, run_id=options.run_id, video=options.video)
+    return read_lerobot(path, run_id=run.run_id, video=run.options_or(LeRobotOptions).video)
 
 
 def _write_lerobot(source: EpisodeSource, directory: str | os.PathLike[str], *, overwrite: bool = False,

@@ -120,8 +120,8 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
            episodes: Iterable[tuple[str, int]] | pa.Table | None, weights: Mapping[str, float] | None,
            columns: Iterable[str] | None, quantiles: bool, version: int | None,
            layout: int | None) -> dict[str, ColumnStats]:
-    from rlarrow.core.step_stats import combine_stored
     from rlarrow.core.store import opened
+    from rlarrow.core.stored_stats import combine_stored
 
     with opened(store, readonly=True, version=version) as st:
         chosen: Any = None

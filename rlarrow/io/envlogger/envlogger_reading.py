@@ -1,4 +1,4 @@
-"""envlogger (riegeli) directories in and out of a store, through envlogger's own code.
+"""envlogger (riegeli) directories read: an episode source, and its import, through envlogger's own code.
 
 Reading and writing riegeli needs envlogger itself (the ``envlogger`` extra). Supported:
 envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38). envlogger
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -58,9 +57,11 @@ from rlarrow.core.ingest import IngestReport, ingest
 from rlarrow.core.sources import EpisodeChunk, EpisodeSource, RunInfo
 from rlarrow.core.step_columns import flat_value
 from rlarrow.core.store import StoreLike
+from rlarrow.io.envlogger.riegeli_counts import dist_version as _dist_version
+from rlarrow.io.envlogger.riegeli_counts import riegeli_record_count
 
-__all__ = ["EnvloggerOptions", "EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir",
-           "load", "read_envlogger", "riegeli_record_count"]
+__all__ = ["EnvloggerOptions", "EnvloggerReport", "import_envlogger", "is_envlogger_dir", "load",
+           "read_envlogger"]
 
 _STEPS_PER_CHUNK = 50_000
 #: a chunk of no steps (one that only counts progress)
@@ -568,226 +569,6 @@ def _open(envlogger: Any, view: Path, directory: Path) -> Iterator[Any]:
         yield reader
     finally:
         reader.close()
-
-
-# ------------------------------------------------------------ riegeli record counts
-
-_BLOCK = 1 << 16
-_BLOCK_HEADER = 24
-_USABLE = _BLOCK - _BLOCK_HEADER
-_CHUNK_HEADER = 40
-_CHUNK = struct.Struct("<QQQB7sQ")  # header hash, data size, data hash, type, records, decoded size
-
-
-def riegeli_record_count(path: str | os.PathLike[str]) -> int:
-    """How many records a Riegeli/records file holds, from its chunk headers.
-
-    Walks the chunks as the format lays them out (a block header every 64 KiB, a chunk's
-    end from its data size and record count) without decoding them or checking their
-    hashes: envlogger's reader checks those, and this count tells whether it read them all.
-    Every size is checked against the bytes the file holds before it is used.
-
-    Raises:
-        CorruptFileError: not a Riegeli/records file, or a chunk that does not fit the file
-            (damaged, or cut short).
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    if size == 0:  # a Riegeli writer writes its signature chunk first: even no records is 64 bytes
-        raise CorruptFileError(path, "is empty: not a Riegeli/records file (no file signature); "
-                               "cut short or damaged", offset=0)
-    total = 0
-    pos = 0
-    with open(path, "rb") as fh:
-        while pos < size:
-            raw = _read_across_blocks(fh, pos, _CHUNK_HEADER, size)
-            if raw is None:
-                raise CorruptFileError(path, "ends inside a chunk header (truncated)", offset=pos)
-            _hash, data_size, _data_hash, kind, records_raw, _decoded = _CHUNK.unpack(raw)
-            records = int.from_bytes(records_raw, "little")
-            if pos == 0 and (kind != ord("s") or data_size or records):
-                raise CorruptFileError(path, "not a Riegeli/records file (no file signature)", offset=0)
-            # Python integers: a damaged size (up to 2^64 - 1) is compared, never allocated
-            end = max(_add_with_overhead(pos, _CHUNK_HEADER + data_size), _chunk_boundary(pos + records))
-            if end > size:
-                raise CorruptFileError(path, f"a chunk header claims {data_size} bytes and {records} "
-                                       f"records, which run to byte {end}, past the end of the file "
-                                       f"({size} bytes): truncated or damaged", offset=pos)
-            total += records
-            pos = end
-    return total
-
-
-def _add_with_overhead(pos: int, length: int) -> int:
-    """Where ``length`` bytes written from ``pos`` end, counting the block headers between."""
-    blocks = (length + (pos + _USABLE - 1) % _BLOCK) // _USABLE
-    return pos + length + blocks * _BLOCK_HEADER
-
-
-def _chunk_boundary(pos: int) -> int:
-    """The first position at or after ``pos`` where a chunk may end (not inside a block header)."""
-    remaining = _BLOCK - 1 - (pos + _BLOCK - 1) % _BLOCK
-    return pos + max(remaining - (_USABLE - 1), 0)
-
-
-def _read_across_blocks(fh: Any, pos: int, length: int, size: int) -> bytes | None:
-    """``length`` bytes from ``pos``, leaving out the block headers on the way; None past the end."""
-    out = b""
-    while len(out) < length:
-        if pos % _BLOCK < _BLOCK_HEADER:
-            pos += _BLOCK_HEADER - pos % _BLOCK
-        take = min(length - len(out), _BLOCK - pos % _BLOCK)
-        if pos + take > size:
-            return None
-        fh.seek(pos)
-        out += fh.read(take)
-        pos += take
-    return out
-
-
-def _dist_version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def export_envlogger(
-    store: StoreLike,
-    directory: str | os.PathLike[str],
-    *,
-    run_id: str | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Write a run as an envlogger riegeli directory (see the module docs).
-
-    The run metadata is written as envlogger writes it: the recorded metadata, with
-    ``environment_specs`` in envlogger's own encoding. Rewards and discounts are written
-    in the dtype of the run's reward and discount specs (the store keeps them as float64),
-    so a float32 reward comes back float32.
-
-    The directory is written whole or not at all: into a fresh directory that takes
-    ``directory``'s place once every episode is written (a failure leaves what was there).
-
-    Args:
-        store: a store, or its path.
-        directory: the envlogger directory to write (created; it must be empty or new).
-        run_id: which run; may be left out when the store holds one run with steps.
-        overwrite: replace what ``directory`` holds (``--overwrite`` in the CLI); without
-            it, a directory that holds anything is refused (an envlogger reader would see
-            the old episodes and the new ones).
-
-    Raises:
-        InvalidInputError: ``directory`` holds something and not ``overwrite``.
-        StoreError: several runs and no ``run_id``.
-        MissingDependencyError: envlogger is not installed.
-    """
-    from rlarrow.core.dm_env_rows import DmEnvRows
-    from rlarrow.core.targets import check_target, fresh_directory
-
-    check_target(directory, overwrite=overwrite, what="an envlogger export")
-    steps = with_metadata = 0
-    envlogger = load()
-    from envlogger.backends import riegeli_backend_writer
-    from envlogger.converters import spec_codec
-
-    reader = DmEnvRows(store, run_id=run_id)
-    meta = reader.metadata()
-    if reader.source != "envlogger":  # an envlogger import kept envlogger's own encoding
-        meta["environment_specs"] = spec_codec.encode_environment_specs(_SpecHolder(reader))
-    as_reward, as_discount = _scalar_caster(reader.reward_spec()), _scalar_caster(reader.discount_spec())
-    with fresh_directory(directory, overwrite=overwrite, what="an envlogger export") as tmp:
-        writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(tmp), metadata=meta)
-        try:
-            episode_meta = reader.episode_metadata()
-            for k in range(reader.num_episodes):
-                for i, step in enumerate(reader.episode_steps(k)):
-                    timestep = step.timestep
-                    if timestep.reward is not None or timestep.discount is not None:
-                        timestep = timestep._replace(reward=as_reward(timestep.reward),
-                                                     discount=as_discount(timestep.discount))
-                    writer.record_step(
-                        envlogger.StepData(timestep, step.action, step.custom_data), is_new_episode=i == 0
-                    )
-                    steps += 1
-                if episode_meta[k] is not None:
-                    writer.set_episode_metadata(episode_meta[k])
-                    with_metadata += 1
-        finally:
-            writer.close()
-        _check_written(directory, tmp, steps, with_metadata)
-    return Path(directory)
-
-
-def _check_written(directory: str | os.PathLike[str], tmp: Path, steps: int, with_metadata: int) -> None:
-    """Raise an OutputError unless ``tmp`` holds every record the export gave the Riegeli writer.
-
-    envlogger's writer logs a failed write (a full disk) and carries on, leaving files cut
-    short or empty: each file is walked chunk by chunk, and the step and episode-metadata
-    records counted.
-    """
-    from rlarrow.core.targets import incomplete
-
-    found = {"steps.riegeli": 0, "episode_metadata.riegeli": 0}
-    files = sorted(tmp.rglob("*.riegeli"))
-    names = {f.name for f in files}
-    for name in ("metadata.riegeli", "steps.riegeli", "step_offsets.riegeli", "episode_index.riegeli",
-                 "episode_metadata.riegeli"):
-        if name not in names:
-            raise incomplete(directory, f"{name} was not written")
-    for f in files:
-        try:
-            records = riegeli_record_count(f)
-        except CorruptFileError as exc:
-            raise incomplete(directory, f"{f.relative_to(tmp)} is cut short ({exc})") from exc
-        if f.name in found:
-            found[f.name] += records
-    for name, wanted in (("steps.riegeli", steps), ("episode_metadata.riegeli", with_metadata)):
-        if found[name] != wanted:
-            raise incomplete(directory, f"{name} holds {found[name]} of the {wanted} records written")
-
-
-def _scalar_caster(spec: Any) -> Any:
-    """A function giving a stored reward or discount (float64) in ``spec``'s dtype (None stays None)."""
-    dtype = getattr(spec, "dtype", None)
-    if dtype is None or np.dtype(dtype).kind not in "biuf" or tuple(getattr(spec, "shape", ())) != ():
-        return lambda value: value
-    make = np.dtype(dtype).type
-
-    def cast(value: Any) -> Any:
-        return None if value is None else make(value)
-
-    return cast
-
-
-class _SpecHolder:
-    """What envlogger's spec codec reads: an object with the four spec methods."""
-
-    def __init__(self, reader: Any) -> None:
-        self._reader = reader
-
-    def observation_spec(self) -> Any:
-        return self._reader.observation_spec()
-
-    def action_spec(self) -> Any:
-        return self._reader.action_spec()
-
-    def reward_spec(self) -> Any:
-        spec = self._reader.reward_spec()
-        return spec if spec is not None else _dm_env_default("reward_spec")
-
-    def discount_spec(self) -> Any:  # gymnasium sources have none: dm_env's default
-        spec = self._reader.discount_spec()
-        return spec if spec is not None else _dm_env_default("discount_spec")
-
-
-def _dm_env_default(name: str) -> Any:
-    """dm_env's default reward or discount spec (what ``dm_env.Environment`` declares)."""
-    import dm_env
-
-    return getattr(dm_env.Environment, name)(None)
 
 
 @dataclass(frozen=True)
