@@ -224,9 +224,10 @@ def write_stats_json(stats: Mapping[str, ColumnStats] | Mapping[str, Mapping[str
     columns = {k: v for k, v in stats.items() if isinstance(v, ColumnStats)}
     shown = lerobot_stats(columns, quantiles) if len(columns) == len(stats) else stats
     text = json.dumps(shown, indent=2)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    from rlarrow.core.targets import atomic_file
+
+    with atomic_file(target, overwrite=True) as tmp:  # (the one atomic-output helper: whole or absent)
+        tmp.write_text(text + "\n", encoding="utf-8")
     return target
 
 
