@@ -247,3 +247,14 @@ def test_no_module_reaches_another_through_attributes():
                           if a.name in ("rlarrow", *(f"rlarrow.{p}" for p in ("cli", "core", "io", "query",
                                                                                "record", "train")))]
     assert not found, "import the module you use instead:\n" + "\n".join(sorted(found))
+
+
+@pytest.mark.skipif(shutil.which("radon", path=os.path.dirname(sys.executable)) is None,
+                    reason="radon is a dev dependency (pip install -e '.[dev]')")
+def test_no_function_is_graded_f() -> None:
+    """radon's cyclomatic complexity: no function of rlarrow graded F (over 40 paths)."""
+    radon = shutil.which("radon", path=os.path.dirname(sys.executable))
+    assert radon is not None
+    out = subprocess.run([radon, "cc", "-n", "F", str(ROOT / "rlarrow")], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "", f"functions graded F (split them into named steps):\n{out}"
