@@ -1,4 +1,4 @@
-"""Training scripts that never close what they record, for tests/test_exits.py.
+"""Training scripts that never close what they record, for tests/core/test_exits.py.
 
 Run as ``python tests/exit_scripts.py SCENARIO STORE``. Each writes through rlarrow the way
 a user's script does and exits without ``close()``/``finalize()``; what it gave rlarrow is

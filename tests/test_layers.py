@@ -258,3 +258,14 @@ def test_no_function_is_graded_f() -> None:
     out = subprocess.run([radon, "cc", "-n", "F", str(ROOT / "rlarrow")], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "", f"functions graded F (split them into named steps):\n{out}"
+
+
+def test_tests_mirror_the_package() -> None:
+    """Each folder of tests names a folder of the package (tests/core/store/ tests rlarrow/core/store/)."""
+    tests = Path(__file__).resolve().parent
+    skip = {"fixtures", "fuzz", "__pycache__"}
+    folders = [p for p in tests.rglob("*") if p.is_dir() and not skip & set(p.relative_to(tests).parts)]
+    assert folders, "no test folders"
+    for folder in folders:
+        assert (ROOT / "rlarrow" / folder.relative_to(tests)).is_dir(), \
+            f"tests/{folder.relative_to(tests)} mirrors no rlarrow/{folder.relative_to(tests)}"

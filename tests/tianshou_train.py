@@ -1,7 +1,7 @@
 """A real tianshou 2 trainer (DQN on CartPole) logging through ArrowLogger, then resuming.
 
-Run by tests/test_logger.py in a subprocess: python tests/tianshou_train.py STORE; and by
-tests/test_exits.py as one run a process that never finalizes its logger:
+Run by tests/record/test_logger.py in a subprocess: python tests/tianshou_train.py STORE; and by
+tests/core/test_exits.py as one run a process that never finalizes its logger:
 python tests/tianshou_train.py STORE --no-finalize|--resume-no-finalize EPOCHS
 """
 

@@ -48,7 +48,7 @@ The package's modules, each owning one part (lowest first):
 * :mod:`~rlarrow.core.store.delta`: each table's Delta Lake log (written after every
   settling manifest write; read for ``version=``).
 
-Code outside this package uses the names exported here (``tests/test_store_api.py``
+Code outside this package uses the names exported here (``tests/core/store/test_store_api.py``
 checks that no private name of the package is used elsewhere in rlarrow).
 
 Example:

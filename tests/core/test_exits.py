@@ -27,8 +27,8 @@ from rlarrow.core import exits
 HAS = {m: importlib.util.find_spec(m) is not None
        for m in ("torch", "gymnasium", "dm_env", "skrl", "tianshou")}
 
-SCRIPT = Path(__file__).parent / "exit_scripts.py"
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+SCRIPT = Path(__file__).resolve().parents[1] / "exit_scripts.py"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]),
                                                     os.environ.get("PYTHONPATH", "")])}
 needs_gym = pytest.mark.skipif(not HAS["gymnasium"], reason="needs gymnasium (pip install rlarrow[gym])")
 needs_dm_env = pytest.mark.skipif(not HAS["dm_env"], reason="needs dm-env (pip install rlarrow[dm-env])")
@@ -119,7 +119,7 @@ def test_skrl_with_the_readme_writer_swap_keeps_every_point(tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_tianshou_without_finalize_then_resumed_keeps_every_epoch(tmp_path: Path) -> None:
-    script = Path(__file__).parent / "tianshou_train.py"
+    script = Path(__file__).resolve().parents[1] / "tianshou_train.py"
     store = tmp_path / "s.rlarrow"
     for epochs, mode in ((2, "--no-finalize"), (3, "--resume-no-finalize")):
         proc = subprocess.run([sys.executable, str(script), str(store), mode, str(epochs)],

@@ -166,7 +166,7 @@ def test_a_killed_logger_keeps_what_it_flushed(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_plugs_into_a_real_tianshou_trainer_and_resumes(tmp_path: Path) -> None:
-    script = Path(__file__).parent / "tianshou_train.py"
+    script = Path(__file__).resolve().parents[1] / "tianshou_train.py"
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "s.rlarrow")], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -209,7 +209,7 @@ def test_cli_error_messages_end_to_end(tmp_path):
 
 
 def test_export_says_how_many_files_it_wrote_and_where(tmp_path):
-    skrl = Path(__file__).parent / "fixtures" / "skrl" / "wrapped" / "memories"
+    skrl = Path(__file__).resolve().parents[1] / "fixtures" / "skrl" / "wrapped" / "memories"
     assert rlarrow_cmd("convert", str(skrl), "-o", str(tmp_path / "s"), "--run-id", "r").returncode == 0
     out = rlarrow_cmd("export", str(tmp_path / "s"), "-o", str(tmp_path / "out"), "--format", "npz")
     written = sorted((tmp_path / "out" / "memories").iterdir())

@@ -155,7 +155,7 @@ def check_every_command(store_path: Path, tmp_path: Path, *, widened=(), left_ou
                     reason="needs skrl 2, gymnasium and torch (test-only peers): "
                            "pip install skrl gymnasium torch")
 def test_skrl_ppo_and_dqn_experiments_in_one_store(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from skrl_train import train_experiment
 
     runs = tmp_path / "runs"
@@ -194,7 +194,7 @@ def test_two_minari_datasets_of_different_spaces_in_one_store(tmp_path, monkeypa
     import gymnasium as gym
     import minari
 
-    sys.path.insert(0, str(Path(__file__).parent / "io"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
     from test_minari_shapes import make_dataset  # (Minari's own writer, from real envs' episodes)
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))

@@ -113,7 +113,7 @@ def test_newer_minor_version_warns(populated):
 
 
 def test_newer_major_version_asks_for_an_upgrade(populated):
-    # (2.0 is format 1 with manifest segments, which this rlarrow reads: tests/test_segments.py)
+    # (2.0 is format 1 with manifest segments, which this rlarrow reads: tests/core/store/test_segments.py)
     _set_manifest(populated.path, lambda m: m.update(format_version="3.0"))
     with pytest.raises(rlarrow.FormatVersionError, match="pip install -U rlarrow"):
         rlarrow.Store.open(populated.path)
