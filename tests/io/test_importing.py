@@ -8,6 +8,7 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
+from tests.test_transaction import committed
 
 import rlarrow
 from rlarrow.cli.commands import cli
@@ -15,7 +16,6 @@ from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.store import MANIFEST_NAME
 from rlarrow.io.importing import content_hash, find_units, import_paths, is_experiment_dir
 from tests.conftest import FIXTURES
-from tests.test_transaction import committed
 
 TORCH_EVENTS = FIXTURES / "tfevents" / "torch"
 SKRL = FIXTURES / "skrl" / "wrapped" / "memories"
