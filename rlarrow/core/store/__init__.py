@@ -71,49 +71,96 @@ from typing import Any
 from rlarrow.core.store import files as _files
 from rlarrow.core.store._store import Store, StoreLike, as_store, opened
 from rlarrow.core.store.catalog import Catalog
-from rlarrow.core.store.checked import damaged_file, open_checked, verify_pages
+from rlarrow.core.store.checked import (
+    damaged_file as damaged_file,
+)
+from rlarrow.core.store.checked import (
+    open_checked,
+)
+from rlarrow.core.store.checked import (
+    verify_pages as verify_pages,
+)
 from rlarrow.core.store.commits import new_run_id
 from rlarrow.core.store.compaction import Maintenance
 from rlarrow.core.store.files import (
-    AUTO_COMPACT_FILES,
-    FILE_BYTES,
-    LOCK_NAME,
-    ROW_GROUP_BYTES,
+    AUTO_COMPACT_FILES as AUTO_COMPACT_FILES,
+)
+from rlarrow.core.store.files import (
+    FILE_BYTES as FILE_BYTES,
+)
+from rlarrow.core.store.files import (
+    LOCK_NAME as LOCK_NAME,
+)
+from rlarrow.core.store.files import (
+    ROW_GROUP_BYTES as ROW_GROUP_BYTES,
+)
+from rlarrow.core.store.files import (
     CommitInfo,
 )
-from rlarrow.core.store.journal import apply_pending, pending_parts, roll_forward
+from rlarrow.core.store.journal import (
+    apply_pending as apply_pending,
+)
+from rlarrow.core.store.journal import (
+    pending_parts as pending_parts,
+)
+from rlarrow.core.store.journal import (
+    roll_forward as roll_forward,
+)
 from rlarrow.core.store.layouts import (
     LayoutInfo,
-    layout_directory,
-    layout_number,
-    table_of,
-    union_layouts,
-    validate_rows,
+)
+from rlarrow.core.store.layouts import (
+    layout_directory as layout_directory,
+)
+from rlarrow.core.store.layouts import (
+    layout_number as layout_number,
+)
+from rlarrow.core.store.layouts import (
+    table_of as table_of,
+)
+from rlarrow.core.store.layouts import (
+    union_layouts as union_layouts,
+)
+from rlarrow.core.store.layouts import (
+    validate_rows as validate_rows,
 )
 from rlarrow.core.store.lease import ReaderLease
 from rlarrow.core.store.manifest import (
-    MANIFEST_NAME,
-    check_inside,
-    check_manifest_versions,
-    decode_schema,
-    encode_schema,
-    fsync_dir,
-    parse_manifest,
-    write_error,
+    MANIFEST_NAME as MANIFEST_NAME,
+)
+from rlarrow.core.store.manifest import (
+    check_inside as check_inside,
+)
+from rlarrow.core.store.manifest import (
+    check_manifest_versions as check_manifest_versions,
+)
+from rlarrow.core.store.manifest import (
+    decode_schema as decode_schema,
+)
+from rlarrow.core.store.manifest import (
+    encode_schema as encode_schema,
+)
+from rlarrow.core.store.manifest import (
+    fsync_dir as fsync_dir,
+)
+from rlarrow.core.store.manifest import (
+    parse_manifest as parse_manifest,
+)
+from rlarrow.core.store.manifest import (
+    write_error as write_error,
 )
 from rlarrow.core.store.protocol import StoreReader
 from rlarrow.core.store.repair import FileProblem, RepairReport, StoreInfo, TableInfo
 from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import TableWriter
 
-__all__ = ["AUTO_COMPACT_FILES", "CommitInfo", "FILE_BYTES", "FileProblem", "LOCK_NAME", "LayoutInfo",
-           "MANIFEST_NAME", "Maintenance", "ROW_GROUP_BYTES", "ReaderLease", "RepairReport", "StagedFile",
-           "Staging", "Store", "StoreInfo", "StoreLike", "TableInfo", "TableWriter", "apply_pending",
-           "as_store", "check_inside", "check_manifest_versions", "damaged_file", "decode_schema",
-           "encode_schema", "fsync_dir", "layout_directory", "layout_number", "new_run_id", "open_checked",
-           "opened", "parse_manifest", "pending_parts", "roll_forward", "table_of", "union_layouts",
-           "validate_rows", "verify_pages", "write_error",
-           "StoreReader", "Catalog"]
+#: the store's documented API: what users call (``docs/api/``); the helpers imported above but
+#: not listed here (``fsync_dir``, ``roll_forward``, ``parse_manifest``, ``layout_number``, ...)
+#: are the internal API rlarrow's other layers use (``docs/architecture.md``), importable from
+#: here as before, and no part of the public surface
+__all__ = ["Catalog", "CommitInfo", "FileProblem", "LayoutInfo", "Maintenance", "ReaderLease",
+           "RepairReport", "StagedFile", "Staging", "Store", "StoreInfo", "StoreLike", "StoreReader",
+           "TableInfo", "TableWriter", "as_store", "new_run_id", "open_checked", "opened"]
 
 #: Sizes that stay settable here, as before the package was split: setting
 #: ``rlarrow.core.store.ROW_GROUP_BYTES`` sets it where it is read (:mod:`~rlarrow.core.store.files`).
