@@ -8,7 +8,7 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
-from tests.test_transaction import committed
+from test_transaction import committed
 
 import rlarrow
 from rlarrow.cli.commands import cli
