@@ -209,7 +209,7 @@ class Normalize:
         self.given = stats
         #: the statistics applied, ``{column: ColumnStats}`` (once bound)
         self.stats: dict[str, Any] | None = None
-        self._apply: Any = None
+        self._normalise: Any = None
 
     def bind(self, columns: Sequence[str], store: StoreReader | None = None, *, layout: int | None = None,
              version: int | None = None) -> Normalize:
@@ -243,14 +243,14 @@ class Normalize:
             if name == "observation" or name.startswith("observation."):
                 chosen["next_" + name] = chosen[name]
                 modes["next_" + name] = modes[name]
-        bound._apply = normalizer(chosen, modes)
+        bound._normalise = normalizer(chosen, modes)
         return bound
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``batch`` (flat NumPy columns) normalised; bound to its columns first if need be."""
-        if self._apply is None:
+        if self._normalise is None:
             return self.bind(sorted({k.split(".")[0] for k in batch}))(batch)
-        normalised: dict[str, np.ndarray] = self._apply(batch)
+        normalised: dict[str, np.ndarray] = self._normalise(batch)
         fill(normalised)  # padding is never data: a padded position is FILL again, not (0 - mean) / std
         return normalised
 

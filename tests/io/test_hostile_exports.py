@@ -23,7 +23,7 @@ def test_a_snapshot_name_that_is_a_path_is_refused_and_nothing_is_written_outsid
         st.append("memory", snap.to_table(run_id="r", snapshot_id=0))
     out = tmp_path / "deep" / "er" / "out"
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    with pytest.raises(rlarrow.InvalidInputError, match="memory snapshot name.*--run-id"):
+    with pytest.raises(rlarrow.InvalidInputError, match="memory snapshot name.*run_id"):
         export_memory(tmp_path / "store", out, fmt=fmt, progress=False)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
