@@ -10,7 +10,9 @@ its four specs as dm_env specs, each episode's metadata, and whole episodes as A
 NumPy columns.
 
 It is what both ``rlarrow.Reader`` (:mod:`rlarrow.query.reader`, envlogger's Reader surface)
-and the envlogger exporter (:func:`rlarrow.io.envlogger.export_envlogger`) read with.
+and the envlogger exporter (:func:`rlarrow.io.envlogger.export_envlogger`) read with;
+:func:`dm_env_steps` gives any episode's RLDS rows in dm_env order (what
+:func:`rlarrow.io.envlogger.write_envlogger` writes from any episode source).
 
 Episode *k* and step *n* are found through an index of the run's rows (episode and step
 numbers, read once), and only the row groups that hold them are read (a few are cached):
@@ -58,7 +60,8 @@ from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
 from rlarrow.core.video import VideoFrames, with_frames
 
-__all__ = ["DmEnvRows", "StepData", "derived_specs"]
+__all__ = ["DmEnvRows", "StepData", "derived_specs", "dm_env_steps", "episode_fn_value",
+           "run_metadata"]
 
 _CACHED_ROW_GROUPS = 8
 _CACHED_BYTES = 256 << 20  # and at most this much decoded data (one group may be larger)
@@ -303,9 +306,7 @@ class DmEnvRows:
     def metadata(self) -> dict[str, Any]:
         """The run's metadata, with ``environment_specs`` as envlogger adds it."""
         meta = _metadata.decode(self._run.get("metadata"), self._run.get("metadata_types"))
-        out = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"metadata": meta})
-        out.setdefault("environment_specs", self._env_specs)  # an envlogger import keeps its own
-        return out
+        return run_metadata(meta, self._env_specs)
 
     def episode_metadata(self) -> list[Any]:
         """Each episode's metadata (``episode_fn``'s last non-None value), in episode order."""
@@ -318,10 +319,7 @@ class DmEnvRows:
                                                  table.column("metadata_types").to_pylist()), strict=True))
         out = []
         for eid in self._episode_ids.tolist():
-            meta = by_id.get(eid)
-            if isinstance(meta, dict) and "episode_fn" in meta and "first_reward" in meta:
-                meta = meta["episode_fn"]
-            out.append(meta)
+            out.append(episode_fn_value(by_id.get(eid)))
         return out
 
     def _spec(self, key: str) -> Any:
@@ -418,11 +416,8 @@ class DmEnvRows:
     def step_range(self, lo: int, hi: int) -> list[StepData]:
         """Steps ``lo`` to ``hi - 1`` (in episode, step order) as :class:`StepData`, in bulk.
 
-        The shift of :func:`rlarrow.core.alignment.rlds_to_dm_env`, over many episodes at
-        once: a timestep takes the reward, discount and action of the row before it (none
-        where it starts an episode); it is FIRST at an episode's first step, LAST at its last
-        step (``is_last``), MID otherwise. An episode whose first rows are not stored (it
-        does not start at ``is_first``) starts with a MID timestep. Needs dm_env.
+        :func:`dm_env_steps` of the rows that hold them (and the row before ``lo``, whose
+        action led to it). Needs dm_env.
         """
         if self._dm_env is None:
             from rlarrow.core.deps import require
@@ -435,34 +430,107 @@ class DmEnvRows:
         k_lo = int(np.searchsorted(offsets, lo, side="right") - 1)
         start = lo - 1 if lo > offsets[k_lo] else lo  # the row before: its action led here
         table = with_frames(self._rows.take(self._positions[start:hi]), self._video_frames())
-        n = table.num_rows
         index = np.arange(start, hi)
         k = np.searchsorted(offsets, index, side="right") - 1
-        t = index - offsets[k]  # step within its episode
-        obs = _rows_of(table.column("observation"), self._env_specs.get("observation_spec"))
-        act = _rows_of(table.column("action"), self._env_specs.get("action_spec"))
-        reward, discount = _scalar_rows(table.column("reward")), _scalar_rows(table.column("discount"))
-        is_first = table.column("is_first").to_numpy(zero_copy_only=False)
-        is_last = table.column("is_last").to_numpy(zero_copy_only=False)
-        meta_col = table.column("metadata")
-        if meta_col.null_count == n:
-            custom: list[Any] = [None] * n
-        else:
-            custom = _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist())
-        types = np.array([dm_env.StepType(_alignment.FIRST), dm_env.StepType(_alignment.MID),
-                          dm_env.StepType(_alignment.LAST)], dtype=object)
-        kind = types[np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1))].tolist()
-        # dm_env order: a step carries the reward, discount and action of the row before it,
-        # nothing where it starts an episode (no step before it led there)
-        reward, discount, act = [None, *reward[:-1]], [None, *discount[:-1]], [None, *act[:-1]]
-        for i in np.flatnonzero(t == 0).tolist():
-            reward[i] = discount[i] = act[i] = None
-        # the named tuples are made by tuple.__new__ through map: no Python frame per step
-        make, skip = tuple.__new__, lo - start
-        timesteps = map(make, repeat(dm_env.TimeStep),
-                        zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
-        with _gc_paused():
-            return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+        return dm_env_steps(table, index - offsets[k], self._env_specs, skip=lo - start, dm_env=dm_env)
+
+
+def dm_env_steps(table: pa.Table, within: np.ndarray | None = None, env_specs: Any = None, *, skip: int = 0,
+                 dm_env: Any = None) -> list[StepData]:
+    """``steps`` rows in RLDS alignment as :class:`StepData` in dm_env order (needs dm_env).
+
+    The shift of :func:`rlarrow.core.alignment.rlds_to_dm_env`, over many rows at once: a
+    timestep takes the reward, discount and action of the row before it (none where it
+    starts an episode); it is FIRST at an episode's first step, LAST at its last step
+    (``is_last``), MID otherwise. An episode whose first rows are not there (it does not
+    start at ``is_first``) starts with a MID timestep. Each step's ``custom_data`` is its
+    decoded ``metadata``. What :meth:`DmEnvRows.step_range` and the envlogger writer give.
+
+    Args:
+        table: the rows of one or more episodes, each in step order.
+        within: each row's step within its episode (0 where one starts); None: the rows
+            are one whole episode.
+        env_specs: the run's specs as dicts (:func:`derived_specs`): tuple observations
+            come back as tuples, dicts as dicts.
+        skip: leave out the first ``skip`` steps (rows read only for the action they hold).
+        dm_env: the ``dm_env`` module (None: imported here).
+
+    Example:
+        >>> import numpy as np
+        >>> from rlarrow.core import schema
+        >>> rows = schema.build("steps", {
+        ...     "run_id": "a", "episode_id": 0, "step": np.arange(3), "env_index": 0,
+        ...     "observation": np.arange(3, dtype=np.float32), "action": [1, 0, None],
+        ...     "reward": [0.0, 1.0, None], "discount": [1.0, 0.0, None],
+        ...     "is_first": [True, False, False], "is_last": [False, False, True],
+        ...     "is_terminal": [False, False, True]})
+        >>> steps = dm_env_steps(rows)
+        >>> [int(s.timestep.step_type) for s in steps], steps[0].action, [int(s.action) for s in steps[1:]]
+        ([0, 1, 2], None, [1, 0])
+    """
+    if dm_env is None:
+        from rlarrow.core.deps import require
+
+        dm_env = require("dm_env", feature="dm_env timesteps")
+    n = table.num_rows
+    t = np.arange(n) if within is None else np.asarray(within)
+    specs = env_specs if isinstance(env_specs, dict) else {}
+    obs = _rows_of(table.column("observation"), specs.get("observation_spec"))
+    act = _rows_of(table.column("action"), specs.get("action_spec"))
+    reward, discount = _scalar_rows(table.column("reward")), _scalar_rows(table.column("discount"))
+    is_first = table.column("is_first").to_numpy(zero_copy_only=False)
+    is_last = table.column("is_last").to_numpy(zero_copy_only=False)
+    meta_col = table.column("metadata")
+    if meta_col.null_count == n:
+        custom: list[Any] = [None] * n
+    else:
+        custom = _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist())
+    types = np.array([dm_env.StepType(_alignment.FIRST), dm_env.StepType(_alignment.MID),
+                      dm_env.StepType(_alignment.LAST)], dtype=object)
+    kind = types[np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1))].tolist()
+    # dm_env order: a step carries the reward, discount and action of the row before it,
+    # nothing where it starts an episode (no step before it led there)
+    reward, discount, act = [None, *reward[:-1]], [None, *discount[:-1]], [None, *act[:-1]]
+    for i in np.flatnonzero(t == 0).tolist():
+        reward[i] = discount[i] = act[i] = None
+    # the named tuples are made by tuple.__new__ through map: no Python frame per step
+    make = tuple.__new__
+    timesteps = map(make, repeat(dm_env.TimeStep),
+                    zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
+    with _gc_paused():
+        return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+
+
+def run_metadata(meta: Any, env_specs: Any) -> dict[str, Any]:
+    """A run's decoded metadata as envlogger gives it: a dict, with ``environment_specs`` added.
+
+    A run's metadata that is not a dict is kept under ``"metadata"``; ``environment_specs``
+    is ``env_specs`` unless the metadata has its own (an envlogger import keeps envlogger's).
+
+    Example:
+        >>> run_metadata({"who": "me"}, {"observation_spec": None})
+        {'who': 'me', 'environment_specs': {'observation_spec': None}}
+    """
+    out = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"metadata": meta})
+    out.setdefault("environment_specs", env_specs)
+    return out
+
+
+def episode_fn_value(meta: Any) -> Any:
+    """An episode's decoded ``episodes`` metadata as envlogger gives it: ``episode_fn``'s value.
+
+    A recording that kept a FIRST timestep's reward or discount (not None) stored them beside
+    ``episode_fn``'s value; envlogger's episode metadata is that value alone.
+
+    Example:
+        >>> episode_fn_value({"episode_fn": {"t": 4}, "first_reward": 1.0})
+        {'t': 4}
+        >>> episode_fn_value({"t": 4})
+        {'t': 4}
+    """
+    if isinstance(meta, dict) and "episode_fn" in meta and "first_reward" in meta:
+        return meta["episode_fn"]
+    return meta
 
 
 def _byte_leaves(type_: pa.DataType, path: str) -> list[str]:
