@@ -371,6 +371,13 @@ def _export_envlogger(store: StoreLike, directory: str | os.PathLike[str], *,
     return [export_envlogger(store, directory, run_id=run_id, overwrite=overwrite)]
 
 
+def _write_envlogger(source: EpisodeSource, directory: str | os.PathLike[str], *,
+                     overwrite: bool = False) -> list[Path]:
+    from rlarrow.io.envlogger import write_envlogger
+
+    return [write_envlogger(source, directory, overwrite=overwrite)]
+
+
 def _import_minari(sources: Sequence[Path], store: Store, run: ImportRun) -> Imported:
     from rlarrow.io.minari import MinariOptions, import_minari
 
@@ -552,7 +559,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         name="envlogger", options="rlarrow.io.envlogger:EnvloggerOptions",
         summary="an envlogger (riegeli) directory of dm_env episodes",
         detect=_is_envlogger, kind="directory", import_=_import_envlogger, export=_export_envlogger,
-        read=_read_envlogger,
+        read=_read_envlogger, write=_write_envlogger,
         suffixes=(".riegeli",), markers=("metadata.riegeli",), noun="envlogger directories",
     ),
     Format(

@@ -13,7 +13,9 @@ envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38).
   counts their records from the chunk headers): damage is a
   :class:`~rlarrow.core.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
   that are whole are imported and the rest listed (a warning, and the report).
-* :func:`export_envlogger`: a run back into a directory envlogger's ``Reader`` reads
+* :func:`write_envlogger`: any episode source (any format's ``read_<format>``, or a
+  stored run) written with envlogger's own writer, in dm_env order;
+  :func:`export_envlogger` is that of a stored run: a directory envlogger's ``Reader`` reads
   as it read the original: the same steps, metadata and episode metadata, rewards and
   discounts in their specs' dtypes. A directory that holds anything is refused unless
   ``overwrite=True`` (``--overwrite``), which replaces it whole.
@@ -38,8 +40,8 @@ from rlarrow.io.envlogger.envlogger_reading import (
     load,
     read_envlogger,
 )
-from rlarrow.io.envlogger.envlogger_writing import export_envlogger
+from rlarrow.io.envlogger.envlogger_writing import export_envlogger, write_envlogger
 from rlarrow.io.envlogger.riegeli_counts import riegeli_record_count
 
 __all__ = ["EnvloggerOptions", "EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir",
-           "load", "read_envlogger", "riegeli_record_count"]
+           "load", "read_envlogger", "riegeli_record_count", "write_envlogger"]

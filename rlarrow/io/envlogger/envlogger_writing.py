@@ -1,4 +1,14 @@
-"""A stored run back into an envlogger directory, with envlogger's own writer."""
+"""envlogger directories written with envlogger's own writer: from any episode source or a stored run.
+
+:func:`write_envlogger` writes an episode source (any format's ``read_<format>``, or a stored
+run) as an envlogger riegeli directory, in dm_env order; :func:`export_envlogger` is that of
+a run of a store.
+
+Example:
+    >>> from rlarrow.io.envlogger import write_envlogger  # doctest: +SKIP
+    >>> from rlarrow.io.minari import read_minari  # doctest: +SKIP
+    >>> write_envlogger(read_minari("cartpole-v0"), "cartpole_logs")  # doctest: +SKIP
+"""
 
 
 from __future__ import annotations
@@ -9,14 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from rlarrow.core import metadata as _metadata
+from rlarrow.core import specs as _specs
 from rlarrow.core.errors import (
     CorruptFileError,
 )
+from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.store import StoreLike
 from rlarrow.io.envlogger.envlogger_reading import load
 from rlarrow.io.envlogger.riegeli_counts import riegeli_record_count
 
-__all__ = ["export_envlogger"]
+__all__ = ["export_envlogger", "write_envlogger"]
 
 
 def export_envlogger(
@@ -26,15 +39,7 @@ def export_envlogger(
     run_id: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write a run as an envlogger riegeli directory (see the module docs).
-
-    The run metadata is written as envlogger writes it: the recorded metadata, with
-    ``environment_specs`` in envlogger's own encoding. Rewards and discounts are written
-    in the dtype of the run's reward and discount specs (the store keeps them as float64),
-    so a float32 reward comes back float32.
-
-    The directory is written whole or not at all: into a fresh directory that takes
-    ``directory``'s place once every episode is written (a failure leaves what was there).
+    """Write a run as an envlogger riegeli directory: :func:`write_envlogger` of the stored run.
 
     Args:
         store: a store, or its path.
@@ -48,27 +53,78 @@ def export_envlogger(
         InvalidInputError: ``directory`` holds something and not ``overwrite``.
         StoreError: several runs and no ``run_id``.
         MissingDependencyError: envlogger is not installed.
+
+    Example:
+        >>> export_envlogger("runs.rlarrow", "catch_again", run_id="a")  # doctest: +SKIP
     """
-    from rlarrow.core.dm_env_rows import DmEnvRows
+    from rlarrow.core.run_source import read_run
+    from rlarrow.core.targets import check_target
+
+    check_target(directory, overwrite=overwrite, what="an envlogger export")
+    load()
+    with read_run(store, run_id=run_id) as source:
+        return write_envlogger(source, directory, overwrite=overwrite)
+
+
+def write_envlogger(source: EpisodeSource, directory: str | os.PathLike[str], *,
+                    overwrite: bool = False) -> Path:
+    """Write an episode source (any format's ``read_<format>``, or a stored run) as an envlogger directory.
+
+    Each episode is written in dm_env order (:func:`rlarrow.core.dm_env_rows.dm_env_steps`)
+    through envlogger's own Riegeli writer, so envlogger's ``Reader`` reads it as it read an
+    envlogger original: the same steps, each step's metadata as its ``custom_data``, each
+    episode's metadata (where the source has some), and the run metadata with
+    ``environment_specs``: envlogger's own encoding where the source is an envlogger
+    directory (or a run imported from one), else the source's dm_env specs, or specs made
+    from its gymnasium spaces (a float64 reward spec; dm_env's default discount spec).
+    Rewards and discounts are written in the dtype of the reward and discount specs (RLDS
+    rows hold them as float64), so a float32 reward comes back float32. Episodes with no
+    steps are left out (envlogger has no such episode).
+
+    The directory is written whole or not at all: into a fresh directory that takes
+    ``directory``'s place once every episode is written (a failure leaves what was there).
+
+    Args:
+        source: the episodes to write.
+        directory: the envlogger directory to write (created; it must be empty or new).
+        overwrite: replace what ``directory`` holds (``--overwrite`` in the CLI); without
+            it, a directory that holds anything is refused.
+
+    Raises:
+        InvalidInputError: ``directory`` holds something and not ``overwrite``.
+        OutputError: envlogger's writer did not write every record (a full disk).
+        MissingDependencyError: envlogger is not installed.
+
+    Example:
+        >>> from rlarrow.io.minari import read_minari  # doctest: +SKIP
+        >>> with read_minari("cartpole-v0") as source:  # doctest: +SKIP
+        ...     write_envlogger(source, "cartpole_logs")
+    """
+    from rlarrow.core.dm_env_rows import derived_specs, dm_env_steps, episode_fn_value, run_metadata
     from rlarrow.core.targets import check_target, fresh_directory
 
     check_target(directory, overwrite=overwrite, what="an envlogger export")
     steps = with_metadata = 0
     envlogger = load()
+    import dm_env
     from envlogger.backends import riegeli_backend_writer
     from envlogger.converters import spec_codec
 
-    reader = DmEnvRows(store, run_id=run_id)
-    meta = reader.metadata()
-    if reader.source != "envlogger":  # an envlogger import kept envlogger's own encoding
-        meta["environment_specs"] = spec_codec.encode_environment_specs(_SpecHolder(reader))
-    as_reward, as_discount = _scalar_caster(reader.reward_spec()), _scalar_caster(reader.discount_spec())
+    info = source.run
+    env_specs = derived_specs(info.env_specs) if isinstance(info.env_specs, dict) else {}
+    holder = _SpecHolder(env_specs)
+    meta = run_metadata(info.metadata, env_specs)
+    if info.source != "envlogger":  # an envlogger directory (or its import) keeps envlogger's own encoding
+        meta["environment_specs"] = spec_codec.encode_environment_specs(holder)
+    as_reward = _scalar_caster(_specs.from_dict(env_specs.get("reward_spec")))
+    as_discount = _scalar_caster(_specs.from_dict(env_specs.get("discount_spec")))
     with fresh_directory(directory, overwrite=overwrite, what="an envlogger export") as tmp:
         writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(tmp), metadata=meta)
         try:
-            episode_meta = reader.episode_metadata()
-            for k in range(reader.num_episodes):
-                for i, step in enumerate(reader.episode_steps(k)):
+            for table, row in source.by_episode():
+                if not table.num_rows:
+                    continue
+                for i, step in enumerate(dm_env_steps(table, env_specs=env_specs, dm_env=dm_env)):
                     timestep = step.timestep
                     if timestep.reward is not None or timestep.discount is not None:
                         timestep = timestep._replace(reward=as_reward(timestep.reward),
@@ -77,8 +133,10 @@ def export_envlogger(
                         envlogger.StepData(timestep, step.action, step.custom_data), is_new_episode=i == 0
                     )
                     steps += 1
-                if episode_meta[k] is not None:
-                    writer.set_episode_metadata(episode_meta[k])
+                episode_meta = None if row is None else \
+                    episode_fn_value(_metadata.decode(row.get("metadata"), row.get("metadata_types")))
+                if episode_meta is not None:
+                    writer.set_episode_metadata(episode_meta)
                     with_metadata += 1
         finally:
             writer.close()
@@ -128,23 +186,26 @@ def _scalar_caster(spec: Any) -> Any:
 
 
 class _SpecHolder:
-    """What envlogger's spec codec reads: an object with the four spec methods."""
+    """What envlogger's spec codec reads: an object with the four spec methods (of a run's spec dicts)."""
 
-    def __init__(self, reader: Any) -> None:
-        self._reader = reader
+    def __init__(self, env_specs: dict[str, Any]) -> None:
+        self._env_specs = env_specs
+
+    def _spec(self, key: str) -> Any:
+        return _specs.from_dict(self._env_specs.get(key))
 
     def observation_spec(self) -> Any:
-        return self._reader.observation_spec()
+        return self._spec("observation_spec")
 
     def action_spec(self) -> Any:
-        return self._reader.action_spec()
+        return self._spec("action_spec")
 
     def reward_spec(self) -> Any:
-        spec = self._reader.reward_spec()
+        spec = self._spec("reward_spec")
         return spec if spec is not None else _dm_env_default("reward_spec")
 
     def discount_spec(self) -> Any:  # gymnasium sources have none: dm_env's default
-        spec = self._reader.discount_spec()
+        spec = self._spec("discount_spec")
         return spec if spec is not None else _dm_env_default("discount_spec")
 
 
