@@ -77,6 +77,7 @@ def test_a_minari_dataset_converted_to_envlogger_reads_back_as_minari_holds_it(t
         assert got.action_spec().num_values == 2
         assert got.metadata()["dataset_id"] == "cartpole/arrow-v0"
         metadata = list(got.episode_metadata())
+        terminated: list[bool] = []
         for k, (steps, ep) in enumerate(zip(got.episodes, want, strict=True)):
             steps = list(steps)
             n = len(ep.actions)
@@ -89,7 +90,16 @@ def test_a_minari_dataset_converted_to_envlogger_reads_back_as_minari_holds_it(t
             assert actions.dtype == ep.actions.dtype and np.array_equal(actions, ep.actions)
             rewards = np.array([s.timestep.reward for s in steps[1:]])
             assert rewards.dtype == ep.rewards.dtype and np.array_equal(rewards, ep.rewards)
+            # Minari has no discounts: dm_env's, 0 where the episode terminates, so it is kept
+            discounts = np.array([s.timestep.discount for s in steps[1:]])
+            assert discounts.dtype == np.float64 and steps[0].timestep.discount is None
+            assert discounts.tolist() == [1.0] * (n - 1) + [0.0 if ep.terminations[-1] else 1.0]
+            assert ep.terminations[-1] or ep.truncations[-1]
+            terminated.append(bool(ep.terminations[-1]))
             assert metadata[k]["id"] == ep.id and metadata[k]["total_steps"] == n
+    with read_envlogger(tmp_path / "out") as again:  # and read back, the episodes end as Minari's did
+        _, episodes = again.read()
+    assert episodes.column("terminated").to_pylist() == terminated
 
 
 def test_the_cli_converts_to_envlogger_and_refuses_a_target_that_holds_something(tmp_path: Path) -> None:

@@ -78,8 +78,11 @@ def write_envlogger(source: EpisodeSource, directory: str | os.PathLike[str], *,
     directory (or a run imported from one), else the source's dm_env specs, or specs made
     from its gymnasium spaces (a float64 reward spec; dm_env's default discount spec).
     Rewards and discounts are written in the dtype of the reward and discount specs (RLDS
-    rows hold them as float64), so a float32 reward comes back float32. Episodes with no
-    steps are left out (envlogger has no such episode).
+    rows hold them as float64), so a float32 reward comes back float32. A source without
+    discounts (Minari, gymnasium) gets dm_env's: 0.0 on a terminal LAST step, 1.0 on every
+    other step after FIRST (a truncated episode ends with 1.0), so envlogger's reader tells
+    terminated from truncated episodes as the source did. Episodes with no steps are left
+    out (envlogger has no such episode).
 
     The directory is written whole or not at all: into a fresh directory that takes
     ``directory``'s place once every episode is written (a failure leaves what was there).
@@ -117,18 +120,21 @@ def write_envlogger(source: EpisodeSource, directory: str | os.PathLike[str], *,
     if info.source != "envlogger":  # an envlogger directory (or its import) keeps envlogger's own encoding
         meta["environment_specs"] = spec_codec.encode_environment_specs(holder)
     as_reward = _scalar_caster(_specs.from_dict(env_specs.get("reward_spec")))
-    as_discount = _scalar_caster(_specs.from_dict(env_specs.get("discount_spec")))
+    as_discount = _scalar_caster(holder.discount_spec())  # (dm_env's default where the source has none)
     with fresh_directory(directory, overwrite=overwrite, what="an envlogger export") as tmp:
         writer = riegeli_backend_writer.RiegeliBackendWriter(data_directory=os.fspath(tmp), metadata=meta)
         try:
             for table, row in source.by_episode():
                 if not table.num_rows:
                     continue
+                terminal = table.column("is_terminal").to_numpy(zero_copy_only=False)
                 for i, step in enumerate(dm_env_steps(table, env_specs=env_specs, dm_env=dm_env)):
-                    timestep = step.timestep
-                    if timestep.reward is not None or timestep.discount is not None:
+                    timestep, discount = step.timestep, step.timestep.discount
+                    if discount is None and i > 0:  # a source without discounts (Minari, gymnasium):
+                        discount = 0.0 if terminal[i] else 1.0  # dm_env's, so termination is kept
+                    if timestep.reward is not None or discount is not None:
                         timestep = timestep._replace(reward=as_reward(timestep.reward),
-                                                     discount=as_discount(timestep.discount))
+                                                     discount=as_discount(discount))
                     writer.record_step(
                         envlogger.StepData(timestep, step.action, step.custom_data), is_new_episode=i == 0
                     )
