@@ -150,7 +150,7 @@ def test_a_dqn_memory_without_the_time_limit_says_episodes_may_be_joined(runs, t
     run = runs["dqn", "next-step"]
     report = import_memory([run.exports["npz"]], tmp_path / "s", episodes=True, progress=False)
     said = [a for a in report.assumptions if "no truncated tensor" in a]
-    assert len(said) == 1 and "--max-episode-steps" in said[0], report.assumptions
+    assert len(said) == 1 and "max_episode_steps=N" in said[0], report.assumptions
     lengths = rlarrow.Store.open(tmp_path / "s", readonly=True).read("episodes").column("num_steps")
     assert max(lengths.to_pylist()) - 1 > run.max_episode_steps  # joined across the time limit, as said
 
@@ -174,7 +174,7 @@ def test_skrl1_names_and_a_names_mapping_unroll_alike(runs, tmp_path):
     custom = _renamed(run.exports["npz"], tmp_path / "custom", {
         "observations": "obs", "next_observations": "obs2", "actions": "act", "rewards": "rew",
         "terminated": "done"})
-    with pytest.raises(rlarrow.InvalidInputError, match=r"no tensor for states.*--names"):
+    with pytest.raises(rlarrow.InvalidInputError, match=r"no tensor for states.*names=\{role: name\}"):
         import_memory([custom], tmp_path / "bad", episodes=True, progress=False)
     import_memory([custom], tmp_path / "s2", episodes=True, run_id="r", progress=False,
                    names={"observations": "obs", "next_states": "obs2", "actions": "act", "rewards": "rew",
