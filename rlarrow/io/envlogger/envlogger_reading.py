@@ -1,31 +1,6 @@
-"""envlogger (riegeli) directories read: an episode source, and its import, through envlogger's own code.
+"""envlogger directories read: :func:`read_envlogger` (an episode source) and :func:`import_envlogger`.
 
-Reading and writing riegeli needs envlogger itself (the ``envlogger`` extra). Supported:
-envlogger 1.2, the version whose wheel loads on glibc < 2.38 (1.3's needs 2.38). envlogger
-1.2 uses ``np.unicode_``, which NumPy 2 removed: :func:`load` sets that alias (to
-``np.str_``) before importing it.
-
-* :func:`import_envlogger`: every episode (all shards), observations of any nesting, the
-  per-step ``custom_data``, the episode metadata, the run metadata and the specs. Steps
-  go from envlogger's dm_env order to the store's RLDS alignment (``docs/format.md``).
-  envlogger's reader skips damaged index records and unreadable episode metadata without a
-  word, so what it returns is cross-checked against the files (:func:`riegeli_record_count`
-  counts their records from the chunk headers): damage is a
-  :class:`~rlarrow.core.errors.CorruptFileError`, or with ``skip_corrupt=True`` the episodes
-  that are whole are imported and the rest listed (a warning, and the report).
-* :func:`export_envlogger`: a run back into a directory envlogger's ``Reader`` reads
-  as it read the original: the same steps, metadata and episode metadata, rewards and
-  discounts in their specs' dtypes. A directory that holds anything is refused unless
-  ``overwrite=True`` (``--overwrite``), which replaces it whole.
-
-Dict observations and actions are stored with their fields sorted by name (at every
-depth): envlogger returns dicts in an order that changes from process to process. A store
-that already holds the same fields in another order keeps its order (``docs/format.md``).
-
-Example:
-    >>> from rlarrow.io.envlogger import export_envlogger, import_envlogger  # doctest: +SKIP
-    >>> report = import_envlogger("catch_logs", "runs.rlarrow")  # doctest: +SKIP
-    >>> export_envlogger("runs.rlarrow", "catch_again", run_id=report.run_id)  # doctest: +SKIP
+What is read and checked, and why envlogger 1.2: the package's docs (:mod:`rlarrow.io.envlogger`).
 """
 
 from __future__ import annotations
