@@ -139,15 +139,22 @@ def test_a_kill_at_any_moment_leaves_each_transaction_whole_or_absent(tmp_path):
     path = tmp_path / "store"
     rlarrow.Store.create(path)
     committed: set[int] = set()
-    seq = 0
+    seq = waited = 0
     for _ in range(25):
-        child = subprocess.Popen([sys.executable, "-c", CHILD.replace("threads=3", "threads=3"), str(path),
-                                  str(seq)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(seq)], stdout=subprocess.PIPE,
+                                 text=True)
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.5))
+        first = ""
+        if rng.random() < 0.8:
+            # Most kills land after the first commit, at a random moment of a later one: the child's first
+            # transaction also pays its imports (pyarrow.dataset pulls in pandas, ~0.3 s), which on a
+            # loaded machine outlasts any fixed delay and left too few commits to test.
+            first = child.stdout.readline()
+            waited += 1
+        time.sleep(rng.uniform(0.0, 0.3))
         os.kill(child.pid, signal.SIGKILL)
         out, _ = child.communicate()
-        committed.update(int(x) for x in out.split() if x.isdigit())
+        committed.update(int(x) for x in (first + out).split() if x.isdigit())
         for readonly in (True, False):  # a reader before recovery, then a writer's recovery
             st = rlarrow.Store.open(path, readonly=readonly)
             runs = set(st.read("runs", columns=["run_id"]).column("run_id").to_pylist())
@@ -158,4 +165,4 @@ def test_a_kill_at_any_moment_leaves_each_transaction_whole_or_absent(tmp_path):
             assert {f"t{s}" for s in committed} <= runs
         seq = max([int(r[1:]) for r in runs], default=-1) + 1
         assert rlarrow.core.store.Store.open(path).manifest()["pending"] is None
-    assert len(committed) > 5
+    assert len(committed) >= waited > 10  # the kills fell among commits, not only before the first
