@@ -70,7 +70,7 @@ def test_format_doc_describes_every_column():
 def test_file_metadata_names_table_and_version():
     md = schema.table("steps").file_metadata()
     assert md[b"rlarrow.table"] == b"steps"
-    assert md[b"rlarrow.schema_version"] == b"1.0"
+    assert md[b"rlarrow.schema_version"] == b"1.1"  # steps 1.1 added `infos`
     assert md[b"rlarrow.format_version"] == b"1.4"
     assert md[b"rlarrow.writer"].startswith(b"rlarrow ")
 
