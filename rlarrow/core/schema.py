@@ -16,7 +16,7 @@ Example:
     >>> from rlarrow.core import schema
     >>> steps = schema.table("steps")
     >>> steps.version
-    (1, 0)
+    (1, 1)
     >>> steps.column("reward").arrow_type
     DataType(double)
     >>> [c.name for c in steps.columns][:4]

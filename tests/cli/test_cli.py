@@ -32,7 +32,8 @@ def test_info_lists_tables_rows_runs_versions_and_size(populated):
     text = out.stdout
     for table, rows in [("runs", 1), ("episodes", 3), ("steps", 18), ("scalars", 10), ("memory", 8)]:
         line = next(x for x in text.splitlines() if x.startswith(table + " "))
-        assert f" {rows} " in line and line.rstrip().endswith("v1.0"), line
+        version = "v1.1" if table == "steps" else "v1.0"  # steps 1.1 added `infos`
+        assert f" {rows} " in line and line.rstrip().endswith(version), line
     run_id = populated.runs().column("run_id")[0].as_py()
     assert run_id in text and "populate" in text
     assert "on disk" in text and "KiB" in text
@@ -48,7 +49,7 @@ def test_info_json(populated):
     out = rlarrow_cmd("info", str(populated.path), "--json")
     data = json.loads(out.stdout)
     assert data["tables"]["steps"]["rows"] == 18
-    assert data["tables"]["steps"]["schema_version"] == "1.0"
+    assert data["tables"]["steps"]["schema_version"] == "1.1"
     assert data["runs"][0]["name"] == "populate"
     assert data["runs"][0]["num_envs"] == 2
     assert data["runs"][0]["metadata"]["params"] == {"lr": 3e-4, "gamma": float(np.float32(0.99))}

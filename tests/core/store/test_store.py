@@ -312,7 +312,7 @@ def test_readonly_store_refuses_writes(populated):
 def test_info_summarises(populated):
     info = populated.info()
     assert info.tables["steps"].rows == 18 and info.tables["memory"].rows == 8
-    assert info.tables["steps"].schema_version == "1.0"
+    assert info.tables["steps"].schema_version == "1.1"
     assert info.runs[0]["source"] == "test"
     assert info.bytes_on_disk >= sum(t.bytes for t in info.tables.values()) > 0
     as_dict = info.to_dict()

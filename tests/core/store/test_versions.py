@@ -165,3 +165,43 @@ def test_old_file_dropped_into_a_current_store_names_the_migration(populated, tm
     (populated.path / "scalars" / "part-29990101T000000000000-00000001.parquet").write_bytes(old.read_bytes())
     with pytest.raises(rlarrow.FormatVersionError, match=f"rlarrow migrate {populated.path}"):
         rlarrow.Store.open(populated.path)
+
+
+def test_a_store_of_steps_1_0_reads_and_takes_typed_infos(populated):
+    """Steps 1.1 only added the nullable ``infos`` column: a store written at 1.0 needs no migration."""
+    import warnings
+
+    root = populated.path
+    entry = json.loads((root / MANIFEST_NAME).read_text())["tables"]["steps"]
+    for f in entry["files"]:  # the files as rlarrow 1.0 wrote them: no `infos`, version 1.0
+        path = root / "steps" / f["name"]
+        t = pq.read_table(path)
+        assert "infos" not in t.column_names
+        md = {**t.schema.metadata, b"rlarrow.schema_version": b"1.0"}
+        pq.write_table(t.replace_schema_metadata(md), path)
+        f["bytes"] = path.stat().st_size
+    _set_manifest(root, lambda m: m["tables"]["steps"].update(schema_version="1.0", files=entry["files"]))
+    before = populated.read("steps")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rlarrow.FormatVersionWarning)  # older minor: no warning
+        store = rlarrow.Store.open(root)
+    assert store.read("steps").equals(before)
+    infos = {"qpos": np.arange(6, dtype=np.float32).reshape(3, 2), "flag": np.array([True, False, True])}
+    store.append("steps", {"run_id": "new", "episode_id": 0, "step": np.arange(3), "env_index": 0,
+                           "observation": {"position": np.zeros((3, 3), np.float32),
+                                           "grid": np.zeros((3, 4, 5), np.uint8)}, "infos": infos,
+                           "is_first": [True, False, False], "is_last": [False, False, True],
+                           "is_terminal": [False, False, True]})
+    import pyarrow.compute as pc
+
+    again = rlarrow.Store.open(root)
+    new = again.read("steps", filter=pc.field("run_id") == "new")
+    assert new.column("infos").to_pylist() == [{"qpos": [0.0, 1.0], "flag": True},
+                                                {"qpos": [2.0, 3.0], "flag": False},
+                                                {"qpos": [4.0, 5.0], "flag": True}]
+    old = again.read("steps", filter=pc.field("run_id") != "new")
+    assert old.num_rows == 18 and old.column("infos").null_count == 18
+    assert old.select(before.column_names).equals(before)
+    # the 1.0 files keep their directory; the run with infos has a layout of its own
+    first = before.column("run_id")[0].as_py()
+    assert (again.layout_of("steps", first), again.layout_of("steps", "new")) == (1, 2)
