@@ -148,6 +148,12 @@ def read_envlogger(directory: str | os.PathLike[str], *, run_id: str | None = No
     episodes, RLDS-aligned). With ``skip_corrupt``, ``source.findings`` lists what was
     left out once the source has been read.
 
+    Args:
+        directory: the envlogger directory (holding ``metadata.riegeli``).
+        run_id: the run id its rows carry (None: a new one).
+        skip_corrupt: leave out the damaged episodes (listed in ``source.findings``) instead
+            of raising at the first damaged record.
+
     Example:
         >>> import polars as pl  # doctest: +SKIP
         >>> steps = pl.from_arrow(read_envlogger("catch_logs").steps())  # doctest: +SKIP

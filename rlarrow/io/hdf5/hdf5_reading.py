@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlarrow.core.errors import UnsupportedInputError
+from rlarrow.core.errors import ArgumentError, UnsupportedInputError
 from rlarrow.core.ingest import IngestReport, ingest
 from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.store import StoreLike
@@ -119,25 +119,35 @@ def _layout(f: Any) -> str | None:
     return None
 
 
-def read_hdf5(path: str | os.PathLike[str], *, run_id: str | None = None,
+def read_hdf5(path: str | os.PathLike[str], *, run_id: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+              allow_hdf5_links: bool = False, layout: str | None = None,
               options: HDF5Options | None = None) -> EpisodeSource:
     """A D4RL or robomimic HDF5 file as an episode source, without a store (see the module docs).
 
     The file is opened once, here: its layout found and its datasets checked (nothing outside
     it is read: external links, virtual datasets and external storage are refused, and so is
     a dataset that declares more than the file holds, :func:`rlarrow.io.codecs.hdf5_files.check_contained`).
-    Rows are read when the source is iterated, a chunk at a time (``options.chunk_bytes``):
+    Rows are read when the source is iterated, a chunk at a time (``chunk_bytes``):
     D4RL a block of rows per chunk, robomimic a demo (or a block of its rows). Close the
     source (``with``) to close the file.
 
+    Args:
+        path: the ``.hdf5`` file.
+        run_id: the run id its rows carry (None: a new one).
+        chunk_bytes: how much to read at a time, over all of a chunk's datasets.
+        allow_hdf5_links: follow external links and virtual datasets whose files lie in the
+            input's own directory; never outside it (refused by default).
+        layout: the layout the file must have (``"d4rl"``, ``"robomimic"``); None: either.
+        options: the three above as one :class:`HDF5Options` (then leave them out).
+
     Raises:
         UnsupportedInputError: not HDF5, or neither layout (the message lists what the file
-            holds), or not ``options.layout``.
+            holds), or not ``layout``.
         CorruptFileError: damaged data, or datasets that disagree (row counts, shapes); damage
             in rows is raised when those rows are read.
         MissingDependencyError: h5py is not installed (``pip install 'rlarrow[hdf5]'``).
         HDF5RefusedError: an external link, virtual dataset or external storage (without
-            ``options.allow_links``, or leading outside the input's directory), or a dataset
+            ``allow_hdf5_links``, or leading outside the input's directory), or a dataset
             that declares more rows than the file holds.
 
     Example:
@@ -154,7 +164,11 @@ def read_hdf5(path: str | os.PathLike[str], *, run_id: str | None = None,
         >>> steps.column("run_id")[0].as_py(), episodes.column("partial_end").to_pylist()
         ('r', [False, True])
     """
-    options = options or HDF5Options()
+    if options is None:
+        options = HDF5Options(chunk_bytes=chunk_bytes, allow_links=allow_hdf5_links, layout=layout)
+    elif (chunk_bytes, allow_hdf5_links, layout) != (CHUNK_BYTES, False, None):
+        raise ArgumentError("read_hdf5: give chunk_bytes, allow_hdf5_links and layout in "
+                            "options=HDF5Options(...) or as keywords, not both")
     p = Path(path)
     with ExitStack() as stack:
         f = stack.enter_context(open_hdf5(p, allow_links=options.allow_links))
@@ -209,8 +223,8 @@ def import_hdf5(
     Example:
         >>> import_hdf5("robomimic/lift/ph/low_dim_v15.hdf5", "runs.rlarrow")  # doctest: +SKIP
     """
-    options = HDF5Options(chunk_bytes=chunk_bytes, allow_links=allow_hdf5_links, layout=layout)
-    with read_hdf5(path, run_id=run_id, options=options) as source:
+    with read_hdf5(path, run_id=run_id, chunk_bytes=chunk_bytes, allow_hdf5_links=allow_hdf5_links,
+                   layout=layout) as source:
         return ingest(store, source, name=name, progress=progress)
 
 

@@ -193,6 +193,15 @@ def import_minari(
 ) -> IngestReport:
     """Import a Minari dataset into ``store`` as one run: ``ingest(store, read_minari(...))``.
 
+    Args:
+        directory: the dataset's directory (``data/metadata.json`` in it).
+        store: a store, or the path of one (created when missing).
+        run_id: the new run's id (None: generated).
+        name: the run's name (default: the dataset's id).
+        progress: a progress bar (None: when stderr is a terminal).
+        allow_hdf5_links: Minari's HDF5 backend: follow external links and virtual datasets
+            whose files lie in the dataset's own directory (see :func:`read_minari`).
+
     Raises:
         UnsupportedInputError: not a Minari dataset, or a data format other than arrow/parquet/hdf5.
         CorruptFileError: an episode file that cannot be read.

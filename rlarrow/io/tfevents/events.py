@@ -257,7 +257,9 @@ class TfeventsReader:
 def read_tfevents(source: Any, *, on_corrupt: str = "raise", run_prefix: str | None = None) -> pa.Table:
     """Every scalar of ``source`` (file, directory, glob, or list) as a ``scalars`` table.
 
-    See :class:`TfeventsReader` for the arguments, and :mod:`rlarrow.io.tfevents` for what is read.
+    See :class:`TfeventsReader` for the arguments, and :mod:`rlarrow.io.tfevents` for what is read:
+    ``on_corrupt`` is ``"raise"`` at a record whose checksum fails or ``"skip"`` it (counted);
+    ``run_prefix`` the run id of the root run (sub-runs' ids begin with it).
 
     Example:
         >>> t = read_tfevents("runs/exp1")  # doctest: +SKIP

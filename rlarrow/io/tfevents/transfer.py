@@ -55,6 +55,16 @@ def import_tfevents(source: Any, store: StoreLike, *, run_id: str | None = None,
     found after others were read, a run id taken, a full disk, a kill). Memory stays
     bounded: the rows are streamed to a temporary Parquet file a row group at a time.
 
+    Args:
+        source: an event file, a log directory, a glob, or a list of them.
+        store: a store, or the path of one (created when missing).
+        run_id: the root run's id (None: a new one).
+        name: the root run's name (a sub-run's is ``name/<its path>``).
+        on_corrupt: ``"raise"`` at a record whose checksum fails, or ``"skip"`` it (counted
+            in the report; ``TfeventsOptions(skip_corrupt=True)``).
+        progress: a progress bar over the bytes read (None: when stderr is a terminal).
+        existing_run: put the root run's scalars into the existing run ``run_id``.
+
     Returns:
         A :class:`TfeventsReport` (scalars, skipped summaries by kind, damage found).
 
