@@ -18,13 +18,15 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from rlarrow.io.registry import Format
 
-__all__ = ["CONVERT_FLAGS", "CONVERT_HELP", "EXPORT_EMPTY", "EXPORT_FLAGS", "EXPORT_HELP", "convert_flags",
-           "convert_help", "convert_options", "export_empty", "export_flags", "export_help"]
+__all__ = ["CONVERT_FLAGS", "CONVERT_HELP", "EXPORT_EMPTY", "EXPORT_FLAGS", "EXPORT_HELP", "WRITE_FLAGS",
+           "convert_flags", "convert_help", "convert_options", "export_empty", "export_flags", "export_help",
+           "write_flags", "write_options"]
 
 _MEMORY = ("pt", "npz", "csv", "parquet")
 _MEMORY_FLAGS = ("--run-id", "--name", "--layout", "--episodes", "--names", "--autoreset",
@@ -72,6 +74,14 @@ CONVERT_FLAGS: dict[str, tuple[str, ...]] = {
     "lerobot": ("--run-id", "--name", "--again", "--keep-video"),
     "hdf5": ("--run-id", "--name", "--again", "--allow-hdf5-links"),
     "tfevents": ("--run-id", "--name", "--skip-corrupt", "--again"),
+}
+
+#: The ``rlarrow convert INPUT --to FORMAT`` flags of each writer: the fields of its
+#: :attr:`~rlarrow.io.registry.Format.write_options` class, spelled as flags (``fps`` is ``--fps``).
+WRITE_FLAGS: dict[str, tuple[str, ...]] = {
+    "minari": ("--data-format", "--dataset-id"),
+    "rlds": ("--episodes-per-shard",),
+    "lerobot": ("--codebase", "--images", "--fps", "--task"),
 }
 
 #: The ``rlarrow export`` flags that apply to each format.
@@ -145,3 +155,35 @@ def convert_options(flags: Mapping[str, Any]) -> dict[str, Any]:
         "rlds": RldsOptions(images="encoded" if flags.get("keep_images_encoded") else "decode"),
         "lerobot": LeRobotOptions(video="keep" if flags.get("keep_video") else "decode"),
     }
+
+
+def write_flags(fmt: Format) -> tuple[str, ...]:
+    """The ``rlarrow convert --to`` flags that apply to ``fmt``'s writer (a plugin's: its options' fields).
+
+    Example:
+        >>> from rlarrow.io import registry
+        >>> write_flags(registry.get("rlds"))
+        ('--episodes-per-shard',)
+    """
+    if fmt.name in WRITE_FLAGS:
+        return WRITE_FLAGS[fmt.name]
+    cls = fmt.write_options_type()
+    return () if cls is None else tuple("--" + f.name.replace("_", "-") for f in dataclasses.fields(cls))
+
+
+def write_options(fmt: Format, flags: Mapping[str, Any]) -> Any:
+    """``fmt``'s writer options (its :attr:`~rlarrow.io.registry.Format.write_options`), built from flags.
+
+    ``flags`` are ``rlarrow convert``'s values by parameter name (None: not given); those of
+    :func:`write_flags` are taken, the rest left to the caller. None: the writer takes no options.
+
+    Example:
+        >>> from rlarrow.io import registry
+        >>> write_options(registry.get("lerobot"), {"fps": 10, "codebase": None, "again": False})
+        LeRobotOptions(codebase='v3.0', images='auto', fps=10, task=None)
+    """
+    cls = fmt.write_options_type()
+    if cls is None:
+        return None
+    taken = {flag[2:].replace("-", "_") for flag in write_flags(fmt)}
+    return cls(**{k: v for k, v in flags.items() if k in taken and v is not None})

@@ -50,7 +50,13 @@ def _convert_help() -> str:
         "Every source is hashed first: one the store holds already is skipped, with a message",
         "naming its run (--again imports it again). One convert commits all or nothing: if",
         "anything fails, the store is left as it was.",
+        "",
+        "\b",
+        "With --to FORMAT, the one INPUT is written as FORMAT at -o (no store); each writer",
+        "takes its own flags:",
     ]
+    for fmt in registry.writers():
+        lines.append(f"  --to {fmt.name:<11}{' '.join(formats.write_flags(fmt)) or '(none)'}")
     return "\n".join(lines)
 
 
@@ -58,6 +64,27 @@ def _export_format_help() -> str:
     """``rlarrow export --format``'s help: what each registered exporter writes."""
     said = list(dict.fromkeys(formats.export_help(f) for f in registry.exporters()))
     return (", ".join(said[:-1]) + ", or " + said[-1] if len(said) > 1 else said[0]) + "."
+
+
+def _writer_flags(command: Any) -> Any:
+    """The flags of the writers' own options that ``rlarrow export`` and ``rlarrow convert --to`` share."""
+    for option in reversed((
+        click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
+                     help="minari: Minari's backend to write (default hdf5, Minari's own default)."),
+        click.option("--codebase", type=click.Choice(["v3.0", "v2.1"]),
+                     help="lerobot: the LeRobot codebase to write (default v3.0, lerobot 0.4 on; v2.1 for "
+                          "lerobot 0.1 to 0.3)."),
+        click.option("--images", type=click.Choice(["auto", "video", "png"]),
+                     help="lerobot: camera frames as AV1 video (lossy, LeRobot's default) or PNG images "
+                          "(lossless); auto keeps a LeRobot run's own choice, else video."),
+        click.option("--fps", type=click.IntRange(min=1),
+                     help="lerobot: frames per second (default: the run's own for a LeRobot import, "
+                          "else 30)."),
+        click.option("--task", help="lerobot: the task of every episode of a run not imported from LeRobot "
+                                    "(default: the run's name)."),
+    )):
+        command = option(command)
+    return command
 
 
 @click.command(help=_convert_help())
@@ -110,23 +137,40 @@ def _export_format_help() -> str:
               help="Write the one INPUT dataset as this format at -o (a dataset, not a store), streamed "
                    "from reader to writer without a store.")
 @click.option("--overwrite", is_flag=True, help="With --to: replace what the output holds.")
+@_writer_flags
+@click.option("--dataset-id", help="With --to minari: the dataset's id (default: the input's, else "
+                                   "rlarrow/<name>-v0).")
+@click.option("--episodes-per-shard", type=click.IntRange(min=1), metavar="N",
+              help="With --to rlds: episodes a TFRecord shard holds at most (default 1000).")
 @friendly_errors
 def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_size: int | None,
             float64: bool, run_id: str | None, name: str | None, layout: str, episodes: bool,
             skip_corrupt: bool, names_text: str | None, autoreset: str, max_episode_steps: int | None,
             again: bool,
             keep_images_encoded: bool, keep_video: bool, allow_hdf5_links: bool = False,
-            to: str | None = None, overwrite: bool = False) -> None:
-    """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry)."""
+            to: str | None = None, overwrite: bool = False, **writing: Any) -> None:
+    """Import INPUTS into STORE (the help text is :func:`_convert_help`, made from the format registry).
+
+    ``writing``: the flags of the ``--to`` writers' own options (:data:`rlarrow.cli.formats.WRITE_FLAGS`).
+    """
     from rlarrow.io.importing import import_paths
 
     flags = {"num_envs": num_envs, "memory_size": memory_size, "float64": float64, "layout": layout,
              "episodes": episodes, "skip_corrupt": skip_corrupt, "autoreset": autoreset,
              "max_episode_steps": max_episode_steps, "keep_images_encoded": keep_images_encoded,
              "keep_video": keep_video, "allow_hdf5_links": allow_hdf5_links}
+    given = [_flag(key) for key, value in writing.items() if value is not None]
     if to is not None:
-        _convert_to(inputs, to, store, overwrite=overwrite, options=formats.convert_options(flags))
+        target = registry.get(to)
+        for flag in given:
+            if flag not in formats.write_flags(target):
+                raise click.UsageError(f"{flag} applies to {_writers_of(flag)}, not --to {to}")
+        _convert_to(inputs, to, store, overwrite=overwrite, options=formats.convert_options(flags),
+                    writing=formats.write_options(target, writing))
         return
+    if given:
+        raise click.UsageError(f"{given[0]} applies to {_writers_of(given[0])} (a dataset written from the "
+                               "INPUT, no store); an import into a store takes no writer options")
 
     names = None
     if names_text:
@@ -146,14 +190,24 @@ def convert(inputs: tuple[str, ...], store: str, num_envs: int | None, memory_si
     click.echo(cli_spelling(str(report)))
 
 
+def _flag(key: str) -> str:
+    """A parameter's flag: ``episodes_per_shard`` is ``--episodes-per-shard``."""
+    return "--" + key.replace("_", "-")
+
+
+def _writers_of(flag: str) -> str:
+    """``--to lerobot``: the writers ``flag`` applies to."""
+    return " and ".join(f"--to {f.name}" for f in registry.writers() if flag in formats.write_flags(f))
+
+
 def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: bool,
-                options: dict[str, Any]) -> None:
+                options: dict[str, Any], writing: Any = None) -> None:
     """``rlarrow convert INPUT --to FORMAT -o OUTPUT``: one dataset to another format, no store."""
     from rlarrow.io.transcode import convert_format
 
     if len(inputs) != 1:
         raise click.UsageError(f"--to {to} writes one dataset: give one INPUT, not {len(inputs)}")
-    written = convert_format(inputs[0], to, output, overwrite=overwrite, options=options)
+    written = convert_format(inputs[0], to, output, overwrite=overwrite, options=options, writing=writing)
     click.echo(f"wrote {', '.join(str(p) for p in written)} as {to} from {inputs[0]}")
 
 
@@ -170,18 +224,7 @@ def _convert_to(inputs: tuple[str, ...], to: str, output: str, *, overwrite: boo
 @click.option("--overwrite", is_flag=True,
               help="Replace what the target holds (DIR/memories/, the dataset DIR, a run's event files, the "
                    ".hdf5 file); without it a target that holds anything is refused.")
-@click.option("--data-format", type=click.Choice(["hdf5", "arrow", "parquet"]),
-              help="minari: Minari's backend to write (default hdf5, Minari's own default).")
-@click.option("--codebase", type=click.Choice(["v3.0", "v2.1"]),
-              help="lerobot: the LeRobot codebase to write (default v3.0, lerobot 0.4 on; v2.1 for "
-                   "lerobot 0.1 to 0.3).")
-@click.option("--images", type=click.Choice(["auto", "video", "png"]),
-              help="lerobot: camera frames as AV1 video (lossy, LeRobot's default) or PNG images "
-                   "(lossless); auto keeps a LeRobot run's own choice, else video.")
-@click.option("--fps", type=click.IntRange(min=1),
-              help="lerobot: frames per second (default: the run's own for a LeRobot import, else 30).")
-@click.option("--task", help="lerobot: the task of every episode of a run not imported from LeRobot "
-                             "(default: the run's name).")
+@_writer_flags
 @friendly_errors
 def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: bool,
            data_format: str | None, codebase: str | None, images: str | None, fps: int | None,

@@ -163,6 +163,10 @@ class Format:
             (episode formats; :mod:`rlarrow.core.sources`); None: no reader of its own.
         write: ``write(source, path, *, overwrite=False, **options) -> [paths written]``:
             an episode source written as this format (what ``rlarrow convert --to`` calls).
+        write_options: the class of the writer's own options (a small frozen dataclass whose
+            fields are the keywords :attr:`write` takes beyond ``overwrite``, defaults the
+            writer's), or ``"module:Class"``; None: the writer takes none. ``rlarrow convert
+            --to`` builds one from its flags (:mod:`rlarrow.cli.formats`).
     """
 
     name: str
@@ -187,6 +191,7 @@ class Format:
     read: Callable[[Path, ImportRun], EpisodeSource] | None = None
     write: Callable[..., list[Path]] | None = None
     options: type | str | None = None
+    write_options: type | str | None = None
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -202,13 +207,27 @@ class Format:
             >>> get("lerobot").options_type().__name__
             'LeRobotOptions'
         """
-        if not isinstance(self.options, str):
-            return self.options
-        import importlib
+        return _class(self.options)
 
-        module, _, name = self.options.partition(":")
-        cls: type = getattr(importlib.import_module(module), name)
-        return cls
+    def write_options_type(self) -> type | None:
+        """The class of :attr:`write_options` (a ``"module:Class"`` imported now); None: it takes none.
+
+        Example:
+            >>> get("rlds").write_options_type().__name__
+            'RldsWriteOptions'
+        """
+        return _class(self.write_options)
+
+
+def _class(spec: type | str | None) -> type | None:
+    """``spec``, a ``"module:Class"`` imported now."""
+    if not isinstance(spec, str):
+        return spec
+    import importlib
+
+    module, _, name = spec.partition(":")
+    cls: type = getattr(importlib.import_module(module), name)
+    return cls
 
 
 # --------------------------------------------------------------------------- detection helpers
@@ -427,10 +446,10 @@ def _read_rlds(path: Path, run: ImportRun) -> EpisodeSource:
 
 
 def _write_rlds(source: EpisodeSource, directory: str | os.PathLike[str], *,
-                overwrite: bool = False) -> list[Path]:
+                overwrite: bool = False, episodes_per_shard: int = 1000) -> list[Path]:
     from rlarrow.io.rlds import write_rlds
 
-    return [write_rlds(source, directory, overwrite=overwrite)]
+    return [write_rlds(source, directory, overwrite=overwrite, episodes_per_shard=episodes_per_shard)]
 
 
 def _read_minari(path: Path, run: ImportRun) -> EpisodeSource:
@@ -441,10 +460,11 @@ def _read_minari(path: Path, run: ImportRun) -> EpisodeSource:
 
 
 def _write_minari(source: EpisodeSource, directory: str | os.PathLike[str], *, overwrite: bool = False,
-                  data_format: str | None = None) -> list[Path]:
+                  data_format: str | None = None, dataset_id: str | None = None) -> list[Path]:
     from rlarrow.io.minari import write_minari
 
-    return [write_minari(source, directory, overwrite=overwrite, data_format=data_format or "hdf5")]
+    return [write_minari(source, directory, overwrite=overwrite, data_format=data_format or "hdf5",
+                         dataset_id=dataset_id)]
 
 
 def _export_robomimic(store: StoreLike, directory: str | os.PathLike[str], *, run_id: str | None = None,
@@ -567,13 +587,14 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         summary="a Minari dataset (arrow, parquet or HDF5 backend) of gymnasium episodes",
         detect=_is_minari, kind="directory", import_=_import_minari, export=_export_minari,
         read=_read_minari, write=_write_minari,
+        write_options="rlarrow.io.minari.minari_writing:MinariWriteOptions",
         suffixes=(".arrow", ".parquet"), markers=("data/metadata.json",), noun="Minari datasets",
     ),
     Format(
         name="rlds", options="rlarrow.io.rlds:RldsOptions",
         summary="an RLDS dataset in a TFDS directory (tfrecord shards), read without TensorFlow",
         detect=_is_rlds, kind="directory", import_=_import_rlds, export=_export_rlds,
-        read=_read_rlds, write=_write_rlds,
+        read=_read_rlds, write=_write_rlds, write_options="rlarrow.io.rlds:RldsWriteOptions",
         markers=("dataset_info.json", "features.json"),
         noun="RLDS/TFDS datasets",
     ),
@@ -582,6 +603,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
         summary="a LeRobot v3.0 or v2.x dataset (Parquet frames, mp4 cameras, meta/)",
         detect=_is_lerobot, kind="directory", import_=_import_lerobot, export=_export_lerobot,
         read=_read_lerobot, write=_write_lerobot, markers=("meta/info.json",),
+        write_options="rlarrow.io.lerobot.writing:LeRobotOptions",
         noun="LeRobot datasets",
     ),
     Format(

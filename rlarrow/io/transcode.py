@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +29,7 @@ __all__ = ["convert_format"]
 
 
 def convert_format(source: str | os.PathLike[str], to: str, output: str | os.PathLike[str], *,
-                   overwrite: bool = False, options: Any = None,
+                   overwrite: bool = False, options: Any = None, writing: Any = None,
                    **write_options: Any) -> list[Path]:
     """Write the dataset at ``source`` as format ``to`` at ``output``; the paths written.
 
@@ -41,11 +42,16 @@ def convert_format(source: str | os.PathLike[str], to: str, output: str | os.Pat
             :attr:`~rlarrow.io.registry.Format.options` class (``RldsOptions(images="encoded")``),
             a mapping of them by format name (``rlarrow convert``'s), or (deprecated) an
             :class:`~rlarrow.io.registry.ImportOptions`; None: the defaults.
-        write_options: the writer's own options (``data_format="arrow"`` for Minari, ...).
+        writing: the writer's own options as one instance of the target's
+            :attr:`~rlarrow.io.registry.Format.write_options` class (``LeRobotOptions(fps=10)``,
+            what ``rlarrow convert --to`` builds); None: the keywords below, or the defaults.
+        write_options: the writer's own options as keywords (``data_format="arrow"`` for Minari,
+            ``fps=10`` for LeRobot, ...), instead of ``writing``.
 
     Raises:
         UnsupportedInputError: ``source`` is of no format rlarrow reads to episodes.
-        ArgumentError: ``to`` is no format rlarrow writes episodes as.
+        ArgumentError: ``to`` is no format rlarrow writes episodes as, or ``writing`` that is
+            not its writer's options (or given with keywords).
     """
     target = registry.get(to)
     if target.write is None:
@@ -57,8 +63,22 @@ def convert_format(source: str | os.PathLike[str], to: str, output: str | os.Pat
                 else f"{found.name}, which has no episode reader")
         raise UnsupportedInputError(source, f"{what}; a dataset converted to another format is one of "
                                     f"{', '.join(f.noun or f.name for f in registry.readers())}")
+    if writing is not None:
+        write_options = _writing(target, writing, write_options)
     with found.read(Path(source), _reading(found, options)) as episodes:
         return target.write(episodes, output, overwrite=overwrite, **write_options)
+
+
+def _writing(target: registry.Format, writing: Any, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords ``target``'s writer is given: the fields of ``writing`` (see :func:`convert_format`)."""
+    cls = target.write_options_type()
+    if cls is None or not isinstance(writing, cls) or not dataclasses.is_dataclass(writing):
+        takes = "no options" if cls is None else f"a {cls.__module__}.{cls.__name__}"
+        raise ArgumentError(f"writing={writing!r}: the {target.name} writer takes {takes}")
+    if keywords:
+        raise ArgumentError(f"convert_format: give the {target.name} writer's options in writing= or as "
+                            f"keywords ({', '.join(keywords)}), not both")
+    return {f.name: getattr(writing, f.name) for f in dataclasses.fields(writing)}
 
 
 def _reading(fmt: registry.Format, options: Any) -> registry.ImportRun:

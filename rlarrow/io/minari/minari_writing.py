@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.store import StoreLike
 from rlarrow.io.minari.minari_spaces import for_space, gym_space
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "export_minari", "write_minari"]
+__all__ = ["DATASET_KEYS", "DATA_FORMATS", "MinariWriteOptions", "export_minari", "write_minari"]
 
 
 #: what a Minari dataset's metadata.json says of its making, kept by an import and written back by an export
@@ -300,3 +301,31 @@ def _stacked(infos: list[Any], arrow: bool) -> dict[str, Any]:
         stacked = np.asarray(values)
         out[key] = list(stacked) if arrow and stacked.ndim == 1 else stacked
     return out
+
+
+@dataclass(frozen=True)
+class MinariWriteOptions:
+    """How a Minari dataset is written: the keywords :func:`write_minari` takes beyond ``overwrite``.
+
+    ``rlarrow convert INPUT --to minari`` builds one from ``--data-format`` and ``--dataset-id``.
+
+    Attributes:
+        data_format: Minari's backend: ``"hdf5"`` (Minari's own default), ``"arrow"`` or ``"parquet"``.
+        dataset_id: the dataset's id (default: the source's, else ``rlarrow/<run name>-v0``).
+
+    Raises:
+        ArgumentError: a backend other than :data:`DATA_FORMATS`.
+
+    Example:
+        >>> MinariWriteOptions(data_format="arrow").dataset_id is None
+        True
+    """
+
+    data_format: str = "hdf5"
+    dataset_id: str | None = None
+
+    def __post_init__(self) -> None:
+        from rlarrow.core.errors import ArgumentError
+
+        if self.data_format not in DATA_FORMATS:
+            raise ArgumentError(f"data_format={self.data_format!r}: Minari writes {', '.join(DATA_FORMATS)}")

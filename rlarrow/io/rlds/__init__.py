@@ -54,7 +54,7 @@ from rlarrow.io.rlds.rlds_reading import (
     read_episodes,
     read_rlds,
 )
-from rlarrow.io.rlds.rlds_writing import export_rlds, write_rlds
+from rlarrow.io.rlds.rlds_writing import RldsWriteOptions, export_rlds, write_rlds
 
 _example_class = example_class  # (its old name: tests build tf.train.Example records with it)
 
@@ -64,6 +64,7 @@ __all__ = [
     "Episode",
     "Feature",
     "RldsOptions",
+    "RldsWriteOptions",
     "dataset_dir",
     "decode_image",
     "export_rlds",

@@ -20,6 +20,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,7 +34,30 @@ from rlarrow.core.sources import EpisodeChunk, EpisodeSource
 from rlarrow.core.store import StoreLike
 from rlarrow.io.rlds.rlds_dataset import Feature, example_class, parse_features
 
-__all__ = ["export_rlds", "write_rlds"]
+__all__ = ["RldsWriteOptions", "export_rlds", "write_rlds"]
+
+
+@dataclass(frozen=True)
+class RldsWriteOptions:
+    """How an RLDS dataset is written: the keywords :func:`write_rlds` takes beyond ``overwrite``.
+
+    ``rlarrow convert INPUT --to rlds`` builds one from ``--episodes-per-shard``.
+
+    Attributes:
+        episodes_per_shard: episodes a TFRecord shard holds at most.
+
+    Raises:
+        ArgumentError: a count below 1.
+
+    Example:
+        >>> RldsWriteOptions(episodes_per_shard=10).episodes_per_shard
+        10
+    """
+
+    episodes_per_shard: int = 1000
+
+    def __post_init__(self) -> None:
+        _arguments.integer(self.episodes_per_shard, "episodes_per_shard", minimum=1)
 
 
 def export_rlds(
