@@ -37,7 +37,13 @@ import pyarrow as pa
 
 from rlarrow.core import schema as _schema
 from rlarrow.core.deps import require
-from rlarrow.core.errors import ArgumentError, NotFoundError, SchemaMismatchError, StoreError
+from rlarrow.core.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    NotFoundError,
+    SchemaMismatchError,
+    StoreError,
+)
 from rlarrow.core.store import (
     CommitInfo,
     StagedFile,
@@ -49,6 +55,7 @@ from rlarrow.core.store import (
     layout_number,
 )
 from rlarrow.train.samples import SampleSource, delta_steps_of, filter_mask
+from rlarrow.train.sampling import Sampler, SequentialSampler, ShuffleSampler
 
 require("ray", feature="rlarrow.train.ray")  # names the extra when Ray is missing
 import ray  # noqa: E402
@@ -166,7 +173,7 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
                  seed: int = 0, units_per_task: int = 1, layout: int | None = None,
                  version: int | None = None, delta_steps: Mapping[str, Sequence[int]] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-                 fps: float | None = None) -> ray.data.Dataset:
+                 fps: float | None = None, sampler: Sampler | None = None) -> ray.data.Dataset:
     """Training samples as :class:`rlarrow.train.torch.StreamingDataset` makes them, as a Ray dataset.
 
     Each row group of the table is one unit of work; a task turns it into NumPy columns:
@@ -185,7 +192,9 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         filter: a ``pyarrow.compute.Expression`` or a SQL predicate over the flat columns
             (a window is kept when its first row is).
         sequence_length: windows of this many consecutive steps of one episode.
-        shuffle: visit the row groups in a seeded random order (mix rows further with
+        shuffle: visit the row groups in a seeded random order, the order a
+            :class:`~rlarrow.train.sampling.ShuffleSampler` of the same seed gives
+            :class:`~rlarrow.train.torch.StreamingDataset` (mix rows further with
             ``iter_torch_batches(local_shuffle_buffer_size=...)`` or ``random_shuffle()``).
         seed: the row-group order's seed.
         units_per_task: row groups read per task.
@@ -197,6 +206,13 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
             (``action_is_pad``) as LeRobot pads: see :class:`rlarrow.train.torch.StreamingDataset`.
         delta_timestamps: the same in seconds (LeRobot's form), with ``fps``.
         fps: steps per second, for ``delta_timestamps``.
+        sampler: the row-group order as a sampler strategy (:mod:`rlarrow.train.sampling`:
+            its :meth:`~rlarrow.train.sampling.Sampler.unit_order` this epoch, every row group
+            read here: ``streaming_split`` deals them), instead of ``shuffle`` and ``seed``.
+
+    Raises:
+        ArgumentError: ``sampler`` given with ``shuffle`` or ``seed``.
+        ArgumentTypeError: ``sampler`` that is not a :class:`~rlarrow.train.sampling.Sampler`.
 
     Example:
         >>> import rlarrow.train.ray  # doctest: +SKIP
@@ -211,9 +227,15 @@ def read_samples(store: StoreLike | RemoteStore, table: str = "steps", *,
         delta_steps = delta_steps_of(delta_timestamps, fps if fps is not None else 0.0)
     source = SampleSource.from_store(_open(store, version), table, columns=columns, filter=filter,
                                      sequence_length=sequence_length, layout=layout, delta_steps=delta_steps)
-    order = np.arange(len(source.units))
-    if shuffle:
-        order = np.random.default_rng(seed).permutation(len(source.units))
+    if sampler is None:
+        sampler = ShuffleSampler(seed=seed) if shuffle else SequentialSampler(seed=seed)
+    elif not isinstance(sampler, Sampler):
+        raise ArgumentTypeError(f"sampler: give a rlarrow.train.sampling.Sampler (SequentialSampler, "
+                                f"ShuffleSampler), not a {type(sampler).__name__}")
+    elif shuffle or seed != 0:
+        raise ArgumentError("give the order as sampler=ShuffleSampler(seed=...) or as shuffle and seed, "
+                            "not both")
+    order = sampler.unit_order(len(source.units))
     if not len(order):
         return ray.data.from_items([])
     units = ray.data.from_items([{"unit": int(i)} for i in order],

@@ -266,3 +266,48 @@ def test_a_pushed_store_reads_as_the_local_one_a_layout_at_a_time(cluster, tmp_p
         want_states = to_numpy(st.read("memory", layout=layout).column("states"))
         assert got_states.dtype == want_states.dtype == np.float32
         assert np.array_equal(got_states, want_states)
+
+
+def _unit_runs(rows, unit_of):
+    """The row groups ``rows`` (episode, step pairs, in the order read) came from, each once in a row."""
+    out: list[int] = []
+    for row in rows:
+        if not out or out[-1] != unit_of[row]:
+            out.append(unit_of[row])
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_shuffled_row_groups_come_in_the_order_the_torch_sampler_gives(cluster, store, seed):
+    from rlarrow.core.errors import ArgumentError
+    from rlarrow.train.samples import SampleSource
+    from rlarrow.train.sampling import ShuffleSampler
+
+    cols = ["episode_id", "step", "reward"]
+    source = SampleSource.from_store(store, "steps", columns=cols)
+    unit_of, files = {}, {}
+    for i, unit in enumerate(source.units):  # which row group each step is in
+        got = source.read_windows(unit, files)
+        cols_ = got.gather(np.arange(len(got)))
+        for e, s in zip(cols_["episode_id"].tolist(), cols_["step"].tolist(), strict=True):
+            unit_of[(e, s)] = i
+    for f in files.values():
+        f.close()
+    assert len(source.units) > 8
+    torch_rows = [(int(b["episode_id"][0]), int(b["step"][0])) for b in StreamingDataset(
+        store, "steps", columns=cols, batch_size=1, buffer_rows=1, shuffle=True, seed=seed)]
+    ctx = ray.data.DataContext.get_current()
+    kept, ctx.execution_options.preserve_order = ctx.execution_options.preserve_order, True
+    try:
+        by_flags = rray.read_samples(store, "steps", columns=cols, shuffle=True, seed=seed)
+        by_sampler = rray.read_samples(store, "steps", columns=cols, sampler=ShuffleSampler(seed=seed))
+        rows = [[(int(r["episode_id"]), int(r["step"])) for r in ds.iter_rows()]
+                for ds in (by_flags, by_sampler)]
+    finally:
+        ctx.execution_options.preserve_order = kept
+    want = _unit_runs(torch_rows, unit_of)
+    assert sorted(want) == list(range(len(source.units))) and want != sorted(want)  # each once, shuffled
+    assert _unit_runs(rows[0], unit_of) == want and _unit_runs(rows[1], unit_of) == want
+    assert sorted(rows[0]) == sorted(torch_rows)  # the same samples, each once
+    with pytest.raises(ArgumentError, match="not both"):
+        rray.read_samples(store, "steps", shuffle=True, sampler=ShuffleSampler(seed=seed))
