@@ -70,7 +70,7 @@ from typing import Any
 
 from rlarrow.core.store import files as _files
 from rlarrow.core.store._store import Store, StoreLike, as_store, opened
-from rlarrow.core.store.catalog import Catalog
+from rlarrow.core.store.catalog import Catalog, new_run_id
 from rlarrow.core.store.checked import (
     damaged_file as damaged_file,
 )
@@ -80,7 +80,6 @@ from rlarrow.core.store.checked import (
 from rlarrow.core.store.checked import (
     verify_pages as verify_pages,
 )
-from rlarrow.core.store.commits import new_run_id
 from rlarrow.core.store.compaction import Maintenance
 from rlarrow.core.store.files import (
     AUTO_COMPACT_FILES as AUTO_COMPACT_FILES,

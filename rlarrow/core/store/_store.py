@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, Unpack
+
+import pyarrow as pa
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, StoreError
-from rlarrow.core.store.catalog import Catalog
+from rlarrow.core.store.catalog import Catalog, RunFields
 from rlarrow.core.store.edits import EditingStore
 from rlarrow.core.store.entries import MANIFEST_FIX, is_directory, open_lock, refuse_link
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, unwritable
@@ -222,6 +224,58 @@ class Store(EditingStore):
             True
         """
         return Catalog(self)
+
+    # the catalog's verbs, kept on the store (each is the catalog's: see there)
+
+    def add_run(self, **fields: Unpack[RunFields]) -> str:
+        """Add a row to ``runs`` and return its ``run_id`` (:meth:`Catalog.add_run`).
+
+        Raises:
+            StoreError: a run with this id already exists.
+        """
+        return self.catalog.add_run(**fields)
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether the ``runs`` table holds a row for ``run_id`` (:meth:`Catalog.has_run`).
+
+        Example:
+            >>> import rlarrow, tempfile
+            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+            >>> run = st.add_run(source="user")
+            >>> st.has_run(run), st.has_run("no-such-run")
+            (True, False)
+        """
+        return self.catalog.has_run(run_id)
+
+    def runs(self) -> pa.Table:
+        """The ``runs`` table."""
+        return self.catalog.runs()
+
+    def label(self, metadata: Mapping[str, Any], *, runs: Sequence[str] | None = None,
+              episodes: Iterable[Any] | None = None) -> dict[str, int]:
+        """Set metadata keys of runs or episodes: one commit (:meth:`Catalog.label`, which says how).
+
+        Raises:
+            ArgumentError: nothing selected, or metadata that is not a mapping.
+            NotFoundError: no run or episode matched.
+        """
+        return self.catalog.label(metadata, runs=runs, episodes=episodes)
+
+    def delete(self, *, runs: Sequence[str] | None = None,
+               episodes: Iterable[Any] | None = None) -> dict[str, int]:
+        """Delete runs, or episodes (``(run_id, episode_id)`` pairs), from every table: one commit.
+
+        See :meth:`Catalog.delete`. Returns rows deleted per table directory.
+
+        Example:
+            >>> import rlarrow, tempfile
+            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+            >>> _ = st.append("scalars", {"run_id": ["a", "b"], "scope": "train", "tag": "loss",
+            ...                           "step": 0, "value": [1.0, 2.0]})
+            >>> st.delete(runs="a"), st.row_count("scalars")
+            ({'scalars': 1}, 1)
+        """
+        return self.catalog.delete(runs=runs, episodes=episodes)
 
     def lease(self) -> ReaderLease:
         """A :class:`ReaderLease`: pinned files stay readable while it is held."""

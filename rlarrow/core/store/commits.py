@@ -1,10 +1,10 @@
-"""Commits: appends, writers, transactions, runs, and files written elsewhere.
+"""Commits: appends, writers, transactions, and files written elsewhere.
 
 Every way rows enter a store ends here: :meth:`CommittingStore.append` (a large append
 written as several files in parallel), :meth:`CommittingStore.writer` (a
 :class:`~rlarrow.core.store.writer.TableWriter`), :meth:`CommittingStore.append_together`
 (several tables, one manifest write), :meth:`CommittingStore.transaction` (all or nothing
-of a block), :meth:`CommittingStore.add_run`, and :meth:`CommittingStore.commit_staged`
+of a block), and :meth:`CommittingStore.commit_staged`
 (files written by other processes, :mod:`~rlarrow.core.store.staging`). A commit renames
 finished hidden files into place and lists them under the lock; one that renames several
 journals it first (:mod:`~rlarrow.core.store.journal`).
@@ -16,7 +16,6 @@ import contextlib
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -55,16 +54,7 @@ from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import FinishedFile, TableWriter
 from rlarrow.core.tensors import tensor_problems
 
-__all__ = ["CommittingStore", "new_run_id"]
-
-
-def new_run_id() -> str:
-    """A new run id: UTC time and random hex, sortable by creation time.
-
-    >>> len(new_run_id())
-    22
-    """
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+__all__ = ["CommittingStore"]
 
 
 class CommittingStore(CompactingStore):
@@ -339,7 +329,7 @@ class CommittingStore(CompactingStore):
         """Commit everything written inside the block together, or nothing of it.
 
         Inside the block, commits (:meth:`append`, :meth:`append_together`, writers'
-        flushes, :meth:`add_run`, every importer) write their files but list none of them:
+        flushes, the catalog's ``add_run``, every importer) write their files but list none of them:
         this store object reads them back (``read``, ``files``, ``row_count``, ``schema``),
         other readers see nothing yet. Leaving the block commits all of them in one
         journaled step (a process killed at any moment leaves all or none); an exception
@@ -470,65 +460,6 @@ class CommittingStore(CompactingStore):
         size = tmp.stat().st_size
         self._tx.files.append(TxFile(table, tmp, final, rows, size))
         return CommitInfo(table=table, file=f"{table}/{final}", rows=rows, bytes=size)
-
-    def add_run(
-        self,
-        *,
-        source: str,
-        run_id: str | None = None,
-        name: str | None = None,
-        source_path: str | os.PathLike[str] | None = None,
-        source_version: str | None = None,
-        alignment: str | None = None,
-        num_envs: int | None = None,
-        metadata: Any = None,
-        env_specs: Any = None,
-        created_at: datetime | None = None,
-    ) -> str:
-        """Add a row to ``runs`` and return its ``run_id`` (generated when not given).
-
-        Raises:
-            StoreError: a run with this id already exists.
-        """
-        if run_id is None:
-            run_id = new_run_id()
-        elif self.has_run(_arguments.text(run_id, "run_id", what="a run id")):
-            raise StoreError(f"{self.path}: run {run_id!r} already exists; choose another run_id")
-        row = _schema.build(
-            "runs",
-            {
-                "run_id": run_id,
-                "name": name,
-                "created_at": [created_at or datetime.now(UTC)],
-                "source": source,
-                "source_path": None if source_path is None else os.fspath(source_path),
-                "source_version": source_version,
-                "alignment": alignment,
-                "num_envs": num_envs,
-                "metadata": [metadata],
-                "env_specs": [env_specs],
-            },
-        )
-        self.append("runs", row)
-        return run_id
-
-    def has_run(self, run_id: str) -> bool:
-        """Whether the ``runs`` table holds a row for ``run_id``.
-
-        Example:
-            >>> import rlarrow, tempfile
-            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
-            >>> run = st.add_run(source="user")
-            >>> st.has_run(run), st.has_run("no-such-run")
-            (True, False)
-        """
-        _arguments.text(run_id, "run_id", what="a run id")
-        if self.row_count("runs") == 0:
-            return False
-        import pyarrow.compute as pc
-
-        ids = self.read("runs", columns=["run_id"]).column("run_id")
-        return bool(pc.any(pc.equal(ids, run_id)).as_py())
 
     def _commit_files(self, files: list[FinishedFile]) -> list[CommitInfo]:
         """Rename finished temporary files (one per table) into place; list them in one manifest write.

@@ -6,13 +6,12 @@ it still reads the data as it was (``version=``, Delta time travel) until ``rlar
 
 What is written:
 
-- :meth:`EditingStore.delete` drops every file whose rows are all deleted (nothing
-  rewritten: a run recorded or imported apart from others is a set of files of its own)
-  and rewrites only the files that hold deleted rows beside kept ones, streaming them
-  batch by batch.
-- :meth:`EditingStore.label` changes the metadata of runs or episodes: only the small
-  ``runs``/``episodes`` files that hold them are rewritten; ``steps`` and ``memory``, the
-  data, are not touched.
+- :meth:`EditingStore.rewrite_rows` (what the catalog's ``delete`` and ``label`` name:
+  :mod:`~rlarrow.core.store.catalog` says which rows) drops every file whose rows are all
+  deleted (nothing rewritten: a run recorded or imported apart from others is a set of
+  files of its own) and rewrites only the files that hold deleted rows beside kept ones,
+  streaming them batch by batch; a relabel rewrites only the small ``runs``/``episodes``
+  files that hold the rows: ``steps`` and ``memory``, the data, are not touched.
 - :meth:`EditingStore.merge` adds another store's files by reference (a hard link on the
   same filesystem: no byte copied; a copy, once, elsewhere), in one transaction.
 
@@ -40,18 +39,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
+from rlarrow.core.errors import ArgumentTypeError, StoreError
 from rlarrow.core.store.commits import CommittingStore
 from rlarrow.core.store.files import (
     batch_rows,
@@ -64,127 +61,53 @@ from rlarrow.core.store.files import (
 from rlarrow.core.store.layouts import file_run_ids, table_of
 from rlarrow.core.store.manifest import check_inside, write_error
 
-__all__ = ["EditingStore"]
+__all__ = ["EditingStore", "RowSelection"]
 
 _BATCH_ROWS = 65536
 
 
-def _episode_keys(episodes: Iterable[Any]) -> list[tuple[str, int]]:
-    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
-        raise ArgumentTypeError(f"episodes: give a list of (run_id, episode_id) pairs, not "
-                                f"{type(episodes).__name__} {episodes!r:.60}")
-    keys = []
-    for item in episodes:
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise ArgumentError(f"episodes: give (run_id, episode_id) pairs, not {item!r:.60}")
-        run = _arguments.text(item[0], "episodes", what="a run id (a string) first in each pair")
-        episode = _arguments.integer(item[1], "episodes", minimum=0)
-        keys.append((run, episode))
-    return keys
+class RowSelection(Protocol):
+    """The rows an edit rewrites (the catalog's :class:`~rlarrow.core.store.catalog.Selection` is one).
 
-
-class _Selection:
-    """Which rows an edit is about: whole runs, or episodes of runs."""
-
-    def __init__(self, runs: Sequence[str] | None, episodes: Iterable[Any] | None) -> None:
-        self.runs = sorted(set(_arguments.names(runs, "runs", what="run id") or []))
-        self.episodes = sorted(set(_episode_keys(episodes if episodes is not None else [])))
-        if not self.runs and not self.episodes:
-            raise ArgumentError("nothing selected: give runs=[...] and/or "
-                                "episodes=[(run_id, episode_id), ...]")
+    The engine knows only the key columns: which files may hold selected rows is judged by
+    their ``run_id`` statistics (:meth:`run_ids`), and which rows are selected by their keys.
+    """
 
     def run_ids(self) -> set[str]:
-        """Every run the selection touches (files holding none of them need no reading)."""
-        return set(self.runs) | {r for r, _ in self.episodes}
+        """Every ``run_id`` a selected row may have (files holding none are not read)."""
 
     def applies(self, columns: Sequence[str]) -> bool:
-        return "run_id" in columns and (bool(self.runs) or "episode_id" in columns)
+        """Whether a table of these columns can hold selected rows."""
 
     def mask(self, keys: pa.Table) -> np.ndarray:
-        """Which rows of ``keys`` (run_id, and episode_id where the table has it) are selected."""
-        run_id = keys.column("run_id")
-        selected = np.zeros(keys.num_rows, bool)
-        if self.runs:
-            selected |= pc.is_in(run_id, pa.array(self.runs)).to_numpy(zero_copy_only=False)
-        if self.episodes and "episode_id" in keys.column_names:
-            episode = keys.column("episode_id")
-            by_run: dict[str, list[int]] = {}
-            for r, e in self.episodes:
-                by_run.setdefault(r, []).append(e)
-            for r, ids in by_run.items():
-                hit = pc.and_(pc.equal(run_id, r), pc.is_in(episode, pa.array(ids, pa.int64())))
-                selected |= pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
-        return selected
+        """Which rows of ``keys`` (``run_id``, and ``episode_id`` where the table has it) are selected."""
 
 
 class EditingStore(CommittingStore):
     """Deleting, labelling and merging, each one atomic commit (see :class:`rlarrow.Store`)."""
 
-    def delete(self, *, runs: Sequence[str] | None = None,
-               episodes: Iterable[Any] | None = None) -> dict[str, int]:
-        """Delete runs, or episodes (``(run_id, episode_id)`` pairs), from every table: one commit.
+    def rewrite_rows(self, selection: RowSelection,
+                     relabel: tuple[str, dict[str, Any]] | None = None) -> dict[str, int]:
+        """Drop the selected rows, or merge ``relabel``'s metadata into them: one journaled step.
 
-        A run's rows go from ``runs``, ``episodes``, ``steps``, ``scalars``, ``memory`` and
-        ``sources``; an episode's from ``episodes`` and ``steps``. Readers see the store
-        before or after, never between; the version before still reads them (until
-        ``rlarrow vacuum``). Files holding only deleted rows are dropped, files mixing
-        deleted and kept rows are rewritten (streamed, row order kept).
+        The engine's edit, that the catalog's ``delete`` and ``label`` name
+        (:class:`~rlarrow.core.store.catalog.Catalog`): under the lock, every file holding
+        selected rows is dropped (all its rows selected, deleting) or rewritten beside the
+        others, and the manifest and Delta logs change in one step (readers see all of it or
+        none; the version before still reads the rows).
 
-        Returns:
-            Rows deleted per table directory (empty when nothing matched: no new version).
-
-        A bare string is one run id (``runs="r0"`` is ``runs=["r0"]``).
-
-        Raises:
-            ArgumentError: nothing selected.
-            ArgumentTypeError: ``runs`` not a run id or a list of them, ``episodes`` not pairs.
-            StoreError: the store is read-only, or a write failed (nothing changed).
-        """
-        selection = _Selection(runs, episodes)
-        return self._edit(selection, "DELETE", None)
-
-    def label(self, metadata: Mapping[str, Any], *, runs: Sequence[str] | None = None,
-              episodes: Iterable[Any] | None = None) -> dict[str, int]:
-        """Set metadata keys of runs (their ``runs`` rows) or episodes (``episodes`` rows): one commit.
-
-        ``metadata`` is merged into each row's metadata (a key given as None is removed):
-        success labels, splits, annotations. Only the ``runs`` or ``episodes`` files that
-        hold the rows are rewritten; steps and memory, the data, are untouched.
+        Args:
+            selection: which rows (:class:`RowSelection`).
+            relabel: ``(table, metadata)``: merge ``metadata`` into the ``metadata`` of the
+                selected rows of ``table`` only; None: delete the selected rows of every table.
 
         Returns:
-            Rows changed per table.
+            Rows dropped or changed per table directory (empty: nothing matched, no new version).
 
         Raises:
-            ArgumentError: nothing selected, or metadata that is not a mapping.
-            NotFoundError: no run or episode matched.
-
-        Example:
-            >>> import rlarrow, tempfile, os
-            >>> store = rlarrow.Store.create(os.path.join(tempfile.mkdtemp(), "s"))
-            >>> _ = store.append("episodes", {"run_id": "r", "episode_id": [0, 1], "num_steps": [5, 9],
-            ...     "env_index": 0, "terminated": True, "truncated": False, "partial_start": False,
-            ...     "partial_end": False})
-            >>> store.label({"split": "validation"}, episodes=[("r", 1)])
-            {'episodes': 1}
-            >>> rlarrow.sql(store, "select episode_id, metadata->>'$.split' as split from episodes "
-            ...             "order by episode_id").to_pylist()
-            [{'episode_id': 0, 'split': None}, {'episode_id': 1, 'split': 'validation'}]
+            StoreError: inside a transaction, the store is read-only, or a write failed.
         """
-        if not isinstance(metadata, Mapping):
-            raise ArgumentError(f"metadata: give a mapping of keys to values, not {type(metadata).__name__}")
-        selection = _Selection(runs, episodes)
-        target = "episodes" if selection.episodes else "runs"
-        if selection.episodes and selection.runs:
-            raise ArgumentError("label runs or episodes, not both in one call")
-        changed = self._edit(selection, "UPDATE", (target, dict(metadata)))
-        if not changed:
-            what = "episodes" if selection.episodes else "runs"
-            raise NotFoundError(f"{self.path}: no {what} matched {selection.episodes or selection.runs}")
-        return changed
-
-    def _edit(self, selection: _Selection, operation: str,
-              relabel: tuple[str, dict[str, Any]] | None) -> dict[str, int]:
-        """Under the lock: rewrite or drop the files with selected rows, in one journaled step."""
+        operation = "DELETE" if relabel is None else "UPDATE"
         if self._tx is not None:
             raise StoreError("edits are commits of their own: run them outside a transaction()")
         counts: dict[str, int] = {}
@@ -212,7 +135,7 @@ class EditingStore(CommittingStore):
             self._journaled_step(manifest, parts, written)
         return counts
 
-    def _edit_table(self, name: str, entry: dict[str, Any], selection: _Selection,
+    def _edit_table(self, name: str, entry: dict[str, Any], selection: RowSelection,
                     relabel: tuple[str, dict[str, Any]] | None, counts: dict[str, int],
                     written: list[tuple[Path, Path]]) -> dict[str, Any] | None:
         directory = self.path / name

@@ -508,10 +508,6 @@ class TableStore(JournalStore):
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
 
 
-    def runs(self) -> pa.Table:
-        """The ``runs`` table."""
-        return self.read("runs")
-
     def verify(self, table: str, files: Sequence[str | os.PathLike[str]] | None = None, *,
                layout: int | None = None) -> None:
         """Check ``files`` of ``table`` (default: its committed files) whole, for another engine to read.
