@@ -219,7 +219,7 @@ def rlds_to_minari(
     }
 
 
-def last_null(col: Any, n: int) -> Any:
+def last_null(col: Any, n: Any) -> Any:
     """The RLDS last-step rule on an Arrow column: its first ``n`` values, then a null.
 
     An episode of ``n`` actions has ``n + 1`` rows; the last holds the final observation,
@@ -229,10 +229,16 @@ def last_null(col: Any, n: int) -> Any:
     place the rule is written: every reader of a format that pads or omits the last step
     applies it here.
 
+    ``n`` may instead be a boolean mask, one value per row of ``col``: the rows of several
+    episodes, null where the mask says a row is an episode's last step (what
+    :class:`rlarrow.core.episode_builder.Transitions` gives for a block of transitions).
+
     Example:
         >>> import pyarrow as pa
         >>> last_null(pa.array([1.0, 2.0, 0.0]), 2).to_pylist()
         [1.0, 2.0, None]
+        >>> last_null(pa.array([1, 2, 0, 3]), [False, False, True, False]).to_pylist()
+        [1, 2, None, 3]
     """
     import numpy as np
     import pyarrow as pa
@@ -240,10 +246,17 @@ def last_null(col: Any, n: int) -> Any:
     from rlarrow.core.tensors import with_null_rows
 
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not isinstance(n, (int, np.integer)):
+        mask = np.asarray(n, bool)
+        if len(mask) != len(arr):
+            raise ArgumentError(f"last_null: a mask of {len(mask)} rows for a column of {len(arr)}")
+        return with_null_rows(arr, mask)
+    if not len(arr):  # (an episode of no action: its one row has none)
+        return pa.nulls(n + 1, arr.type)
     if isinstance(arr.type, pa.ExtensionType) or pa.types.is_fixed_size_list(arr.type):
         last = np.zeros(n + 1, bool)
         last[n] = True
         if len(arr) < n + 1:  # (nothing past the n values: a row to null out)
-            arr = pa.concat_arrays([arr, arr.slice(0, 1)]) if len(arr) else arr
+            arr = pa.concat_arrays([arr, arr.slice(0, 1)])
         return with_null_rows(arr.slice(0, n + 1), last)
     return pa.concat_arrays([arr.slice(0, n), pa.nulls(1, arr.type)])
