@@ -4,7 +4,8 @@ A recorder appends each step's values to its environment's :class:`Lane` (its ho
 one list per column for all the lane's episodes, one after another, so that a commit
 slices each list once whatever the number of episodes in it. A :class:`Sink` turns the
 rows that are complete into one ``steps`` table per commit (RLDS alignment), with the
-ended episodes' ``episodes`` rows.
+ended episodes' ``episodes`` rows, through the one episode builder
+(:mod:`rlarrow.core.episode_builder`: the steps' flags, the rows' outcome).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from rlarrow.core import exits
 from rlarrow.core import schema as _schema
+from rlarrow.core.episode_builder import outcome, step_flags
 from rlarrow.core.errors import ArgumentError
 from rlarrow.core.sources import EpisodeRows
 from rlarrow.core.step_columns import actions as _actions
@@ -609,29 +611,23 @@ class Sink:
         if rows.rows:
             ids, envs, starts, lengths, ended, terminal = (
                 np.array(c) for c in zip(*rows.episodes, strict=True))
-            lengths = lengths.astype(np.int64)
-            firsts = np.cumsum(lengths) - lengths  # each episode's first row in the commit
-            step = np.arange(rows.rows, dtype=np.int64) + np.repeat(starts.astype(np.int64) - firsts, lengths)
-            is_last = np.zeros(rows.rows, bool)
-            is_last[firsts + lengths - 1] = ended
-            is_terminal = np.zeros(rows.rows, bool)
-            is_terminal[firsts + lengths - 1] = terminal
+            flags = step_flags(lengths, first_step=starts, is_last=ended, is_terminal=terminal)
             pads = np.zeros(rows.rows, bool)
             pads[rows.pads] = True
             table = _schema.build(
                 "steps",
                 {
                     "run_id": self.run_id,
-                    "episode_id": np.repeat(ids.astype(np.int64), lengths),
-                    "step": step,
-                    "env_index": np.repeat(envs.astype(np.int32), lengths),
+                    "episode_id": ids.astype(np.int64)[flags["episode"]],
+                    "step": flags["step"],
+                    "env_index": envs.astype(np.int32)[flags["episode"]],
                     "observation": self._observations(rows.observation, rows.packed),
                     "action": _actions(rows.action, self.action_dtype, pads, self.types.get("action")),
                     "reward": _scalars(rows.reward),
                     "discount": _scalars(rows.discount),
-                    "is_first": step == 0,
-                    "is_last": is_last,
-                    "is_terminal": is_terminal,
+                    "is_first": flags["is_first"],
+                    "is_last": flags["is_last"],
+                    "is_terminal": flags["is_terminal"],
                     "metadata": rows.metadata if rows.has_metadata else None,
                 },
                 num_rows=rows.rows,
@@ -669,9 +665,7 @@ class Sink:
             "env_index": [ep.env_index for ep in eps],
             "num_steps": [ep.start for ep in eps],
             "return": [ep.ret for ep in eps],
-            "terminated": [ep.terminated for ep in eps],
-            "truncated": [ep.ended and not ep.terminated for ep in eps],
-            "partial_end": [not ep.ended for ep in eps],
+            **outcome(ended=[ep.ended for ep in eps], terminated=[ep.terminated for ep in eps]),
             "metadata": [meta(ep) for ep in eps],
         }
 
