@@ -2,7 +2,9 @@
 
 Internal to :mod:`rlarrow.io.hdf5`: the D4RL and robomimic readers hand it rows a chunk at a
 time; it gives back :class:`~rlarrow.core.sources.EpisodeChunk` s (the RLDS rows of those
-transitions, and the ``episodes`` rows of the episodes that ended in them).
+transitions, and the ``episodes`` rows of the episodes that ended in them), laid out by the one
+episode builder (:mod:`rlarrow.core.episode_builder`: a final step after each end, the last-step
+nulls through :func:`rlarrow.core.alignment.last_null`, returns, how each episode ended).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.episode_builder import Transitions, outcome, returns
 from rlarrow.core.sources import EpisodeChunk, EpisodeRows
 from rlarrow.core.tensors import to_arrow, with_null_rows
 
@@ -58,36 +61,26 @@ class StepBuilder:
         n = len(action)
         self.empty = (obs[:0] if isinstance(obs, np.ndarray) else None, action[:0])  # what a tail step needs
         ends = np.asarray(ends, np.int64)
-        before = np.searchsorted(ends, np.arange(n), side="left")  # ends strictly before each row
-        src = np.arange(n) + before
-        fin = ends + np.arange(len(ends)) + 1
-        total = n + len(ends)
-        is_final = np.zeros(total, bool)
-        is_final[fin] = True
-        # the episode of each output row, and its step within the episode
-        episode_of = np.empty(total, np.int64)
-        episode_of[src] = before
-        episode_of[fin] = np.arange(len(ends))
-        starts = np.concatenate([[0], ends + 1])  # first row of each episode in the chunk
-        step = np.empty(total, np.int64)
-        step[src] = np.arange(n) - starts[before] + np.where(before == 0, self.step, 0)
-        step[fin] = step[src[ends]] + 1 if len(ends) else step[fin]
+        rows = Transitions(n, ends)  # (the builder's layout: a final step after each end)
+        src, fin, total, is_final, starts = rows.src, rows.fin, rows.total, rows.is_final, rows.starts
+        flags = rows.flags(first_step=self.step, terminal=terminal)
+        step = flags["step"]
         ids = np.asarray(
             [self.episode + k for k in range(len(ends) + 1)] if episode_ids is None else episode_ids
         )
         columns: dict[str, Any] = {
             "run_id": self.run,
-            "episode_id": ids[episode_of],
+            "episode_id": ids[flags["episode"]],
             "step": step,
             "env_index": 0,
-            "observation": self._spread(obs, src, fin, final, total, "observation"),
-            "action": self._spread(action, src, fin, [None] * len(ends), total, "action"),
-            "reward": pa.array(self._floats(reward, src, total), mask=is_final)
+            "observation": self._spread(obs, rows, final, "observation"),
+            "action": self._spread(action, rows, None, "action"),
+            "reward": rows.last_null(pa.array(rows.spread(reward.astype(np.float64, copy=False))))
             if reward is not None
             else pa.nulls(total, pa.float64()),
-            "is_first": step == 0,
-            "is_last": is_final,
-            "is_terminal": self._terminal(terminal, fin, total),
+            "is_first": flags["is_first"],
+            "is_last": flags["is_last"],
+            "is_terminal": flags["is_terminal"],
         }
         if obs is None:  # (a demo without observations, as robosuite's own recorder writes: null)
             del columns["observation"]
@@ -146,15 +139,13 @@ class StepBuilder:
     def _tail(self, final: np.ndarray) -> pa.Table:
         """One step after the last row of an episode the data stops in: its next observation."""
         obs, action = self.empty
-        fin = np.zeros(1, np.int64)
-        src = np.zeros(0, np.int64)
         columns: dict[str, Any] = {
             "run_id": self.run,
             "episode_id": self.episode,
             "step": self.step,
             "env_index": 0,
-            "observation": self._spread(obs, src, fin, [final], 1, "observation"),
-            "action": self._spread(action, src, fin, [None], 1, "action"),
+            "observation": self._spread(obs, Transitions(0, [-1]), [final], "observation"),
+            "action": self._spread(action, Transitions(0, [-1]), None, "action"),
             "reward": pa.nulls(1, pa.float64()),
             "is_first": False,
             "is_last": False,
@@ -174,57 +165,35 @@ class StepBuilder:
     ) -> None:
         rewards = np.concatenate(self.rewards) if self.rewards else np.empty(0)
         self.rewards = []
-        self.rows.add(episode, num_steps=num_steps,
-                      total=float(np.sum(rewards, dtype=np.float64)) if known else None,
-                      terminated=terminal, truncated=not terminal and not partial, partial_end=partial,
+        self.rows.add(episode, num_steps=num_steps, total=float(returns(rewards, [0])[0]) if known else None,
+                      **outcome(ended=not partial, terminated=terminal),
                       metadata=self.episode_meta(self.first_row, stop, final_known))
         self.first_row = stop
 
-    def _floats(self, values: np.ndarray, src: np.ndarray, total: int) -> np.ndarray:
-        out = np.zeros(total, np.float64)
-        out[src] = values
-        return out
+    def _spread(self, values: Any, rows: Transitions, final: list[Any | None] | None, column: str
+                ) -> pa.Array | None:
+        """Rows of ``values`` in the column's declared type, a final step after each end.
 
-    def _terminal(self, terminal: np.ndarray, fin: np.ndarray, total: int) -> np.ndarray:
-        out = np.zeros(total, bool)
-        out[fin] = terminal
-        return out
-
-    def _spread(
-        self, values: Any, src: np.ndarray, fin: np.ndarray, final: list[Any | None], total: int, column: str
-    ) -> pa.Array | None:
-        """Rows at ``src``, the final observations (or nulls) at ``fin``, in the column's declared type."""
+        ``final``: each end's final observation (None: null), or None for an action: null
+        there by the last-step rule (:func:`rlarrow.core.alignment.last_null`).
+        """
         if values is None:
             return None
         type_ = self.types.get(column)
+        unknown = rows.fin[[f is None for f in final]] if final is not None else rows.fin[:0]
+        mask = np.zeros(rows.total, bool)
+        mask[unknown] = True
         if isinstance(values, dict):
-            children = []
-            for key, child in values.items():
-                sub = [None if f is None else f[key] for f in final]
-                children.append(self._dense(child, src, fin, sub, total))
+            children = [rows.spread(child, None if final is None else
+                                    [None if f is None else f[key] for f in final])
+                        for key, child in values.items()]
             arrays = [
                 to_arrow(c, type_.field(k).type if type_ is not None else None)
                 for k, c in zip(values, children, strict=True)
             ]
-            mask = np.zeros(total, bool)
-            mask[fin[[f is None for f in final]]] = True
-            return pa.StructArray.from_arrays(
-                arrays, names=list(values), mask=pa.array(mask) if mask.any() else None
-            )
-        dense = self._dense(values, src, fin, final, total)
-        out = to_arrow(dense, type_)
-        mask = np.zeros(total, bool)
-        mask[fin[[f is None for f in final]]] = True
-        return with_null_rows(out, mask) if mask.any() else out
-
-    @staticmethod
-    def _dense(
-        values: np.ndarray, src: np.ndarray, fin: np.ndarray, final: list[Any | None], total: int
-    ) -> np.ndarray:
-        out = np.zeros((total, *values.shape[1:]), values.dtype)
-        out[src] = values
-        for j, f in zip(fin.tolist(), final, strict=True):
-            if f is not None:
-                out[j] = f
-        return out
-
+            out = pa.StructArray.from_arrays(arrays, names=list(values),
+                                             mask=pa.array(mask) if mask.any() else None)
+        else:
+            out = to_arrow(rows.spread(values, final), type_)
+            out = with_null_rows(out, mask) if mask.any() else out
+        return rows.last_null(out) if final is None else out
