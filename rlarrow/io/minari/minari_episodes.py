@@ -25,9 +25,9 @@ import pyarrow as pa
 
 from rlarrow.core import alignment
 from rlarrow.core.confined import inside, listed
+from rlarrow.core.episode_builder import outcome, returns, step_flags
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.metadata import nest
-from rlarrow.core.tensors import with_null_rows
 from rlarrow.io.codecs.hdf5_files import guarded, leaves, plain
 from rlarrow.io.minari.minari_spaces import h5_column, shaped_column
 
@@ -196,51 +196,46 @@ class Hdf5Episodes:
             raise InvalidInputError(where, f"{exc}") from exc
         reward_arr = pa.array(reward.astype(np.float64))
         _check_episode(Path(where), ep_meta, n, reward_arr)
-        return _assembled(int(self.names[k].split("_")[1]), n, obs, _append_null(action),
-                          pa.concat_arrays([reward_arr, pa.nulls(1, pa.float64())]), rlds, infos, ep_meta,
-                          float(np.sum(reward, dtype=np.float64)), bool(n) and bool(trunc[-1]))
+        return _assembled(int(self.names[k].split("_")[1]), n, obs, alignment.last_null(action, n),
+                          alignment.last_null(reward_arr, n), rlds, infos, ep_meta, reward,
+                          bool(n) and bool(trunc[-1]))
 
 
 def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: Any, rlds: dict[str, Any],
-               infos: list[Any] | None, ep_meta: Any, total: float,
+               infos: list[Any] | None, ep_meta: Any, rewards: Any,
                truncated: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """An episode's ``steps`` columns and ``episodes`` row, from its N + 1 rows in RLDS alignment.
 
-    ``truncated``: Minari's truncation flag at the last step, kept as it is: an episode can be
-    both terminated and truncated there (the ``episodes`` row then says both).
+    Built by the one episode builder (:mod:`rlarrow.core.episode_builder`): the flags from how
+    :func:`~rlarrow.core.alignment.minari_to_rlds` says the episode ends, the return from
+    ``rewards`` (its N rewards as stored). ``action`` and ``reward`` have their last step null
+    already (:func:`~rlarrow.core.alignment.last_null`). ``truncated``: Minari's truncation
+    flag at the last step, kept as it is: an episode can be both terminated and truncated
+    there (the ``episodes`` row then says both).
     """
+    ended, terminal = bool(rlds["is_last"][-1]), bool(rlds["is_terminal"][-1])
+    flags = step_flags([n + 1], is_last=ended, is_terminal=terminal)
     columns = {
         "episode_id": episode_id,
-        "step": np.arange(n + 1),
+        "step": flags["step"],
         "env_index": 0,
         "observation": observation,
         "action": action,
         "reward": reward,
         "discount": pa.nulls(n + 1, pa.float64()),
-        "is_first": rlds["is_first"],
-        "is_last": rlds["is_last"],
-        "is_terminal": rlds["is_terminal"],
+        "is_first": flags["is_first"],
+        "is_last": flags["is_last"],
+        "is_terminal": flags["is_terminal"],
         "metadata": [{"infos": i} for i in infos] if infos is not None else None,
     }
     row = {
         "episode_id": episode_id,
         "num_steps": n + 1,
-        "return": total,
-        "terminated": bool(rlds["is_terminal"][-1]),
-        "truncated": truncated,
+        "return": float(returns(rewards, [0])[0]),
+        **outcome(ended=ended, terminated=terminal, truncated=truncated),
         "metadata": ep_meta,
     }
     return columns, row
-
-
-def _append_null(arr: pa.Array) -> pa.Array:
-    """A column with a null row after its rows (RLDS: no action on the last step)."""
-    if not len(arr):
-        return pa.nulls(1, arr.type)
-    out = pa.concat_arrays([arr, arr.slice(0, 1)])
-    last = np.zeros(len(out), bool)
-    last[-1] = True
-    return with_null_rows(out, last)
 
 
 def _h5_infos(group: Any, where: str, rows: int) -> list[Any]:
@@ -307,5 +302,4 @@ def _episode(root: Path, ep_dir: Path, episode_id: int, fmt: str, spaces: tuple[
         episode_id, n, shaped_column(table.column("observations"), spaces[0], jpeg, parts[0], "observations"),
         alignment.last_null(shaped_column(action, spaces[1], jpeg, parts[0], "actions"), n),
         alignment.last_null(reward.cast(pa.float64()), n), rlds, infos, ep_meta,
-        float(np.sum(reward.slice(0, n).to_numpy(zero_copy_only=False), dtype=np.float64)),
-        bool(n) and bool(trunc[-1]))
+        reward.slice(0, n).to_numpy(zero_copy_only=False), bool(n) and bool(trunc[-1]))

@@ -167,7 +167,7 @@ def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
             rows = EpisodeRows()
             rows.add(row["episode_id"], num_steps=row["num_steps"], total=row["return"],
                      terminated=row["terminated"], truncated=row["truncated"],
-                     partial_end=not row["terminated"] and not row["truncated"], metadata=row["metadata"])
+                     partial_end=row["partial_end"], metadata=row["metadata"])
             episodes += 1
             steps += built.num_rows
             if k == len(source) - 1:  # the totals, before the last episode is taken
