@@ -105,6 +105,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core import schema as _schema
+from rlarrow.core.episode_builder import Transitions, outcome, returns
 from rlarrow.core.errors import ArgumentError, AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
 from rlarrow.io.memory.autoreset import (
@@ -474,47 +475,31 @@ def _unroll_env(rows: EnvRows, env: int, mode: str, wrapped: bool, cut: np.ndarr
         final_obs[from_reset] = states[after[from_reset]]
         final_known |= from_reset
         final_from[from_reset] = "autoreset transition"
-    # transition i goes to step row i + (episodes ended before i); each episode's
-    # final-observation row follows its last transition
-    ep_of = np.repeat(np.arange(n_eps), lengths)
-    trans_rows = np.arange(len(order)) + ep_of
-    final_rows = ends + np.arange(n_eps) + 1
-    n_steps = len(order) + n_eps
-    is_final = np.zeros(n_steps, bool)
-    is_final[final_rows] = True
-    step_in_ep = np.empty(n_steps, np.int64)
-    step_in_ep[trans_rows] = np.arange(len(order)) - starts[ep_of]
-    step_in_ep[final_rows] = lengths
-    obs = np.empty((n_steps, *states.shape[1:]), states.dtype)
-    obs[trans_rows] = states[order]
-    obs[final_rows] = final_obs
-    obs_null = np.zeros(n_steps, bool)
-    obs_null[final_rows] = ~final_known
-    act = np.zeros((n_steps, *rows.actions.shape[1:]), rows.actions.dtype)
-    act[trans_rows] = rows.actions[order]
-    rew = np.zeros(n_steps, np.float64)
-    rew[trans_rows] = rows.rewards[order]
-    disc = np.ones(n_steps, np.float64)
-    disc[trans_rows] = np.where(term, 0.0, 1.0)
+    # the one episode builder lays the transitions out: a final-observation step after each end
     last_term = term[ends]
+    layout = Transitions(len(order), ends)
+    flags = layout.flags(terminal=last_term, is_last=True)  # (a cut episode's final step is last too)
+    obs_null = np.zeros(layout.total, bool)
+    obs_null[layout.fin] = ~final_known
+    observation = to_arrow(layout.spread(states[order], final_obs))
     ep_ids = np.arange(episode_id, episode_id + n_eps)
     steps = {
-        "episode_id": ep_ids[np.repeat(np.arange(n_eps), lengths + 1)],
-        "step": step_in_ep, "env_index": env,
-        "observation": with_null_rows(to_arrow(obs), obs_null) if obs_null.any() else to_arrow(obs),
-        "action": with_null_rows(to_arrow(act), is_final),
-        "reward": pa.array(rew, mask=is_final), "discount": pa.array(disc, mask=is_final),
-        "is_first": step_in_ep == 0, "is_last": is_final,
-        "is_terminal": is_final & np.repeat(last_term, lengths + 1),
+        "episode_id": ep_ids[flags["episode"]],
+        "step": flags["step"], "env_index": env,
+        "observation": with_null_rows(observation, obs_null) if obs_null.any() else observation,
+        "action": layout.last_null(to_arrow(layout.spread(rows.actions[order]))),
+        "reward": layout.last_null(pa.array(layout.spread(rows.rewards[order].astype(np.float64)))),
+        "discount": layout.last_null(pa.array(layout.spread(np.where(term, 0.0, 1.0)))),
+        "is_first": flags["is_first"], "is_last": flags["is_last"], "is_terminal": flags["is_terminal"],
     }
-    returns = np.add.reduceat(rows.rewards[order].astype(np.float64), starts)
+    ending = outcome(ended=ended, terminated=last_term)  # truncated: real ones only, never an export's edge
     first_rows, last_rows = order[starts], order[ends]
     episodes = {
         "episode_id": ep_ids.tolist(), "env_index": [env] * n_eps, "num_steps": (lengths + 1).tolist(),
-        "return": returns.tolist(), "terminated": last_term.tolist(),
-        "truncated": (trunc[ends] & ~last_term).tolist(),  # real truncations only, never an export's edge
+        "return": returns(rows.rewards[order], starts).tolist(), "terminated": ending["terminated"].tolist(),
+        "truncated": ending["truncated"].tolist(),
         "partial_start": [wrapped and i == 0 for i in range(n_eps)],
-        "partial_end": (~ended).tolist(),
+        "partial_end": ending["partial_end"].tolist(),
         "metadata": [
             {"_snap_first": int(rows.snap[a]), "_snap_last": int(rows.snap[b]),
              "memory_index_first": int(rows.index[a]), "memory_index_last": int(rows.index[b]),
