@@ -16,7 +16,8 @@ import numpy as np
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["actions", "declare_steps", "flat_value", "ordered", "same_fields", "scalars", "stack"]
+__all__ = ["actions", "declare_steps", "flat_value", "infos_leaves", "infos_path", "ordered", "same_fields",
+           "scalars", "stack"]
 
 
 def flat_value(obs: Any, spec: Any) -> Any:
@@ -136,3 +137,68 @@ def declare_steps(store: Store, tensor_types: Mapping[str, Any]) -> dict[str, An
             break
     schema = store.declare("steps", types, new_layout=True)
     return {name: schema.field(name).type for name in types}
+
+
+def infos_leaves(steps: Any, rows: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """The typed ``infos`` of ``steps`` (its first ``rows``) as one array per leaf, and which rows have it.
+
+    The leaves are keyed by their field path, parts joined with ``/`` (``"qpos"``,
+    ``"inner/depth"``); a null row (a D4RL episode's final step) is NaN in float leaves and
+    0 (False) in the others, and false in the returned mask. None: the steps have no
+    ``infos`` column (steps written by rlarrow 1.0 keep infos in ``metadata``, see
+    :func:`rlarrow.core.metadata.decode_column`).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from rlarrow.core.tensors import to_arrow, with_null_rows
+        >>> infos = with_null_rows(to_arrow({"qpos": np.ones((2, 3)), "n": np.array([4, 5])}),
+        ...                        np.array([False, True]))
+        >>> leaves, valid = infos_leaves(pa.table({"infos": infos}))
+        >>> leaves["qpos"][1], leaves["n"].tolist(), valid.tolist()
+        (array([nan, nan, nan]), [4, 0], [True, False])
+    """
+    import pyarrow as pa
+
+    from rlarrow.core.tensors import tensor_dtype, to_numpy, with_null_rows
+
+    if "infos" not in steps.column_names:
+        return None
+    column = steps.column("infos")
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if rows is not None:
+        column = column.slice(0, rows)
+    null = np.asarray(column.is_null().to_numpy(zero_copy_only=False), bool)
+    out: dict[str, np.ndarray] = {}
+
+    def walk(arr: Any, path: str, parent_null: np.ndarray) -> None:
+        if pa.types.is_struct(arr.type):
+            for i, field in enumerate(arr.type):
+                walk(arr.field(i), f"{path}{field.name}/", parent_null)
+            return
+        child_null = parent_null | np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+        if child_null.any():
+            arr = with_null_rows(arr, child_null)
+        floats = pa.types.is_floating(tensor_dtype(arr.type))
+        out[path[:-1]] = to_numpy(arr, fill_value=None if floats else 0)
+
+    if not pa.types.is_struct(column.type):
+        return None  # (not what steps 1.1 declares: leave it to the metadata)
+    walk(column, "", null)
+    return out, ~null
+
+
+def infos_path(field: str, per_step: Mapping[str, Any] | None = None) -> str:
+    """The path in a step's metadata (``{"infos": ...}`` of rlarrow 1.0) of typed infos field ``field``.
+
+    A field is an info (``"qpos"`` is ``"infos/qpos"``) unless the run's ``per_step``
+    (an HDF5 import's record of its per-row datasets) names it as a dataset of its own
+    (robomimic's ``states``, kept under its name).
+
+    Example:
+        >>> infos_path("qpos"), infos_path("states", {"states": {}, "infos/qpos": {}})
+        ('infos/qpos', 'states')
+    """
+    if per_step and f"infos/{field}" not in per_step and (
+            field in per_step or any(k.startswith(f"{field}/") for k in per_step)):
+        return field
+    return f"infos/{field}"

@@ -21,6 +21,7 @@ from conftest import FIXTURES
 
 import rlarrow
 from rlarrow.core import metadata
+from rlarrow.core.step_columns import infos_leaves
 from rlarrow.core.tensors import to_numpy
 
 pytestmark = pytest.mark.skipif(
@@ -78,13 +79,13 @@ def test_d4rl_file_imports_every_transition_as_the_file_holds_it(tmp_path, path)
         assert np.array_equal(act[:k], src["actions"][first:stop])
         assert rows["reward"].to_pylist()[:k] == src["rewards"].reshape(-1)[first:stop].astype(float).tolist()
         assert ep["return"] == float(np.sum(src["rewards"].reshape(-1)[first:stop], dtype=np.float64))
-        for i in range(k):  # each row's infos, in their dtypes
-            step_meta = metadata.decode(rows["metadata"][i].as_py(), rows["metadata_types"][i].as_py())
-            for key in [k for k in src if k.startswith("infos/")]:
-                value = step_meta["infos"][key.split("/")[1]]
-                assert np.asarray(value).dtype == src[key].dtype and np.array_equal(
-                    value, src[key][first + i]
-                )
+        typed = infos_leaves(rows)  # each row's infos: the typed column, in their dtypes (steps 1.1)
+        for key in [k for k in src if k.startswith("infos/")]:
+            assert typed is not None, "infos/* of numbers are the typed infos column"
+            value = typed[0][key.split("/", 1)[1]]
+            assert value.dtype == src[key].dtype and np.array_equal(value[:k], src[key][first:stop])
+        if typed is not None:
+            assert typed[1][:k].all() and not typed[1][k:].any()  # the final step: null
         if ep["partial_end"]:
             assert rows.num_rows == k + tail and not any(rows["is_last"].to_pylist())
             if tail:  # the data stops, the episode does not: its last transition kept

@@ -67,7 +67,11 @@ def test_read_hdf5_keeps_nan_int_and_bool_values_exactly(tmp_path):
         f["rewards"] = np.array([0.1, np.nan, 2.0], np.float32)
         f["terminals"] = np.array([False, False, True])
         f["infos/flag"] = np.array([True, False, True])
+        f["infos/count"] = np.array([2**62, -1, 0], np.int64)
+        f["infos/q"] = np.array([[np.nan, -0.0], [1.5, np.inf], [0.0, 1e-300]])
+        f["infos/name"] = np.array([b"a", b"b", b"c"])  # (bytes: not numbers, the steps' metadata)
     from rlarrow.core.metadata import decode
+    from rlarrow.core.step_columns import infos_leaves
     from rlarrow.core.tensors import to_numpy
     from rlarrow.io.hdf5 import read_hdf5
 
@@ -80,10 +84,18 @@ def test_read_hdf5_keeps_nan_int_and_bool_values_exactly(tmp_path):
     assert actions.dtype == np.int64 and actions[:, 0].tolist() == [2**62, -(2**62), 7]
     rewards = steps.column("reward").to_pylist()
     assert np.isnan(rewards[1]) and rewards[0] == np.float32(0.1) and rewards[3] is None
-    flags = [decode(m, t)["infos"]["flag"] for m, t in zip(steps.column("metadata").to_pylist()[:3],
-                                                             steps.column("metadata_types").to_pylist()[:3],
-                                                             strict=True)]
-    assert flags == [True, False, True] and all(isinstance(v, np.bool_) for v in flags)
+    # numbers are the typed infos column (steps 1.1), in their dtypes; the final step's is null
+    assert steps.schema.field("infos").type.names == ["count", "flag", "q"]
+    (infos, valid) = infos_leaves(steps)
+    assert valid.tolist() == [True, True, True, False]
+    assert infos["flag"].dtype == np.bool_ and infos["flag"][:3].tolist() == [True, False, True]
+    assert infos["count"].dtype == np.int64 and infos["count"][:3].tolist() == [2**62, -1, 0]
+    q = infos["q"]
+    assert q.dtype == np.float64 and np.array_equal(q[:3], [[np.nan, -0.0], [1.5, np.inf], [0.0, 1e-300]],
+                                                    equal_nan=True) and np.signbit(q[0, 1])
+    names = [decode(m, t) for m, t in zip(steps.column("metadata").to_pylist(),
+                                          steps.column("metadata_types").to_pylist(), strict=True)]
+    assert names == [{"infos": {"name": b"a"}}, {"infos": {"name": b"b"}}, {"infos": {"name": b"c"}}, None]
     assert episodes.column("terminated").to_pylist() == [True]
 
 

@@ -56,8 +56,12 @@ class StepBuilder:
         terminal: np.ndarray,
         final: list[Any | None],
         episode_ids: list[int] | None = None,
+        infos: pa.Array | None = None,
     ) -> EpisodeChunk:
-        """The chunk of these ``n`` rows (see the class docs): its steps and the episodes ended in it."""
+        """The chunk of these ``n`` rows (see the class docs): its steps and the episodes ended in it.
+
+        ``infos``: the rows' typed infos (a struct array, one row each), null on the final steps.
+        """
         n = len(action)
         self.empty = (obs[:0] if isinstance(obs, np.ndarray) else None, action[:0])  # what a tail step needs
         ends = np.asarray(ends, np.int64)
@@ -84,11 +88,14 @@ class StepBuilder:
         }
         if obs is None:  # (a demo without observations, as robosuite's own recorder writes: null)
             del columns["observation"]
-        if meta is not None:  # each row's, and null on the final steps
+        if meta is not None or infos is not None:  # each row's, and null on the final steps
             where = np.zeros(total, np.int64)
             where[src] = np.arange(n)
             rows_of = pa.array(where, mask=is_final)
-            columns["metadata"], columns["metadata_types"] = meta[0].take(rows_of), meta[1].take(rows_of)
+            if meta is not None:
+                columns["metadata"], columns["metadata_types"] = meta[0].take(rows_of), meta[1].take(rows_of)
+            if infos is not None:
+                columns["infos"] = infos.take(rows_of)
         table = _schema.build("steps", columns, num_rows=total)
         # episodes that ended here
         kept = reward if reward is not None else np.full(n, np.nan)
@@ -151,6 +158,8 @@ class StepBuilder:
             "is_last": False,
             "is_terminal": False,
         }
+        if "infos" in self.types:  # (the file has no row for it: null, as on every final step)
+            columns["infos"] = pa.nulls(1, self.types["infos"])
         return _schema.build("steps", columns, num_rows=1)
 
     def _close(

@@ -308,6 +308,7 @@ def _write_demo(data: Any, table: pa.Table, meta: Any, plan: _Plan) -> int:
         values = rewards.to_numpy(zero_copy_only=False)
         g.create_dataset("rewards", data=_as(values, plan.columns.get("rewards")))
     leaves = _step_leaves(_step_metadata(table, n))
+    leaves.update(_typed_leaves(table, n, plan))
     if "dones" not in leaves:
         dones = np.zeros(n, np.int64)
         if n and n < rows:
@@ -331,6 +332,22 @@ def _step_metadata(table: pa.Table, n: int) -> list[Any]:
         return [None] * n
     return _metadata.decode_column(table.column("metadata").to_pylist()[:n],
                                    table.column("metadata_types").to_pylist()[:n])
+
+
+def _typed_leaves(table: pa.Table, n: int, plan: _Plan) -> dict[str, np.ndarray]:
+    """The first ``n`` steps' typed ``infos`` by dataset path (``infos/qpos``), where all ``n`` have them.
+
+    Steps written by rlarrow 1.0 have no ``infos`` column (their infos are metadata,
+    :func:`_step_metadata`): nothing.
+    """
+    from rlarrow.core.step_columns import infos_leaves, infos_path
+
+    typed = infos_leaves(table, n)
+    if typed is None or not typed[1].all():
+        return {}
+    per_step = plan.meta.get("per_step")
+    return {infos_path(field, per_step if isinstance(per_step, dict) else None): values
+            for field, values in typed[0].items()}
 
 
 def _write_obs(g: Any, column: pa.Array, n: int, rows: int) -> None:

@@ -183,7 +183,8 @@ def _write_minari(source: EpisodeSource, tmp: str, data_format: str,
             else int(row["episode_id"])
         meta = _episode_meta(row)
         truncated = None if row is None or row.get("truncated") is None else bool(row["truncated"])
-        buffer = _episode_buffer(table, episode_id, meta, spaces, truncated, data_format, reward_spec)
+        buffer = _episode_buffer(table, episode_id, meta, spaces, truncated, data_format,
+                                 (reward_spec, run_meta.get("per_step")))
         if buffer is None:
             left.append(episode_id)
             continue
@@ -227,12 +228,13 @@ def _holds_bytes(type_: pa.DataType) -> bool:
 
 
 def _episode_buffer(table: pa.Table, episode_id: int, meta: Any, spaces: tuple[Any, Any],
-                    truncated: bool | None, data_format: str, spec: Any) -> Any:
+                    truncated: bool | None, data_format: str, specs: tuple[Any, Any]) -> Any:
     """An episode's steps as Minari's ``EpisodeBuffer``, or None when it has no final observation.
 
     ``truncated``: the episode's ``episodes`` row's flag (None: none recorded): a terminal
     episode can be truncated too, as Minari had it; without a flag, an episode that ends
-    without a terminal state is a truncated one.
+    without a terminal state is a truncated one. ``specs``: the run's reward spec and the
+    ``per_step`` datasets an HDF5 import recorded (which typed infos fields are infos).
     """
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
@@ -249,8 +251,9 @@ def _episode_buffer(table: pa.Table, episode_id: int, meta: Any, spaces: tuple[A
                      spaces[1])
     terminal = bool(table.column("is_terminal")[n].as_py())
     cut = (not terminal) if truncated is None else truncated
+    spec, per_step = specs
     infos = None
-    texts = table.column("metadata").to_pylist()
+    texts = table.column("metadata").to_pylist() if "metadata" in table.column_names else [None] * rows
     # a D4RL file's infos are one a row (transition): its final observation has none
     final_unknown = texts[n] is None and n and all(t is not None for t in texts[:n])
     if all(t is not None for t in texts) or final_unknown:
@@ -261,6 +264,9 @@ def _episode_buffer(table: pa.Table, episode_id: int, meta: Any, spaces: tuple[A
                 rows.append(_unknown(rows[-1]))
             if len(rows) == n + 1:
                 infos = _stacked(rows, data_format != "hdf5")
+    typed = _typed_infos(table, n, per_step, data_format != "hdf5")  # steps 1.1; 1.0 kept them as metadata
+    if typed:
+        infos = _merged(infos or {}, typed)
     extra = {k: meta[k] for k in ("seed", "options") if isinstance(meta, dict) and meta.get(k) is not None}
     # ``spec``: the run's reward spec: its reward dtype (D4RL: float32), else float64
     scalar = isinstance(spec, dict) and spec.get("dtype") and not spec.get("shape")
@@ -270,6 +276,37 @@ def _episode_buffer(table: pa.Table, episode_id: int, meta: Any, spaces: tuple[A
                          terminations=[False] * (n - 1) + [terminal] if n else [],
                          truncations=[False] * (n - 1) + [cut] if n else [],
                          infos=infos or {}, **extra)
+
+
+def _typed_infos(table: pa.Table, n: int, per_step: Any, arrow: bool) -> dict[str, Any] | None:
+    """The typed ``infos`` of an episode's ``n + 1`` steps as Minari's (None: none, or not every step's).
+
+    A D4RL file's infos are one a row (transition): its final step has none, and is given
+    NaN (0 for integers and bools), as :func:`_unknown` does for infos kept as metadata.
+    """
+    from rlarrow.core.step_columns import infos_leaves, infos_path
+
+    typed = infos_leaves(table)
+    if typed is None:
+        return None
+    leaves, valid = typed
+    if not (valid.all() or (n and valid[:n].all())):
+        return None
+    per_step = per_step if isinstance(per_step, dict) else None
+    paths = {field: infos_path(field, per_step) for field in leaves}
+    # (an HDF5 file's other per-row datasets, robomimic's states, are not infos; a scalar a step: _stacked)
+    return _metadata.nest({path.removeprefix("infos/"): list(values) if arrow and values.ndim == 1 else values
+                           for field, path in paths.items() if path.startswith("infos/")
+                           for values in (leaves[field],)})
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values, nested dicts merged."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else value
+    return out
 
 
 def _rows_of(values: Any, n: int) -> Any:
