@@ -15,6 +15,7 @@ import warnings
 from collections import OrderedDict
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import rlarrow
@@ -260,7 +261,7 @@ def test_minari_hdf5_and_arrow_backends_import_the_same_rows(tmp_path, monkeypat
 
         def _info(self):
             return {"t": self.t, "energy": float(self.t) * 0.25, "q": np.full(4, self.t, np.float32),
-                    "inner": {"ok": self.t % 2 == 0}}
+                    "inner": {"ok": self.t % 2 == 0}, "name": "x"}
 
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)
@@ -290,8 +291,14 @@ def test_minari_hdf5_and_arrow_backends_import_the_same_rows(tmp_path, monkeypat
             else:
                 assert h.column(column).equals(a.column(column)), (table, column)
     steps = stores["hdf5"].read("steps")
-    meta = json.loads(steps.column("metadata")[1].as_py())
-    assert meta == {"infos": {"t": 1, "energy": 0.25, "q": [1.0] * 4, "inner": {"ok": False}}}
+    # numbers are the typed infos column (steps 1.1), in their dtypes; text stays the steps' metadata
+    assert steps.schema.field("infos").type == pa.struct([
+        ("energy", pa.float64()), ("inner", pa.struct([("ok", pa.bool_())])),
+        ("q", pa.list_(pa.float32(), 4)), ("t", pa.int64())])
+    infos = steps.column("infos")
+    assert infos[1].as_py() == {"energy": 0.25, "inner": {"ok": False}, "q": [1.0] * 4, "t": 1}
+    assert steps.column("infos").null_count == 0  # (Minari's infos: one a step, the final one's too)
+    assert json.loads(steps.column("metadata")[1].as_py()) == {"infos": {"name": "x"}}
 
 
 def _flagged_buffers(infos):

@@ -31,7 +31,7 @@ from rlarrow.core.metadata import nest
 from rlarrow.io.codecs.hdf5_files import guarded, leaves, plain
 from rlarrow.io.minari.minari_spaces import h5_column, shaped_column
 
-__all__ = ["Hdf5Episodes", "PartEpisodes", "read_json"]
+__all__ = ["Hdf5Episodes", "Infos", "PartEpisodes", "read_json", "split_infos"]
 
 
 def read_json(path: Path) -> Any:
@@ -80,16 +80,69 @@ def _concat(parts: list[Path]) -> pa.Table:
                                "dataset is damaged; restore it or download it again") from exc
 
 
-def _infos(part: Path, table: pa.Table) -> list[Any] | None:
-    """The ``infos`` column as Python values (None when the episode has none)."""
+#: an episode's infos: the typed ones (a struct array, a row a step; None: none) and the others,
+#: one dict a step (None: none), as :func:`split_infos` makes them
+Infos = tuple["pa.Array | None", "list[Any] | None"]
+
+
+def split_infos(found: list[tuple[str, Any]], rows: int) -> Infos:
+    """Infos leaves ``(path, values)`` split: NumPy arrays of numbers (a row a step) typed, the rest per step.
+
+    Paths are ``/``-joined (``"inner/ok"``); the typed ones become a struct (nested at ``/``,
+    fields sorted at each level, as Minari's arrow backend keeps them), the others one dict a
+    step (``metadata`` ``{"infos": ...}``), numbers in their NumPy dtypes.
+    """
+    from rlarrow.core.tensors import to_arrow
+
+    typed: dict[str, Any] = {}
+    rest: list[tuple[str, Any]] = []
+    for path, values in sorted(found, key=lambda leaf: leaf[0].split("/")):
+        if isinstance(values, np.ndarray) and values.dtype.kind in "biuf" and values.ndim \
+                and len(values) == rows and 0 not in values.shape[1:]:
+            typed[path] = values
+        else:
+            rest.append((path, values))
+    struct = to_arrow(nest(typed)) if typed else None
+    others = [nest({p: v[i] for p, v in rest}) for i in range(rows)] if rest else None
+    return struct, others
+
+
+def _infos(part: Path, table: pa.Table) -> Infos | None:
+    """The ``infos`` column split into typed infos and the rest (None when the episode has none)."""
     if "infos" not in table.column_names:
         return None
     try:
-        infos: list[Any] = table.column("infos").to_pylist()
+        column = table.column("infos").combine_chunks()
+        if not pa.types.is_struct(column.type) or _has_nulls(column):
+            return None, [i for i in column.to_pylist()]  # (not one value a key a step: as it is)
+        return split_infos(_arrow_leaves(column, ""), len(column))
     except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
         raise CorruptFileError(part, f"the episode's infos cannot be read ({exc}): the file is "
                                "damaged") from exc
-    return infos
+
+
+def _has_nulls(column: pa.Array) -> bool:
+    if column.null_count:
+        return True
+    return pa.types.is_struct(column.type) and any(_has_nulls(column.field(i))
+                                                    for i in range(column.type.num_fields))
+
+
+def _arrow_leaves(column: pa.Array, prefix: str) -> list[tuple[str, Any]]:
+    """A struct column's leaves: numbers (fixed-size lists of them too) as NumPy, others as Python values."""
+    from rlarrow.core.tensors import tensor_dtype, to_numpy
+
+    out: list[tuple[str, Any]] = []
+    for i, field in enumerate(column.type):
+        child = column.field(i)
+        if pa.types.is_struct(child.type):
+            out += _arrow_leaves(child, f"{prefix}{field.name}/")
+            continue
+        leaf = tensor_dtype(child.type)
+        numbers = (pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)) and (
+            pa.types.is_fixed_size_list(child.type) or child.type == leaf)
+        out.append((f"{prefix}{field.name}", to_numpy(child) if numbers else child.to_pylist()))
+    return out
 
 
 def _check_episode(path: Path, meta: Any, n: int, reward: pa.ChunkedArray | pa.Array) -> None:
@@ -202,7 +255,7 @@ class Hdf5Episodes:
 
 
 def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: Any, rlds: dict[str, Any],
-               infos: list[Any] | None, ep_meta: Any, rewards: Any,
+               infos: Infos | None, ep_meta: Any, rewards: Any,
                truncated: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """An episode's ``steps`` columns and ``episodes`` row, from its N + 1 rows in RLDS alignment.
 
@@ -226,8 +279,10 @@ def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: A
         "is_first": flags["is_first"],
         "is_last": flags["is_last"],
         "is_terminal": flags["is_terminal"],
-        "metadata": [{"infos": i} for i in infos] if infos is not None else None,
+        "metadata": [{"infos": i} for i in infos[1]] if infos is not None and infos[1] is not None else None,
     }
+    if infos is not None and infos[0] is not None:  # numbers: the typed infos column (steps 1.1)
+        columns["infos"] = infos[0]
     row = {
         "episode_id": episode_id,
         "num_steps": n + 1,
@@ -238,20 +293,18 @@ def _assembled(episode_id: int, n: int, observation: Any, action: Any, reward: A
     return columns, row
 
 
-def _h5_infos(group: Any, where: str, rows: int) -> list[Any]:
-    """An infos group (datasets, nested groups) as one dict per step (numbers as NumPy scalars/arrays)."""
-    found = leaves(group)
-    columns = []
-    for path, ds in found:
+def _h5_infos(group: Any, where: str, rows: int) -> Infos:
+    """An infos group (datasets, nested groups): numbers typed, the rest one dict a step (split_infos)."""
+    found: list[tuple[str, Any]] = []
+    for path, ds in leaves(group):
         raw = np.asarray(ds[()])
-        # numbers keep their dtype (np.float32 stays np.float32 in the step's metadata types)
-        values = list(raw) if raw.dtype.kind in "biuf" and raw.ndim else plain(raw)
-        if not isinstance(values, list) or len(values) != rows:
-            count = len(values) if isinstance(values, list) else 1
+        # numbers keep their dtype (np.float32 stays np.float32)
+        values = raw if raw.dtype.kind in "biuf" and raw.ndim else plain(raw)
+        if not isinstance(values, (list, np.ndarray)) or len(values) != rows:
+            count = len(values) if isinstance(values, (list, np.ndarray)) else 1
             raise CorruptFileError(where, f"infos/{path} holds {count} values for {rows} steps")
-        columns.append(values)
-    paths = [p for p, _ in found]
-    return [nest({p: values[i] for p, values in zip(paths, columns, strict=True)}) for i in range(rows)]
+        found.append((path, values))
+    return split_infos(found, rows)
 
 
 def _read_episode(root: Path, ep_dir: Path, episode_id: int, fmt: str, spaces: tuple[Any, Any],

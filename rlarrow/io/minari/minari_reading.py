@@ -5,8 +5,11 @@ A Minari dataset directory holds ``data/metadata.json`` and, per episode,
 actions has N + 1 rows on disk (the last pads action and reward with 0/False); it becomes
 N + 1 RLDS steps whose last one holds the final observation with null action and reward
 (``docs/format.md``). Every part of an episode is read, in order, so long episodes come back
-whole; ``infos`` columns are kept as each step's metadata, the episode's ``metadata.json`` as
-the episode's, and the dataset's as the run's (its JSON-encoded spaces decoded).
+whole; ``infos`` that are numbers (one dtype and shape a key, every step) are the typed
+``infos`` column (a struct, nested dicts nested; the first episode's keys, dtypes and shapes
+for the whole dataset), other infos each step's ``metadata`` (``{"infos": ...}``); the
+episode's ``metadata.json`` is the episode's metadata, and the dataset's the run's (its
+JSON-encoded spaces decoded).
 
 Observations and actions keep their spaces' shapes, as ``minari.load_dataset`` gives them
 (Minari writes a ``Box`` of any rank as a flat list): a ``Box(H, W)`` comes back ``(H, W)``,
@@ -156,9 +159,11 @@ def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
 
     def chunks(run: str) -> Iterator[EpisodeChunk]:
         episodes = steps = 0
+        one_type = _OneInfosType()
         for k in range(len(source)):
             try:
                 columns, row = source.read(k, spaces, jpeg)
+                columns = one_type(columns, row["num_steps"])
                 built = _schema.build("steps", {"run_id": run, **columns}, num_rows=row["num_steps"])
             except (pa.ArrowException, UnicodeDecodeError) as exc:  # what lazy reads find late
                 raise CorruptFileError(source.where(k), f"the episode's data is damaged "
@@ -180,6 +185,47 @@ def read_minari(directory: str | os.PathLike[str], *, run_id: str | None = None,
     return EpisodeSource(info, {}, chunks, run_id=run_id, episodes=len(source), close=stack.close,
                          recipe=(read_minari, (os.path.abspath(directory),),
                                  {"allow_hdf5_links": allow_hdf5_links}))
+
+
+class _OneInfosType:
+    """The typed ``infos`` of a dataset in one type: the first episode's.
+
+    An episode whose numbers differ (other keys, dtypes or shapes) keeps them in its steps'
+    ``metadata`` (``{"infos": ...}``, as rlarrow 1.0 did), with null typed infos; so does one
+    of a dataset whose first episode has none. The steps of every episode have one schema.
+    """
+
+    def __init__(self) -> None:
+        self.decided = False
+        self.type: pa.DataType | None = None
+
+    def __call__(self, columns: dict[str, Any], rows: int) -> dict[str, Any]:
+        typed = columns.get("infos")
+        if not self.decided:
+            self.decided, self.type = True, None if typed is None else typed.type
+        columns = dict(columns)
+        if typed is not None and typed.type != self.type:
+            columns["metadata"] = _with_infos(columns.get("metadata"), columns.pop("infos"), rows)
+        if self.type is not None and "infos" not in columns:
+            columns["infos"] = pa.nulls(rows, self.type)
+        return columns
+
+
+def _with_infos(metadata: list[Any] | None, typed: pa.Array, rows: int) -> list[Any]:
+    """Per-step metadata with the typed infos put back in ``{"infos": ...}`` (numbers in their dtypes)."""
+    from rlarrow.core.tensors import to_numpy
+
+    values = to_numpy(typed)
+
+    def row(tree: dict[str, Any], i: int) -> dict[str, Any]:
+        return {k: row(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
+
+    out = []
+    for i in range(rows):
+        meta = dict(metadata[i]) if metadata is not None and isinstance(metadata[i], dict) else {}
+        meta["infos"] = {**(meta.get("infos") or {}), **row(values, i)}
+        out.append(meta)
+    return out
 
 
 def import_minari(
