@@ -333,6 +333,35 @@ def _write(minari_root, name, buffers, backend):
     return minari_root / "rlarrow" / f"{name}-v0"
 
 
+def test_an_episode_whose_infos_differ_keeps_them_in_its_metadata(minari_root):
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    from rlarrow.core.metadata import decode
+    from rlarrow.io.minari import read_minari
+
+    rng = np.random.default_rng(1)
+    buffers, qs = [], []
+    for ep, width in enumerate([3, 3, 2]):  # the last episode's q has another shape
+        n = 3
+        qs.append(rng.random((n + 1, width)))
+        obs = list(rng.random((n + 1, 4)).astype(np.float32))
+        buffers.append(EpisodeBuffer(id=ep, seed=ep, observations=obs, actions=[0] * n, rewards=[1.0] * n,
+                                     terminations=[False] * (n - 1) + [True], truncations=[False] * n,
+                                     infos={"q": qs[-1]}))
+    src = _write(minari_root, "mixed", buffers, "hdf5")
+    with read_minari(src) as source:
+        steps = source.steps().read_all()  # one schema for every episode
+    assert steps.schema.field("infos").type == pa.struct([("q", pa.list_(pa.float64(), 3))])
+    by_ep = steps.column("episode_id").to_pylist()
+    typed = [v for e, v in zip(by_ep, steps.column("infos").to_pylist(), strict=True) if e < 2]
+    assert np.array_equal(np.asarray([v["q"] for v in typed]), np.concatenate(qs[:2]))
+    last = [i for i, e in enumerate(by_ep) if e == 2]
+    assert all(steps.column("infos")[i].as_py() is None for i in last)
+    meta, types = steps.column("metadata"), steps.column("metadata_types")
+    kept = [decode(meta[i].as_py(), types[i].as_py())["infos"]["q"] for i in last]
+    assert np.asarray(kept).dtype == np.float64 and np.array_equal(np.asarray(kept), qs[2])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_episode_both_terminated_and_truncated_keeps_both_flags(tmp_path, minari_root, backend):
     import minari
