@@ -189,7 +189,8 @@ def read_hdf5(path: str | os.PathLike[str], *, run_id: str | None = None, chunk_
         parts = d4rl_parts if layout == "d4rl" else robomimic_parts
         run, types, chunks, count = parts(f, p, options.chunk_bytes)
         source = EpisodeSource(run, types, chunks, run_id=run_id, episodes=count,
-                               unit="row" if layout == "d4rl" else "demo", close=stack.pop_all().close)
+                               unit="row" if layout == "d4rl" else "demo", close=stack.pop_all().close,
+                               recipe=(read_hdf5, (os.path.abspath(p),), {"options": options}))
     return source
 
 
