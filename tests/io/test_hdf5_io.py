@@ -134,13 +134,10 @@ def test_robomimic_file_imports_each_demo_as_an_episode(tmp_path):
         assert np.array_equal(
             to_numpy(rows["action"].combine_chunks(), fill_value=0)[:n], src[f"{g}/actions"]
         )
-        dones = [
-            metadata.decode(t, ty)["dones"]
-            for t, ty in zip(
-                rows["metadata"].to_pylist()[:n], rows["metadata_types"].to_pylist()[:n], strict=True
-            )
-        ]
-        assert dones == src[f"{g}/dones"].tolist() and isinstance(dones[0], np.int64)
+        typed = infos_leaves(rows)  # per-row numbers: the typed infos column (steps 1.1)
+        assert typed is not None and typed[1].tolist() == [True] * n + [False]
+        dones = typed[0]["dones"][:n]
+        assert dones.tolist() == src[f"{g}/dones"].tolist() and dones.dtype == np.int64
         assert rows["is_terminal"].to_pylist()[-1] == bool(src[f"{g}/dones"][-1]) == ep["terminated"]
 
 
@@ -342,8 +339,8 @@ def test_a_robosuite_demo_without_observations_imports_with_its_states(tmp_path)
     assert (report.episodes, report.steps) == (1, 21)
     steps = rlarrow.Store.open(tmp_path / "s").read("steps")
     assert steps["observation"].null_count == 21 if "observation" in steps.column_names else True
-    first = metadata.decode(steps["metadata"][0].as_py(), steps["metadata_types"][0].as_py())
-    assert np.array_equal(first["states"], states[0]) and first["states"].dtype == np.float64
+    first = infos_leaves(steps)[0]["states"]  # a row's numbers: the typed infos column
+    assert np.array_equal(first[:20], states) and first.dtype == np.float64
     ep = rlarrow.Store.open(tmp_path / "s").read("episodes").to_pylist()[0]
     assert json.loads(ep["metadata"])["model_file"] == "<mujoco/>"
 
@@ -453,3 +450,24 @@ def test_a_folder_with_other_hdf5_files_converts_what_it_can(tmp_path):
                             str(tmp_path / "t")], capture_output=True, text=True)
     said = "policy.h5: looks like an HDF5 file that h5py cannot open, or of another layout"
     assert named.returncode != 0 and said in named.stderr
+
+
+def test_a_demo_whose_per_row_numbers_differ_keeps_them_in_its_metadata(tmp_path):
+    from rlarrow.io.hdf5 import read_hdf5
+
+    rng = np.random.default_rng(2)
+    states = [rng.standard_normal((4, 3)), rng.standard_normal((5, 2))]  # demo_1's rows are another shape
+    path = write(tmp_path / "demos.hdf5", {
+        **{f"data/demo_{i}/states": s for i, s in enumerate(states)},
+        **{f"data/demo_{i}/actions": np.ones((len(s), 2), np.float32) for i, s in enumerate(states)},
+        **{f"data/demo_{i}/obs/x": np.zeros((len(s), 1), np.float32) for i, s in enumerate(states)}})
+    with read_hdf5(path) as source:
+        steps = source.steps().read_all()  # one schema for both demos
+    demo = np.asarray(steps["episode_id"].to_pylist())
+    typed, valid = infos_leaves(steps)
+    assert np.array_equal(typed["states"][demo == 0][:4], states[0]) and valid[demo == 0].sum() == 4
+    assert not valid[demo == 1].any()
+    texts, types = steps["metadata"].to_pylist(), steps["metadata_types"].to_pylist()
+    kept = [metadata.decode(t, ty)["states"] for t, ty, d in zip(texts, types, demo, strict=True)
+            if d == 1 and t]
+    assert np.array_equal(np.asarray(kept), states[1]) and kept[0].dtype == np.float64

@@ -17,30 +17,31 @@ import numpy as np
 import pyarrow as pa
 
 from rlarrow.core.errors import CorruptFileError
-from rlarrow.core.metadata import nest
 from rlarrow.core.sources import EpisodeChunk, RunInfo
-from rlarrow.core.tensors import tensor_type, to_arrow
+from rlarrow.core.tensors import tensor_type
 from rlarrow.io.codecs.hdf5_files import chunk_rows, guarded, leaves
 from rlarrow.io.hdf5.hdf5_common import (
     D4RL_KEYS,
+    Typed,
     attrs_of,
     check_tensors,
     described,
     flag_column,
+    infos_rows,
+    infos_type,
     per_step_columns,
     read_rows,
     scalar_column,
     small_items,
     spec_of,
     take_rows,
+    typed_infos,
 )
 from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
 __all__ = ["d4rl_parts"]
 
 _Chunks = Callable[[str], Iterator[EpisodeChunk]]
-#: per-row datasets that are typed infos: (field path, dataset path, dataset)
-_Typed = list[tuple[str, str, Any]]
 
 
 def _datasets(f: Any, path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]], list[tuple[str, Any]], int]:
@@ -93,9 +94,9 @@ def d4rl_parts(f: Any, path: Path, chunk_bytes: int) -> tuple[RunInfo, dict[str,
     obs, act = main["observations"], main["actions"]
     types = {"observation": tensor_type(np.dtype(obs.dtype), obs.shape[1:], layout="auto"),
              "action": tensor_type(np.dtype(act.dtype), act.shape[1:], layout="auto")}
-    typed, per_step = _typed_infos(per_step)
+    typed, per_step = typed_infos(per_step)
     if typed:
-        types["infos"] = _infos_type(typed)
+        types["infos"] = infos_type(typed)
     env_specs = {
         "observation_spec": spec_of("observation", columns["observations"]),
         "action_spec": spec_of("action", columns["actions"]),
@@ -113,44 +114,6 @@ def d4rl_parts(f: Any, path: Path, chunk_bytes: int) -> tuple[RunInfo, dict[str,
     return run, types, chunks, n
 
 
-def _typed_infos(per_step: list[tuple[str, Any]]) -> tuple[_Typed, list[tuple[str, Any]]]:
-    """The per-row datasets of numbers as typed infos ``(field path, dataset path, dataset)``; the others.
-
-    A field is the path under ``infos/`` (``infos/qpos`` is ``qpos``), or the dataset's path for
-    other per-row datasets; ``infos/*`` come first, and a dataset whose field another took (or
-    that would nest inside one) stays in the steps' metadata, as text and bytes do.
-    """
-    typed: _Typed = []
-    rest: list[tuple[str, Any]] = []
-    taken: set[str] = set()
-    for key, ds in sorted(per_step, key=lambda item: not item[0].startswith("infos/")):  # (stable)
-        field = key[len("infos/"):] if key.startswith("infos/") else key
-        parts = field.split("/")
-        clash = any("/".join(parts[:i]) in taken for i in range(1, len(parts) + 1)) or \
-            any(t.startswith(f"{field}/") for t in taken)
-        if np.dtype(ds.dtype).kind in "biuf" and 0 not in tuple(ds.shape[1:]) and not clash:
-            typed.append((field, key, ds))
-            taken.add(field)
-        else:
-            rest.append((key, ds))
-    rest.sort(key=lambda item: [k for k, _ in per_step].index(item[0]))
-    return typed, rest
-
-
-def _infos_type(typed: _Typed) -> pa.DataType:
-    """The ``infos`` struct of the typed datasets, nested at ``/``: tensors of their dtypes, row shapes."""
-    def struct(node: dict[str, Any]) -> pa.DataType:
-        return pa.struct([pa.field(k, struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return struct(nest({field: tensor_type(np.dtype(ds.dtype), ds.shape[1:], layout="auto")
-                        for field, _, ds in typed}))
-
-
-def _infos_rows(path: Path, typed: _Typed, type_: pa.DataType, start: int, stop: int) -> pa.Array:
-    """Rows ``start:stop`` of the typed datasets as a struct array, sliced from the file (no per-row loop)."""
-    return to_arrow(nest({field: read_rows(path, ds, key, start, stop) for field, key, ds in typed}), type_)
-
-
 def _episode_meta(main: dict[str, Any]) -> Callable[[int, int, bool], dict[str, Any]]:
     final_from = "next_observations" if "next_observations" in main else "unknown"
 
@@ -160,7 +123,7 @@ def _episode_meta(main: dict[str, Any]) -> Callable[[int, int, bool], dict[str, 
     return episode_meta
 
 
-def _chunks(path: Path, main: dict[str, Any], others: tuple[_Typed, list[tuple[str, Any]]],
+def _chunks(path: Path, main: dict[str, Any], others: tuple[Typed, list[tuple[str, Any]]],
             n: int, rows: int, steps: StepBuilder) -> Iterator[EpisodeChunk]:
     """Blocks of ``rows`` transitions as chunks, then the episode the data stops in (if any).
 
@@ -183,7 +146,7 @@ def _chunks(path: Path, main: dict[str, Any], others: tuple[_Typed, list[tuple[s
         if next_obs is not None and len(ends):
             finals = list(take_rows(path, next_obs, "next_observations", ends + start))
         extra = per_step_columns(path, per_step, start, stop)
-        infos = _infos_rows(path, typed, steps.types["infos"], start, stop) if typed else None
+        infos = infos_rows(path, typed, steps.types["infos"], start, stop) if typed else None
         chunk = steps.add(o, a, r, extra, start, ends, t[ends], finals, infos=infos)
         chunk.count = stop - start
         yield chunk

@@ -15,11 +15,13 @@ import pyarrow as pa
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core.errors import CorruptFileError
+from rlarrow.core.metadata import nest
+from rlarrow.core.tensors import tensor_type, to_arrow
 from rlarrow.io.codecs.hdf5_files import guarded, plain
 
-__all__ = ["D4RL_KEYS", "DEMO_NAME", "SMALL_ELEMENTS", "attrs_of", "check_tensors", "described",
-           "flag_column", "per_step_columns", "read_rows", "scalar_column", "small_items", "spec_of",
-           "take_rows"]
+__all__ = ["D4RL_KEYS", "DEMO_NAME", "SMALL_ELEMENTS", "Typed", "attrs_of", "check_tensors", "described",
+           "flag_column", "infos_rows", "infos_type", "per_step_columns", "read_rows", "scalar_column",
+           "small_items", "spec_of", "take_rows", "typed_infos"]
 
 #: the datasets a D4RL file must have at its root
 D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -27,6 +29,9 @@ D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
 SMALL_ELEMENTS = 4096
 
 DEMO_NAME = re.compile(r"demo_(\d+)")
+
+#: per-row datasets that are typed infos: (field path, dataset path, dataset)
+Typed = list[tuple[str, str, Any]]
 
 
 def described(ds: Any) -> dict[str, Any]:
@@ -134,3 +139,40 @@ def per_step_columns(
         return None
     return _metadata.encode_rows({key: read_rows(path, ds, key, start, stop) for key, ds in items})
 
+
+def typed_infos(per_step: list[tuple[str, Any]]) -> tuple[Typed, list[tuple[str, Any]]]:
+    """The per-row datasets of numbers as typed infos ``(field path, dataset path, dataset)``; the others.
+
+    A field is the path under ``infos/`` (``infos/qpos`` is ``qpos``), or the dataset's path for
+    other per-row datasets; ``infos/*`` come first, and a dataset whose field another took (or
+    that would nest inside one) stays in the steps' metadata, as text and bytes do.
+    """
+    typed: Typed = []
+    rest: list[tuple[str, Any]] = []
+    taken: set[str] = set()
+    for key, ds in sorted(per_step, key=lambda item: not item[0].startswith("infos/")):  # (stable)
+        field = key[len("infos/"):] if key.startswith("infos/") else key
+        parts = field.split("/")
+        clash = any("/".join(parts[:i]) in taken for i in range(1, len(parts) + 1)) or \
+            any(t.startswith(f"{field}/") for t in taken)
+        if np.dtype(ds.dtype).kind in "biuf" and 0 not in tuple(ds.shape[1:]) and not clash:
+            typed.append((field, key, ds))
+            taken.add(field)
+        else:
+            rest.append((key, ds))
+    rest.sort(key=lambda item: [k for k, _ in per_step].index(item[0]))
+    return typed, rest
+
+
+def infos_type(typed: Typed) -> pa.DataType:
+    """The ``infos`` struct of the typed datasets, nested at ``/``: tensors of their dtypes, row shapes."""
+    def struct(node: dict[str, Any]) -> pa.DataType:
+        return pa.struct([pa.field(k, struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return struct(nest({field: tensor_type(np.dtype(ds.dtype), ds.shape[1:], layout="auto")
+                        for field, _, ds in typed}))
+
+
+def infos_rows(path: Path, typed: Typed, type_: pa.DataType, start: int, stop: int) -> pa.Array:
+    """Rows ``start:stop`` of the typed datasets as a struct array, sliced from the file (no per-row loop)."""
+    return to_arrow(nest({field: read_rows(path, ds, key, start, stop) for field, key, ds in typed}), type_)

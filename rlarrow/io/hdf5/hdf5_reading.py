@@ -18,16 +18,16 @@ Minari dataset directory, read by :mod:`rlarrow.io.minari`):
   file's order, and the final step's observation is ``next_obs`` of the last row (null
   without ``next_obs``). ``is_terminal`` is the last ``dones`` value.
 
-Everything else a D4RL row holds that is numbers (``infos/qpos``, ``infos/qvel``) is a field
-of the step's typed ``infos`` (``qpos``, sliced from the file in its dtype and row shape; null
-on an episode's final step); text and bytes, and robomimic's other per-row datasets
-(``states``, ``dones``, ``action_dict/*``, ...), are the step's ``metadata`` under their path
-(``{"states": array}``), each value in its dtype. Attributes and small datasets of the file
-(``metadata/*``, ``env_args`` parsed from its JSON, ``mask/*``, root attributes) are the run's
-metadata, with the dtype and shape of every column read (``columns``) so that an export can
-write them back as they were; a dataset too large for metadata (D4RL's ``metadata/policy/*``
-weights) is named under ``left_out``, not copied. A demo's attributes (``num_samples``,
-``model_file``, ``ep_meta``) are its episode's metadata.
+Everything else a row holds that is numbers (``infos/qpos``, ``states``, ``dones``,
+``action_dict/*``, ...) is a field of the step's typed ``infos`` (``qpos``, ``states``, sliced
+from the file in its dtype and row shape; null on an episode's final step; a robomimic demo
+whose numbers differ from the first demo's keeps them as metadata); text and bytes are the
+step's ``metadata`` under their path (``{"infos": {"name": b"..."}}``), in their dtype.
+Attributes and small datasets of the file (``metadata/*``, ``env_args`` parsed from its JSON,
+``mask/*``, root attributes) are the run's metadata, with the dtype and shape of every column
+read (``columns``) so that an export can write them back as they were; a dataset too large
+for metadata (D4RL's ``metadata/policy/*`` weights) is named under ``left_out``, not copied. A
+demo's attributes (``num_samples``, ``model_file``, ``ep_meta``) are its episode's metadata.
 
 The reader (:func:`read_hdf5`) opens the file once: its layout is found, its datasets checked
 and its rows read on that one handle, until the source is closed. :func:`import_hdf5` is

@@ -25,11 +25,14 @@ from rlarrow.io.hdf5.hdf5_common import (
     check_tensors,
     described,
     flag_column,
+    infos_rows,
+    infos_type,
     per_step_columns,
     read_rows,
     scalar_column,
     small_items,
     spec_of,
+    typed_infos,
 )
 from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
@@ -116,6 +119,9 @@ def robomimic_parts(f: Any, path: Path, chunk_bytes: int
         first = _Demo(path, data, demos[0][1])
     run_meta = _run_meta(f, path, data, first, empty)
     types, env_specs = _declared(first, run_meta["columns"])
+    typed, _ = typed_infos(first.per_step)
+    if typed:  # (the first demo's numbers; a demo with others keeps them in its steps' metadata)
+        types["infos"] = infos_type(typed)
     run = RunInfo(source="robomimic", name=path.stem, source_path=os.fspath(path), alignment="rlds",
                   num_envs=1, metadata=run_meta, env_specs=env_specs)
 
@@ -240,8 +246,14 @@ class _Demo:
             ],
             chunk_bytes,
         )
+        typed, per_step = typed_infos(self.per_step)
+        want = steps.types.get("infos")
+        if want is None or infos_type(typed) != want:  # (not the run's infos: all as metadata)
+            typed, per_step = [], self.per_step
         for start in range(0, rows, chunk):
             stop = min(rows, start + chunk)
+            infos = infos_rows(path, typed, want, start, stop) if typed else \
+                None if want is None else pa.nulls(stop - start, want)
             obs = (
                 {k: read_rows(path, ds, f"{where}/obs/{k}", start, stop) for k, ds in self.obs.items()}
                 if self.obs is not None
@@ -262,12 +274,13 @@ class _Demo:
                 obs,
                 read_rows(path, self.actions, f"{where}/actions", start, stop),
                 reward,
-                per_step_columns(path, self.per_step, start, stop),
+                per_step_columns(path, per_step, start, stop),
                 start,
                 ends,
                 np.array([last_done])[: len(ends)],
                 [final] * len(ends),
                 episode_ids=[number],
+                infos=infos,
             )
             made.count = int(stop == rows)
             yield made
