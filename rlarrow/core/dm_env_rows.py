@@ -444,7 +444,8 @@ def dm_env_steps(table: pa.Table, within: np.ndarray | None = None, env_specs: A
     starts an episode); it is FIRST at an episode's first step, LAST at its last step
     (``is_last``), MID otherwise. An episode whose first rows are not there (it does not
     start at ``is_first``) starts with a MID timestep. Each step's ``custom_data`` is its
-    decoded ``metadata``. What :meth:`DmEnvRows.step_range` and the envlogger writer give.
+    decoded ``metadata``, with its typed ``infos`` under ``"infos"``. What
+    :meth:`DmEnvRows.step_range` and the envlogger writer give.
 
     Args:
         table: the rows of one or more episodes, each in step order.
@@ -485,6 +486,7 @@ def dm_env_steps(table: pa.Table, within: np.ndarray | None = None, env_specs: A
         custom: list[Any] = [None] * n
     else:
         custom = _metadata.decode_column(meta_col.to_pylist(), table.column("metadata_types").to_pylist())
+    custom = _with_typed_infos(table, custom)
     types = np.array([dm_env.StepType(_alignment.FIRST), dm_env.StepType(_alignment.MID),
                       dm_env.StepType(_alignment.LAST)], dtype=object)
     kind = types[np.where(is_first & (t == 0), 0, np.where(is_last, 2, 1))].tolist()
@@ -499,6 +501,25 @@ def dm_env_steps(table: pa.Table, within: np.ndarray | None = None, env_specs: A
                     zip(kind[skip:], reward[skip:], discount[skip:], obs[skip:], strict=True))
     with _gc_paused():
         return list(map(make, repeat(StepData), zip(timesteps, act[skip:], custom[skip:], strict=True)))
+
+
+def _with_typed_infos(table: pa.Table, custom: list[Any]) -> list[Any]:
+    """Each step's custom data with its typed ``infos`` (steps 1.1) under ``"infos"``, as 1.0 kept them."""
+    from rlarrow.core.step_columns import infos_leaves
+
+    typed = infos_leaves(table)
+    if typed is None or not typed[1].any():
+        return custom
+    leaves, valid = typed
+    out = list(custom)
+    for i in np.flatnonzero(valid).tolist():
+        infos = _metadata.nest({path: values[i] for path, values in leaves.items()})
+        meta = out[i]
+        if meta is None or isinstance(meta, dict):
+            meta = dict(meta or {})
+            meta["infos"] = {**(meta.get("infos") or {}), **infos}
+            out[i] = meta
+    return out
 
 
 def run_metadata(meta: Any, env_specs: Any) -> dict[str, Any]:

@@ -117,3 +117,20 @@ def test_minari_export_reads_typed_infos_and_1_0_metadata_alike(tmp_path):
                 assert np.array_equal(infos[key][:-1], want, equal_nan=True), key
             # the final observation's infos: not in the file, NaN (0 and False for others)
             assert np.array_equal(new.infos[key][-1], old.infos[key][-1], equal_nan=True), key
+
+
+def test_dm_env_steps_carry_typed_infos_as_1_0_metadata_did(tmp_path):
+    pytest.importorskip("dm_env", reason="dm_env timesteps need dm_env: pip install dm-env")
+    from rlarrow.core.dm_env_rows import DmEnvRows, dm_env_steps
+
+    path, per_row = _stores(tmp_path)
+    got = {}
+    for kind in ("new", "old"):
+        with DmEnvRows(tmp_path / kind) as rows:
+            got[kind] = [s.custom_data for s in dm_env_steps(rows.episode_table(0))]
+    assert len(got["new"]) == len(got["old"]) == 4 and got["new"][3] is None is got["old"][3]
+    for new, old, i in zip(got["new"][:3], got["old"][:3], range(3), strict=True):
+        for key in ("qpos", "count", "ok"):
+            want = per_row[f"infos/{key}"][i]
+            for value in (new["infos"][key], old["infos"][key]):
+                assert np.asarray(value).dtype == want.dtype and np.array_equal(value, want, equal_nan=True)
