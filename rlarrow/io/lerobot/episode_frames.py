@@ -4,7 +4,7 @@ A frame is a step with an action (LeRobot keeps no observation after an episode'
 action). :func:`episode_frames` takes an episode's steps to its frames: ``observation.*``
 from the observation (a struct's fields joined at dots), ``action``, ``next.reward``,
 ``next.done``, and LeRobot's bookkeeping features (:func:`frame_keys`: a LeRobot run's own,
-kept as step metadata by its import, else made).
+kept by its import as the typed ``infos`` column, or as step metadata by steps 1.0, else made).
 
 Example:
     >>> import numpy as np, pyarrow as pa
@@ -120,28 +120,59 @@ def frame_count(table: pa.Table) -> int:
 def frame_keys(table: pa.Table, n: int, mine: bool, rate: int, *, timestamps: bool) -> dict[str, Any]:
     """An episode's first ``n`` rows' ``timestamp``, ``frame_index`` and ``task_index``.
 
-    For a LeRobot run (``mine``) also the other frame features its import kept as step
-    metadata. ``timestamps``: a LeRobot run's own (false when the fps changes them); else frame / ``rate``.
-    ``table`` needs ``metadata`` and ``metadata_types`` for a LeRobot run.
+    For a LeRobot run (``mine``) also the other frame features its import kept: the typed
+    ``infos`` column (steps 1.1), and what is in the step ``metadata`` (text features; every
+    per-frame feature of a store written by rlarrow with steps 1.0). ``timestamps``: a LeRobot
+    run's own (false when the fps changes them); else frame / ``rate``. ``table`` needs
+    ``infos`` or ``metadata`` and ``metadata_types`` for a LeRobot run.
+
+    Example:
+        >>> steps = pa.table({"infos": pa.array([{"timestamp": 0.0}, {"timestamp": 0.5}, None],
+        ...                                     pa.struct([("timestamp", pa.float32())]))})
+        >>> frame_keys(steps, 2, True, 2, timestamps=True)["timestamp"]
+        array([0. , 0.5], dtype=float32)
     """
     out: dict[str, Any] = {}
-    if mine and "metadata" in table.column_names:  # the frame features the import kept as step metadata
-        rows_meta = _metadata.decode_column(
-            table.column("metadata").slice(0, n).to_pylist(),
-            table.column("metadata_types").slice(0, n).to_pylist(),
-        )
-        keys = [key for key in (rows_meta[0] or {}) if isinstance(key, str)] if rows_meta else []
-        for key in keys:
-            if key == "timestamp" and not timestamps:
-                continue
-            values = [r.get(key) if isinstance(r, dict) else None for r in rows_meta]
-            if any(isinstance(v, str) for v in values):
-                out[key] = np.asarray(values, dtype=object)
-            else:
-                out[key] = np.asarray(values)
+    if mine:
+        out.update(_metadata_keys(table, n))
+        out.update(_info_keys(table, n))
+    if not timestamps:
+        out.pop("timestamp", None)
     out.setdefault("timestamp", (np.arange(n) / rate).astype(np.float32))
     out["frame_index"] = np.arange(n, dtype=np.int64)
     out.setdefault("task_index", np.zeros(n, np.int64))
+    return out
+
+
+def _info_keys(table: pa.Table, n: int) -> dict[str, Any]:
+    """The frame features of a LeRobot import's typed ``infos`` column (first ``n`` rows), by name."""
+    from rlarrow.core.tensors import to_numpy
+
+    if "infos" not in table.column_names:
+        return {}
+    column = table.column("infos").slice(0, n)
+    if not pa.types.is_struct(column.type) or column.null_count:
+        return {}  # (a store of other runs' infos, or frames without them: not this run's features)
+    values = to_numpy(column)
+    return dict(values) if isinstance(values, dict) else {}
+
+
+def _metadata_keys(table: pa.Table, n: int) -> dict[str, Any]:
+    """The frame features a LeRobot import kept as step metadata (first ``n`` rows), by name."""
+    if "metadata" not in table.column_names or table.column("metadata").slice(0, n).null_count == n:
+        return {}
+    rows_meta = _metadata.decode_column(
+        table.column("metadata").slice(0, n).to_pylist(),
+        table.column("metadata_types").slice(0, n).to_pylist(),
+    )
+    keys = [key for key in (rows_meta[0] or {}) if isinstance(key, str)] if rows_meta else []
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r.get(key) if isinstance(r, dict) else None for r in rows_meta]
+        if any(isinstance(v, str) for v in values):
+            out[key] = np.asarray(values, dtype=object)
+        else:
+            out[key] = np.asarray(values)
     return out
 
 

@@ -72,7 +72,8 @@ def frame_key_stats(
             have = set(schema.names) if schema is not None else set()
             if "action" not in have:
                 continue  # (no frames: the export refuses such a run)
-            columns = ["is_last", "action"] + (["metadata", "metadata_types"] if info is not None else [])
+            kept = ["infos", "metadata", "metadata_types"] if info is not None else []  # (its frame features)
+            columns = ["is_last", "action", *kept]
             columns = [c for c in columns if c in have]
             for k in range(reader.num_episodes):
                 if episodes is not None and (run_id, int(reader.episode_ids[k])) not in episodes:

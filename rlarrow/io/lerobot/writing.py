@@ -23,9 +23,9 @@ without LeRobot:
   definition ``rlarrow stats -o`` writes, where lerobot 0.4 averages episodes' quantiles;
 - a run read from LeRobot (``read_lerobot``, or a store it was imported into) keeps its
   features (names, dtypes, image or video), fps, robot type, tasks, each frame's
-  ``timestamp``, ``task_index`` and other features, and
-  each episode's tasks: importing the export gives back the same steps (video frames within
-  the codec's loss).
+  ``timestamp``, ``task_index`` and other features (its steps' typed ``infos``, or the step
+  metadata of a store written by rlarrow with steps 1.0), and each episode's tasks:
+  importing the export gives back the same steps (video frames within the codec's loss).
 
 Not written: discounts (LeRobot has none), per-step metadata of runs from other formats,
 episodes without an action. :mod:`~rlarrow.io.lerobot.episode_frames` makes steps frames,

@@ -1,0 +1,84 @@
+"""LeRobot's per-frame numbers as the typed ``infos`` column (steps 1.1), and stores of steps 1.0.
+
+A LeRobot import keeps ``timestamp``, ``frame_index``, ``episode_index``, ``index``,
+``task_index`` (and any other per-frame number) as the ``infos`` struct, in the dtypes the
+dataset's ``info.json`` declares. Stores written by rlarrow with steps 1.0 kept them as each
+step's JSON ``metadata``: the LeRobot export reads either, and gives the same dataset.
+The data is the LeRobot fixture (``tests/fixtures/lerobot``, written by lerobot's own writer).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import FIXTURES
+
+from rlarrow.core import metadata
+from rlarrow.core.sources import EpisodeChunk, EpisodeSource
+
+HAVE_AV = importlib.util.find_spec("av") is not None
+pytestmark = pytest.mark.skipif(
+    not HAVE_AV, reason="LeRobot's cameras need PyAV: pip install 'rlarrow[video]'"
+)
+SRC = FIXTURES / "lerobot" / "pusht_v30"
+DATA = SRC / "data" / "chunk-000" / "file-000.parquet"
+KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def frames(episode: int) -> pa.Table:
+    """The fixture's own frames of ``episode`` (as lerobot wrote them), in frame order."""
+    table = pq.read_table(DATA, columns=list(KEYS))
+    return table.filter(pc.equal(table["episode_index"], episode)).sort_by("frame_index")
+
+
+def as_written_by(steps: pa.Table, version: str) -> pa.Table:
+    """An imported episode's steps with its frame numbers as steps ``version`` keeps them.
+
+    "1.1": the typed ``infos`` struct; "1.0": each step's JSON ``metadata`` (``infos`` null),
+    both made from the fixture's own frames, whatever the reader gave.
+    """
+    own = frames(int(steps["episode_id"][0].as_py()))
+    n = own.num_rows
+    assert steps.num_rows == n + 1
+    rest = steps.drop_columns([c for c in ("infos", "metadata", "metadata_types") if c in steps.column_names])
+    if version == "1.1":
+        infos = pa.StructArray.from_arrays([own[k].combine_chunks() for k in KEYS], names=list(KEYS))
+        return rest.append_column("infos", pa.concat_arrays([infos, pa.nulls(1, infos.type)]))
+    texts, tags = metadata.encode_rows({k: own[k].to_numpy() for k in KEYS})
+    return rest.append_column("metadata", pa.concat_arrays([texts, pa.nulls(1, pa.string())])).append_column(
+        "metadata_types", pa.concat_arrays([tags, pa.nulls(1, pa.string())]))
+
+
+def source_as(version: str) -> EpisodeSource:
+    from rlarrow.io.lerobot import read_lerobot
+
+    src = read_lerobot(SRC)
+
+    def chunks(run: str):
+        for chunk in src.with_run_id(run):
+            yield EpisodeChunk(as_written_by(chunk.steps, version), chunk.episodes, chunk.tables)
+
+    return EpisodeSource(src.run, {}, chunks, episodes=src.episodes_hint)
+
+
+def written(out: Path) -> pa.Table:
+    return pq.read_table(out / "data" / "chunk-000" / "file-000.parquet", columns=list(KEYS))
+
+
+def test_the_export_reads_typed_infos_and_steps_1_0_metadata_alike(tmp_path):
+    from rlarrow.io.lerobot import write_lerobot
+
+    for version in ("1.1", "1.0"):
+        write_lerobot(source_as(version), tmp_path / version, images="png", progress=False)
+    typed, old = written(tmp_path / "1.1"), written(tmp_path / "1.0")
+    own = pq.read_table(DATA, columns=list(KEYS)).sort_by([("episode_index", "ascending"),
+                                                           ("frame_index", "ascending")])
+    assert typed.equals(old)
+    assert typed.schema == own.schema  # float32 timestamp, int64 indices: info.json's dtypes
+    assert typed.equals(own)  # task_index 1 on episode 1 ("hold still"): the run's own, not made
+    assert own["task_index"].to_pylist().count(1) == 8
