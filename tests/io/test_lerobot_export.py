@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, REPO
@@ -220,10 +221,9 @@ def test_a_recorded_run_exports_with_rewards_done_and_cameras(tmp_path):
     )["info"]
     assert info["fps"] == 15
     assert {k: f["dtype"] for k, f in info["features"].items()}["next.reward"] == "float64"
-    step_meta = metadata.decode_column(
-        b.column("metadata").to_pylist(), b.column("metadata_types").to_pylist()
-    )
-    assert [m["timestamp"] for m in step_meta[:4]] == pytest.approx([0, 1 / 15, 2 / 15, 3 / 15])
+    timestamps = b.column("infos").combine_chunks().field("timestamp")  # (typed: steps 1.1)
+    assert timestamps.type == pa.float32()
+    assert timestamps.to_pylist()[:4] == pytest.approx([0, 1 / 15, 2 / 15, 3 / 15])
 
 
 @needs_lerobot

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FIXTURES
 
+import rlarrow
 from rlarrow.core import metadata
 from rlarrow.core.sources import EpisodeChunk, EpisodeSource
 
@@ -82,3 +83,17 @@ def test_the_export_reads_typed_infos_and_steps_1_0_metadata_alike(tmp_path):
     assert typed.schema == own.schema  # float32 timestamp, int64 indices: info.json's dtypes
     assert typed.equals(own)  # task_index 1 on episode 1 ("hold still"): the run's own, not made
     assert own["task_index"].to_pylist().count(1) == 8
+
+
+def test_a_store_of_steps_1_0_exports_its_metadata_numbers(tmp_path):
+    from rlarrow.core.ingest import ingest
+    from rlarrow.io.lerobot import export_lerobot, import_lerobot
+
+    ingest(tmp_path / "old", source_as("1.0"), progress=False)  # the numbers as steps 1.0 kept them
+    old = rlarrow.Store.open(tmp_path / "old").read("steps")
+    assert "infos" not in old.column_names or old["infos"].null_count == old.num_rows
+    import_lerobot(SRC, tmp_path / "new", progress=False)
+    for name in ("old", "new"):
+        export_lerobot(tmp_path / name, tmp_path / f"{name}-out", images="png", progress=False)
+    assert written(tmp_path / "old-out").equals(written(tmp_path / "new-out"))
+    assert written(tmp_path / "new-out")["task_index"].to_pylist().count(1) == 8

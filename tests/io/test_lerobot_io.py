@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import FIXTURES
@@ -76,14 +77,16 @@ def test_frames_actions_images_and_video_come_back_as_written(tmp_path, name):
             mean = top[t].reshape(-1, 3).mean(0)
             assert int(np.argmin([np.abs(mean - color(e, u)).sum() for u in range(n)])) == t, (e, t)
             assert np.abs(mean - color(e, t)).max() < 6  # AV1 is lossy; not that lossy
-        step_meta = [
-            metadata.decode(a, b)
-            for a, b in zip(
-                rows["metadata"].to_pylist()[:n], rows["metadata_types"].to_pylist()[:n], strict=True
-            )
-        ]
-        assert [m["frame_index"] for m in step_meta] == list(range(n))
-        assert np.allclose([m["timestamp"] for m in step_meta], np.arange(n) / 10)
+        infos = rows["infos"].combine_chunks()  # LeRobot's per-frame numbers, typed (steps 1.1)
+        assert infos.type == pa.struct([("timestamp", pa.float32()), ("frame_index", pa.int64()),
+                                        ("episode_index", pa.int64()), ("index", pa.int64()),
+                                        ("task_index", pa.int64())])  # info.json's dtypes
+        assert infos.is_null().to_pylist() == [False] * n + [True]  # none after the last frame
+        assert infos.field("frame_index").to_pylist()[:n] == list(range(n))
+        assert infos.field("episode_index").to_pylist()[:n] == [e] * n
+        assert infos.field("task_index").to_pylist()[:n] == [e % 2] * n
+        assert np.allclose(infos.field("timestamp").slice(0, n).to_numpy(), np.arange(n) / 10)
+        assert rows["metadata"].null_count == n + 1  # (nothing else per frame: no JSON text)
         ep_meta = json.loads(ep["metadata"])
         assert ep_meta["tasks"] == [["push the T onto the target", "hold still"][e % 2]]
         assert ep_meta["length"] == n and "observation.state" in ep_meta["stats"]

@@ -81,7 +81,7 @@ def test_read_lerobot_is_arrow_without_a_store_and_what_the_import_stores(tmp_pa
     stored = _sorted(store.read("steps"))
     assert steps.num_rows == stored.num_rows == sum(LENGTHS) + len(LENGTHS)
     for name in ("episode_id", "step", "reward", "is_first", "is_last", "is_terminal", "metadata",
-                 "metadata_types", "observation", "action"):
+                 "metadata_types", "infos", "observation", "action"):
         _same(_sorted(steps).column(name), stored.column(name), name)
     assert episodes.column("num_steps").to_pylist() == [n + 1 for n in LENGTHS]
     stored_episodes = store.read("episodes").sort_by("episode_id")

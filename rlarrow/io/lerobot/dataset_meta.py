@@ -36,7 +36,7 @@ __all__ = ["FRAME_KEYS", "VIDEO_MODES", "DatasetMeta", "dataset_info", "episode_
 #: how a LeRobot dataset's video features are read: decoded uint8 frames, or kept as video
 VIDEO_MODES = ("decode", "keep")
 
-#: the per-frame bookkeeping features LeRobot adds; kept as each step's metadata
+#: the per-frame bookkeeping features LeRobot adds; kept as each step's typed ``infos``
 FRAME_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 

@@ -12,7 +12,9 @@ metadata and put in frame order. :func:`episode_columns` takes each feature to i
   (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action
   (``action.*`` features a struct action, nested the same way); ``next.reward`` the reward
   and ``next.done`` the last step's ``is_terminal``; ``timestamp``, ``frame_index``,
-  ``index``, ``task_index`` and any other feature the step's ``metadata`` (typed).
+  ``episode_index``, ``index``, ``task_index`` and any other numeric feature the step's
+  ``infos`` (a struct, one field per feature, in the dtype ``info.json`` declares); text
+  features the step's ``metadata``.
 
 :func:`episode_steps` makes the N frames N + 1 steps in RLDS alignment: LeRobot keeps no
 observation after the last action, so the last step's observation is null (never invented).
@@ -110,14 +112,15 @@ def episode_columns(
 ) -> dict[str, Any]:
     """An episode's frames (``table``) as the columns of its steps: observation, action, reward, ...
 
-    Returns ``{"observation", "action", "reward", "done", "extra", "n", "videos"}``: the
-    observation and action (NumPy arrays, Arrow arrays where the frames' columns are kept as
-    they are, or dicts of them), the rewards (or None), whether it ended terminal, the other
-    features by name, the number of frames, and (``keep``) each camera's copied segment.
+    Returns ``{"observation", "action", "reward", "done", "infos", "extra", "n", "videos"}``:
+    the observation and action (NumPy arrays, Arrow arrays where the frames' columns are kept
+    as they are, or dicts of them), the rewards (or None), whether it ended terminal, the other
+    numeric features (Arrow arrays) and the text ones (NumPy) by name, the number of frames,
+    and (``keep``) each camera's copied segment.
     """
     n = table.num_rows
-    out: dict[str, Any] = {"observation": None, "action": None, "reward": None, "done": False, "extra": {},
-                           "n": n, "videos": {}}
+    out: dict[str, Any] = {"observation": None, "action": None, "reward": None, "done": False, "infos": {},
+                           "extra": {}, "n": n, "videos": {}}
     obs: dict[str, Any] = {}
     acts: dict[str, Any] = {}
     for key, spec in features.items():
@@ -137,12 +140,12 @@ def episode_columns(
         elif dtype == "string":
             out["extra"][key] = np.asarray(table.column(key).to_pylist(), dtype=object)
             continue
-        elif _is_tensor(key):
+        elif key in ("next.reward", "next.done"):
+            values = _numbers(table.column(key), np.dtype(dtype), shape, root, key)
+        else:  # the observation's, the action's and the infos' numbers: the frames' own Arrow column
             values = _as_arrow(table.column(key), np.dtype(dtype), shape)
             if values is None:
                 values = _numbers(table.column(key), np.dtype(dtype), shape, root, key)
-        else:
-            values = _numbers(table.column(key), np.dtype(dtype), shape, root, key)
         _place(out, obs, acts, key, values)
     if obs:
         out["observation"] = obs.get("") if "" in obs else nest(obs)
@@ -151,13 +154,8 @@ def episode_columns(
     return out
 
 
-def _is_tensor(key: str) -> bool:
-    """Whether feature ``key`` becomes (part of) the observation or the action."""
-    return key in ("observation", "action") or key.startswith(("observation.", "action."))
-
-
 def _place(out: dict[str, Any], obs: dict[str, Any], acts: dict[str, Any], key: str, values: Any) -> None:
-    """Feature ``key``'s values to their place: the observation's, the action's, reward, done, metadata."""
+    """Feature ``key``'s values to their place: the observation's, the action's, reward, done, infos."""
     n = out["n"]
     if key.startswith("observation."):
         obs[key[len("observation."):]] = values
@@ -172,7 +170,7 @@ def _place(out: dict[str, Any], obs: dict[str, Any], acts: dict[str, Any], key: 
     elif key == "next.done":
         out["done"] = bool(values.reshape(n)[-1]) if n else False
     else:
-        out["extra"][key] = values
+        out["infos"][key] = values
 
 
 def _as_arrow(column: pa.ChunkedArray, dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.Array | None:
@@ -282,6 +280,8 @@ def episode_steps(columns: dict[str, Any], run: str, episode_id: int) -> pa.Tabl
             out[key] = last_null(_arrow(columns[key]), n)
     if columns["reward"] is not None:
         out["reward"] = last_null(pa.array(columns["reward"], pa.float64()), n)
+    if columns["infos"]:  # (LeRobot's per-frame numbers, typed: none after the last frame)
+        out["infos"] = last_null(_arrow(columns["infos"]), n)
     extra = dict(columns["extra"])
     if extra:
         texts, tags = _metadata.encode_rows({k: v for k, v in extra.items()})

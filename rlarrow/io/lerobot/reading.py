@@ -14,8 +14,10 @@ timestamps). :func:`read_lerobot` reads them one episode at a time, as an episod
 - ``observation.*`` features are one struct observation, nested at the dots
   (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action;
   ``next.reward`` the reward and ``next.done`` the last step's ``is_terminal`` where the
-  dataset has them; ``timestamp``, ``frame_index``, ``index``, ``task_index`` and any other
-  feature are the step's ``metadata`` (typed);
+  dataset has them; ``timestamp``, ``frame_index``, ``episode_index``, ``index``,
+  ``task_index`` and any other numeric feature are the step's typed ``infos`` (a struct, one
+  field per feature, in the dtype ``info.json`` declares: int64 indices, float32 timestamps),
+  text features its ``metadata``;
 - each episode's N frames are N + 1 steps in RLDS alignment: LeRobot keeps no observation after
   the last action, so the last step's observation is null (never invented), as for a D4RL file
   without ``next_observations``;
