@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -97,3 +98,52 @@ def test_a_store_of_steps_1_0_exports_its_metadata_numbers(tmp_path):
         export_lerobot(tmp_path / name, tmp_path / f"{name}-out", images="png", progress=False)
     assert written(tmp_path / "old-out").equals(written(tmp_path / "new-out"))
     assert written(tmp_path / "new-out")["task_index"].to_pylist().count(1) == 8
+
+
+def test_frame_columns_go_arrow_to_arrow_value_exact(tmp_path):
+    """Other layouts of a feature's values (lists, another dtype, binary-layout tensors) become the
+    step's type in Arrow: the same values NumPy made, and a view, not a copy, where no cast is needed."""
+    from rlarrow.core.tensors import to_numpy
+    from rlarrow.io.lerobot.frame_steps import episode_columns, episode_steps
+
+    n = 5
+    rng = np.random.default_rng(3)
+    state = rng.standard_normal((n, 3))  # float64 on disk, float32 declared: cast as astype does
+    grid = rng.standard_normal((n, 2, 4)).astype(np.float32)  # two dimensions: the binary layout
+    wide = rng.standard_normal((n, 1024)).astype(np.float32)  # 1,024 elements: the binary layout
+    table = pa.table({
+        "observation.state": pa.array(list(state), pa.list_(pa.float64())),
+        "observation.grid": pa.array([list(map(list, g)) for g in grid], pa.list_(pa.list_(pa.float32()))),
+        "action": pa.FixedSizeListArray.from_arrays(pa.array(wide.reshape(-1)), 1024),
+        "timestamp": pa.array(np.arange(n) / 10, pa.float64()),  # float64 on disk, float32 declared
+        "frame_index": pa.array(np.arange(n), pa.int32()),
+        "next.success": pa.array([False, False, True, False, True]),
+        "note": pa.array(list("abcde")),
+    })
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [3]},
+        "observation.grid": {"dtype": "float32", "shape": [2, 4]},
+        "action": {"dtype": "float32", "shape": [1024]},
+        "timestamp": {"dtype": "float32", "shape": [1]},
+        "frame_index": {"dtype": "int64", "shape": [1]},
+        "next.success": {"dtype": "bool", "shape": [1]},
+        "note": {"dtype": "string", "shape": [1]},
+    }
+    columns = episode_columns(tmp_path, table, features, {"episode_index": 0}, {})
+    obs = columns["observation"]
+    assert all(isinstance(v, pa.Array) for v in (obs["state"], obs["grid"], columns["action"]))
+    np.testing.assert_array_equal(to_numpy(obs["state"]), state.astype(np.float32))
+    np.testing.assert_array_equal(to_numpy(obs["grid"]), grid)
+    np.testing.assert_array_equal(to_numpy(columns["action"]), wide)
+    source = table.column("action").chunk(0).values.buffers()[1]  # the frames' own bytes, viewed
+    assert columns["action"].storage.buffers()[1].address == source.address
+    infos = columns["infos"]
+    assert {k: v.type for k, v in infos.items()} == {
+        "timestamp": pa.float32(), "frame_index": pa.int64(), "next.success": pa.bool_()}
+    assert infos["timestamp"].to_pylist() == (np.arange(n) / 10).astype(np.float32).tolist()
+    assert list(columns["extra"]) == ["note"]  # text stays JSON metadata
+    steps = episode_steps(columns, "r", 0)
+    assert steps.column("infos").is_null().to_pylist() == [False] * n + [True]
+    assert steps.column("infos").combine_chunks().field("next.success").to_pylist()[:n] == \
+        [False, False, True, False, True]
+    assert steps.column("metadata").null_count == 1

@@ -4,10 +4,12 @@
 share, the file read once for all of them; v2.x: its own file), checked against its
 metadata and put in frame order. :func:`episode_columns` takes each feature to its place:
 
-- numeric features in their dtype and shape (a column already of the step's Arrow type is
-  kept as it is, not taken through NumPy); ``image`` features (PNG bytes in the frame's
-  ``{bytes, path}`` struct) decoded with Pillow; ``video`` features decoded (or copied) by
-  :mod:`rlarrow.io.lerobot.videos`;
+- numeric features in their dtype and shape, Arrow to Arrow: a column already of the step's
+  Arrow type is kept as it is, other layouts of the same values viewed or cast (lists as
+  fixed-size lists, binary-layout tensors a view of the values), not taken through NumPy;
+  frames LeRobot wrote in order are a slice of their data file, not a copy; ``image``
+  features (PNG bytes in the frame's ``{bytes, path}`` struct) decoded with Pillow;
+  ``video`` features decoded (or copied) by :mod:`rlarrow.io.lerobot.videos`;
 - ``observation.*`` features are one struct observation, nested at the dots
   (``observation.images.top`` is ``observation["images"]["top"]``), ``action`` the action
   (``action.*`` features a struct action, nested the same way); ``next.reward`` the reward
@@ -34,13 +36,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlarrow.core import metadata as _metadata
 from rlarrow.core import schema as _schema
 from rlarrow.core.alignment import last_null
 from rlarrow.core.confined import MAX_IMAGE_PIXELS, png_size
 from rlarrow.core.errors import CorruptFileError, MissingDependencyError
-from rlarrow.core.tensors import tensor_type, to_arrow
+from rlarrow.core.tensors import TensorType, tensor_type, to_arrow
 from rlarrow.io.lerobot.dataset_meta import formatted, nest, read_parquet
 from rlarrow.io.lerobot.videos import episode_video
 
@@ -66,27 +69,40 @@ class Frames:
             str(info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
         )
         self.key: tuple[int, int] | None = None
+        self.path = root
         self.table: pa.Table | None = None
+        self.index: np.ndarray = np.empty(0, np.int64)
+        self.ascending = True
 
     def episode(self, ep: dict[str, Any]) -> pa.Table:
-        """The episode's frames, in frame order, checked to be as many as its metadata says."""
+        """The episode's frames, in frame order, checked to be as many as its metadata says.
+
+        Frames LeRobot wrote in order (an episode's rows one run of the file, by ``index`` and
+        ``frame_index``) are a slice of the file's table, not a copy; others are taken.
+        """
         if ep.get("_v2"):  # v2: a file per episode
             return self._episode_v2(ep)
         key = (int(ep["data/chunk_index"]), int(ep["data/file_index"]))
-        path = formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
         if key != self.key:
-            self.table, self.key = read_parquet(path, "a data file"), key
+            self.path = formatted(self.root, self.template, chunk_index=key[0], file_index=key[1])
+            self.table, self.key = read_parquet(self.path, "a data file"), key
+            self.index = np.asarray(self.table.column("index").to_numpy())
+            self.ascending = bool(np.all(self.index[1:] >= self.index[:-1]))
         assert self.table is not None
-        index = self.table.column("index").to_numpy()
         lo, hi = int(ep["dataset_from_index"]), int(ep["dataset_to_index"])
-        rows = np.flatnonzero((index >= lo) & (index < hi))
         if hi - lo != int(ep["length"]):
             raise CorruptFileError(
-                path,
+                self.path,
                 f"episode {ep['episode_index']}'s index range {lo}..{hi} is not its "
                 f"length {ep['length']}: the dataset is damaged",
             )
-        return _in_order(self.table.take(pa.array(rows)), ep, path, int(ep["length"]))
+        if self.ascending:  # (an episode's rows are one run of the file: a slice)
+            first, end = (int(i) for i in np.searchsorted(self.index, [lo, hi]))
+            part = self.table.slice(first, end - first)
+        else:
+            index = self.index
+            part = self.table.take(pa.array(np.flatnonzero((index >= lo) & (index < hi))))
+        return _in_order(part, ep, self.path, int(ep["length"]))
 
 
 def _in_order(part: pa.Table, ep: dict[str, Any], path: Path, length: int) -> pa.Table:
@@ -97,8 +113,10 @@ def _in_order(part: pa.Table, ep: dict[str, Any], path: Path, length: int) -> pa
             f"episode {ep['episode_index']} has {part.num_rows} frames here; its "
             f"metadata says {length}: the dataset is damaged",
         )
-    order = np.argsort(part.column("frame_index").to_numpy(), kind="stable")
-    return part.take(pa.array(order))
+    frame = np.asarray(part.column("frame_index").to_numpy())
+    if np.all(frame[1:] >= frame[:-1]):  # (in order already, as LeRobot writes them: no copy)
+        return part
+    return part.take(pa.array(np.argsort(frame, kind="stable")))
 
 
 def episode_columns(
@@ -174,19 +192,64 @@ def _place(out: dict[str, Any], obs: dict[str, Any], acts: dict[str, Any], key: 
 
 
 def _as_arrow(column: pa.ChunkedArray, dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.Array | None:
-    """The frames' column as it is, where it is already the step's Arrow type with every value (else None).
+    """The frames' column in the step's Arrow type by Arrow alone, where every value is there (else None).
 
     LeRobot writes a vector feature as a fixed-size list of its dtype and a scalar as a
-    scalar column: those are the steps' types, so the values stay in Arrow.
+    scalar column: those are the steps' types, and stay as they are. Other layouts of the same
+    values are viewed or cast, not taken through NumPy: lists of one length as fixed-size
+    lists, another dtype than ``info.json`` declares cast to it (as NumPy's ``astype``),
+    tensors the binary layout holds (:data:`rlarrow.core.tensors.BINARY_MIN_ELEMENTS`
+    elements or more, two or more dimensions) a view of the values' buffer.
     """
     if not len(column) or column.null_count:
         return None
-    arr = column.combine_chunks()
-    if shape == (1,) and not pa.types.is_fixed_size_list(arr.type):
+    arr = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # (one: no copy)
+    if shape == (1,) and not (pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type)):
         shape = ()  # (a (1,) feature LeRobot writes as a scalar column)
-    if arr.type != tensor_type(dtype, shape, layout="auto"):
+    target = tensor_type(dtype, shape, layout="auto")
+    if arr.type == target:
+        if pa.types.is_fixed_size_list(arr.type) and arr.values.null_count:
+            return None
+        return arr
+    flat = _flat_values(arr, shape)
+    if flat is None:
         return None
-    if pa.types.is_fixed_size_list(arr.type) and arr.values.null_count:
+    if flat.type != pa.from_numpy_dtype(dtype):
+        try:
+            flat = flat.cast(pa.from_numpy_dtype(dtype), safe=False)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            return None
+    if isinstance(target, TensorType):
+        if dtype == np.bool_ or np.dtype(dtype).byteorder == ">":
+            return None  # (Arrow packs bools in bits: NumPy makes the bytes)
+        width = np.dtype(dtype).itemsize
+        data = flat.buffers()[1].slice(flat.offset * width, len(flat) * width)
+        storage = pa.FixedSizeBinaryArray.from_buffers(target.storage_type, len(arr), [None, data])
+        return pa.ExtensionArray.from_storage(target, storage)
+    for size in reversed(shape):
+        flat = pa.FixedSizeListArray.from_arrays(flat, int(size))
+    return flat if flat.type == target else None
+
+
+def _flat_values(arr: pa.Array, shape: tuple[int, ...]) -> pa.Array | None:
+    """The values of a column of (nested) lists of ``shape``, flat, where every one is there (else None)."""
+    dims: list[int] = []
+    while pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type) \
+            or pa.types.is_large_list(arr.type):
+        if arr.null_count:
+            return None
+        if pa.types.is_fixed_size_list(arr.type):
+            dims.append(arr.type.list_size)
+        else:
+            lengths = pc.list_value_length(arr)
+            bounds = pc.min_max(lengths)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low != high:
+                return None
+            dims.append(int(low or 0))
+        arr = arr.flatten()
+    if tuple(dims) != tuple(shape) or arr.null_count or not (
+            pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type)):
         return None
     return arr
 
