@@ -41,6 +41,7 @@ DELTAS = {
     "observation.images.top": [-0.1, 0.0, 0.1],
     "action": [k / FPS for k in range(7)],  # a chunk longer than the last episode
 }
+INFOS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def _ours(store: Path, **options: object) -> dict[tuple[int, int], dict[str, np.
     """Each sample of the stream by (episode, step), with LeRobot's flat names."""
     from rlarrow.train.torch import StreamingDataset
 
-    ds = StreamingDataset(store, columns=["episode_id", "step", "observation", "action"],
+    ds = StreamingDataset(store, columns=["episode_id", "step", "observation", "action", "infos"],
                           delta_timestamps=DELTAS, fps=FPS, batch_size=4, shuffle=True, buffer_rows=8,
                           **options)
     out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
@@ -83,6 +84,7 @@ def _ours(store: Path, **options: object) -> dict[tuple[int, int], dict[str, np.
             "observation.images.top": obs["images"]["top"],
             "observation.images.top_is_pad": obs["images"]["top_is_pad"],
             "action": b["action"], "action_is_pad": b["action_is_pad"],
+            **{name: b["infos"][name] for name in INFOS},  # the frame's own (typed infos, steps 1.1)
         }
         for r, key in enumerate(zip(b["episode_id"].tolist(), b["step"].tolist(), strict=True)):
             assert key not in out  # each frame once
@@ -105,6 +107,8 @@ def test_samples_are_lerobots_own(store, lerobot):
             padded += int(got[name + "_is_pad"].sum())
         np.testing.assert_array_equal(got["observation.state"], lerobot["observation.state"][i])
         np.testing.assert_array_equal(got["action"], lerobot["action"][i])  # padded: the edge action
+        for name in INFOS:  # LeRobot's per-frame numbers, in LeRobot's dtypes
+            assert got[name].dtype == lerobot[name].dtype and got[name] == lerobot[name][i], (key, name)
         frames = np.round(lerobot["observation.images.top"][i].transpose(0, 2, 3, 1) * 255).astype(np.uint8)
         np.testing.assert_array_equal(got["observation.images.top"], frames)  # no black frame
     assert padded > 20  # (the offsets reach past every episode's start and end)
