@@ -147,3 +147,29 @@ def test_frame_columns_go_arrow_to_arrow_value_exact(tmp_path):
     assert steps.column("infos").combine_chunks().field("next.success").to_pylist()[:n] == \
         [False, False, True, False, True]
     assert steps.column("metadata").null_count == 1
+
+
+@pytest.mark.slow  # (lerobot loads both datasets in subprocesses: about 40 s)
+@pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="lerobot is not installed (make test installs it, with --no-deps: see the Makefile)")
+def test_convert_to_lerobot_gives_lerobot_the_same_frames(tmp_path):
+    """``rlarrow convert DATASET --to lerobot``: lerobot 0.4.4 loads the same items from both, the
+    per-frame numbers (carried as typed infos, no store between) value for value and dtype for dtype."""
+    import subprocess
+    import sys
+
+    from test_lerobot_export import VIDEO_TOLERANCE, lerobot_load
+
+    done = subprocess.run([sys.executable, "-m", "rlarrow", "convert", str(SRC), "--to", "lerobot",
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    want = lerobot_load(SRC, "v3.0", tmp_path / "a")
+    got = lerobot_load(tmp_path / "out", "v3.0", tmp_path / "b")
+    for key in (*KEYS, "observation.state", "action", "observation.image", "task"):
+        assert got[key].dtype == want[key].dtype, key
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    top = np.abs(got["observation.images.top"] - want["observation.images.top"]).max()
+    assert top * 255 <= VIDEO_TOLERANCE  # (AV1 twice)
