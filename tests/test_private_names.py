@@ -1,9 +1,9 @@
 """No module imports another module's private name (issue 37: a narrow public surface).
 
 A name with a leading underscore is its module's own business; what another module needs
-is public (and in that module's ``__all__``). The root's private modules (``_version``,
-``_moved``) and the store package's assembly module (``core/store/_store.py``, imported by
-its ``__init__``) are the package's own plumbing.
+is a plain name (no underscore), in that module's ``__all__`` only if users call it too. The
+root's private modules (``_version``, ``_moved``) and the store package's assembly module
+(``core/store/_store.py``, imported by its ``__init__``) are the package's own plumbing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """``rlarrow check``: the data doctor on the command line (:mod:`rlarrow.query.doctor`).
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Examples (from a shell)::
 
     rlarrow check runs.rlarrow                       # every check; exit 1 on errors
@@ -28,7 +30,7 @@ import click
 
 from rlarrow.cli.commands import cli_spelling, friendly_errors
 
-__all__ = ["CHECK_NAMES", "check"]
+__all__: list[str] = []
 
 #: The checks ``--only`` takes (those of :data:`rlarrow.query.doctor.CHECKS`, named here so that
 #: ``rlarrow --help`` does not import DuckDB, NumPy and pyarrow; a test keeps the two equal).

@@ -34,8 +34,7 @@ from rlarrow.core.errors import RLArrowError
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreReader
 
-__all__ = ["cli", "cli_spelling", "compact", "delete", "friendly_errors", "history", "info", "label", "main",
-           "merge", "migrate", "push", "repair", "vacuum"]
+__all__ = ["cli", "main"]
 
 #: commands of other modules (registered on :func:`cli` in :mod:`rlarrow.cli`), still importable from here
 _ELSEWHERE = {"convert": "rlarrow.cli.transfer_commands", "export": "rlarrow.cli.transfer_commands",

@@ -34,9 +34,7 @@ import numpy as np
 
 from rlarrow.core.store import Store
 
-__all__ = ["CORRIDOR", "MAX_STEPS", "MEMORY_SIZE", "NUM_ENVS", "Corridor", "convert_legacy",
-           "curves_and_questions", "import_training_logs", "main", "record_run", "record_with_envlogger",
-           "write_legacy_exports"]
+__all__ = ["main"]
 
 CORRIDOR = 8
 NUM_ENVS = 4

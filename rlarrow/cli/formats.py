@@ -1,5 +1,7 @@
 """What the command line says about each format, and the options it builds for them.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The format registry (:mod:`rlarrow.io.registry`) holds what a format *is*; the words
 ``rlarrow convert --help`` and ``rlarrow export --help`` print about it, the flags that
 apply to it and the option objects built from those flags live here, keyed by format
@@ -24,9 +26,7 @@ from typing import Any
 
 from rlarrow.io.registry import Format
 
-__all__ = ["CONVERT_FLAGS", "CONVERT_HELP", "EXPORT_EMPTY", "EXPORT_FLAGS", "EXPORT_HELP", "WRITE_FLAGS",
-           "convert_flags", "convert_help", "convert_options", "export_empty", "export_flags", "export_help",
-           "write_flags", "write_options"]
+__all__: list[str] = []
 
 _MEMORY = ("pt", "npz", "csv", "parquet")
 _MEMORY_FLAGS = ("--run-id", "--name", "--layout", "--episodes", "--names", "--autoreset",

@@ -1,5 +1,7 @@
 """``rlarrow sql`` and ``rlarrow plot``: a store read with SQL, and its learning curves drawn.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Registered on the ``rlarrow`` group in :mod:`rlarrow.cli` (this module uses
 :mod:`rlarrow.cli.commands`' error handling, so commands.py cannot import it).
 
@@ -20,7 +22,7 @@ import click
 from rlarrow.cli.commands import cli_spelling, friendly_errors
 from rlarrow.core.errors import RLArrowWarning
 
-__all__ = ["plot", "sql_command"]
+__all__: list[str] = []
 
 
 def _layouts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int] | None:

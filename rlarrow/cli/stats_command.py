@@ -1,5 +1,7 @@
 """``rlarrow stats``: a store's normalisation statistics as LeRobot's ``stats.json``.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The command line of :mod:`rlarrow.query.dataset_stats`.
 
 Examples (from a shell)::
@@ -27,7 +29,7 @@ import click
 
 from rlarrow.cli.commands import friendly_errors
 
-__all__ = ["stats_command"]
+__all__: list[str] = []
 
 
 def _weights(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float] | None:

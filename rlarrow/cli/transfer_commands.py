@@ -1,5 +1,7 @@
 """``rlarrow convert`` and ``rlarrow export``: data into a store, back out, or to another format.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Registered on the ``rlarrow`` group in :mod:`rlarrow.cli` (this module uses
 :mod:`rlarrow.cli.commands`' error handling, so commands.py cannot import it). What the
 command line says about each format, and the options it builds for each, is
@@ -22,7 +24,7 @@ from rlarrow.cli import formats
 from rlarrow.cli.commands import cli_spelling, friendly_errors
 from rlarrow.io import registry
 
-__all__ = ["convert", "export"]
+__all__: list[str] = []
 
 
 def _convert_help() -> str:

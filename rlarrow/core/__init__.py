@@ -26,7 +26,7 @@ See ``docs/architecture.md`` for what each layer may import.
 import importlib
 from typing import Any
 
-__all__ = ["submodule"]
+__all__: list[str] = []
 
 
 def submodule(package: str, name: str) -> Any:

@@ -1,5 +1,7 @@
 """Arguments checked where they enter the public API, each error naming the argument.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 One place for what every public function that takes ids, names or counts needs: a bare
 string given where a list is expected is *one* id (never a list of its characters), and
 a wrong type, an empty name, a NaN or a count below its minimum is an
@@ -27,7 +29,7 @@ from typing import Any, overload
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["integer", "names", "number", "text"]
+__all__: list[str] = []
 
 
 @overload

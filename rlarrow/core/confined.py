@@ -1,5 +1,7 @@
 """Names that come from an input or go into an output, kept inside their directory, and bounded work.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 An importer opens files that the input itself names (a LeRobot ``data_path`` template, a
 feature key in a video path, an RLDS label file that may be a symlink); an exporter names
 files after the store's fields. Neither may reach outside its directory, whatever the names
@@ -33,18 +35,7 @@ from pathlib import Path
 
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 
-__all__ = [
-    "DEFLATE_RATIO",
-    "MAX_FORMAT_WIDTH",
-    "MAX_IMAGE_PIXELS",
-    "MAX_INFLATED_BYTES",
-    "check_template",
-    "file_name_part",
-    "inflate",
-    "inside",
-    "listed",
-    "png_size",
-]
+__all__: list[str] = []
 
 #: the widest field (width or precision) a path template of an input may ask for: a file name
 #: is at most 255 bytes on every common file system

@@ -1,4 +1,7 @@
-"""Optional dependencies, imported only when a feature needs them."""
+"""Optional dependencies, imported only when a feature needs them.
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from types import ModuleType
 
 from rlarrow.core.errors import MissingDependencyError
 
-__all__ = ["OPTIONAL", "has_module", "require"]
+__all__: list[str] = []
 
 # module name -> (extra that provides it, what it is for)
 OPTIONAL: dict[str, tuple[str, str]] = {

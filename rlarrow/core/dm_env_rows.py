@@ -60,8 +60,7 @@ from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
 from rlarrow.core.video import VideoFrames, with_frames
 
-__all__ = ["DmEnvRows", "StepData", "derived_specs", "dm_env_steps", "episode_fn_value",
-           "run_metadata"]
+__all__ = ["DmEnvRows", "StepData"]
 
 _CACHED_ROW_GROUPS = 8
 _CACHED_BYTES = 256 << 20  # and at most this much decoded data (one group may be larger)

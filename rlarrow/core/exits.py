@@ -1,5 +1,7 @@
 """What a program leaves open is committed when it exits or is asked to stop.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Training scripts rarely close their loggers: skrl never closes its ``SummaryWriter``,
 tianshou's examples never call ``finalize()``, a notebook is just left. Every rlarrow
 writer, logger and recorder that buffers rows therefore registers itself here while it is
@@ -61,7 +63,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "close_all", "is_tracked", "track", "untrack"]
+__all__: list[str] = []
 
 #: The signals whose default action (ending the process) rlarrow turns into a clean exit.
 STOP_SIGNALS: tuple[str, ...] = ("SIGTERM", "SIGHUP")

@@ -45,7 +45,7 @@ from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.step_columns import declare_steps
 from rlarrow.core.store import Store, StoreLike, opened
 
-__all__ = ["IngestReport", "in_order", "ingest", "run_rows"]
+__all__ = ["IngestReport", "ingest"]
 
 
 @dataclass

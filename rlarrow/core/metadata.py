@@ -55,7 +55,7 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["decode", "decode_column", "encode", "encode_column", "encode_rows", "nest"]
+__all__ = ["decode", "encode"]
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _ND_KINDS = "biufcU"

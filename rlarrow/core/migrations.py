@@ -39,6 +39,7 @@ from rlarrow.core.store.manifest import SEGMENTED_FORMAT, failure_cause
 
 __all__ = ["Migration", "migrate", "register_migration", "registered", "unregister_migration"]
 
+#: a migration: a table of the old version in, the same rows under the new schema out
 Migration = Callable[[pa.Table], pa.Table]
 _REGISTRY: dict[tuple[str, int], Migration] = {}
 

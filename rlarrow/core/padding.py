@@ -1,5 +1,7 @@
 """Padding is never data: the one rule for samples that reach past an episode or onto a null row.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 ``steps`` rows are in RLDS alignment: an episode of N actions has N + 1 rows, and its last
 row holds the final observation with a null ``action``, ``reward`` and ``discount`` (a
 LeRobot import's last row has a null observation too: LeRobot keeps none after the last
@@ -56,8 +58,7 @@ import pyarrow as pa
 from rlarrow.core import schema as _schema
 from rlarrow.core.tensors import to_numpy
 
-__all__ = ["FILL", "FRAME_COLUMN", "NULLABLE", "SUFFIX", "columns", "fill", "flat", "frames", "is_mask",
-           "mark_frames", "mask_name", "null_rows", "query"]
+__all__: list[str] = []
 
 #: What a null (or, after normalisation, padded) position holds: 0, False, a black frame.
 FILL = 0

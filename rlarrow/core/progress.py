@@ -1,11 +1,14 @@
-"""Progress bars for long work (tqdm), shown only where someone can see them."""
+"""Progress bars for long work (tqdm), shown only where someone can see them.
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["bar", "iterate"]
+__all__: list[str] = []
 
 
 class _NoBar:

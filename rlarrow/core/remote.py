@@ -59,7 +59,7 @@ from rlarrow.core.store import (
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, check_inside, is_plain_file_name
 from rlarrow.core.store.segments import SEGMENTS_DIR, Segments
 
-__all__ = ["RemoteStore", "push", "resolve"]
+__all__ = ["RemoteStore", "push"]
 
 _COPY_CHUNK = 8 << 20
 

@@ -49,32 +49,11 @@ from rlarrow.core.errors import (
 )
 
 # re-exported: their home is rlarrow.core.type_names, which rlarrow.core.errors uses too
-from rlarrow.core.type_names import column_differences, describe_type, schema_differences
+from rlarrow.core.type_names import column_differences as column_differences
+from rlarrow.core.type_names import describe_type as describe_type
+from rlarrow.core.type_names import schema_differences
 
-__all__ = [
-    "FORMAT_VERSION",
-    "KEY_FORMAT_VERSION",
-    "KEY_SCHEMA_VERSION",
-    "KEY_TABLE",
-    "KEY_WRITER",
-    "TABLE_NAMES",
-    "ColumnSpec",
-    "FileInfo",
-    "TableSchema",
-    "build",
-    "check_file_version",
-    "check_version",
-    "column_differences",
-    "conform",
-    "describe_type",
-    "format_version",
-    "parse_version",
-    "quick_check",
-    "read_file",
-    "read_file_info",
-    "schemas_dir",
-    "table",
-]
+__all__ = ["FORMAT_VERSION", "TABLE_NAMES", "TableSchema", "format_version", "read_file", "table"]
 
 #: Version of the store layout (directory structure and manifest).
 FORMAT_VERSION: tuple[int, int] = (1, 4)

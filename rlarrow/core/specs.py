@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from rlarrow.core.tensors import tensor_type as _tensor_type
 
-__all__ = ["REWARD_SPEC", "from_dict", "from_space", "sorted_spec", "tensor_type", "to_dict"]
+__all__ = ["from_space"]
 
 
 def _plain(x: Any) -> Any:

@@ -1,5 +1,7 @@
 """dm_env values (observations, actions, rewards) gathered per step, turned into columns.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Dict observations and actions are stored as structs whose field order is fixed (see
 ``docs/format.md``, "Field order"): the first writer of a store fixes it (the spec's or
 space's order, or sorted where the source keeps none), and a later writer whose fields are
@@ -16,8 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["actions", "declare_steps", "flat_value", "infos_leaves", "infos_path", "ordered", "same_fields",
-           "scalars", "stack"]
+__all__: list[str] = []
 
 
 def flat_value(obs: Any, spec: Any) -> Any:

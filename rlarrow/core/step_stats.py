@@ -1,5 +1,7 @@
 """Normalisation statistics of the ``steps`` table, kept in the ``stats`` table as it is written.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Every commit of ``steps`` rows (a recorder's flush, an import, :meth:`Store.append
 <rlarrow.core.store.commits.CommittingStore.append>`) also commits, in the same manifest
 write, the statistics of those rows (:class:`StepStatsBuilder`):
@@ -48,16 +50,7 @@ from rlarrow.core.tensors import TensorType, tensor_dtype, tensor_shape, to_nump
 # (a Store is passed in, never imported: the store imports this module to build the rows)
 _Store = Any
 
-__all__ = [
-    "MOMENTS_MAX_ELEMENTS",
-    "SKETCH_MAX_ELEMENTS",
-    "STAT_COLUMNS",
-    "StatsMode",
-    "StepStatsBuilder",
-    "check_mode",
-    "leaf_values",
-    "stat_leaves",
-]
+__all__: list[str] = []
 
 #: the steps columns statistics are kept for (with their dict leaves)
 STAT_COLUMNS = ("observation", "action", "reward", "discount")

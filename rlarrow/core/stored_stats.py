@@ -1,5 +1,7 @@
 """Statistics of a selection of a store's runs and episodes, merged from the ``stats`` table.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The store writes the ``stats`` rows of every commit of steps (:mod:`rlarrow.core.step_stats`);
 :func:`combine_stored` merges them for any selection of runs and episodes: the moments from
 the segments (milliseconds), the quantiles from the blocks whose every segment is selected; a
@@ -40,7 +42,7 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["combine_stored"]
+__all__: list[str] = []
 
 
 

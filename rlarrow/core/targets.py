@@ -1,5 +1,7 @@
 """Output files and directories written whole or not at all: what every exporter writes through.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 An export (``rlarrow export``, ``write_pt``, a SQL result to a file) writes under a hidden
 temporary name in the target's own directory and renames it into place only once it is
 complete and synced. A failure of any kind (a full disk, a file size limit, Ctrl-C, a bug)
@@ -43,8 +45,7 @@ from typing import TypeVar
 
 from rlarrow.core.errors import InvalidInputError, OutputError, RLArrowError
 
-__all__ = ["STALE_SECONDS", "atomic_file", "check_target", "fresh_directory", "in_child", "incomplete",
-           "output_error", "sweep_leftovers", "write_failure"]
+__all__: list[str] = []
 
 _T = TypeVar("_T")
 

@@ -42,19 +42,7 @@ import pyarrow.compute as pc
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
-__all__ = [
-    "BINARY_MIN_ELEMENTS",
-    "TensorLike",
-    "TensorType",
-    "is_tensor_type",
-    "tensor_problems",
-    "tensor_type",
-    "tensor_shape",
-    "tensor_dtype",
-    "to_arrow",
-    "to_numpy",
-    "with_null_rows",
-]
+__all__ = ["TensorType", "tensor_type", "to_arrow", "to_numpy"]
 
 #: A batch of tensors: an array whose first axis is rows, a dict of those (dict
 #: observations), or a sequence of per-row arrays of one shape.

@@ -76,29 +76,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = [
-    "COLUMNS",
-    "DERIVED",
-    "EPISODE",
-    "FLAG_ONLY",
-    "NAMES",
-    "NEXT_MASKED",
-    "NEXT_REQUIRED",
-    "NEXT_ROW",
-    "NEXT_SOURCES",
-    "REQUIRED",
-    "STEP_COLUMNS",
-    "TransitionColumn",
-    "flags",
-    "from_step_row",
-    "from_steps",
-    "from_windows",
-    "next_names",
-    "sql_select",
-    "sql_view",
-    "valid_next_rows",
-    "valid_rows",
-]
+__all__ = ["REQUIRED", "from_steps"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """Column types in a few words, and the columns two schemas disagree on: what error messages say.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Its own module so that :mod:`rlarrow.core.errors` (which words a schema mismatch) and
 :mod:`rlarrow.core.schema` (which raises it) both use it without importing each other.
 """
@@ -11,7 +13,7 @@ import pyarrow as pa
 
 from rlarrow.core import tensors as _tensors
 
-__all__ = ["column_differences", "describe_type", "schema_differences"]
+__all__: list[str] = []
 
 
 def describe_type(type_: pa.DataType | None) -> str:

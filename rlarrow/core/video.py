@@ -42,18 +42,7 @@ from rlarrow.core.errors import CorruptFileError, InvalidInputError, MissingDepe
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreReader
 
-__all__ = [
-    "INDEX_COLUMNS",
-    "VideoFrames",
-    "VideoRefs",
-    "VideoStream",
-    "decode",
-    "encode_frames",
-    "read_videos_file",
-    "remux_segment",
-    "video_row",
-    "with_frames",
-]
+__all__ = ["VideoFrames", "VideoRefs", "decode", "with_frames"]
 
 _OURS = (CorruptFileError, InvalidInputError, MissingDependencyError)
 

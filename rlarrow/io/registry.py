@@ -51,30 +51,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from rlarrow.core.errors import ArgumentError, NotFoundError
-from rlarrow.io.import_options import ImportOptions, ImportRun
+from rlarrow.io.import_options import ImportOptions as ImportOptions
+from rlarrow.io.import_options import ImportRun
 
 if TYPE_CHECKING:
     from rlarrow.core.sources import EpisodeSource
     from rlarrow.core.store import Store, StoreLike
 
 __all__ = [
-    "FORMATS",
-    "ExportFunction",
-    "Format",
-    "ImportFunction",
-    "ImportOptions",
-    "ImportRun",
-    "Imported",
-    "by_suffix",
-    "detect",
-    "exporters",
-    "fallback",
-    "get",
-    "importers",
-    "readers",
-    "register",
-    "unregister",
-    "writers",
+    "FORMATS", "Format", "ImportRun", "Imported", "by_suffix", "detect", "exporters", "get", "importers",
+    "readers", "register", "unregister", "writers",
 ]
 
 

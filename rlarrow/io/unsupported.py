@@ -1,5 +1,7 @@
 """Recognise RL data formats rlarrow does not import yet, to say so in one line.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 ``rlarrow convert`` given a TFDS directory of ArrayRecord shards, a LeRobot dataset, a zarr store or an HDF5
 file of another layout than D4RL's and robomimic's (which :mod:`rlarrow.io.hdf5` imports)
 would otherwise find "no memory exports" in it.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from rlarrow.io.codecs.hdf5_files import is_hdf5_file
 
-__all__ = ["describe_unsupported", "supported_inputs"]
+__all__: list[str] = []
 
 def __getattr__(name: str) -> str:
     if name == "SUPPORTED_INPUTS":  # (a constant of rlarrow 0.x: the registry's list now)

@@ -81,8 +81,7 @@ from rlarrow.query.views import layout_notes_by_table as _layout_notes
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "readonly_store", "scan",
-           "sql", "tables_read"]
+__all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "scan", "sql"]
 
 
 #: :func:`connect` with the files of the tables in ``verify`` checked whole first (``rlarrow sql``).

@@ -43,7 +43,7 @@ from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileErr
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, lerobot_entry
 from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["lerobot_stats", "lerobot_stats_json", "selected_episodes", "stats", "write_stats_json"]
+__all__ = ["lerobot_stats", "lerobot_stats_json", "stats", "write_stats_json"]
 
 
 def selected_episodes(store: StoreLike, where: str, *, version: int | None = None) -> pa.Table:

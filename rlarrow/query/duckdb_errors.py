@@ -1,5 +1,7 @@
 """DuckDB failures on a store's files, blamed on the file at fault and only on the store's own.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :func:`damaged` turns a DuckDB error that names one of the store's files into a
 :class:`~rlarrow.core.errors.CorruptFileError` naming it (another file: an
 :class:`~rlarrow.core.errors.InvalidInputError`; the query's own errors stay DuckDB's);
@@ -30,7 +32,7 @@ from rlarrow.query.sql_text import quote
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["damaged", "locate"]
+__all__: list[str] = []
 
 
 def locate(st: Store, files: Sequence[str | os.PathLike[str]], exc: Exception) -> None:

@@ -1,5 +1,7 @@
 """Streamed SQL exports: Arrow record batches to Parquet, csv or JSON lines, batch by batch.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Nothing here holds more than one batch: DuckDB hands over record batches (``to_arrow_reader``),
 Parquet gets them as row groups of about ``ROW_GROUP_BYTES``, csv and JSON lines get them as text
 built with Arrow compute kernels (no per-value Python, except for rare types and escapes).
@@ -51,11 +53,7 @@ TEXT_BYTES = 16 << 20
 #: Bytes of Arrow data per batch asked of DuckDB.
 BATCH_BYTES = 32 << 20
 
-__all__ = [
-    "BATCH_BYTES", "FORMATS", "ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "TEXT_BYTES", "TEXT_VALUES",
-    "batch_rows", "csv_cells", "csv_chunk", "csv_header", "float_text", "json_chunk",
-    "resolve_tensor_types", "tensor_hints", "text_slices", "value_text", "with_tensors", "write_stream",
-]
+__all__: list[str] = []
 
 _HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2").view(np.uint8).reshape(256, 2)
 

@@ -31,7 +31,7 @@ from rlarrow.core.errors import StoreError
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreLike
 
-__all__ = ["RUN_COLUMNS", "PlotError", "episode_end_steps", "moving_average", "plot_episodes", "plot_scalars"]
+__all__ = ["PlotError", "moving_average", "plot_episodes", "plot_scalars"]
 
 #: ``runs`` columns ``group_by`` can name; any other name is a key of the runs' metadata.
 RUN_COLUMNS = ("run_id", "name", "source", "source_path", "source_version", "alignment", "num_envs")

@@ -1,5 +1,7 @@
 """The SQL functions of a connection: RL macros, ``video_frame`` and tensor decoders.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :func:`add_functions` defines, on a connection whose views are made
 (:func:`rlarrow.query.connection.connect`), the macros ``discounted_return``,
 ``success_rate``, ``smoothed``, ``steps_to_threshold``, ``episode_returns`` and ``ema``; the
@@ -32,7 +34,7 @@ from rlarrow.query.sql_text import quote
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["add_functions"]
+__all__: list[str] = []
 
 
 _MACROS = [

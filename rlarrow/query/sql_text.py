@@ -1,5 +1,7 @@
 """SQL text for DuckDB: string literals, quoted identifiers and file lists, escaped.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Example:
     >>> print(quote("it's"), ident("a.b"), file_list(["a.parquet", "b's.parquet"]))
     'it''s' "a.b" ['a.parquet', 'b''s.parquet']
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-__all__ = ["file_list", "ident", "quote"]
+__all__: list[str] = []
 
 
 def quote(text: str) -> str:

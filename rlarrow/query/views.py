@@ -41,7 +41,7 @@ from rlarrow.query.sql_text import file_list, ident, quote
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["connect", "connect_checked", "layout_notes", "layout_notes_by_table", "plain_schema", "widest"]
+__all__ = ["connect"]
 
 
 def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:",

@@ -1,5 +1,7 @@
 """Normalisation for training loops: column statistics turned into a batch transform.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :func:`normalizer` maps a batch (a dict of arrays) with :class:`~rlarrow.core.stats.ColumnStats`
 (``mean_std``, ``min_max`` or ``quantile``, as LeRobot and openpi do), and back
 (``inverse=True``). :class:`rlarrow.train.torch.StreamingDataset`'s ``normalize=`` uses it.
@@ -17,7 +19,7 @@ import numpy.typing as npt
 from rlarrow.core.errors import ArgumentError
 from rlarrow.core.stats import ColumnStats
 
-__all__ = ["NormalizationMode", "normalizer"]
+__all__: list[str] = []
 
 #: how :func:`normalizer` maps values (see there)
 NormalizationMode = Literal["mean_std", "min_max", "quantile"]

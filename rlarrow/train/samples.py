@@ -27,11 +27,10 @@ from rlarrow.core import transitions as _transitions
 from rlarrow.core.errors import ArgumentError, NotFoundError, StoreError
 from rlarrow.core.store import Store, StoreReader, layout_number, open_checked
 from rlarrow.train.transforms import check_deltas as _check_deltas
-from rlarrow.train.transforms import delta_steps_of
-from rlarrow.train.windows import Windows
+from rlarrow.train.transforms import delta_steps_of as delta_steps_of
+from rlarrow.train.windows import Windows as Windows
 
-__all__ = ["KEYS", "TRANSITION_COLUMNS", "SampleSource", "Unit", "Windows", "delta_steps_of", "shared_schema",
-           "expression_mask", "filter_mask", "flat", "is_text", "nest", "open_file", "to_numpy", "units"]
+__all__ = ["SampleSource", "Unit"]
 
 # the steps columns transitions are made of (rlarrow.core.transitions defines them)
 TRANSITION_COLUMNS = list(_transitions.STEP_COLUMNS)

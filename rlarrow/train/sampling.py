@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from rlarrow.train.samples import SampleSource, Unit
 
-__all__ = ["Sampler", "SequentialSampler", "ShuffleSampler", "reader"]
+__all__ = ["Sampler", "SequentialSampler", "ShuffleSampler"]
 
 
 def reader(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:

@@ -34,8 +34,7 @@ from rlarrow.core.padding import fill
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreReader
 
-__all__ = ["DeltaSteps", "DeltaTimestamps", "Normalize", "SequenceWindow", "ToDevice", "WindowTransform",
-           "check_deltas", "check_offsets", "delta_steps_of"]
+__all__ = ["DeltaSteps", "DeltaTimestamps", "Normalize", "SequenceWindow", "ToDevice", "WindowTransform"]
 
 
 def check_deltas(delta_steps: Mapping[str, Sequence[int]], table: str, sequence_length: int,

@@ -64,32 +64,29 @@ import importlib
 import warnings
 from typing import Any
 
-from rlarrow.core.stats.arrow_form import STATS_SCHEMA
+from rlarrow.core.stats.arrow_form import STATS_SCHEMA as STATS_SCHEMA
 from rlarrow.core.stats.column import (
-    DEFAULT_K,
-    DEFAULT_QUANTILES,
+    DEFAULT_K as DEFAULT_K,
+)
+from rlarrow.core.stats.column import (
+    DEFAULT_QUANTILES as DEFAULT_QUANTILES,
+)
+from rlarrow.core.stats.column import (
     ColumnStats,
-    adopt_sketches,
     combine_rows,
     stats_table,
 )
-from rlarrow.core.stats.lerobot_stats import ImageStats, image_channel_stats, lerobot_entry, lerobot_frames
+from rlarrow.core.stats.column import (
+    adopt_sketches as adopt_sketches,
+)
+from rlarrow.core.stats.lerobot_stats import ImageStats as ImageStats
+from rlarrow.core.stats.lerobot_stats import image_channel_stats as image_channel_stats
+from rlarrow.core.stats.lerobot_stats import lerobot_entry
+from rlarrow.core.stats.lerobot_stats import lerobot_frames as lerobot_frames
 from rlarrow.core.stats.moments import merge_moments
 from rlarrow.core.stats.sketches import datasketches, feed_sketches
 
-__all__ = [
-    "DEFAULT_K",
-    "DEFAULT_QUANTILES",
-    "STATS_SCHEMA",
-    "ColumnStats",
-    "ImageStats",
-    "adopt_sketches",
-    "combine_rows",
-    "image_channel_stats",
-    "lerobot_entry",
-    "lerobot_frames",
-    "stats_table",
-]
+__all__ = ["ColumnStats", "combine_rows", "lerobot_entry", "stats_table"]
 
 #: names that moved out of core (to the layer that uses them): still found here, with a warning
 _MOVED_NAMES = {"normalizer": "rlarrow.train.normalize", "NormalizationMode": "rlarrow.train.normalize"}

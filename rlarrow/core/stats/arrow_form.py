@@ -1,5 +1,7 @@
 """Column statistics as Arrow: the ``stats`` table's encoding, written and read back checked.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :data:`STATS_SCHEMA` is one row per (column, and whatever the caller adds: episode, run) of
 serialised statistics: plain lists of float64 and int64 and one binary KLL sketch per
 element (DataSketches' own serialisation, readable by its Java and C++ libraries). Nothing
@@ -35,8 +37,7 @@ import pyarrow.compute as pc
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 
-__all__ = ["BATCH_BYTES", "STATS_SCHEMA", "StatsRow", "StoredRows", "check_rows", "column_rows",
-           "fixed_lists", "stats_batch"]
+__all__: list[str] = []
 
 #: one row per (column, and whatever the caller adds: episode, run) of serialised statistics
 STATS_SCHEMA = pa.schema([

@@ -44,8 +44,7 @@ from rlarrow.core.stats.sketches import (
     retained,
 )
 
-__all__ = ["DEFAULT_K", "DEFAULT_QUANTILES", "ColumnStats", "adopt_sketches", "check_ranks", "combine_rows",
-           "stats_table"]
+__all__ = ["ColumnStats", "combine_rows", "stats_table"]
 
 #: the KLL sketch's size parameter: 200 gives about 1.3 % normalised rank error (99 % confidence)
 DEFAULT_K = 200

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from rlarrow.core.errors import ArgumentError
 from rlarrow.core.stats.column import DEFAULT_QUANTILES, ColumnStats, check_ranks
 
-__all__ = ["ImageStats", "image_channel_stats", "lerobot_entry", "lerobot_frames"]
+__all__ = ["lerobot_entry"]
 
 _F64 = npt.NDArray[np.float64]
 

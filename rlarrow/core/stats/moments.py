@@ -1,5 +1,7 @@
 """Moments of a tensor column, element by element: counts, NaNs, mean, M2, min and max.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The exact, mergeable part of :class:`~rlarrow.core.stats.ColumnStats` (the sketches are
 :mod:`rlarrow.core.stats.sketches`). Everything here works on flat per-element arrays: a
 column's tensor flattened in C order, parts stacked ``(parts, elements)``.
@@ -35,7 +37,7 @@ import numpy.typing as npt
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Moments", "add", "as_float_rows", "batch_moments", "merge", "merge_moments", "quiet"]
+__all__: list[str] = []
 
 _F64 = npt.NDArray[np.float64]
 _I64 = npt.NDArray[np.int64]

@@ -1,5 +1,7 @@
 """KLL quantile sketches of a tensor column's elements, and their bytes checked before use.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 One Apache DataSketches ``kll_doubles_sketch`` per element (``datasketches`` is the
 optional ``stats`` extra: :func:`datasketches` names it when it is missing). This module
 feeds them (:func:`feed_sketches`), merges them (:func:`merged_sketches`,
@@ -35,8 +37,7 @@ import numpy.typing as npt
 from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 
-__all__ = ["check_k", "datasketches", "feed_sketches", "kll_blob_problem", "kll_capacity", "load_sketches",
-           "merged_sketches", "read_sketch", "retained"]
+__all__: list[str] = []
 
 _F64 = npt.NDArray[np.float64]
 _I64 = npt.NDArray[np.int64]

@@ -1,5 +1,7 @@
 """Rows added to a store after the fact, all in one commit: the write side of ``rlarrow check --fix``.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The data doctor (:mod:`rlarrow.query.doctor`) only reads: it works out which ``runs`` and
 ``episodes`` rows a store lacks and hands them here as a stream of ``(table, rows)`` pairs.
 :func:`add_rows` appends them inside one :meth:`~rlarrow.Store.transaction`, so readers see
@@ -29,7 +31,7 @@ from rlarrow.core.errors import StoreError
 if TYPE_CHECKING:
     from rlarrow.core.store import Store
 
-__all__ = ["add_rows"]
+__all__: list[str] = []
 
 
 def add_rows(store: Store, rows: Iterable[tuple[str, pa.Table | pa.RecordBatch]], *,

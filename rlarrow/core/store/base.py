@@ -1,5 +1,7 @@
 """The store's state and its manifest: reading it, replacing it, and the writers' lock.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :class:`StoreBase` is the bottom of :class:`rlarrow.Store`: it declares what a store object
 holds (its path, the manifest of its current view, the open writers and transaction, the
 lock it may hold) and owns the manifest's bytes and the ``flock`` every change is made
@@ -37,7 +39,7 @@ from rlarrow.core.store.manifest import (
 from rlarrow.core.store.segments import encode_manifest, local_segments
 from rlarrow.core.store.writer import TableWriter
 
-__all__ = ["StoreBase", "Transaction", "TxFile"]
+__all__: list[str] = []
 
 try:  # POSIX advisory locks; without them (Windows) one writer at a time is assumed.
     import fcntl

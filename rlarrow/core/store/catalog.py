@@ -46,7 +46,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
 from rlarrow.core.store.edits import EditingStore
 
-__all__ = ["Catalog", "RunFields", "Selection", "new_run_id"]
+__all__ = ["Catalog", "new_run_id"]
 
 
 def new_run_id() -> str:

@@ -49,8 +49,7 @@ import pyarrow.parquet as pq
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["PAGES", "POLARS", "READ_ERRORS", "RECHECK_SECONDS", "checked_once", "damaged_file",
-           "open_checked", "record_path", "shown_path", "verify_pages"]
+__all__ = ["open_checked"]
 
 #: What pyarrow raises for a damaged file (a garbled column name is a UnicodeDecodeError).
 READ_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, OSError, UnicodeDecodeError)

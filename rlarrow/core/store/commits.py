@@ -1,5 +1,7 @@
 """Commits: appends, writers, transactions, and files written elsewhere.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Every way rows enter a store ends here: :meth:`CommittingStore.append` (a large append
 written as several files in parallel), :meth:`CommittingStore.writer` (a
 :class:`~rlarrow.core.store.writer.TableWriter`), :meth:`CommittingStore.append_together`
@@ -54,7 +56,7 @@ from rlarrow.core.store.staging import StagedFile, Staging
 from rlarrow.core.store.writer import FinishedFile, TableWriter
 from rlarrow.core.tensors import tensor_problems
 
-__all__ = ["CommittingStore"]
+__all__: list[str] = []
 
 
 class CommittingStore(CompactingStore):

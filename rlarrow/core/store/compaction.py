@@ -42,7 +42,7 @@ from rlarrow.core.store.layouts import table_of
 from rlarrow.core.store.manifest import check_inside, failure_cause, fsync_dir, write_error
 from rlarrow.core.store.repair import RepairStore
 
-__all__ = ["CompactingStore", "Maintenance"]
+__all__ = ["Maintenance"]
 
 
 class Maintenance:

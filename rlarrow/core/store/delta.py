@@ -1,5 +1,7 @@
 """Each table directory is also a Delta Lake table: its ``_delta_log/``, written to the spec.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 The store's manifest stays the commit point (its journal makes commits, compactions and
 transactions all-or-nothing). After every manifest write that settles a change
 (:meth:`rlarrow.Store._write_manifest` with no step pending), each table whose committed
@@ -59,12 +61,16 @@ from rlarrow.core.store.delta_commits import (
     MAX_LONG,
     ORDER_SEGMENT_DIGITS,
     ORDER_TAG,
-    PROTOCOL,
     SCHEMA_KEY,
     CheckedCommit,
     CommitChecker,
-    DeltaFile,
     refuse_constant,
+)
+from rlarrow.core.store.delta_commits import (
+    PROTOCOL as PROTOCOL,
+)
+from rlarrow.core.store.delta_commits import (
+    DeltaFile as DeltaFile,
 )
 from rlarrow.core.store.entries import is_regular
 from rlarrow.core.store.files import TMP_PREFIX, temp_owner, tmp_owner_alive
@@ -75,8 +81,7 @@ from rlarrow.core.store.manifest import (
     write_error,
 )
 
-__all__ = ["LOG_DIR", "PROTOCOL", "DeltaFile", "DeltaLog", "delta_schema", "manifest_at", "order_after",
-           "order_between"]
+__all__: list[str] = []
 
 #: The Delta log directory inside each table directory.
 LOG_DIR = "_delta_log"

@@ -1,5 +1,7 @@
 """Reading one Delta commit of a table's log, checked field by field before anything is applied.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Nothing in a log is trusted: a commit is JSON lines written by rlarrow, another Delta writer,
 or damage. :class:`CommitChecker` reads one commit's actions (``commitInfo``, ``protocol``,
 ``metaData``, ``add``, ``remove``) against the protocol's types (whole numbers from 0 to
@@ -28,8 +30,7 @@ import pyarrow as pa
 from rlarrow.core.errors import CorruptFileError
 from rlarrow.core.store.manifest import decode_schema, is_plain_file_name
 
-__all__ = ["MAX_LONG", "ORDER_SEGMENT_DIGITS", "ORDER_TAG", "PROTOCOL", "SCHEMA_KEY", "CheckedCommit",
-           "CommitChecker", "DeltaFile", "refuse_constant"]
+__all__: list[str] = []
 
 #: The protocol versions rlarrow's logs need: no reader or writer table features.
 PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}

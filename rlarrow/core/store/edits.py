@@ -1,5 +1,7 @@
 """Edits without rewriting the data: delete runs or episodes, label them, merge stores.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Each edit is one journaled step (``pending`` with one part per table, as a transaction's
 commit), so readers see all of it or none of it, and one store version: the version before
 it still reads the data as it was (``version=``, Delta time travel) until ``rlarrow vacuum``.
@@ -61,7 +63,7 @@ from rlarrow.core.store.files import (
 from rlarrow.core.store.layouts import file_run_ids, table_of
 from rlarrow.core.store.manifest import check_inside, write_error
 
-__all__ = ["EditingStore", "RowSelection"]
+__all__: list[str] = []
 
 _BATCH_ROWS = 65536
 

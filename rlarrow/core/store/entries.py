@@ -1,5 +1,7 @@
 """The store's own entries are opened where they are, never through a link out of the store.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A store may be downloaded, merged or planted: its lock file, manifest, ``_damaged/``,
 ``.rlarrow-retired/``, segments, Delta log entries and data files could each be a symbolic
 link to a file anywhere. rlarrow never reads or writes through one (issue 36): each entry
@@ -29,8 +31,7 @@ from pathlib import Path
 
 from rlarrow.core.errors import CorruptFileError
 
-__all__ = ["MANIFEST_FIX", "is_directory", "is_regular", "linked", "open_entry", "open_lock", "read_entry",
-           "refuse_link", "store_dirs"]
+__all__: list[str] = []
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)

@@ -32,9 +32,7 @@ import pyarrow.parquet as pq
 from rlarrow.core.errors import StoreError
 from rlarrow.core.store.layouts import table_of
 
-__all__ = ["AUTO_COMPACT_FILES", "FILE_BYTES", "HOST", "LOCK_NAME", "ROW_GROUP_BYTES", "SMALL_ROW_GROUPS",
-           "TMP_PREFIX", "CommitInfo", "batch_rows", "fsync_file", "new_file_name", "open_parquet",
-           "temp_name", "temp_owner", "tmp_owner_alive", "undo", "unwritable", "write_row_groups"]
+__all__ = ["CommitInfo"]
 
 #: The lock file a writer holds while it changes the manifest.
 LOCK_NAME = ".rlarrow.lock"

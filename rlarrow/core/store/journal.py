@@ -1,5 +1,7 @@
 """The journal: how a commit or compaction interrupted at any moment is finished or undone.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A step that renames several files (a parallel append, a transaction, a compaction, a
 migration) first writes its plan to the manifest's ``pending`` record (one part per
 table: the files it adds and those it replaces), then renames, then lists the result.
@@ -50,8 +52,7 @@ from rlarrow.core.store.manifest import (
 from rlarrow.core.store.segments import SEGMENTS_DIR, local_segments
 from rlarrow.core.type_names import schema_differences
 
-__all__ = ["READ_ATTEMPTS", "RETAIN_HOURS", "JournalStore", "apply_pending", "pending_parts", "retire",
-           "roll_forward"]
+__all__: list[str] = []
 
 #: Files a compaction or an edit replaced are kept this long for reading earlier versions
 #: (Delta Lake's default ``deletedFileRetentionDuration``); :meth:`rlarrow.Store.vacuum` frees them sooner.

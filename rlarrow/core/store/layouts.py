@@ -26,8 +26,7 @@ import pyarrow.parquet as pq
 
 from rlarrow.core import schema as _schema
 
-__all__ = ["LayoutInfo", "data_run_ids", "file_run_ids", "has_layouts", "layout_directory", "layout_number",
-           "single_layout", "table_of", "union_layouts", "validate_rows"]
+__all__ = ["LayoutInfo"]
 
 
 def table_of(name: str) -> str:

@@ -26,7 +26,7 @@ try:  # POSIX advisory locks; without them (Windows) one writer at a time is ass
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PROCESS_LEASES", "VIEWS_DIR", "ReaderLease", "sweep_views"]
+__all__ = ["ReaderLease"]
 
 #: Readers' hard links to the files of their views (see :class:`ReaderLease`).
 VIEWS_DIR = ".rlarrow-views"

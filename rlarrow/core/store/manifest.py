@@ -1,5 +1,7 @@
 """The store manifest on disk: checked parsing and checked, whole-file writes.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A manifest (``_rlarrow_store.json``) comes from a store someone may have downloaded,
 shared or damaged, so nothing in it is trusted: :func:`parse` checks every key and type
 the store uses, and every file name in it (listed files, ``retired``, the ``pending``
@@ -35,12 +37,7 @@ from rlarrow._version import __version__
 from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, StoreError
 
-__all__ = ["MANIFEST_NAME", "NOTHING_COMMITTED", "RETIRED_DIR", "SEGMENTED_FORMAT", "Expands",
-           "ManifestChecker", "check_inside",
-           "check_manifest_versions", "copy_tree", "decode_schema", "empty_manifest", "encode_schema",
-           "failure_cause", "forget", "fsync_dir",
-           "is_plain_file_name", "is_table_name", "now_iso", "parse", "parse_manifest", "retired_location",
-           "validate", "write_error", "write_file", "written"]
+__all__: list[str] = []
 
 MANIFEST_NAME = "_rlarrow_store.json"
 #: The store format of a manifest that lists a table's files in segments (segments.py):

@@ -34,7 +34,7 @@ from rlarrow.core.store.tables import TableStore
 if TYPE_CHECKING:
     from rlarrow.core.store.delta import DeltaLog
 
-__all__ = ["FileProblem", "RepairReport", "RepairStore", "StoreInfo", "TableInfo", "rebuild_manifest"]
+__all__ = ["FileProblem", "RepairReport", "StoreInfo", "TableInfo"]
 
 #: Where :meth:`RepairStore.repair` moves damaged files: outside every table directory.
 _QUARANTINE = "_damaged"

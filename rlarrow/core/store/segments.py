@@ -1,5 +1,7 @@
 """The manifest's segments: a long table file list kept in immutable pieces.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A store of many files would otherwise rewrite its whole file list at every commit (8 ms of
 JSON at 10,000 files, growing with each). So :func:`encode_manifest` writes each table's
 list as whole segments of :data:`SEGMENT_FILES` entries, files in ``_rlarrow_segments/``
@@ -40,8 +42,7 @@ from rlarrow.core.errors import CorruptFileError, StoreError
 from rlarrow.core.store.entries import open_lock, read_entry
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, ManifestChecker, fsync_dir, write_error, write_file
 
-__all__ = ["SEGMENTS_DIR", "SEGMENT_FILES", "Segments", "delete_segments", "encode_manifest", "forget",
-           "is_segment_name", "local_segments", "restore_lists", "segment_names", "write_whole"]
+__all__: list[str] = []
 
 #: the directory (in the store's root) of the manifest's segments: a table's file list
 #: beyond the last SEGMENT_FILES entries, in immutable pieces (docs/format.md, "The manifest")

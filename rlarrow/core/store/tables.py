@@ -1,5 +1,7 @@
 """Tables and their layouts: what a store lists, how it reads, where new rows go.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 :class:`TableStore` answers from the view of the last refresh: :meth:`~TableStore.files`,
 :meth:`~TableStore.row_count`, :meth:`~TableStore.schema`, :meth:`~TableStore.read` and
 :meth:`~TableStore.dataset`, over one layout of a table or all of them together
@@ -52,7 +54,7 @@ from rlarrow.core.store.manifest import (
 )
 from rlarrow.core.type_names import schema_differences
 
-__all__ = ["TableStore"]
+__all__: list[str] = []
 
 
 #: Files whose footer schema was checked (path, inode, size, mtime): files never change.

@@ -31,7 +31,7 @@ from rlarrow.core.store.files import (
 )
 from rlarrow.core.store.layouts import data_run_ids, validate_rows
 
-__all__ = ["FinishedFile", "TableWriter"]
+__all__ = ["TableWriter"]
 
 #: A finished file for :meth:`rlarrow.Store._commit_files`: (layout directory, temporary path,
 #: final name, schema, rows).

@@ -1,5 +1,7 @@
 """CRC-32C (Castagnoli), as TFRecord framing uses it, for many records at once with NumPy.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A record's checksum is the CRC-32C of its bytes, "masked" (rotated and offset) so that a
 checksum of checksums does not degenerate. :func:`crc32c_many` computes the CRCs of many
 byte ranges of one buffer in a few vectorised passes: ranges are grouped by their length in
@@ -39,7 +41,7 @@ import numpy as np
 
 from rlarrow.core.errors import ArgumentError
 
-__all__ = ["crc32c", "crc32c_many", "mask", "unaligned"]
+__all__: list[str] = []
 
 _POLY = 0x82F63B78
 

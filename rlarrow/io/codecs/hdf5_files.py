@@ -47,23 +47,7 @@ import numpy as np
 
 from rlarrow.core.errors import CorruptFileError, InvalidInputError, RLArrowError, UnsupportedInputError
 
-__all__ = [
-    "CHUNK_BYTES",
-    "HDF5_SIGNATURE",
-    "HDF5_SUFFIXES",
-    "MAX_CHUNK_BYTES",
-    "MAX_RATIO",
-    "SMALL_BYTES",
-    "SMALL_ELEMENTS",
-    "HDF5RefusedError",
-    "check_contained",
-    "chunk_rows",
-    "guarded",
-    "is_hdf5_file",
-    "leaves",
-    "open_hdf5",
-    "plain",
-]
+__all__ = ["HDF5RefusedError"]
 
 #: the first 8 bytes of an HDF5 file (at offset 0, or 512, 1024, ... after a user block)
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

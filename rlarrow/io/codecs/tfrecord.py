@@ -1,5 +1,7 @@
 """TFRecord framing: finding the records in the bytes, checking them, writing them.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 A TFRecord file (a TensorBoard event file, a TFDS/RLDS shard) is a sequence of records, each
 framed as::
 
@@ -47,8 +49,7 @@ import numpy as np
 from rlarrow.core.errors import CorruptFileError, TruncatedInputWarning
 from rlarrow.io.codecs.crc32c import crc32c, crc32c_many, mask, unaligned
 
-__all__ = ["CHUNK_BYTES", "FRAMING_BYTES", "HEADER_BYTES", "Chunk", "ReadCounts", "ReadLog", "frame_records",
-           "read_records"]
+__all__: list[str] = []
 
 #: how much of a file is read and decoded at once, by default
 CHUNK_BYTES = 8 << 20

@@ -41,7 +41,9 @@ from rlarrow.io.envlogger.envlogger_reading import (
     read_envlogger,
 )
 from rlarrow.io.envlogger.envlogger_writing import export_envlogger, write_envlogger
-from rlarrow.io.envlogger.riegeli_counts import riegeli_record_count
+from rlarrow.io.envlogger.riegeli_counts import riegeli_record_count as riegeli_record_count
 
-__all__ = ["EnvloggerOptions", "EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir",
-           "load", "read_envlogger", "riegeli_record_count", "write_envlogger"]
+__all__ = [
+    "EnvloggerOptions", "EnvloggerReport", "export_envlogger", "import_envlogger", "is_envlogger_dir", "load",
+    "read_envlogger", "write_envlogger",
+]

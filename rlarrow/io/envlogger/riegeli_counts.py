@@ -1,5 +1,7 @@
 """Counting the records of a riegeli file from its chunk headers, without envlogger.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 envlogger's reader skips damaged index records and unreadable episode metadata without a
 word; what it returns is checked against these counts (:mod:`.envlogger_reading`).
 """
@@ -16,7 +18,7 @@ from rlarrow.core.errors import (
     CorruptFileError,
 )
 
-__all__ = ["dist_version", "riegeli_record_count"]
+__all__: list[str] = []
 
 
 # ------------------------------------------------------------ riegeli record counts

@@ -43,11 +43,18 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.rlds.rlds_dataset import Feature, dataset_dir, example_class, is_rlds_dir, parse_features
+from rlarrow.io.rlds.rlds_dataset import Feature as Feature
+from rlarrow.io.rlds.rlds_dataset import dataset_dir as dataset_dir
+from rlarrow.io.rlds.rlds_dataset import example_class, is_rlds_dir
+from rlarrow.io.rlds.rlds_dataset import parse_features as parse_features
 from rlarrow.io.rlds.rlds_decoding import decode_image
 from rlarrow.io.rlds.rlds_reading import (
-    IMAGE_MODES,
-    RLDS_STEP_FIELDS,
+    IMAGE_MODES as IMAGE_MODES,
+)
+from rlarrow.io.rlds.rlds_reading import (
+    RLDS_STEP_FIELDS as RLDS_STEP_FIELDS,
+)
+from rlarrow.io.rlds.rlds_reading import (
     Episode,
     RldsOptions,
     import_rlds,
@@ -59,19 +66,6 @@ from rlarrow.io.rlds.rlds_writing import RldsWriteOptions, export_rlds, write_rl
 _example_class = example_class  # (its old name: tests build tf.train.Example records with it)
 
 __all__ = [
-    "IMAGE_MODES",
-    "RLDS_STEP_FIELDS",
-    "Episode",
-    "Feature",
-    "RldsOptions",
-    "RldsWriteOptions",
-    "dataset_dir",
-    "decode_image",
-    "export_rlds",
-    "import_rlds",
-    "is_rlds_dir",
-    "parse_features",
-    "read_episodes",
-    "read_rlds",
-    "write_rlds",
+    "Episode", "RldsOptions", "RldsWriteOptions", "decode_image", "export_rlds", "import_rlds", "is_rlds_dir",
+    "read_episodes", "read_rlds", "write_rlds",
 ]

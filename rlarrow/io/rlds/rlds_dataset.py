@@ -29,18 +29,7 @@ from rlarrow.core.errors import (
     UnsupportedInputError,
 )
 
-__all__ = [
-    "Feature",
-    "class_labels",
-    "dataset_dir",
-    "example_class",
-    "feature_values",
-    "is_rlds_dir",
-    "parse_features",
-    "parsed_features",
-    "read_json",
-    "shard_files",
-]
+__all__ = ["is_rlds_dir"]
 
 _SHARD = re.compile(r"\.tfrecord-(\d+)(?:-of-(\d+))?$")
 

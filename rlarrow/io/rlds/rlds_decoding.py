@@ -22,7 +22,7 @@ from rlarrow.core.confined import MAX_IMAGE_PIXELS, inflate, png_size
 from rlarrow.core.errors import CorruptFileError, MissingDependencyError, UnsupportedInputError
 from rlarrow.io.rlds.rlds_dataset import Feature
 
-__all__ = ["decode_feature", "decode_image"]
+__all__ = ["decode_image"]
 
 
 

@@ -43,16 +43,7 @@ from rlarrow.io.rlds.rlds_dataset import (
 )
 from rlarrow.io.rlds.rlds_decoding import decode_feature
 
-__all__ = [
-    "CHUNK_BYTES",
-    "IMAGE_MODES",
-    "RLDS_STEP_FIELDS",
-    "Episode",
-    "RldsOptions",
-    "import_rlds",
-    "read_episodes",
-    "read_rlds",
-]
+__all__ = ["Episode", "RldsOptions", "import_rlds", "read_episodes", "read_rlds"]
 
 #: how :func:`import_rlds` stores images: decoded to uint8 tensors, or kept as their PNG/JPEG bytes
 IMAGE_MODES = ("decode", "encoded")

@@ -108,16 +108,26 @@ from __future__ import annotations
 
 from rlarrow.query.doctor.checks import (
     CHECKS,
-    DEFAULT_FROZEN_STEPS,
-    DEFAULT_MAX_FINDINGS,
-    DEFAULT_MIN_LENGTH,
-    DEFAULT_SPIKE_SIGMA,
     check_store,
+)
+from rlarrow.query.doctor.checks import (
+    DEFAULT_FROZEN_STEPS as DEFAULT_FROZEN_STEPS,
+)
+from rlarrow.query.doctor.checks import (
+    DEFAULT_MAX_FINDINGS as DEFAULT_MAX_FINDINGS,
+)
+from rlarrow.query.doctor.checks import (
+    DEFAULT_MIN_LENGTH as DEFAULT_MIN_LENGTH,
+)
+from rlarrow.query.doctor.checks import (
+    DEFAULT_SPIKE_SIGMA as DEFAULT_SPIKE_SIGMA,
 )
 from rlarrow.query.doctor.context import Check
 from rlarrow.query.doctor.findings import Finding, Fixed, FixReport, Hint, Report, Severity
-from rlarrow.query.doctor.fixes import FIX_SOURCE, fix_store, fixable
+from rlarrow.query.doctor.fixes import FIX_SOURCE as FIX_SOURCE
+from rlarrow.query.doctor.fixes import fix_store, fixable
 
-__all__ = ["CHECKS", "DEFAULT_FROZEN_STEPS", "DEFAULT_MAX_FINDINGS", "DEFAULT_MIN_LENGTH",
-           "DEFAULT_SPIKE_SIGMA", "FIX_SOURCE", "Check", "Finding", "FixReport", "Fixed", "Hint", "Report",
-           "Severity", "check_store", "fix_store", "fixable"]
+__all__ = [
+    "CHECKS", "Check", "Finding", "FixReport", "Fixed", "Hint", "Report", "Severity", "check_store",
+    "fix_store", "fixable",
+]

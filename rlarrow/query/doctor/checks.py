@@ -31,8 +31,7 @@ from rlarrow.query.doctor.tensor_checks import TENSOR_CHECKS
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreLike
 
-__all__ = ["CHECKS", "DEFAULT_FROZEN_STEPS", "DEFAULT_MAX_FINDINGS", "DEFAULT_MIN_LENGTH",
-           "DEFAULT_SPIKE_SIGMA", "check_store"]
+__all__ = ["CHECKS", "check_store"]
 
 #: Episodes of fewer steps (rows) than this are reported (2: the 1-step episodes, no action).
 DEFAULT_MIN_LENGTH = 2

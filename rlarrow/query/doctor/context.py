@@ -27,7 +27,7 @@ from rlarrow.query.doctor.findings import Finding, Severity
 if TYPE_CHECKING:
     from rlarrow.core.store import ReaderLease, Store
 
-__all__ = ["Check", "Context", "Tally", "quote"]
+__all__ = ["Check"]
 
 # rows per record batch of a tensor scan: about this many bytes, within these bounds
 _BATCH_BYTES = 16 << 20

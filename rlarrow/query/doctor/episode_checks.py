@@ -1,5 +1,7 @@
 """The data doctor's checks of the flat columns, in DuckDB SQL: flags, keys, references, lengths.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 ``alignment`` (RLDS flags per episode), ``duplicates`` (a key twice), ``references`` (steps and
 episodes rows that miss each other or disagree, run ids without a ``runs`` row), ``gaps``
 (missing step numbers), ``monotonic`` (steps out of order, scalars whose time goes back),
@@ -18,7 +20,7 @@ import os
 
 from rlarrow.query.doctor.context import Check, Context, quote
 
-__all__ = ["EPISODE_CHECKS"]
+__all__: list[str] = []
 
 def _alignment(ctx: Context) -> None:
     stats, eps = ctx.episode_stats(), ctx.episode_rows()

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Finding", "FixReport", "Fixed", "Hint", "Report", "Severity", "plural"]
+__all__ = ["Finding", "FixReport", "Fixed", "Hint", "Report", "Severity"]
 
+#: how bad a finding is: an ``error`` makes ``rlarrow check`` exit 1, a ``warning`` does not
 Severity = Literal["error", "warning"]
 
 

@@ -29,7 +29,7 @@ from rlarrow.query.doctor.hints import NO_EPISODES_ROW, NO_RUNS_ROW, hints
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["FIX_SOURCE", "fix_store", "fixable"]
+__all__ = ["fix_store", "fixable"]
 
 #: The ``source`` of the ``runs`` rows :func:`fix_store` adds, and ``added_by`` in the metadata of
 #: every row it adds.

@@ -1,5 +1,7 @@
 """What a fix leaves to its user: a :class:`~rlarrow.query.doctor.Hint` per kind of problem.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Each hint says what the episodes (or findings) have, why no safe fix deals with it, and
 what the user can do, with the ``rlarrow delete`` commands (and ``rlarrow label ... --set
 suspect=true`` instead) that would: one per run, a few episodes each, a last ``...`` line
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from rlarrow.query.doctor.checks import CHECKS
 from rlarrow.query.doctor.findings import Hint, Report, plural
 
-__all__ = ["NO_EPISODES_ROW", "NO_RUNS_ROW", "hints"]
+__all__: list[str] = []
 
 #: The references check's messages for rows ``--fix`` adds: the start of one, the end of the other.
 NO_EPISODES_ROW = "no row in episodes for this episode"

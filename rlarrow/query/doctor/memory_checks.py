@@ -1,5 +1,7 @@
 """The data doctor's checks of what imports leave: replay memories, their exports, sources.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 ``memory`` (snapshot rows that disagree with their buffer state), ``export_cuts`` and
 ``reset_rows`` (episodes unrolled from memory exports cut at an export's edge or starting
 with an autoreset row), ``time_limit`` (episodes joined across the env's time limit),
@@ -18,7 +20,7 @@ import numpy as np
 
 from rlarrow.query.doctor.context import Check, Context
 
-__all__ = ["MEMORY_CHECKS"]
+__all__: list[str] = []
 
 def _memory(ctx: Context) -> None:
     # filled as the pointers say: every row once full, else the rows before the write pointer,

@@ -1,5 +1,7 @@
 """The data doctor's checks of tensors, in NumPy over record batches: ``nonfinite``, ``frozen``, ``spikes``.
 
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
+
 Observations and actions are read a few row groups at a time from each ``steps`` layout
 (both tensor layouts, dict observations field by field), so memory stays bounded whatever
 the store's size; ``reward`` and ``discount`` are checked in SQL. :data:`TENSOR_CHECKS`
@@ -19,7 +21,7 @@ import pyarrow as pa
 
 from rlarrow.query.doctor.context import Check, Context
 
-__all__ = ["TENSOR_CHECKS"]
+__all__: list[str] = []
 
 def _valid(arr: pa.Array, parent: np.ndarray | None) -> np.ndarray:
     own = (np.ones(len(arr), bool) if arr.null_count == 0
