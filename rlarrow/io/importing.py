@@ -17,8 +17,10 @@ Formats are recognised and imported through :mod:`rlarrow.io.registry`: a format
 registered there is taken here with no change to this module.
 
 Every source is hashed (SHA-256) first, in one pass that also checks a ``.pt``/``.npz``
-export's zip CRC-32s (:func:`rlarrow.io.memory.snapshot.digest_export`), so that the import
-reads its bytes once more only to convert them. A source the store's ``sources`` table already
+export's zip CRC-32s (:func:`rlarrow.io.memory.snapshot.digest_export`). A ``.pt`` export is
+mapped for that pass and kept mapped: its import takes the tensors as views of the bytes that
+were hashed and checked, without opening the file again (an ``.npz``'s import maps it once
+more). A source the store's ``sources`` table already
 holds was imported before: it is skipped with a message naming its run, unless
 ``again=True``. Everything is written in one :meth:`rlarrow.Store.transaction`: a failure
 anywhere (a damaged file, a full disk, Ctrl-C, a kill) leaves the store as it was.
@@ -44,7 +46,7 @@ from rlarrow.core.errors import ArgumentError, InvalidInputError, UnsupportedInp
 from rlarrow.core.store import Store, StoreLike, as_store, new_run_id
 from rlarrow.io import registry
 from rlarrow.io.memory.importer import collapse_assumptions
-from rlarrow.io.memory.snapshot import crc_record, digest_export
+from rlarrow.io.memory.snapshot import crc_record, digest_export, take_kept
 from rlarrow.io.registry import Format, ImportOptions, ImportRun
 
 __all__ = ["NOT_DATA", "ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
@@ -439,6 +441,9 @@ def import_paths(
             with st.transaction():
                 for u in units:
                     todo = _new_sources(u, hashes, known, seen_now, again, report)
+                    for p, _ in u.sources():
+                        if todo is None or p not in todo:
+                            take_kept(p)  # (skipped: the map its hash kept is let go)
                     if todo is None:
                         continue
                     rid = _import_unit(st, u, todo, call, chosen, report=report, hashes=hashes, now=now)

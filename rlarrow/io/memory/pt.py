@@ -1,7 +1,11 @@
 """skrl/rofunc replay-memory exports as ``.pt`` files (a dict of tensors).
 
 Files are loaded with ``torch.load(..., weights_only=True)`` only: a pickle that would
-construct anything but tensors and plain containers is refused before it runs. Every member
+construct anything but tensors and plain containers is refused before it runs. An export that
+``rlarrow convert`` has just read whole to hash it (see
+:func:`rlarrow.io.memory.snapshot.take_kept`) is not read again: its pickle is parsed by an
+unpickler that knows only a dict of contiguous tensors (any other global, and the file goes to
+``torch.load`` as above), and the tensors are NumPy views of the bytes that were hashed. Every member
 of a zip-format file (what ``torch.save`` writes) is checked against its CRC-32, which torch
 itself does not do: a damaged file is a :class:`~rlarrow.core.errors.CorruptFileError` naming the
 member, never tensors with changed values. (Legacy non-zip ``torch.save`` files carry no
@@ -18,9 +22,11 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import struct
+import sys
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping
@@ -33,6 +39,7 @@ from rlarrow.core.deps import require
 from rlarrow.core.errors import CorruptFileError, UnsupportedInputError
 from rlarrow.core.targets import write_failure
 from rlarrow.io.memory.snapshot import (
+    KeptExport,
     MemorySnapshot,
     atomic_output,
     check_mapping,
@@ -40,6 +47,7 @@ from rlarrow.io.memory.snapshot import (
     export_tensors,
     is_zip,
     map_file,
+    take_kept,
     zip_crc_check,
     zip_members,
 )
@@ -88,8 +96,11 @@ def open_pt(path: str | os.PathLike[str], *,
     Raises:
         What :func:`read_pt` raises, except the CRC-32 failures of tensor storages.
     """
-    torch = require("torch", feature="reading .pt memory exports")
     path = Path(path)
+    kept = take_kept(path)  # read whole, hashed and CRC-checked by the convert's hash pass
+    if kept is not None and (tensors := _plain_tensors(kept)) is not None:
+        return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="pt"), _nothing
+    torch = require("torch", feature="reading .pt memory exports")
     verify: Callable[[], None] = _nothing
     with open(path, "rb") as fh:  # one open for the archive's directory and its checksums
         zipped = is_zip(path, fh)
@@ -128,6 +139,113 @@ def open_pt(path: str | os.PathLike[str], *,
 
 def _nothing() -> None:
     return None
+
+
+# ---------------------------------------------------------------- a kept export's plain pickle
+
+#: torch's storage classes (as its pickles name them) -> the NumPy dtype of their elements.
+_STORAGES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
+             "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
+             "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
+
+
+class _NotPlain(Exception):
+    """The pickle is not a plain dict of contiguous tensors: ``torch.load`` decides about it."""
+
+
+class _Opaque:
+    """What the restricted unpickler builds: objects a pickle cannot set attributes of."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __setstate__(self, state: Any) -> None:
+        raise _NotPlain("BUILD of a storage or tensor")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles torch's ``data.pkl`` of a dict of tensors, storages as views of the kept bytes.
+
+    The only callables a pickle can reach are the three below (``find_class`` refuses every
+    other global before anything is built), so nothing a file says can run code.
+    """
+
+    def __init__(self, kept: KeptExport, prefix: str, pickled: bytes) -> None:
+        super().__init__(io.BytesIO(pickled))
+        self.kept = kept
+        self.members = {m.name: m for m in kept.members}
+        self.prefix = prefix
+        self.storages: dict[str, _Opaque] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if (module, name) == ("collections", "OrderedDict"):
+            return _empty_hooks
+        if module == "torch" and name in _STORAGES:
+            return _Opaque(np.dtype(_STORAGES[name]))
+        raise _NotPlain(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        plain = isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+        if not (plain and isinstance(pid[1], _Opaque) and isinstance(pid[1].value, np.dtype)
+                and isinstance(pid[2], str) and type(pid[4]) is int):
+            raise _NotPlain("a storage reference of another form")
+        kind, key, numel = pid[1].value, pid[2], pid[4]
+        if key not in self.storages:
+            member = self.members.get(f"{self.prefix}data/{key}")
+            if member is None or numel < 0 or member.size != numel * kind.itemsize:
+                raise _NotPlain(f"storage {key!r} is not the member it names")
+            self.storages[key] = _Opaque(np.frombuffer(self.kept.data, kind, numel, member.start))
+        return self.storages[key]
+
+
+def _empty_hooks(*args: Any) -> dict[str, Any]:
+    if args:
+        raise _NotPlain("backward hooks")
+    return {}
+
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,
+                    hooks: Any = None, metadata: Any = None) -> _Opaque:
+    """A contiguous tensor's array: a view of its storage (anything else is not plain)."""
+    if not (isinstance(storage, _Opaque) and isinstance(storage.value, np.ndarray) and type(offset) is int
+            and isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)
+            and all(type(d) is int and d >= 0 for d in (*size, *stride)) and hooks in (None, {})
+            and metadata in (None, {}) and isinstance(requires_grad, bool)):
+        raise _NotPlain("a tensor of another form")
+    want, count = [], 1
+    for d in reversed(size):
+        want.append(count)
+        count *= d
+    flat: np.ndarray = storage.value
+    if tuple(reversed(want)) != stride and count > 1 or not 0 <= offset <= offset + count <= len(flat):
+        raise _NotPlain("a strided or out-of-range tensor")
+    return _Opaque(flat[offset:offset + count].reshape(size))
+
+
+def _plain_tensors(kept: KeptExport) -> dict[str, np.ndarray] | None:
+    """The tensors of a kept torch export, or None when its pickle is not a plain dict of tensors."""
+    pickles = [m for m in kept.members if m.name == "data.pkl" or m.name.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        return None
+    prefix = pickles[0].name.removesuffix("data.pkl")
+    order = next((m for m in kept.members if m.name == f"{prefix}byteorder"), None)
+    if sys.byteorder != "little" or (order is not None and bytes(
+            kept.data[order.start:order.start + order.size]) != b"little"):
+        return None
+    pickled = bytes(kept.data[pickles[0].start:pickles[0].start + pickles[0].size])
+    try:
+        data = _PlainUnpickler(kept, prefix, pickled).load()
+    except Exception:  # noqa: BLE001 (whatever fails here, torch.load's safe unpickler decides about the file)
+        return None
+    items = data.items() if type(data) is dict else ()
+    if not (items and all(type(k) is str and isinstance(v, _Opaque) and isinstance(v.value, np.ndarray)
+                          for k, v in items)):
+        return None
+    return {name: value.value for name, value in data.items()}
 
 
 def write_pt(data: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str], *,

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import io
 import mmap
 import os
 import struct
@@ -34,9 +35,9 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.targets import atomic_file
 
-__all__ = ["MemorySnapshot", "ZipMember", "atomic_output", "check_mapping", "check_zip_crcs", "crc_record",
-           "digest_export", "export_tensors", "is_zip", "map_file",
-           "tensor_name_problem", "zip_crc_check", "zip_members"]
+__all__ = ["KEEP_BYTES", "KeptExport", "MemorySnapshot", "ZipMember", "atomic_output", "check_mapping",
+           "check_zip_crcs", "crc_record", "digest_export", "export_tensors", "is_zip", "map_file",
+           "take_kept", "tensor_name_problem", "zip_crc_check", "zip_members"]
 
 
 @dataclass
@@ -443,9 +444,43 @@ def map_file(fh: IO[bytes]) -> mmap.mmap | None:
 
 
 #: ``.record``: while a :func:`crc_record` is open in this thread, the members
-#: :func:`digest_export` found intact, by file identity (else None).
+#: :func:`digest_export` found intact, by file identity (else None); ``.kept``: the torch
+#: exports it read whole, by file identity.
 _THREAD = threading.local()
 _HASH_CHUNK = 1 << 20
+#: At most this many bytes of hashed torch exports are kept in memory at once by a
+#: :func:`crc_record` for their import to parse (:func:`take_kept`); an export that does not
+#: fit is read again by its import.
+KEEP_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class KeptExport:
+    """A torch ``.pt`` export's bytes as :func:`digest_export` read, hashed and CRC-checked them.
+
+    Attributes:
+        data: the whole file, mapped read-only (every member matched its CRC-32 when it was hashed).
+        members: its zip members (all stored uncompressed), from :func:`zip_members`.
+    """
+
+    data: mmap.mmap
+    members: tuple[ZipMember, ...]
+
+
+def take_kept(path: str | os.PathLike[str]) -> KeptExport | None:
+    """The bytes of ``path`` that :func:`digest_export` kept in this thread's :func:`crc_record`.
+
+    Handed out once (the record lets go of them) and only while the file's identity (size,
+    inode, modification and change times) is what it was when they were read; else None, and
+    the caller reads the file itself. The bytes are those the source's SHA-256 was taken of.
+    """
+    kept: dict[tuple[int, ...], KeptExport] | None = getattr(_THREAD, "kept", None)
+    if not kept:
+        return None
+    try:
+        return kept.pop(_identity(os.stat(path)), None)
+    except OSError:
+        return None
 
 
 @contextmanager
@@ -460,10 +495,14 @@ def crc_record() -> Iterator[None]:
     """
     outer = _record()
     _THREAD.record = {} if outer is None else outer
+    if outer is None:
+        _THREAD.kept = {}
     try:
         yield
     finally:
         _THREAD.record = outer
+        if outer is None:
+            _THREAD.kept = None
 
 
 def _record() -> dict[tuple[int, ...], frozenset[ZipMember]] | None:
@@ -491,8 +530,11 @@ def digest_export(path: str | os.PathLike[str]) -> tuple[str, int]:
     The hash :func:`rlarrow.io.importing.content_hash` gives. Inside a :func:`crc_record`, the
     CRC-32 of each stored member of a zip archive (a ``.pt`` or ``.npz`` export) is computed
     from the same chunks as the hash, while they are in the CPU's cache, and the members
-    that match are recorded, so that reading the export does not check them again. Damage is
-    not raised here: the import that reads the file says what is damaged, as it would without.
+    that match are recorded, so that reading the export does not check them again. A torch
+    ``.pt`` export whose members all match is hashed from a map of the file and the map is kept
+    (up to :data:`KEEP_BYTES` at once): its import takes its tensors from that map
+    (:func:`take_kept`) and does not open the file again. Damage is not raised here: the
+    import that reads the file says what is damaged, as it would without.
 
     Example:
         >>> import hashlib, tempfile, numpy as np
@@ -503,39 +545,90 @@ def digest_export(path: str | os.PathLike[str]) -> tuple[str, int]:
         (True, True)
     """
     path = Path(path)
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
         st = os.fstat(fh.fileno())
         members: list[ZipMember] = []
+        listed = 0  # members of any kind
         record = _record()
         if record is not None:
             if is_zip(path, fh):
                 try:
-                    members = sorted((m for m in zip_members(path, fh) if m.stored), key=lambda m: m.start)
+                    every = zip_members(path, fh)
                 except CorruptFileError:
-                    members = []  # (the import says how)
+                    every = []  # (the import says how)
+                listed = len(every)
+                members = sorted((m for m in every if m.stored), key=lambda m: m.start)
             fh.seek(0)  # (both looked at the file's end)
-        crcs = [0] * len(members)
-        buf = bytearray(_HASH_CHUNK)
-        pos = first = 0  # first: the first member not yet wholly behind ``pos``
-        with memoryview(buf) as view:
-            while n := fh.readinto(buf):
-                chunk = view[:n]
-                h.update(chunk)
-                while first < len(members) and members[first].start + members[first].size <= pos:
-                    first += 1
-                for k in range(first, len(members)):
-                    m = members[k]
-                    if m.start >= pos + n:
-                        break
-                    lo, hi = max(m.start - pos, 0), min(m.start + m.size - pos, n)
-                    if hi > lo:
-                        crcs[k] = zlib.crc32(chunk[lo:hi], crcs[k])
-                chunk.release()
-                pos += n
+        keep = bool(members) and len(members) == listed and _keepable(members, st.st_size)
+        mapped = _populated_map(fh) if keep else None
+        digest, crcs, pos = _digest(fh, mapped, members)
+        if mapped is not None and os.fstat(fh.fileno()).st_size != pos:  # changed while hashed: read it
+            mapped = None
+            digest, crcs, pos = _digest(fh, None, members)
     if record is not None and members and pos == st.st_size:
-        record[_identity(st)] = frozenset(m for m, crc in zip(members, crcs, strict=True) if crc == m.crc)
-    return h.hexdigest(), pos
+        intact = frozenset(m for m, crc in zip(members, crcs, strict=True) if crc == m.crc)
+        record[_identity(st)] = intact
+        if mapped is not None and len(intact) == len(members):
+            _THREAD.kept[_identity(st)] = KeptExport(mapped, tuple(members))
+    return digest, pos
+
+
+def _digest(fh: io.BufferedIOBase, mapped: mmap.mmap | None,
+            members: list[ZipMember]) -> tuple[str, list[int], int]:
+    """SHA-256 of the file (its map, else read through ``fh``), each of ``members``' CRC-32, its size."""
+    h = hashlib.sha256()
+    crcs = [0] * len(members)
+    pos = first = 0  # first: the first member not yet wholly behind ``pos``
+    for chunk in _chunks(fh, mapped):
+        n = len(chunk)
+        h.update(chunk)
+        while first < len(members) and members[first].start + members[first].size <= pos:
+            first += 1
+        for k in range(first, len(members)):
+            m = members[k]
+            if m.start >= pos + n:
+                break
+            lo, hi = max(m.start - pos, 0), min(m.start + m.size - pos, n)
+            if hi > lo:
+                crcs[k] = zlib.crc32(chunk[lo:hi], crcs[k])
+        pos += n
+    return h.hexdigest(), crcs, pos
+
+
+def _chunks(fh: io.BufferedIOBase, mapped: mmap.mmap | None) -> Iterator[memoryview]:
+    """The file's bytes in chunks of ``_HASH_CHUNK``: views of its map, else read into one buffer."""
+    if mapped is not None:
+        with memoryview(mapped) as view:
+            for lo in range(0, len(view), _HASH_CHUNK):
+                with view[lo:lo + _HASH_CHUNK] as chunk:
+                    yield chunk
+        return
+    fh.seek(0)
+    buf = bytearray(_HASH_CHUNK)
+    with memoryview(buf) as whole:
+        while n := fh.readinto(buf):
+            with whole[:n] as chunk:
+                yield chunk
+
+
+def _populated_map(fh: IO[bytes]) -> mmap.mmap | None:
+    """``fh`` mapped read-only, its pages mapped in at once where the system can (Linux's MAP_POPULATE).
+
+    One call maps the whole file instead of a page fault per few pages as the hash reads it;
+    the tensors then read the same pages (no copy, no fault).
+    """
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if not populate or not os.fstat(fh.fileno()).st_size:
+        return map_file(fh)
+    return mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+
+
+def _keepable(members: list[ZipMember], size: int) -> bool:
+    """Whether :func:`digest_export` keeps a zip's bytes: a torch export (none compressed) that fits."""
+    kept: dict[tuple[int, ...], KeptExport] | None = getattr(_THREAD, "kept", None)
+    if kept is None or size > KEEP_BYTES - sum(len(k.data) for k in kept.values()):
+        return False
+    return any(m.name == "data.pkl" or m.name.endswith("/data.pkl") for m in members)  # (not an .npz)
 
 
 def _crc_mismatch(path: Path, member: str) -> CorruptFileError:

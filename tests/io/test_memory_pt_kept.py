@@ -1,0 +1,143 @@
+"""A ``.pt`` export is read once by ``rlarrow convert`` (issue 37): tensors are views of the hashed map.
+
+The hash's pass maps the export, hashes it and checks its CRC-32s; the import then parses the
+pickle with a restricted unpickler and takes the tensors as views of that map, without
+``torch.load`` and without opening the file again. Anything but a plain dict of contiguous
+tensors goes to ``torch.load(weights_only=True)`` as before, which refuses what is not data.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlarrow
+from rlarrow.io.importing import import_paths
+from rlarrow.io.memory.snapshot import crc_record, digest_export, take_kept
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="writing a .pt export needs torch: pip install 'rlarrow[torch]'")
+
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+def _tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out = {}
+    for i, dtype in enumerate(DTYPES):
+        shape = (7, 3, 1 + i % 4)
+        if dtype == "bool":
+            out[f"t_{dtype}"] = rng.random(shape) < 0.3
+        elif dtype.startswith("float"):
+            value = rng.standard_normal(shape).astype(dtype)
+            value.flat[0] = np.nan  # NaN kept bit for bit
+            out[f"t_{dtype}"] = value
+        else:
+            info = np.iinfo(dtype)
+            out[f"t_{dtype}"] = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    return out
+
+
+def test_a_hashed_export_is_parsed_from_its_map_without_torch_load(tmp_path, monkeypatch):
+    import torch
+
+    from rlarrow.io.memory.pt import open_pt, read_pt, write_pt
+
+    path = write_pt(_tensors(np.random.default_rng(0)), tmp_path / "memory.pt")
+    want = read_pt(path).tensors  # through torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
+    with crc_record():
+        sha, size = digest_export(path)
+        snap, verify = open_pt(path, mmap=True)
+        verify()
+        assert take_kept(path) is None  # handed out once
+    assert size == path.stat().st_size and len(sha) == 64
+    assert list(snap.tensors) == list(want)
+    for name, value in snap.tensors.items():
+        assert value.dtype == want[name].dtype and value.shape == want[name].shape, name
+        assert value.tobytes() == want[name].tobytes(), name  # NaN and every bit the same
+
+
+def test_a_file_changed_after_its_hash_is_read_again_from_disk(tmp_path):
+    from rlarrow.io.memory.pt import read_pt, write_pt
+
+    path = write_pt({"states": np.zeros((4, 2, 3), np.float32)}, tmp_path / "memory.pt")
+    with crc_record():
+        digest_export(path)
+        write_pt({"states": np.ones((4, 2, 3), np.float32)}, path, overwrite=True)  # same size, new file
+        assert take_kept(path) is None
+        assert read_pt(path).tensors["states"].sum() == 24.0
+
+
+def test_convert_of_every_dtype_stores_torch_loads_values(tmp_path):
+    from rlarrow.io.memory.pt import read_pt, write_pt
+    from rlarrow.io.memory.stored import snapshots
+
+    path = write_pt(_tensors(np.random.default_rng(1)), tmp_path / "memories" / "m.pt")
+    report = import_paths([path], tmp_path / "s", progress=False)
+    st = rlarrow.Store.open(tmp_path / "s", readonly=True)
+    (stored,) = list(snapshots(st))
+    for name, value in read_pt(path).tensors.items():
+        assert stored.tensors[name].dtype == value.dtype
+        assert stored.tensors[name].tobytes() == value.tobytes(), name
+    again = import_paths([path], tmp_path / "s", progress=False)  # re-import found by its hash
+    assert report.runs and not again.runs and "imported before" in again.skipped[0]
+
+
+def _with_pickle(src: Path, dst: Path, pickled: bytes) -> Path:
+    """``src`` with its ``data.pkl`` replaced (CRC-32s right: only the pickle decides)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = pickled if info.filename.endswith("/data.pkl") else zin.read(info)
+            zout.writestr(info.filename, data)
+    return dst
+
+
+class _Call:
+    def __init__(self, fn: object, args: tuple[str, ...]) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[object, tuple[str, ...]]:
+        return self.fn, self.args
+
+
+def test_a_pickle_that_asks_for_code_is_refused_and_nothing_runs(tmp_path):
+    import os
+
+    from rlarrow.io.memory.pt import write_pt
+
+    good = write_pt({"states": np.zeros((4, 2, 3), np.float32)}, tmp_path / "good.pt")
+    canary = tmp_path / "ran"
+    hostile = {"states": _Call(os.system, (f"touch {canary}",))}
+    bad = _with_pickle(good, tmp_path / "memories" / "bad.pt", pickle.dumps(hostile, protocol=2))
+    with pytest.raises(rlarrow.UnsupportedInputError, match="refused") as err:
+        import_paths([bad], tmp_path / "s", progress=False)
+    assert "bad.pt" in str(err.value) and not canary.exists()
+    assert not (tmp_path / "s").exists()  # nothing committed: the new store is removed
+
+
+def test_what_the_plain_reader_does_not_know_goes_to_torch_load(tmp_path):
+    import torch
+
+    from rlarrow.io.memory.pt import read_pt
+
+    # a transposed (strided) tensor: torch.save keeps its storage and strides
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 2, 3)
+    strided = base.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+    assert not strided.is_contiguous()
+    path = tmp_path / "memories" / "strided.pt"
+    path.parent.mkdir()
+    torch.save({"states": strided}, path)
+    import_paths([path], tmp_path / "s", progress=False)
+    with crc_record():
+        digest_export(path)
+        assert np.array_equal(read_pt(path).tensors["states"], base.numpy())
+    # bfloat16: still torch.load's reading, and its clear refusal
+    torch.save({"states": torch.zeros(4, 2, 3, dtype=torch.bfloat16)}, tmp_path / "bf16.pt")
+    with pytest.raises(rlarrow.UnsupportedInputError, match="bfloat16"):
+        import_paths([tmp_path / "bf16.pt"], tmp_path / "s2", progress=False)
