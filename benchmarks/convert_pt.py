@@ -8,9 +8,9 @@ comparisons, each the median of ``--repeat`` runs, in CPU seconds (user + system
   ``python -c "import torch; torch.load(FILE, weights_only=True)"``, as a user would run them
   side by side from outside (interpreter start and imports included in both);
 * **in process, warm**: :func:`rlarrow.io.importing.import_paths` (what the CLI runs: the
-  source's SHA-256 with the zip CRC-32s checked in the same pass, the read, Arrow encoding, the
-  Parquet files and the one-transaction commit) against ``torch.load`` alone, both after a
-  first call (imports, page cache warm).
+  source's SHA-256 with the zip CRC-32s checked in the same pass over a map of the file, the
+  tensors taken from that map, Arrow encoding, the Parquet files and the one-transaction
+  commit) against ``torch.load`` alone, both after a first call (imports, page cache warm).
 
 Run: ``.venv/bin/python benchmarks/convert_pt.py`` (``--memory-size 25000`` for a quick look).
 The file is generated once into ``benchmarks/data/`` (ignored by git).
