@@ -141,3 +141,48 @@ def test_what_the_plain_reader_does_not_know_goes_to_torch_load(tmp_path):
     torch.save({"states": torch.zeros(4, 2, 3, dtype=torch.bfloat16)}, tmp_path / "bf16.pt")
     with pytest.raises(rlarrow.UnsupportedInputError, match="bfloat16"):
         import_paths([tmp_path / "bf16.pt"], tmp_path / "s2", progress=False)
+
+
+def test_no_bit_flip_outside_the_tensor_bytes_reads_changed_values_from_the_map(tmp_path):
+    """A byte of the zip's headers, directory or pickle flipped: an rlarrow error or the same tensors."""
+    from rlarrow.io.memory.pt import read_pt, write_pt
+    from rlarrow.io.memory.snapshot import zip_members
+
+    good = write_pt({"states": np.arange(24, dtype=np.float32).reshape(4, 2, 3),
+                     "terminated": np.eye(4, 2, dtype=bool)[:, :, None]}, tmp_path / "good.pt")
+    want = read_pt(good).tensors
+    data = good.read_bytes()
+    members = zip_members(good)
+    tensor_bytes = {i for m in members if "/data/" in m.name for i in range(m.start, m.start + m.size)}
+    pickled = next(m for m in members if m.name.endswith("/data.pkl"))
+    # every byte of the pickle, every other byte of the zip's structure (each of its fields is 2+ bytes)
+    flips = [i for i in range(len(data)) if i not in tensor_bytes
+             and (pickled.start <= i < pickled.start + pickled.size or i % 2 == 0)]
+    outcomes = {"same": 0, "error": 0}
+    bad = tmp_path / "bad.pt"
+    for where in flips:
+        flipped = bytearray(data)
+        flipped[where] ^= 0x24
+        bad.write_bytes(flipped)
+        got = _read_in_record(bad)
+        if isinstance(got, rlarrow.RLArrowError):
+            assert "bad.pt" in str(got), (where, got)
+            outcomes["error"] += 1
+            continue
+        assert list(got) == list(want), where
+        for name, value in got.items():
+            assert value.dtype == want[name].dtype and value.tobytes() == want[name].tobytes(), (where, name)
+        outcomes["same"] += 1
+    assert outcomes["error"] > 100 and outcomes["same"] > 0, outcomes  # (a flip in padding changes nothing)
+
+
+def _read_in_record(path: Path) -> dict[str, np.ndarray] | rlarrow.RLArrowError:
+    """What convert reads of ``path`` (hashed in a record, then read), or the rlarrow error it raises."""
+    from rlarrow.io.memory.pt import read_pt
+
+    try:
+        with crc_record():
+            digest_export(path)
+            return read_pt(path).tensors
+    except rlarrow.RLArrowError as exc:
+        return exc
