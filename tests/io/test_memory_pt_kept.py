@@ -1,7 +1,7 @@
 """A ``.pt`` export is read once by ``rlarrow convert`` (issue 37): tensors are views of the hashed map.
 
 The hash's pass maps the export, hashes it and checks its CRC-32s; the import then parses the
-pickle with a restricted unpickler and takes the tensors as views of that map, without
+pickle's opcodes (never unpickling it) and takes the tensors as views of that map, without
 ``torch.load`` and without opening the file again. Anything but a plain dict of contiguous
 tensors goes to ``torch.load(weights_only=True)`` as before, which refuses what is not data.
 """
@@ -186,3 +186,76 @@ def _read_in_record(path: Path) -> dict[str, np.ndarray] | rlarrow.RLArrowError:
             return read_pt(path).tensors
     except rlarrow.RLArrowError as exc:
         return exc
+
+
+def test_the_module_parses_torch_pickles_and_never_unpickles(tmp_path, monkeypatch):
+    """No pickle machine reads a kept export: its opcodes are interpreted (pickletools.genops)."""
+    import ast
+    import inspect
+
+    import torch
+
+    from rlarrow.io.memory import pt
+
+    tree = ast.parse(inspect.getsource(pt))
+    machine = {"Unpickler", "_Unpickler", "load", "loads"}
+    assert not [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in machine
+                and isinstance(n.value, ast.Name) and n.value.id in ("pickle", "_pickle")]
+    assert not [n for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module in ("pickle", "_pickle")]
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import)
+                and any(a.name == "_pickle" or "dill" in a.name for a in n.names)]
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "skrl"
+    skrl = sorted(fixtures.glob("*/memories/*.pt"))
+    many = tmp_path / "many.pt"  # two SETITEMS batches (pickle writes 1,000 pairs at once)
+    torch.save({f"t{i:04d}": torch.full((2, 1, 1), i) for i in range(1100)}, many)
+    assert len(skrl) == 2
+    want = {path: pt.read_pt(path).tensors for path in [*skrl, many]}
+    # protocol 4 (FRAME, SHORT_BINUNICODE, MEMOIZE, STACK_GLOBAL): torch's weights-only reader
+    # refuses FRAME, so the values torch.save was given are the reference
+    proto4 = tmp_path / "proto4.pt"
+    saved = {"states": torch.arange(24.0).reshape(4, 2, 3), "dones": torch.ones(4, 2, 1, dtype=torch.bool)}
+    torch.save(saved, proto4, pickle_protocol=4)
+    want[proto4] = {k: v.numpy() for k, v in saved.items()}
+    paths = [*skrl, many, proto4]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail("the pickle machine or torch.load was used")
+
+    for name in ("Unpickler", "_Unpickler", "load", "loads"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    for path in paths:
+        got = _read_in_record(path)
+        assert not isinstance(got, Exception), (path, got)
+        assert list(got) == list(want[path]), path
+        for key, value in got.items():
+            assert value.dtype == want[path][key].dtype and value.shape == want[path][key].shape, key
+            assert value.tobytes() == want[path][key].tobytes(), (path, key)
+
+
+def test_an_opcode_or_size_outside_the_parser_goes_to_torch_load(tmp_path, monkeypatch):
+    import torch
+
+    from rlarrow.io.memory.pt import write_pt
+
+    tensors = {"states": np.arange(24, dtype=np.float32).reshape(4, 2, 3),
+               "dones": np.eye(4, 2, dtype=bool)[:, :, None]}
+    proto1 = tmp_path / "proto1.pt"  # protocol 1 writes False as INT, an opcode the parser does not know
+    torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, proto1, pickle_protocol=1)
+    good = write_pt(tensors, tmp_path / "good.pt")
+    with zipfile.ZipFile(good) as zf:
+        pickled = zf.read(next(n for n in zf.namelist() if n.endswith("/data.pkl")))
+    # a pickle over the parser's 1 MiB bound (trailing bytes after STOP, which torch's reader ignores)
+    big = _with_pickle(good, tmp_path / "big.pt", pickled + bytes(1 << 20))
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    got = _read_in_record(big)
+    assert loads == [big]  # torch.load read it: the parser handed the file over
+    assert not isinstance(got, Exception), got
+    assert list(got) == ["dones", "states"] and all(got[k].tobytes() == tensors[k].tobytes() for k in got)
+    got = _read_in_record(proto1)
+    assert loads == [big, proto1]  # handed over too, and torch's weights-only reader refuses INT
+    assert isinstance(got, rlarrow.UnsupportedInputError) and "proto1.pt" in str(got), got
