@@ -223,7 +223,7 @@ def _first_with_steps(episodes: _Episodes) -> tuple[pa.Table | None, _Episodes]:
 def _features(meta: dict[str, Any], mine: bool, first: pa.Table | None) -> Any:
     """features.json: a source read from RLDS keeps its own; others get one made from their first steps."""
     if not mine:
-        return _features_of(first)
+        return _features_of(first, _typed_infos(first) if first is not None else None)
     if meta.get("images") == "encoded":  # the shards' own bytes, written back as they are: JPEG stays
         return meta["features"]
     return _png_images(meta["features"])
@@ -310,8 +310,11 @@ def _feature_json(values: Any) -> dict[str, Any]:
     return _tensor_json(values.dtype, values.shape[1:])
 
 
-def _features_of(table: pa.Table | None) -> dict[str, Any]:
-    """features.json for a run that was not imported from RLDS: from its first episode's columns."""
+def _features_of(table: pa.Table | None, infos: dict[str, Any] | None = None) -> dict[str, Any]:
+    """features.json for a run that was not imported from RLDS: from its first episode's columns.
+
+    ``infos`` (its typed infos, as :func:`_typed_infos` gives them) become step fields of their own.
+    """
     from rlarrow.core.tensors import to_numpy
 
     steps: dict[str, Any] = {}
@@ -323,6 +326,8 @@ def _features_of(table: pa.Table | None) -> dict[str, Any]:
         steps[key] = _tensor_json(np.dtype(np.float64), ())
     for key in ("is_first", "is_last", "is_terminal"):
         steps[key] = _tensor_json(np.dtype(bool), ())
+    for key, values in (infos or {}).items():
+        steps[key] = _feature_json(values)
     return {
         "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
         "featuresDict": {
@@ -365,6 +370,7 @@ def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine:
                                      table.column("metadata_types").to_pylist())
              if "metadata" in table.column_names and "metadata_types" in table.column_names else [None] * n)
     last = (metas[-1] or {}).get("rlds_last", {}) if n and isinstance(metas[-1], dict) else {}
+    typed = _typed_infos(table)
     values: dict[str, Any] = {}
     for key, feature in steps_feature.children.items():
         if key in ("observation", "action"):
@@ -375,9 +381,7 @@ def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine:
             )
             if key == "action" and column is not None and n and "action" in last:
                 column = _with_last(column, last["action"])
-            values[key] = _merge(
-                column, [m.get(key) if isinstance(m, dict) else None for m in metas], feature, n
-            )
+            values[key] = _merge(column, _field_of(metas, key), feature)
         elif key in ("reward", "discount"):
             stored = table.column(key).combine_chunks()
             floats = np.nan_to_num(np.asarray(stored.to_numpy(zero_copy_only=False), np.float64), nan=0.0)
@@ -391,8 +395,8 @@ def _serialize(example: Any, root: Feature, table: pa.Table, ep_meta: Any, mine:
             values[key] = floats
         elif key in ("is_first", "is_last", "is_terminal"):
             values[key] = np.asarray(table.column(key).to_numpy(zero_copy_only=False), bool)
-        else:
-            values[key] = [m.get(key) if isinstance(m, dict) else None for m in metas]
+        else:  # a step field of its own: typed infos (steps 1.1), else step metadata (text, steps 1.0)
+            values[key] = _merge((typed or {}).get(key), _field_of(metas, key), feature)
     message = example()
     _fill(message, steps_feature, "steps", values, n)
     fields = {k: v for k, v in (ep_meta or {}).items() if k != "rlds"} if mine else {}
@@ -410,15 +414,47 @@ def _with_last(column: Any, value: Any) -> Any:
     return column
 
 
-def _merge(column: Any, from_meta: list[Any], feature: Feature, n: int) -> Any:
-    """A step field's values: the tensor column, with the fields kept in step metadata (text) put back."""
+def _field_of(metas: list[Any], key: str) -> list[Any]:
+    """Each step's metadata field ``key`` (None where a step has none)."""
+    return [m.get(key) if isinstance(m, dict) else None for m in metas]
+
+
+def _merge(column: Any, from_meta: list[Any], feature: Feature) -> Any:
+    """A step field's values: its tensors, with the fields kept in step metadata (text) put back, nested."""
     if feature.kind != "dict":
         return column if column is not None else from_meta
     out = dict(column) if isinstance(column, dict) else {}
-    for key in feature.children:
-        if key not in out:
-            out[key] = [m.get(key) if isinstance(m, dict) else None for m in from_meta]
+    for key, child in feature.children.items():
+        out[key] = _merge(out.get(key), _field_of(from_meta, key), child)
     return out
+
+
+#: the step fields RLDS defines: a typed info of one of these names is written under ``infos/<name>``
+_RLDS_FIELDS = ("observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal")
+
+
+def _typed_infos(table: pa.Table) -> dict[str, Any] | None:
+    """The steps' typed ``infos`` (steps 1.1) as nested NumPy arrays, by the step field each is written as.
+
+    A field is written under its own name (``qpos``, LeRobot's ``frame_index``), nested fields as
+    nested features; one named as an RLDS field (``reward``) goes under ``infos/``. A step with
+    null infos (the final step after a D4RL or LeRobot episode's last row) gets zeros: RLDS has no
+    null, as for the last step's action. None: no typed infos (steps 1.0 keep them in metadata).
+    """
+    from rlarrow.core.metadata import nest
+    from rlarrow.core.step_columns import infos_leaves
+
+    typed = infos_leaves(table)
+    if typed is None or not typed[0]:
+        return None
+    leaves, valid = typed
+    out: dict[str, Any] = {}
+    for path, values in leaves.items():
+        values = np.array(values)
+        values[~valid] = 0  # (NaN in the null rows' float leaves: a NaN of a step's own is kept)
+        out[("infos/" if path.split("/")[0] in _RLDS_FIELDS else "") + path] = values
+    nested: dict[str, Any] = nest(out)
+    return nested
 
 
 def _fill(message: Any, feature: Feature, key: str, value: Any, rows: int | None) -> None:
