@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FIXTURES
 
+from rlarrow.core import metadata
 from rlarrow.core.step_columns import infos_leaves
 
 pytestmark = pytest.mark.skipif(
@@ -55,6 +56,13 @@ def step_features(directory):
     return spec["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
 
 
+def read_back(directory):
+    from rlarrow.io.rlds import read_rlds
+
+    with read_rlds(directory, run_id="r") as source:
+        return pa.concat_tables(chunk.steps for chunk in source)
+
+
 @pytest.mark.skipif(not HAVE_AV, reason="LeRobot's cameras need PyAV: pip install 'rlarrow[video]'")
 def test_lerobot_frame_numbers_are_rlds_step_fields_in_their_dtypes(tmp_path):
     from rlarrow.io.lerobot import read_lerobot
@@ -79,6 +87,18 @@ def test_lerobot_frame_numbers_are_rlds_step_fields_in_their_dtypes(tmp_path):
             assert values == own[key].to_pylist() + [0], key  # the step after the last frame: zeros
         stamps = np.asarray(raw["steps/timestamp"].float_list.value, np.float32)
         assert np.array_equal(stamps[:n], own["timestamp"].to_numpy()) and stamps[n] == 0
+
+    steps = read_back(out)  # rlarrow's reader: the same numbers, typed infos again, none in metadata
+    assert steps.schema.field("infos").type.field("frame_index").type == pa.int64()
+    assert steps.schema.field("infos").type.field("timestamp").type == pa.float32()
+    leaves, valid = infos_leaves(steps)
+    assert valid.all()
+    assert not any("index" in m for m in steps["metadata"].drop_null().to_pylist())  # (only rlds_last)
+    everything = frames.sort_by([("episode_index", "ascending"), ("frame_index", "ascending")])
+    kept = ~steps["is_last"].to_numpy(zero_copy_only=False)
+    for key in ("frame_index", "index", "task_index"):
+        assert leaves[key].dtype == np.int64 and leaves[key][kept].tolist() == everything[key].to_pylist()
+    assert np.array_equal(leaves["timestamp"][kept], everything["timestamp"].to_numpy())
 
 
 def test_d4rl_infos_are_rlds_step_fields_exactly(tmp_path):
@@ -105,3 +125,106 @@ def test_d4rl_infos_are_rlds_step_fields_exactly(tmp_path):
         raw = np.concatenate([np.frombuffer(b"".join(ep[f"steps/{key}"].bytes_list.value), "<f8")
                               for ep in raw_steps(out)]).reshape(-1, 2)
         assert np.array_equal(raw[valid], want[key]) and not raw[~valid].any()  # null: zeros
+
+    steps = read_back(out)
+    back, all_valid = infos_leaves(steps)
+    assert all_valid.all()
+    for key, values in want.items():
+        assert back[key].dtype == values.dtype and np.array_equal(back[key][valid], values), key
+
+
+def test_an_rlds_step_field_of_numbers_is_typed_infos_declared_and_written_back(tmp_path):
+    """envlogger's Catch in RLDS (envlogger's own TFDS writer): ``timestep_id`` int64 on every step."""
+    from rlarrow.io.rlds import read_rlds, write_rlds
+
+    want = np.load(FIXTURES / "rlds" / "catch.expected.npz")
+    with read_rlds(FIXTURES / "rlds" / "catch", run_id="r") as source:
+        assert source.types["infos"] == pa.struct([("timestep_id", pa.int64())])  # from features.json
+        steps = pa.concat_tables(chunk.steps for chunk in source)
+    assert steps["infos"].null_count == 0  # (RLDS defines it on the last step too: not rlds_last)
+    leaves, _ = infos_leaves(steps)
+    keys = sorted({k.rsplit("/steps/", 1)[0] for k in want.files if k.endswith("/steps/timestep_id")})
+    ids = np.concatenate([want[f"{k}/steps/timestep_id"] for k in keys])
+    assert leaves["timestep_id"].tolist() == ids.tolist()
+    with read_rlds(FIXTURES / "rlds" / "catch", run_id="r") as source:
+        out = write_rlds(source, tmp_path / "again")
+    assert step_features(out)["timestep_id"] == step_features(FIXTURES / "rlds" / "catch")["timestep_id"]
+    assert read_back(out).equals(steps)  # value-exact, the rlds_last metadata included
+
+
+def tensor(dtype, *shape, encoding="none"):
+    dims = {"dimensions": [str(d) for d in shape]}
+    return {"tensor": {"shape": dims, "dtype": dtype, "encoding": encoding}}
+
+
+def test_a_nested_step_field_keeps_its_numbers_typed_and_its_text_in_metadata(tmp_path):
+    """A TFDS dataset (features.json and a shard made here with protobuf) of a ``language`` dict
+    step field holding text and an embedding: the embedding is ``infos.language.embedding``
+    (float32, (3,)), the text step metadata; written back, the shard holds the same values."""
+    from rlarrow.io.codecs.tfrecord import frame_records
+    from rlarrow.io.rlds import write_rlds
+    from rlarrow.io.rlds.rlds_dataset import example_class
+
+    steps = {"observation": tensor("float32", 2), "action": tensor("int64"), "reward": tensor("float32"),
+             "discount": tensor("float32"), "is_first": tensor("bool"), "is_last": tensor("bool"),
+             "is_terminal": tensor("bool"), "score": tensor("float64", encoding="bytes"),
+             "language": {"featuresDict": {"features": {"instruction": {"text": {}},
+                                                        "embedding": tensor("float32", 3)}}}}
+    spec = {"featuresDict": {"features": {"steps": {"sequence": {"feature": {"featuresDict": {
+        "features": steps}}, "length": "-1"}}}}}
+    src = tmp_path / "mixed" / "1.0.0"
+    src.mkdir(parents=True)
+    (src / "features.json").write_text(json.dumps(spec))
+    rng = np.random.default_rng(0)
+    embedding = rng.standard_normal((2, 3, 3)).astype(np.float32)
+    score = np.array([[0.1, np.nan, 1 / 3], [2.0, -0.0, 1e-300]])
+    texts = [["pick", "place", "stop"], ["push", "", "wait"]]
+    records = []
+    for e in range(2):
+        message = example_class()()
+        feature = message.features.feature
+        feature["steps/observation"].float_list.value.extend(rng.standard_normal(6).astype(np.float32).tolist())
+        feature["steps/action"].int64_list.value.extend([1, 2, 3])
+        for key in ("reward", "discount"):
+            feature[f"steps/{key}"].float_list.value.extend([1.0, 0.5, 0.0])
+        for key, flags in (("is_first", [1, 0, 0]), ("is_last", [0, 0, 1]), ("is_terminal", [0, 0, e])):
+            feature[f"steps/{key}"].int64_list.value.extend(flags)
+        feature["steps/score"].bytes_list.value.extend([v.astype("<f8").tobytes() for v in score[e][:, None]])
+        feature["steps/language/instruction"].bytes_list.value.extend([t.encode() for t in texts[e]])
+        feature["steps/language/embedding"].float_list.value.extend(embedding[e].reshape(-1).tolist())
+        records.append(message.SerializeToString())
+    (src / "mixed-train.tfrecord-00000-of-00001").write_bytes(frame_records(records))
+    (src / "dataset_info.json").write_text(json.dumps({"name": "mixed", "version": "1.0.0", "splits": [
+        {"name": "train", "shardLengths": ["2"],
+         "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"}
+    ]}))
+
+    got = read_back(src)
+    infos = got.schema.field("infos").type
+    assert infos.field("score").type == pa.float64() and infos.field("language").type.num_fields == 1
+    leaves, valid = infos_leaves(got)
+    assert valid.all() and leaves["language/embedding"].dtype == np.float32
+    assert np.array_equal(leaves["language/embedding"], embedding.reshape(6, 3))
+    assert np.array_equal(leaves["score"], score.reshape(-1), equal_nan=True)
+    assert np.signbit(leaves["score"][4]) and leaves["score"][5] == 1e-300  # float64, exactly
+    meta = metadata.decode_column(got["metadata"].to_pylist(), got["metadata_types"].to_pylist())
+    assert [m["language"]["instruction"] for m in meta] == sum(texts, [])
+    assert not any("embedding" in m["language"] or "score" in m for m in meta)
+
+    from rlarrow.io.rlds import read_rlds
+
+    with read_rlds(src, run_id="r") as source:
+        out = write_rlds(source, tmp_path / "again")
+    assert step_features(out)["language"] == steps["language"]  # (a dataset's own features, kept)
+    raw = raw_steps(out)
+    for e in range(2):
+        assert list(raw[e]["steps/language/instruction"].bytes_list.value) == [t.encode() for t in texts[e]]
+        assert np.array_equal(np.asarray(raw[e]["steps/language/embedding"].float_list.value, np.float32),
+                              embedding[e].reshape(-1))
+        scores = [v.astype("<f8").tobytes() for v in score[e][:, None]]
+        assert raw[e]["steps/score"].bytes_list.value[:] == scores
+    again = read_back(out)
+    assert again.drop_columns(["infos"]).equals(got.drop_columns(["infos"]))
+    assert again.schema.field("infos").type == infos
+    for key, values in infos_leaves(again)[0].items():  # (NaN: equal by value, which Arrow's equals is not)
+        assert values.dtype == leaves[key].dtype and np.array_equal(values, leaves[key], equal_nan=True), key

@@ -86,9 +86,10 @@ def test_rlds_import_gives_what_tfds_reads(tmp_path, name):
         if f"{key}/steps/observation/language_instruction" in want.files:
             texts = [m["observation"]["language_instruction"] for m in meta]
             assert texts == [t.decode() for t in want[f"{key}/steps/observation/language_instruction"]]
-        if f"{key}/steps/timestep_id" in want.files:  # envlogger's step metadata
-            ids = [m["timestep_id"] for m in meta]
-            assert ids == want[f"{key}/steps/timestep_id"].tolist() and isinstance(ids[0], np.int64)
+        if f"{key}/steps/timestep_id" in want.files:  # envlogger's step field: a typed info, every step's
+            ids = to_numpy(rows["infos"].combine_chunks(), fill_value=None)["timestep_id"]
+            assert ids.dtype == np.int64 and ids.tolist() == want[f"{key}/steps/timestep_id"].tolist()
+            assert rows["infos"].null_count == 0 and not any("timestep_id" in (m or {}) for m in meta)
         ep_meta = metadata.decode(ep["metadata"], ep["metadata_types"])
         for field in [
             k.rsplit("/", 1)[1] for k in want.files if k.startswith(f"{key}/") and "/steps/" not in k

@@ -322,7 +322,7 @@ def read_rlds(
         rows = EpisodeRows()
         size = 0
         for ep in dataset.episodes(options.splits, encoded):
-            steps, row = _episode_rows(run_as, ep)
+            steps, row = _episode_rows(run_as, ep, dataset.steps_feature)
             nbytes = steps.get_total_buffer_size()
             if block and (size + nbytes > CHUNK_BYTES or steps.schema != block[0].schema):
                 yield _chunk(block, rows, run_as)
@@ -378,7 +378,7 @@ def import_rlds(
 
 
 def _declared(steps_feature: Feature, encoded: bool) -> dict[str, pa.DataType]:
-    """The observation and action types ``features.json`` fixes (none where an image's size is per record)."""
+    """The observation, action and infos types ``features.json`` fixes (none where a size is per record)."""
     out: dict[str, pa.DataType] = {}
     for key in ("observation", "action"):
         feature = steps_feature.children.get(key)
@@ -387,7 +387,29 @@ def _declared(steps_feature: Feature, encoded: bool) -> dict[str, pa.DataType]:
             return {}  # (the first episode's types are the run's)
         if type_ is not None:
             out[key] = type_
+    infos = _infos_type(Feature("dict", children={k: f for k, f in steps_feature.children.items()
+                                                  if k not in RLDS_STEP_FIELDS}))
+    if infos is not None:
+        out["infos"] = infos
     return out
+
+
+def _is_info(feature: Feature | None) -> bool:
+    """A step field's leaf that is a typed info: numbers of a fixed shape and dtype."""
+    if feature is None or feature.kind != "tensor" or -1 in feature.shape:
+        return False
+    return (feature.dtype if feature.dtype is not None else np.dtype(np.float32)).kind in "biuf"
+
+
+def _infos_type(feature: Feature) -> Any:
+    """The Arrow type of a step field's typed infos, as :func:`_infos_of` gives them (None: none)."""
+    if feature.kind == "dict":
+        fields = [(k, t) for k, child in feature.children.items() if (t := _infos_type(child)) is not None]
+        return pa.struct(fields) if fields else None
+    if not _is_info(feature):
+        return None
+    return tensor_type(feature.dtype if feature.dtype is not None else np.dtype(np.float32), feature.shape,
+                       layout="auto")
 
 
 def _feature_type(feature: Feature, encoded: bool) -> Any:
@@ -421,17 +443,37 @@ def _tensors(value: Any, path: str, extra: dict[str, Any]) -> Any:
     return None
 
 
-def _split_step(steps: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """(observation tensors, action tensors, the rest as per-step metadata columns) of decoded steps."""
+def _infos_of(value: Any, feature: Feature | None, path: str, extra: dict[str, Any]) -> Any:
+    """A step field's numeric tensors (the typed infos); its other leaves (text, images) go to ``extra``."""
+    if isinstance(value, dict):
+        children = feature.children if feature is not None and feature.kind == "dict" else {}
+        kept = {k: t for k, v in value.items()
+                if (t := _infos_of(v, children.get(k), f"{path}/{k}", extra)) is not None}
+        return kept or None
+    if _is_info(feature) and isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value
+    extra[path] = value
+    return None
+
+
+def _split_step(steps: dict[str, Any], steps_feature: Feature | None = None
+                ) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(observation tensors, action tensors, typed infos, the rest as per-step metadata) of decoded steps.
+
+    The typed infos are the other step fields' numeric tensors (fixed shape and dtype, as
+    ``features.json`` declares them), by name; their text (and images) stays per-step metadata.
+    """
     extra: dict[str, Any] = {}
     obs = _tensors(steps.get("observation"), "observation", extra) if "observation" in steps else None
     action = _tensors(steps.get("action"), "action", extra) if "action" in steps else None
+    children = steps_feature.children if steps_feature is not None else {}
+    infos: dict[str, Any] = {}
     for k, v in steps.items():
         if k in ("reward", "discount") and isinstance(v, np.ndarray) and v.ndim > 1:
             extra[k] = v  # (vector rewards are not a column of format 1: kept per step, in their dtype)
-        elif k not in RLDS_STEP_FIELDS:
-            extra[k] = v
-    return obs, action, extra
+        elif k not in RLDS_STEP_FIELDS and (typed := _infos_of(v, children.get(k), k, extra)) is not None:
+            infos[k] = typed
+    return obs, action, infos or None, extra
 
 
 def _rows_metadata(extra: dict[str, Any], rows: int, last_values: dict[str, Any] | None) -> list[Any] | None:
@@ -478,10 +520,11 @@ def _chunk(block: list[pa.Table], rows: EpisodeRows, run: str) -> EpisodeChunk:
     return EpisodeChunk(block[0] if len(block) == 1 else pa.concat_tables(block), rows.table(run))
 
 
-def _episode_rows(run: str, ep: Episode) -> tuple[pa.Table, dict[str, Any]]:
+def _episode_rows(run: str, ep: Episode, steps_feature: Feature | None = None
+                  ) -> tuple[pa.Table, dict[str, Any]]:
     """One decoded episode's ``steps`` rows (RLDS alignment) and its ``episodes`` row (EpisodeRows.add's)."""
     n = ep.num_steps
-    obs, action, extra = _split_step(ep.steps)
+    obs, action, infos, extra = _split_step(ep.steps, steps_feature)
     is_last = np.asarray(ep.steps.get("is_last", np.zeros(n, bool)), bool)
     is_terminal = np.asarray(ep.steps.get("is_terminal", np.zeros(n, bool)), bool)
     ended = bool(n and is_last[-1])
@@ -502,8 +545,8 @@ def _episode_rows(run: str, ep: Episode) -> tuple[pa.Table, dict[str, Any]]:
         "is_terminal": is_terminal,
         "metadata": _rows_metadata(extra, n, last_values or None),
     }
-    for key, value in (("observation", obs), ("action", action)):
-        if value is not None:
+    for key, value in (("observation", obs), ("action", action), ("infos", infos)):
+        if value is not None:  # (infos: defined on every step, the last one's too)
             arr = to_arrow(value, _type_of(value))
             columns[key] = last_null(arr, n - 1) if key == "action" and ended else arr
     for key, value in (("reward", reward), ("discount", discount)):
