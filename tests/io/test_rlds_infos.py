@@ -228,3 +228,52 @@ def test_a_nested_step_field_keeps_its_numbers_typed_and_its_text_in_metadata(tm
     assert again.schema.field("infos").type == infos
     for key, values in infos_leaves(again)[0].items():  # (NaN: equal by value, which Arrow's equals is not)
         assert values.dtype == leaves[key].dtype and np.array_equal(values, leaves[key], equal_nan=True), key
+
+
+def test_a_store_of_steps_1_0_exports_its_step_fields_from_metadata_alike(tmp_path):
+    """An RLDS import written by rlarrow with steps 1.0 kept ``timestep_id`` in each step's metadata:
+    its export writes the same shards as one of steps 1.1 (typed infos)."""
+    from rlarrow.core.sources import EpisodeChunk, EpisodeSource
+    from rlarrow.core.tensors import to_numpy
+    from rlarrow.io.rlds import read_rlds, write_rlds
+
+    catch = FIXTURES / "rlds" / "catch"
+
+    def as_1_0(steps):
+        ids = to_numpy(steps["infos"].combine_chunks())["timestep_id"]
+        old = metadata.decode_column(steps["metadata"].to_pylist(), steps["metadata_types"].to_pylist())
+        rows = [{**(m or {}), "timestep_id": i} for m, i in zip(old, ids, strict=True)]
+        texts, tags = metadata.encode_column(rows)
+        rest = steps.drop_columns(["infos", "metadata", "metadata_types"])
+        return rest.append_column("metadata", pa.array(texts, pa.string())).append_column(
+            "metadata_types", pa.array(tags, pa.string()))
+
+    with read_rlds(catch, run_id="r") as src:
+        def chunks(run):
+            for chunk in src.with_run_id(run):
+                yield EpisodeChunk(as_1_0(chunk.steps), chunk.episodes, chunk.tables)
+
+        old = EpisodeSource(src.run, {k: v for k, v in src.types.items() if k != "infos"}, chunks)
+        write_rlds(old, tmp_path / "1.0")
+    with read_rlds(catch, run_id="r") as src:
+        write_rlds(src, tmp_path / "1.1")
+    shards = sorted(p.name for p in (tmp_path / "1.1").glob("*.tfrecord-*"))
+    assert shards == sorted(p.name for p in (tmp_path / "1.0").glob("*.tfrecord-*")) and shards
+    for name in shards:
+        assert (tmp_path / "1.0" / name).read_bytes() == (tmp_path / "1.1" / name).read_bytes(), name
+    assert read_back(tmp_path / "1.0").equals(read_back(tmp_path / "1.1"))
+
+
+@pytest.mark.skipif(not HAVE_AV, reason="LeRobot's cameras need PyAV: pip install 'rlarrow[video]'")
+def test_convert_lerobot_to_rlds_keeps_the_frame_numbers(tmp_path):
+    """``rlarrow convert LEROBOT_DIR --to rlds -o OUT``: LeRobot's ``index`` is a step field of the shards."""
+    from click.testing import CliRunner
+
+    from rlarrow.cli.transfer_commands import convert
+
+    out = tmp_path / "rlds" / "1.0.0"
+    result = CliRunner().invoke(convert, [str(LEROBOT), "--to", "rlds", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    frames = pq.read_table(next((LEROBOT / "data").rglob("*.parquet"))).sort_by("index")
+    written = [v for ep in raw_steps(out) for v in list(ep["steps/index"].int64_list.value)[:-1]]
+    assert sorted(written) == frames["index"].to_pylist()
