@@ -115,7 +115,7 @@ def decode_chunk(chunk: Chunk, *, run_id: str, path: Path, schema: pa.Schema, on
     }
     kind = fast["kind"][idx]
     if kind.any():  # rlarrow's exact float64 / int64 values beside the simple_value
-        is_int = (kind == _FAST_INT64) | (kind == _FAST_LOGGER_INT64)
+        is_int = (kind == _FAST_INT64) | (kind == _FAST_LOGGER_INT64) | (kind == _FAST_BARE_INT64)
         cols["value_int"] = pa.array(fast["value_int"][idx], mask=~is_int)
         codes = pa.array(kind.astype(np.int32))
         cols["encoding"] = pa.DictionaryArray.from_arrays(codes, _FAST_ENCODINGS).cast(pa.string())
@@ -289,9 +289,13 @@ def _fast_simple_values(buf: np.ndarray, start: np.ndarray, length: np.ndarray, 
 
 
 # kinds of the vectorised path: a plain simple_value, or rlarrow's exact float64 / int64 beside it
+# (with the tensor's own encoding, ``logger``, or none: a row written without one)
 _FAST_DOUBLE, _FAST_INT64, _FAST_LOGGER_DOUBLE, _FAST_LOGGER_INT64 = 1, 2, 3, 4
-_FAST_ENCODINGS = pa.array(["simple_value", "double_val", "int64_val", "logger", "logger"])
-_FAST_DTYPES = pa.array(["float32", "float64", "int64", "float64", "int64"])
+_FAST_BARE_DOUBLE, _FAST_BARE_INT64 = 5, 6
+_FAST_ENCODINGS = pa.array(["simple_value", "double_val", "int64_val", "logger", "logger", None, None])
+_FAST_DTYPES = pa.array(["float32", "float64", "int64", "float64", "int64", "float64", "int64"])
+#: the encoding field of an exact value whose row had no encoding (``""``: read back as null)
+_NO_ENCODING_FIELD = b"\x12\x00"
 
 
 def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -300,7 +304,7 @@ def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray) -> tuple[np.nda
     Given only the records with more after their simple_value (``r < end``: the only ones
     that can carry it), so files without it (torch's, tianshou's...) skip this scan. Only
     the common shapes: a ``double_val`` float64 or ``int64_val`` int64 tensor, with no
-    encoding field (the tensor's own) or ``logger``, and no plugin. Returns ``(kind, value,
+    encoding field (the tensor's own), ``logger`` or empty (none), and no plugin. Returns ``(kind, value,
     value_int)``; kind 0 marks records left to the generic path.
     """
     k = len(r)
@@ -334,11 +338,16 @@ def _fast_exact(buf: np.ndarray, r: np.ndarray, end: np.ndarray) -> tuple[np.nda
     for j, byte in enumerate(LOGGER_ENCODING_FIELD):
         logger &= at(tensor_end + j) == byte
     own = tensor_end == end
+    bare = tensor_end + len(_NO_ENCODING_FIELD) == end
+    for j, byte in enumerate(_NO_ENCODING_FIELD):
+        bare &= at(tensor_end + j) == byte
     kind = np.zeros(k, dtype=np.int8)
     kind[is_double & own] = _FAST_DOUBLE
     kind[is_int & own] = _FAST_INT64
     kind[is_double & logger] = _FAST_LOGGER_DOUBLE
     kind[is_int & logger] = _FAST_LOGGER_INT64
+    kind[is_double & bare] = _FAST_BARE_DOUBLE
+    kind[is_int & bare] = _FAST_BARE_INT64
     f64 = unaligned(buf, "<f8")
     double = f64[np.clip(r + 4, 0, max(len(f64) - 1, 0))] if len(f64) else np.zeros(k)
     value_int = iv.view(np.int64)
