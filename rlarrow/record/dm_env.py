@@ -151,6 +151,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         # (the packer's own function when it has one: a call less per step)
         self._pack_fn: Any = None if self._pack is None else (
             self._pack.fast if self._pack.fast is not None else self._pack)
+        self._callbacks = step_fn is not None or episode_fn is not None  # (one test per step, not two)
         self._episode: Episode | None = None
         self._check_at = self._next_check()  # step() asks the flush policy when ``unflushed`` reaches it
         self._closed = False
@@ -165,7 +166,12 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         # a failed step leaves the lane's columns aligned
         custom = self._step_fn(timestep, None, env) if self._step_fn is not None else None
         meta = self._episode_fn(timestep, None, env) if self._episode_fn is not None else None
-        self._add_obs(timestep.observation)
+        obs, packed = timestep.observation, self._packed
+        if (packed is not None and type(obs) is np.ndarray and obs.dtype is packed[1]
+                and obs.shape == packed[0]):
+            lane.obs.append(obs.tobytes())  # (as step() does; the checked cast for any other form)
+        else:
+            self._add_obs(obs)
         ep = sink.new_episode()
         lane.begin(ep)  # cuts an unfinished episode (partial_end)
         self._episode = ep
@@ -190,35 +196,38 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         if type(action) not in _IMMUTABLE:
             value = (np.array(action, self._action_dtype) if self._action_plain
                      else _flat_obs(action, self._action_spec))
-        if self._step_fn is not None:
-            custom = self._step_fn(timestep, action, env)
-        if self._episode_fn is not None:
-            meta = self._episode_fn(timestep, action, env)
-            if meta is not None:
-                ep.meta = meta
         lane = self._lane
+        if self._callbacks:
+            if self._step_fn is not None:
+                custom = self._step_fn(timestep, action, env)
+            if self._episode_fn is not None:
+                meta = self._episode_fn(timestep, action, env)
+                if meta is not None:
+                    ep.meta = meta
         obs = timestep.observation
-        packed, arena, pack = self._packed, self._arena, self._pack_fn
-        if pack is not None:
-            lane.obs.append(pack(obs))
-        elif packed is not None:
+        packed = self._packed
+        if packed is not None:  # (most envs: a small array, kept as its bytes)
             if type(obs) is np.ndarray and obs.dtype is packed[1] and obs.shape == packed[0]:
                 lane.obs.append(obs.tobytes())  # a copy: envs may reuse their buffers
             else:
                 self._add_obs(obs)
-        elif (arena is not None and type(obs) is np.ndarray and obs.shape == arena.shape
-              and arena.n < arena.rows):
-            arena.buf[arena.n] = obs  # Arena.put's fast path, inline
-            arena.n += 1
+        elif self._pack_fn is not None:
+            lane.obs.append(self._pack_fn(obs))
         else:
-            self._add_obs(obs)
+            arena = self._arena
+            if (arena is not None and type(obs) is np.ndarray and obs.shape == arena.shape
+                    and arena.n < arena.rows):
+                arena.buf[arena.n] = obs  # Arena.put's fast path, inline
+                arena.n += 1
+            else:
+                self._add_obs(obs)
         lane.action.append(value)
         lane.reward.append(timestep.reward)
         lane.discount.append(timestep.discount)
         if self._step_fn is not None:
             lane.custom.append(custom)
         sink = self._sink
-        sink.unflushed += 1
+        unflushed = sink.unflushed = sink.unflushed + 1
         if timestep.step_type == _LAST:
             discount = timestep.discount
             lane.end(discount is not None and (
@@ -226,7 +235,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
             if self._flush_on_episode_end:
                 self.flush(wait=False)
                 return timestep
-        if sink.unflushed >= self._check_at:
+        if unflushed >= self._check_at:
             self._maybe_flush()
         return timestep
 
