@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -230,6 +231,10 @@ class _Recorder:
                           types=types)
         self._lanes = self._sink.lanes
         self._split_obs, self._split_act = _splitter(self._obs_space), _splitter(self._act_space)
+        act_space = self._act_space
+        # a copy of one action: for a plain space a call, without _copy's isinstance tests per step
+        self._copy_act = (functools.partial(np.array, dtype=act_space.dtype) if plain
+                          else functools.partial(_copy, space=act_space))
         self._where = f"{type(env).__name__}.step"
         # plain observations of a few hundred bytes at most are kept as bytes (one join at commit)
         self._obs_packed = _packed_layout(self._obs_space)
@@ -243,6 +248,7 @@ class _Recorder:
             act_dtype = self._sink.action_dtype
             self._split_act = lambda batch: np.asarray(batch, dtype=act_dtype).tolist()
         self._keep_infos = keep_infos
+        self._single_plain = not self.is_vector and not keep_infos  # step() records its rows inline
         self._flush_on_episode_end = flush_on_episode_end
         self._needs_reset = [False] * self._n
         self._ended = False  # an episode ended in this step()
@@ -257,9 +263,12 @@ class _Recorder:
 
     def _obs_row(self, obs: Any) -> Any:
         """A copy of one (sub-)env's observation as its lane keeps it (bytes when packed)."""
-        if self._obs_packed is None:
+        packed = self._obs_packed
+        if packed is None:
             return _copy(obs, self._obs_space)
-        return checked_row(obs, *self._obs_packed, self._where).tobytes()
+        if type(obs) is np.ndarray and obs.dtype is packed[1] and obs.shape == packed[0]:
+            return obs.tobytes()  # (the common case: no cast, no check to make)
+        return checked_row(obs, *packed, self._where).tobytes()
 
     def _info(self, info: Any) -> Any:
         return {k: v for k, v in info.items() if not k.startswith("_")} if isinstance(info, Mapping) else info
@@ -278,8 +287,8 @@ class _Recorder:
 
     def _transition(self, i: int, action: Any, obs: Any, reward: Any, terminated: bool, truncated: bool,
                     info: Any) -> None:
-        self._add_row(i, _copy(action, self._act_space), self._obs_row(obs), float(reward),
-                      terminated, truncated, info)
+        self._add_row(i, self._copy_act(action), self._obs_row(obs), float(reward), terminated, truncated,
+                      info)
 
     def _add_row(self, i: int, action: Any, obs: Any, reward: float, terminated: bool, truncated: bool,
                  info: Any) -> None:
@@ -313,7 +322,19 @@ class _Recorder:
         """Step the env and record the transition(s)."""
         self._ended = False
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if not self.is_vector:
+        if self._single_plain and not (terminated or truncated):  # the common step, inline
+            lane = self._lanes[0]
+            eps = lane.episodes
+            if not eps or eps[-1].finished:
+                raise UsageError("step() after an episode ended: call reset() first")
+            # the copies are what can fail: before anything is appended, so the columns stay aligned
+            act, row, r = self._copy_act(action), self._obs_row(obs), float(reward)
+            lane.obs.append(row)
+            lane.action.append(act)
+            lane.reward.append(r)
+            lane.discount.append(None)
+            self._sink.unflushed += 1
+        elif not self.is_vector:
             self._transition(0, action, obs, reward, terminated, truncated,
                              self._info(info) if self._keep_infos else None)
         else:
