@@ -30,17 +30,7 @@ from typing import Any
 
 from rlarrow.core.errors import ArgumentError
 
-__all__ = [
-    "FIRST",
-    "LAST",
-    "MID",
-    "RLDS_COLUMNS",
-    "dm_env_to_rlds",
-    "last_null",
-    "minari_to_rlds",
-    "rlds_to_dm_env",
-    "rlds_to_minari",
-]
+__all__ = ["dm_env_to_rlds", "last_null", "minari_to_rlds", "rlds_to_dm_env", "rlds_to_minari"]
 
 #: dm_env.StepType values (dm_env is not needed to use this module).
 FIRST, MID, LAST = 0, 1, 2

@@ -28,6 +28,8 @@ Example:
     [10.0]
     >>> outcome(ended=np.array([True, False]), terminated=np.array([True, False]))["partial_end"].tolist()
     [False, True]
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pyarrow as pa
 
 from rlarrow.core.alignment import last_null
 
-__all__ = ["Transitions", "outcome", "returns", "step_flags"]
+__all__: list[str] = []
 
 
 def step_flags(lengths: Any, *, first_step: Any = 0, is_last: Any = True,

@@ -26,8 +26,7 @@ from rlarrow.core.step_columns import scalars as _scalars
 from rlarrow.core.step_columns import stack as _stack
 from rlarrow.core.store import Store
 
-__all__ = ["PACKED_BYTES", "Arena", "Episode", "EpisodeRows", "Lane", "Packer", "Sink", "background_default",
-           "checked_row", "unpack"]
+__all__ = ["EpisodeRows"]
 
 #: an arena holds at most this many bytes before it grows past the flush size
 _ARENA_BYTES = 256 << 20

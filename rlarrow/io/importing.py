@@ -49,7 +49,7 @@ from rlarrow.io.memory.importer import collapse_assumptions
 from rlarrow.io.memory.snapshot import crc_record, digest_export, take_kept
 from rlarrow.io.registry import Format, ImportOptions, ImportRun
 
-__all__ = ["NOT_DATA", "ImportReport", "content_hash", "find_units", "import_paths", "is_experiment_dir"]
+__all__ = ["ImportReport", "import_paths", "is_experiment_dir"]
 
 #: Folders of an experiment directory that hold no data rlarrow imports.
 NOT_DATA = ("checkpoints",)

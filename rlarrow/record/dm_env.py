@@ -55,7 +55,7 @@ from rlarrow.core.store import Store
 
 dm_env = require("dm_env", feature="rlarrow.EnvLogger")
 
-__all__ = ["EnvLogger", "StepFn"]
+__all__ = ["EnvLogger"]
 
 StepFn = Callable[[Any, Any, Any], Any]
 _IMMUTABLE = (int, float, bool, np.int64, np.int32, np.float32, np.float64)  # stored as given

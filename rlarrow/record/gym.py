@@ -50,7 +50,7 @@ from rlarrow.core.tensors import tensor_type
 
 gym = require("gymnasium", feature="rlarrow.record.gym")
 
-__all__ = ["RecordEpisodes", "RecordVectorEpisodes", "space_type"]
+__all__ = ["RecordEpisodes", "RecordVectorEpisodes"]
 
 
 def space_type(space: Any) -> pa.DataType:

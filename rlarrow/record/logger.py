@@ -47,7 +47,7 @@ from rlarrow.io.tfevents import scope_of
 if TYPE_CHECKING:
     from rlarrow.core.store import StoreLike
 
-__all__ = ["UNSTORED_METHODS", "ArrowLogger", "DataScope", "LazyLogger", "LoggedSeries", "SummaryWriter"]
+__all__ = ["ArrowLogger", "LazyLogger", "SummaryWriter"]
 
 
 class DataScope(enum.StrEnum):

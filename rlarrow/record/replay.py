@@ -42,7 +42,7 @@ from rlarrow.core.deps import require
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, AssumptionWarning, RLArrowWarning
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
-__all__ = ["EXPORT_FORMATS", "Memory", "RandomMemory"]
+__all__ = ["Memory", "RandomMemory"]
 
 #: What :meth:`Memory.save` writes: skrl's three formats, and Parquet.
 EXPORT_FORMATS = ("pt", "npz", "csv", "parquet")

@@ -14,7 +14,8 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.hdf5.hdf5_common import D4RL_KEYS, SMALL_ELEMENTS
+from rlarrow.io.hdf5.hdf5_common import D4RL_KEYS as D4RL_KEYS
+from rlarrow.io.hdf5.hdf5_common import SMALL_ELEMENTS as SMALL_ELEMENTS
 from rlarrow.io.hdf5.hdf5_reading import (
     HDF5Options,
     hdf5_layout,
@@ -26,14 +27,6 @@ from rlarrow.io.hdf5.hdf5_reading import (
 from rlarrow.io.hdf5.robomimic_writing import export_robomimic, write_robomimic
 
 __all__ = [
-    "D4RL_KEYS",
-    "SMALL_ELEMENTS",
-    "HDF5Options",
-    "export_robomimic",
-    "hdf5_layout",
-    "import_d4rl",
-    "import_hdf5",
-    "import_robomimic",
-    "read_hdf5",
-    "write_robomimic",
+    "HDF5Options", "export_robomimic", "hdf5_layout", "import_d4rl", "import_hdf5", "import_robomimic",
+    "read_hdf5", "write_robomimic",
 ]

@@ -4,6 +4,8 @@ Internal to :mod:`rlarrow.io.hdf5` (:func:`rlarrow.io.hdf5.read_hdf5` is the pub
 :func:`d4rl_parts` checks the file's datasets once, on the handle the reader opened, and
 gives the run, the declared tensor types and the chunks (a block of rows each, about
 ``chunk_bytes`` across its datasets).
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from rlarrow.io.hdf5.hdf5_common import (
 )
 from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
-__all__ = ["d4rl_parts"]
+__all__: list[str] = []
 
 _Chunks = Callable[[str], Iterator[EpisodeChunk]]
 

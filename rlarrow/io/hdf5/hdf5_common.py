@@ -1,6 +1,8 @@
 """What the D4RL and robomimic readers share: checked reads of rows, flags and small datasets.
 
 Internal to :mod:`rlarrow.io.hdf5` (its names are the package's, not a public API).
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from rlarrow.core.metadata import nest
 from rlarrow.core.tensors import tensor_type, to_arrow
 from rlarrow.io.codecs.hdf5_files import guarded, plain
 
-__all__ = ["D4RL_KEYS", "DEMO_NAME", "SMALL_ELEMENTS", "Typed", "attrs_of", "check_tensors", "described",
-           "flag_column", "infos_rows", "infos_type", "per_step_columns", "read_rows", "scalar_column",
-           "small_items", "spec_of", "take_rows", "typed_infos"]
+__all__: list[str] = []
 
 #: the datasets a D4RL file must have at its root
 D4RL_KEYS = ("observations", "actions", "rewards", "terminals")

@@ -5,6 +5,8 @@ time; it gives back :class:`~rlarrow.core.sources.EpisodeChunk` s (the RLDS rows
 transitions, and the ``episodes`` rows of the episodes that ended in them), laid out by the one
 episode builder (:mod:`rlarrow.core.episode_builder`: a final step after each end, the last-step
 nulls through :func:`rlarrow.core.alignment.last_null`, returns, how each episode ended).
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rlarrow.core.episode_builder import Transitions, outcome, returns
 from rlarrow.core.sources import EpisodeChunk, EpisodeRows
 from rlarrow.core.tensors import to_arrow, with_null_rows
 
-__all__ = ["StepBuilder"]
+__all__: list[str] = []
 
 
 class StepBuilder:

@@ -3,6 +3,8 @@
 Internal to :mod:`rlarrow.io.hdf5` (:func:`rlarrow.io.hdf5.read_hdf5` is the public reader):
 :func:`robomimic_parts` checks the file's demos once, on the handle the reader opened, and
 gives the run, the declared tensor types and the chunks (one demo, or a block of its rows).
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from rlarrow.io.hdf5.hdf5_common import (
 )
 from rlarrow.io.hdf5.hdf5_steps import StepBuilder
 
-__all__ = ["robomimic_parts"]
+__all__: list[str] = []
 
 _Chunks = Callable[[str], Iterator[EpisodeChunk]]
 

@@ -13,8 +13,12 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.lerobot.reading import FRAME_KEYS, import_lerobot, is_lerobot_dir, read_lerobot
-from rlarrow.io.lerobot.writing import CODEBASES, IMAGE_MODES, LeRobotOptions, export_lerobot, write_lerobot
+from rlarrow.io.lerobot.reading import FRAME_KEYS as FRAME_KEYS
+from rlarrow.io.lerobot.reading import import_lerobot, is_lerobot_dir, read_lerobot
+from rlarrow.io.lerobot.writing import CODEBASES as CODEBASES
+from rlarrow.io.lerobot.writing import IMAGE_MODES as IMAGE_MODES
+from rlarrow.io.lerobot.writing import LeRobotOptions, export_lerobot, write_lerobot
 
-__all__ = ["CODEBASES", "FRAME_KEYS", "IMAGE_MODES", "LeRobotOptions", "export_lerobot", "import_lerobot",
-           "is_lerobot_dir", "read_lerobot", "write_lerobot"]
+__all__ = [
+    "LeRobotOptions", "export_lerobot", "import_lerobot", "is_lerobot_dir", "read_lerobot", "write_lerobot",
+]

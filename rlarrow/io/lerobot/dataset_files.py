@@ -9,6 +9,8 @@ Example:
     >>> from rlarrow.io.lerobot.features import numeric_feature
     >>> arrow_column(np.arange(4.0).reshape(2, 2), numeric_feature("x", np.zeros((2, 2)), None), "x").type
     FixedSizeListType(fixed_size_list<item: double>[2])
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -27,9 +29,7 @@ import pyarrow.parquet as pq
 from rlarrow.core.errors import InvalidInputError, MissingDependencyError
 from rlarrow.io.lerobot.features import Feature
 
-__all__ = ["CHUNKS", "CODEC", "CODEC_NAME", "DATA_MB", "MIN_SIDE", "V2_DATA", "V2_VIDEO", "V3_DATA",
-           "V3_VIDEO", "VIDEO_MB", "VIDEO_OPTIONS", "DataFiles", "Videos", "arrow_column",
-           "write_jsonl", "write_tasks"]
+__all__: list[str] = []
 
 CHUNKS = 1000  # files per chunk directory, LeRobot's default
 DATA_MB, VIDEO_MB = 100, 200  # v3.0 file sizes, LeRobot's defaults

@@ -10,6 +10,8 @@ Example:
     >>> meta = open_dataset(Path("pusht"), "decode")  # doctest: +SKIP
     >>> meta.version, len(meta.episodes)  # doctest: +SKIP
     ('v3.0', 206)
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -29,9 +31,7 @@ from rlarrow.core import metadata as _metadata
 from rlarrow.core.confined import MAX_IMAGE_PIXELS, check_template, inside
 from rlarrow.core.errors import ArgumentError, CorruptFileError, MissingDependencyError, UnsupportedInputError
 
-__all__ = ["FRAME_KEYS", "VIDEO_MODES", "DatasetMeta", "dataset_info", "episode_list", "episode_meta",
-           "formatted", "is_lerobot_dir", "nest", "open_dataset", "read_jsonl", "read_parquet", "specs",
-           "task_names"]
+__all__: list[str] = []
 
 #: how a LeRobot dataset's video features are read: decoded uint8 frames, or kept as video
 VIDEO_MODES = ("decode", "keep")

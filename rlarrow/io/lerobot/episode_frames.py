@@ -11,6 +11,8 @@ Example:
     >>> steps = pa.table({"is_last": [False, False, True], "action": [1, 0, None]})
     >>> frame_count(steps)
     2
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow as pa
 from rlarrow.core import metadata as _metadata
 from rlarrow.core.errors import InvalidInputError
 
-__all__ = ["episode_frames", "frame_count", "frame_keys", "numbering", "run_info"]
+__all__: list[str] = []
 
 
 def _flat(values: Any, prefix: str) -> dict[str, Any]:

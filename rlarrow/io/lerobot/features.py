@@ -8,6 +8,8 @@ Example:
     >>> import numpy as np
     >>> numeric_feature("index", np.arange(3), None).spec
     {'dtype': 'int64', 'shape': [1], 'names': None}
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from rlarrow.core.errors import InvalidInputError
 
-__all__ = ["Feature", "is_frame", "numeric_feature"]
+__all__: list[str] = []
 
 
 @dataclass

@@ -26,6 +26,8 @@ Example:
     >>> columns = episode_columns(meta, Frames(root, info).episode(ep), ep)  # doctest: +SKIP
     >>> episode_steps(columns, "run", 0).num_rows  # doctest: +SKIP
     97
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from rlarrow.core.tensors import TensorType, tensor_type, to_arrow
 from rlarrow.io.lerobot.dataset_meta import formatted, nest, read_parquet
 from rlarrow.io.lerobot.videos import episode_video
 
-__all__ = ["Frames", "episode_columns", "episode_steps"]
+__all__: list[str] = []
 
 
 class Frames:

@@ -54,8 +54,12 @@ from rlarrow.core.sources import EpisodeChunk, EpisodeRows, EpisodeSource, RunIn
 from rlarrow.core.store import StoreLike
 from rlarrow.core.video import video_row
 from rlarrow.io.lerobot.dataset_meta import (
-    FRAME_KEYS,
-    VIDEO_MODES,
+    FRAME_KEYS as FRAME_KEYS,
+)
+from rlarrow.io.lerobot.dataset_meta import (
+    VIDEO_MODES as VIDEO_MODES,
+)
+from rlarrow.io.lerobot.dataset_meta import (
     DatasetMeta,
     episode_meta,
     is_lerobot_dir,
@@ -64,8 +68,7 @@ from rlarrow.io.lerobot.dataset_meta import (
 )
 from rlarrow.io.lerobot.frame_steps import Frames, episode_columns, episode_steps
 
-__all__ = ["FRAME_KEYS", "VIDEO_MODES", "VIDEO_ROW_GROUP_BYTES", "import_lerobot", "is_lerobot_dir",
-           "read_lerobot"]
+__all__ = ["import_lerobot", "is_lerobot_dir", "read_lerobot"]
 
 #: row groups of the ``videos`` table (a stream is read alone); every writer of the store keeps
 #: them at most this (:data:`rlarrow.core.store.files.SMALL_ROW_GROUPS`), ingest's included

@@ -27,7 +27,7 @@ from rlarrow.io.lerobot.dataset_meta import FRAME_KEYS
 from rlarrow.io.lerobot.episode_frames import frame_count, frame_keys, numbering, run_info
 from rlarrow.io.lerobot.features import Feature, numeric_feature
 
-__all__ = ["column_stats", "frame_key_stats", "listed", "stats_entry"]
+__all__ = ["frame_key_stats"]
 
 
 def frame_key_stats(

@@ -10,6 +10,8 @@ Example:
     >>> from rlarrow.io.lerobot.videos import episode_video  # doctest: +SKIP
     >>> episode_video(root, info, "observation.images.top", episode, 96, (96, 96, 3)).shape  # doctest: +SKIP
     (96, 96, 96, 3)
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rlarrow.core.errors import CorruptFileError, RLArrowError, UnsupportedInput
 from rlarrow.core.video import VideoStream, remux_segment
 from rlarrow.io.lerobot.dataset_meta import formatted
 
-__all__ = ["episode_video"]
+__all__: list[str] = []
 
 
 def episode_video(

@@ -78,7 +78,7 @@ from rlarrow.io.lerobot.episode_frames import episode_frames, numbering, run_inf
 from rlarrow.io.lerobot.features import Feature, is_frame, numeric_feature
 from rlarrow.io.lerobot.stats import column_stats, frame_key_stats, listed, stats_entry
 
-__all__ = ["CODEBASES", "IMAGE_MODES", "LeRobotOptions", "export_lerobot", "frame_key_stats", "write_lerobot"]
+__all__ = ["LeRobotOptions", "export_lerobot", "frame_key_stats", "write_lerobot"]
 
 #: the LeRobot codebase versions :func:`write_lerobot` writes
 CODEBASES = ("v3.0", "v2.1")

@@ -11,26 +11,33 @@
 
 from rlarrow.io.memory.snapshot import (
     MemorySnapshot,
-    ZipMember,
-    atomic_output,
-    check_mapping,
-    check_zip_crcs,
-    export_tensors,
-    is_zip,
-    tensor_name_problem,
-    zip_crc_check,
-    zip_members,
+)
+from rlarrow.io.memory.snapshot import (
+    ZipMember as ZipMember,
+)
+from rlarrow.io.memory.snapshot import (
+    atomic_output as atomic_output,
+)
+from rlarrow.io.memory.snapshot import (
+    check_mapping as check_mapping,
+)
+from rlarrow.io.memory.snapshot import (
+    check_zip_crcs as check_zip_crcs,
+)
+from rlarrow.io.memory.snapshot import (
+    export_tensors as export_tensors,
+)
+from rlarrow.io.memory.snapshot import (
+    is_zip as is_zip,
+)
+from rlarrow.io.memory.snapshot import (
+    tensor_name_problem as tensor_name_problem,
+)
+from rlarrow.io.memory.snapshot import (
+    zip_crc_check as zip_crc_check,
+)
+from rlarrow.io.memory.snapshot import (
+    zip_members as zip_members,
 )
 
-__all__ = [
-    "MemorySnapshot",
-    "ZipMember",
-    "atomic_output",
-    "check_mapping",
-    "check_zip_crcs",
-    "export_tensors",
-    "is_zip",
-    "tensor_name_problem",
-    "zip_crc_check",
-    "zip_members",
-]
+__all__ = ["MemorySnapshot"]

@@ -28,8 +28,7 @@ from rlarrow.core.errors import AssumptionWarning, InvalidInputError
 from rlarrow.io.memory.rows import EnvRows, env_rows, resolve_names, same_rows, time_order
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
-__all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "AutoresetAssumptionWarning", "AutoresetDetection",
-           "decide_autoreset", "detect_autoreset", "detect_in_rows"]
+__all__ = ["AutoresetAssumptionWarning"]
 
 #: ``autoreset=`` values: ``"auto"`` reads the mode from the data (see the module docs).
 AUTORESET_MODES = ("auto", "next-step", "same-step", "none")

@@ -15,6 +15,8 @@ advantages + values; the advantages normalised over the rollout). A value prepro
 one: ``advantages[k] = a * returns[k] + b * values[k-1] + c`` for some ``a, b, c``, fitted by
 least squares. Measured on real skrl 2.1 PPO runs (CartPole, with and without the scaler):
 consecutive exports fit to 4e-7, every other pair of the same run misses by 2.6e-2 or more.
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
-__all__ = ["GAE_TENSORS", "follows_by_gae", "gae_links"]
+__all__: list[str] = []
 
 #: the tensors a PPO rollout memory holds for the check (skrl 1 and 2 name them alike)
 GAE_TENSORS = ("values", "returns", "advantages")

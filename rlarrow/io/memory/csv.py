@@ -41,8 +41,7 @@ from rlarrow.core.errors import AssumptionWarning, CorruptFileError, Unsupported
 from rlarrow.core.tensors import to_numpy
 from rlarrow.io.memory.snapshot import MemorySnapshot, atomic_output, export_tensors
 
-__all__ = ["MAX_HEADER_BYTES", "csv_layout", "filled_rows", "iter_batches", "iter_csv_tables", "read_csv",
-           "write_csv"]
+__all__ = ["iter_csv_tables", "read_csv", "write_csv"]
 
 _BLOCK = 1 << 20  # pyarrow parses ~1 MiB blocks in parallel fastest
 #: A csv header line longer than this is refused before it is read whole: skrl names a column

@@ -44,17 +44,7 @@ from rlarrow.io.memory.snapshot import MemorySnapshot, is_zip
 from rlarrow.io.memory.stored import snapshots
 
 __all__ = [
-    "MEMORY_FORMATS",
-    "ConvertReport",
-    "collapse_assumptions",
-    "detect_format",
-    "expand_inputs",
-    "export_memory",
-    "import_memory",
-    "iter_memory_tables",
-    "layout_types",
-    "read_memory",
-    "snapshots",
+    "ConvertReport", "export_memory", "import_memory", "iter_memory_tables", "read_memory", "snapshots",
     "write_memory",
 ]
 

@@ -12,6 +12,8 @@ Example:
     >>> rows = env_rows([snap], [time_order(snap)[0]], resolve_names(snap), 1)
     >>> len(rows), rows.done().tolist()
     (3, [False, False, False])
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ import numpy as np
 from rlarrow.core.errors import InvalidInputError
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
-__all__ = ["DEFAULT_NAMES", "ROLES", "ROLE_ALIASES", "EnvRows", "env_rows", "resolve_names", "same_rows",
-           "time_order"]
+__all__: list[str] = []
 
 #: The tensors an unrolling uses, by role; map your names with ``names={role: name}``.
 ROLES = ("states", "actions", "rewards", "next_states", "terminated", "truncated")

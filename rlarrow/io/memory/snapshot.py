@@ -35,9 +35,7 @@ from rlarrow.core import schema as _schema
 from rlarrow.core.errors import CorruptFileError, InvalidInputError
 from rlarrow.core.targets import atomic_file
 
-__all__ = ["KEEP_BYTES", "KeptExport", "MemorySnapshot", "ZipMember", "atomic_output", "check_mapping",
-           "check_zip_crcs", "crc_record", "digest_export", "export_tensors", "is_zip", "map_file",
-           "take_kept", "tensor_name_problem", "zip_crc_check", "zip_members"]
+__all__ = ["MemorySnapshot"]
 
 
 @dataclass

@@ -109,35 +109,52 @@ from rlarrow.core.episode_builder import Transitions, outcome, returns
 from rlarrow.core.errors import ArgumentError, AssumptionWarning, InvalidInputError
 from rlarrow.core.tensors import to_arrow, with_null_rows
 from rlarrow.io.memory.autoreset import (
-    AUTORESET_MODES,
-    DEFAULT_AUTORESET,
+    AUTORESET_MODES as AUTORESET_MODES,
+)
+from rlarrow.io.memory.autoreset import (
+    DEFAULT_AUTORESET as DEFAULT_AUTORESET,
+)
+from rlarrow.io.memory.autoreset import (
     AutoresetAssumptionWarning,
-    AutoresetDetection,
     decide_autoreset,
-    detect_autoreset,
     detect_in_rows,
+)
+from rlarrow.io.memory.autoreset import (
+    AutoresetDetection as AutoresetDetection,
+)
+from rlarrow.io.memory.autoreset import (
+    detect_autoreset as detect_autoreset,
 )
 from rlarrow.io.memory.continuity import gae_links
 from rlarrow.io.memory.rows import (
-    DEFAULT_NAMES,
-    ROLE_ALIASES,
-    ROLES,
+    DEFAULT_NAMES as DEFAULT_NAMES,
+)
+from rlarrow.io.memory.rows import (
+    ROLE_ALIASES as ROLE_ALIASES,
+)
+from rlarrow.io.memory.rows import (
+    ROLES as ROLES,
+)
+from rlarrow.io.memory.rows import (
     EnvRows,
     env_rows,
-    resolve_names,
     same_rows,
-    time_order,
+)
+from rlarrow.io.memory.rows import (
+    resolve_names as resolve_names,
+)
+from rlarrow.io.memory.rows import (
+    time_order as time_order,
 )
 from rlarrow.io.memory.snapshot import MemorySnapshot
 
 if TYPE_CHECKING:
     from rlarrow.core.store import Store, StoreLike
 
-__all__ = ["AUTORESET_MODES", "DEFAULT_AUTORESET", "DEFAULT_NAMES", "ROLES", "ROLE_ALIASES",
-           "SKRL_EXPORT_NAME",
-           "AutoresetAssumptionWarning", "AutoresetDetection", "GapWarning", "NoTruncationWarning",
-           "detect_autoreset", "memory_series", "memory_to_episodes", "resolve_names", "time_order",
-           "unroll_series", "unroll_snapshots", "unroll_store"]
+__all__ = [
+    "AutoresetAssumptionWarning", "GapWarning", "NoTruncationWarning", "memory_to_episodes",
+    "unroll_snapshots", "unroll_store",
+]
 
 #: How skrl (and :class:`rlarrow.record.replay.Memory`) names an export: the time it was
 #: written, then the memory's ``id()``: ``25-01-31_14-03-59-123456_memory_0x7f3a2c1b9d50``.

@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 from rlarrow.io.minari.minari_reading import MinariOptions, import_minari, is_minari_dir, read_minari
-from rlarrow.io.minari.minari_writing import DATA_FORMATS, DATASET_KEYS, export_minari, write_minari
+from rlarrow.io.minari.minari_writing import DATA_FORMATS as DATA_FORMATS
+from rlarrow.io.minari.minari_writing import DATASET_KEYS as DATASET_KEYS
+from rlarrow.io.minari.minari_writing import export_minari, write_minari
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "MinariOptions", "export_minari", "import_minari", "is_minari_dir",
-           "read_minari", "write_minari"]
+__all__ = ["MinariOptions", "export_minari", "import_minari", "is_minari_dir", "read_minari", "write_minari"]

@@ -10,6 +10,8 @@ drives them.
 Example:
     >>> from rlarrow.io.minari.minari_episodes import PartEpisodes  # doctest: +SKIP
     >>> columns, row = PartEpisodes(root, root / "data", "arrow").read(0, spaces, True)  # doctest: +SKIP
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rlarrow.core.metadata import nest
 from rlarrow.io.codecs.hdf5_files import guarded, leaves, plain
 from rlarrow.io.minari.minari_spaces import h5_column, shaped_column
 
-__all__ = ["Hdf5Episodes", "Infos", "PartEpisodes", "read_json", "split_infos"]
+__all__: list[str] = []
 
 
 def read_json(path: Path) -> Any:

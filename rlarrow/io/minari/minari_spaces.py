@@ -16,6 +16,8 @@ Example:
     >>> to_numpy(shaped_column(flat, box, False, Path("part-0.arrow"), "observations"))
     array([[[1., 2.],
             [3., 4.]]], dtype=float32)
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rlarrow.core.errors import CorruptFileError, InvalidInputError, MissingDepe
 from rlarrow.core.tensors import tensor_type, to_arrow, with_null_rows
 from rlarrow.io.codecs.hdf5_files import plain
 
-__all__ = ["for_space", "gym_space", "h5_column", "shaped_column"]
+__all__: list[str] = []
 
 
 _FLAT_SPACES = ("Box", "MultiDiscrete", "MultiBinary")

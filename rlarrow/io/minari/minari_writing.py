@@ -27,7 +27,7 @@ from rlarrow.core.sources import EpisodeSource
 from rlarrow.core.store import StoreLike
 from rlarrow.io.minari.minari_spaces import for_space, gym_space
 
-__all__ = ["DATASET_KEYS", "DATA_FORMATS", "MinariWriteOptions", "export_minari", "write_minari"]
+__all__ = ["MinariWriteOptions", "export_minari", "write_minari"]
 
 
 #: what a Minari dataset's metadata.json says of its making, kept by an import and written back by an export

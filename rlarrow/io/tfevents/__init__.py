@@ -70,36 +70,28 @@ Example:
 
 from __future__ import annotations
 
-from rlarrow.io.codecs.tfrecord import CHUNK_BYTES
-from rlarrow.io.tfevents.decode import SCOPES, scope_of
+from rlarrow.io.codecs.tfrecord import CHUNK_BYTES as CHUNK_BYTES
+from rlarrow.io.tfevents.decode import SCOPES as SCOPES
+from rlarrow.io.tfevents.decode import scope_of
 from rlarrow.io.tfevents.events import (
     EventFileWriter,
     TfeventsReader,
     TfeventsReport,
-    find_runs,
     is_event_file,
-    is_tfevents_source,
     read_tfevents,
     scan_tfevents,
     write_tfevents,
 )
-from rlarrow.io.tfevents.proto import EXACT_PLUGIN
+from rlarrow.io.tfevents.events import (
+    find_runs as find_runs,
+)
+from rlarrow.io.tfevents.events import (
+    is_tfevents_source as is_tfevents_source,
+)
+from rlarrow.io.tfevents.proto import EXACT_PLUGIN as EXACT_PLUGIN
 from rlarrow.io.tfevents.transfer import export_tfevents, import_tfevents
 
 __all__ = [
-    "CHUNK_BYTES",
-    "EXACT_PLUGIN",
-    "SCOPES",
-    "EventFileWriter",
-    "TfeventsReader",
-    "TfeventsReport",
-    "export_tfevents",
-    "find_runs",
-    "import_tfevents",
-    "is_event_file",
-    "is_tfevents_source",
-    "read_tfevents",
-    "scan_tfevents",
-    "scope_of",
-    "write_tfevents",
+    "EventFileWriter", "TfeventsReader", "TfeventsReport", "export_tfevents", "import_tfevents",
+    "is_event_file", "read_tfevents", "scan_tfevents", "scope_of", "write_tfevents",
 ]

@@ -44,7 +44,7 @@ from rlarrow.io.codecs.crc32c import unaligned
 from rlarrow.io.codecs.tfrecord import HEADER_BYTES, Chunk
 from rlarrow.io.tfevents.proto import EXACT_NAME_FIELD, LOGGER_ENCODING_FIELD, Malformed, parse_event
 
-__all__ = ["SCOPES", "decode_chunk", "scope_of"]
+__all__ = ["scope_of"]
 
 #: tag prefix -> scope; anything else keeps its first path component as a free-text scope
 SCOPES = {"train": "train", "training": "train", "test": "test", "update": "update", "info": "info"}

@@ -54,8 +54,10 @@ from rlarrow.io.codecs.tfrecord import CHUNK_BYTES, frame_records, read_records
 from rlarrow.io.tfevents.decode import decode_chunk
 from rlarrow.io.tfevents.proto import PLAIN_ENCODINGS, event_bytes, f32_bytes, len_field, value_message
 
-__all__ = ["EventFileWriter", "TfeventsReader", "TfeventsReport", "find_runs", "is_event_file",
-           "is_tfevents_source", "read_tfevents", "scan_tfevents", "write_tfevents"]
+__all__ = [
+    "EventFileWriter", "TfeventsReader", "TfeventsReport", "is_event_file", "read_tfevents", "scan_tfevents",
+    "write_tfevents",
+]
 
 
 # --------------------------------------------------------------------------- finding runs

@@ -37,6 +37,8 @@ Example:
     ...             rows, 0, Counter(), [])
     >>> rows[0][2:]  # float32 does not hold 0.1: the exact float64 travels beside the simple_value
     ('x', 8, 0.1, None, 1.5, 'double_val', 'float64', None)
+
+Internal: rlarrow's own modules import its names; none is user API (its ``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -49,8 +51,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EXACT_NAME_FIELD", "EXACT_PLUGIN", "LOGGER_ENCODING_FIELD", "PLAIN_ENCODINGS", "Malformed",
-           "event_bytes", "f32_bytes", "len_field", "parse_event", "value_message"]
+__all__: list[str] = []
 
 #: plugin name of the exact value rlarrow writes next to a ``simple_value`` (see the package docstring)
 EXACT_PLUGIN = "rlarrow_exact"
