@@ -11,9 +11,11 @@ Python API, without strace.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -149,14 +151,32 @@ QUICK = {("lock", "convert"), ("lock", "compact"), ("lock", "sql"), ("lock", "re
          ("manifest", "repair_apply"), ("retired", "compact"), ("data_file", "sql"), ("data_file", "push")}
 
 
+_PRISTINE: dict[str, tuple[Path, str]] = {}
+
+
+def _pristine() -> tuple[Path, str]:
+    """A populated store (and its run), made once per process: every case plants into a copy of it.
+
+    (Populating a store took ~0.2 s of CPU, and the slow matrix makes 216 of them; the store holds
+    no path of its own, so a copy is what populating it again would make.)
+    """
+    if not _PRISTINE:
+        root = Path(tempfile.mkdtemp(prefix="rlarrow-hostile-links-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        with rlarrow.Store.create(root / "store") as s:
+            run = populate(s, episodes=3, length=4)
+            s.compact(["stats"])  # (a retired file, for vacuum and the retired directory)
+        _PRISTINE["store"] = (root / "store", run)
+    return _PRISTINE["store"]
+
+
 def _make(tmp_path: Path, plant: str) -> tuple[Path, Path, str, str, dict[str, bytes]]:
     """A populated store with ``plant`` planted: the store, canary, run, entry and the canary's bytes."""
     canary = tmp_path / "outside"
     canary.mkdir()
     (canary / "victim").write_bytes(VICTIM)
-    with rlarrow.Store.create(tmp_path / "store") as s:
-        run = populate(s, episodes=3, length=4)
-        s.compact(["stats"])  # (a retired file, for vacuum and the retired directory)
+    pristine, run = _pristine()
+    shutil.copytree(pristine, tmp_path / "store", symlinks=True)
     entry = PLANTS[plant](tmp_path / "store", canary)
     return tmp_path / "store", canary, run, entry, _bytes(canary)
 
