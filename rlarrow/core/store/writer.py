@@ -8,6 +8,7 @@ its store to commit (:meth:`rlarrow.Store.writer` makes one; the store chooses t
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,6 +33,45 @@ from rlarrow.core.store.files import (
 from rlarrow.core.store.layouts import data_run_ids, validate_rows
 
 __all__ = ["TableWriter"]
+
+#: spills of at least this many bytes compute their statistics in a thread of their own
+BESIDE_BYTES = 4 << 20
+
+
+class _Beside:
+    """``fn(data)`` run in a thread of its own while the caller works, for data worth a thread.
+
+    A plain thread per call (no pool): a pool's idle threads do not survive a fork (a
+    DataLoader worker), a thread started and joined here always has finished.
+    """
+
+    def __init__(self, fn: Any, data: pa.Table) -> None:
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if data.nbytes < BESIDE_BYTES:
+            fn(data)
+            return
+
+        def run() -> None:
+            try:
+                fn(data)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="rlarrow-stats", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for ``fn`` to end."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> None:
+        """Wait for ``fn`` to end; raise what it raised."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+
 
 #: A finished file for :meth:`rlarrow.Store._commit_files`: (layout directory, temporary path,
 #: final name, schema, rows).
@@ -192,13 +232,21 @@ class TableWriter:
         assert self._schema is not None
         data = pa.concat_tables(self._buffer)
         self._buffer, self._buffer_bytes, self._buffer_rows = [], 0, 0
-        if self._stats is not None:
-            self._stats.add(data)  # from the rows in memory: no pass over the file later
-        if self._parquet is None:
-            self._final = new_file_name()
-            self._tmp = self.store.path / self.layout_dir / temp_name(self._final)
-            self._parquet = open_parquet(self._tmp, self._schema, data)
-        write_row_groups(self._parquet, data, self.row_group_bytes, self._tmp)
+        # statistics from the rows in memory (no pass over the file later), beside the Parquet
+        # encoding, which runs without the GIL: a D4RL import's statistics took 29% of its time
+        stats = _Beside(self._stats.add, data) if self._stats is not None else None
+        try:
+            if self._parquet is None:
+                self._final = new_file_name()
+                self._tmp = self.store.path / self.layout_dir / temp_name(self._final)
+                self._parquet = open_parquet(self._tmp, self._schema, data)
+            write_row_groups(self._parquet, data, self.row_group_bytes, self._tmp)
+        except BaseException:
+            if stats is not None:
+                stats.join()  # the write's error is the one to tell
+            raise
+        if stats is not None:
+            stats.result()  # its error, if any; the next spill starts after it
         self._file_rows += data.num_rows
 
     def flush(self) -> CommitInfo | None:
