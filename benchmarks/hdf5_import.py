@@ -277,7 +277,7 @@ def main() -> None:
                 "peer": D4RL_ROWS / peer["seconds"],
                 "unit": "rows/s",
                 "ratio": peer["seconds"] / ours["seconds"],
-                "note": "rlarrow: episodes, RLDS steps, infos as typed per-step metadata, stats; the "
+                "note": "rlarrow: episodes, RLDS steps, infos as the typed infos column, stats; the "
                 "peer reads the arrays",
             }
         )

@@ -27,6 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 REPORT = HERE / "RESULTS.md"
+#: RESULTS.md below this line is measured by hand (before/after runs of one change): kept as it is
+KEEP = "<!-- measured by hand below this line: run_all.py keeps it as it is -->"
 
 #: script -> (scenario files it writes, what it needs)
 SCRIPTS: dict[str, tuple[list[str], str | None]] = {
@@ -154,6 +156,9 @@ def write_report(status: dict[str, tuple[str, float]]) -> None:
                 note = str(row.get("note", "")).replace("|", "/")
                 lines.append(f"| {row['path']} | {_fmt(row['rlarrow'])} | {_fmt(row['peer'])} "
                              f"| {row['unit']} | {row['ratio']:.2f} | {note} |")
+    old = REPORT.read_text() if REPORT.is_file() else ""
+    if KEEP in old:
+        lines += ["", KEEP + old.split(KEEP, 1)[1].rstrip("\n")]
     REPORT.write_text("\n".join(lines) + "\n")
     print(f"wrote {REPORT}", file=sys.stderr)
 
