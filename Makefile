@@ -47,7 +47,7 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Every benchmark, one after the other, and benchmarks/RESULTS.md (about 5 minutes; the first run also generates its data).
+## Every benchmark, one after the other, and benchmarks/RESULTS.md (about 45 minutes on 2 cores; the first run also generates its data).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
