@@ -407,28 +407,6 @@ class _Rows:
         self.pads: list[int] = []  # rows with no action (an episode's last)
 
 
-def background_default(store: Store, *, own_store: bool) -> bool:
-    """Whether a recorder's commits run in a writer thread when its caller does not say.
-
-    Yes when the recorder opened the store itself and the store keeps statistics of the
-    steps (:attr:`~rlarrow.core.store.Store.step_stats` not ``"off"``): computing them
-    (per-episode moments, per-element KLL sketches) is about two thirds of a recorder's
-    commit, and it belongs off the environment loop. The steps and their statistics are
-    still committed together, in the writer thread. A store the caller passed in may be
-    written by the caller between two steps, so its commits stay on the caller's thread.
-
-    Example:
-        >>> import os, tempfile
-        >>> store = Store.create(os.path.join(tempfile.mkdtemp(), "s.rlarrow"))
-        >>> background_default(store, own_store=True), background_default(store, own_store=False)
-        (True, False)
-        >>> store.step_stats = "off"
-        >>> background_default(store, own_store=True)
-        False
-    """
-    return own_store and store.step_stats != "off"
-
-
 class Sink:
     """Commits its lanes' complete rows to a store, under a flush policy.
 
@@ -438,9 +416,7 @@ class Sink:
         action_dtype: the dtype of plain (non-nested) actions, None for nested ones.
         flush_every_steps, flush_every_seconds: see :class:`rlarrow.EnvLogger`.
         background: commit the automatic flushes in a writer thread (see
-            :class:`rlarrow.EnvLogger`); None: when the sink opened the store itself
-            (``own_store``: no one else writes through it meanwhile) and the store keeps
-            step statistics, whose computing is most of a commit (:func:`background_default`).
+            :class:`rlarrow.EnvLogger`); None (kept for old callers) is False.
         num_envs: one :class:`Lane` per environment (``env_index``), in :attr:`lanes`.
         types: the store's ``observation`` and ``action`` column types (from
             :func:`rlarrow.core.step_columns.declare_steps`): dict values are committed in their
@@ -478,10 +454,8 @@ class Sink:
         self.last_flush = time.monotonic()
         self._pending: Any = None
         self._pool: Any = None
-        if background is None:  # (a sink that hands its rows on, emit=, has no store to commit to)
-            background = store is not None and background_default(store, own_store=own_store)
-        self.background = background
-        if background:
+        self.background = bool(background) and store is not None  # (emit=: no store to commit to)
+        if self.background:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlarrow-recorder")

@@ -77,14 +77,15 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         flush_every_seconds: commit when this many seconds passed since the last commit
             (checked at each step; None: never by time).
         flush_on_episode_end: commit at the end of every episode.
-        background: build and commit the automatic flushes in a writer thread, so the
-            environment loop waits neither for the statistics of the steps nor for Parquet
-            encoding (``close`` and an explicit ``flush()`` wait for it; a failed commit is
-            raised by the next flush). The steps and their ``stats`` rows are still one
-            commit. None (the default): on when the recorder opened the store itself and
-            the store keeps step statistics (:func:`rlarrow.core.episodes.background_default`),
-            off for a :class:`Store` passed in (its owner may write to it between steps)
-            or ``store.step_stats = "off"``.
+        background: commit the automatic flushes in a writer thread; ``close`` and an
+            explicit ``flush()`` wait for it, and a failed commit is raised by the next
+            flush. Off by default: most of a commit (the step statistics, building the
+            columns) is Python work that holds the interpreter's lock, and a thread that
+            needs the lock back after each piece of native work waits for the loop to give
+            it up (every 5 ms), so on Catch a 10,000-step commit in the thread took 450-590
+            ms instead of 60-90 and slowed the loop by more than the commit itself
+            (``benchmarks/RESULTS.md``). It can pay off when the environment's step
+            releases the lock for long stretches; measure before turning it on.
 
     Attributes:
         run_id: the run the steps are recorded under.
@@ -104,7 +105,7 @@ class EnvLogger(dm_env.Environment):  # type: ignore[misc,name-defined]
         flush_every_steps: int | None = 10_000,
         flush_every_seconds: float | None = 30.0,
         flush_on_episode_end: bool = False,
-        background: bool | None = None,
+        background: bool = False,
     ) -> None:
         self._env = env
         self._own_store = not isinstance(data_directory, Store)

@@ -193,7 +193,7 @@ class _Recorder:
         flush_every_steps: int | None = 10_000,
         flush_every_seconds: float | None = 30.0,
         flush_on_episode_end: bool = False,
-        background: bool | None = None,
+        background: bool = False,
     ) -> None:
         self.is_vector = isinstance(env, gym.vector.VectorEnv)
         if self.is_vector:

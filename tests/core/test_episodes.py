@@ -367,15 +367,15 @@ def test_background_commits_give_the_same_rows(tmp_path):
 
 
 def test_statistics_are_committed_with_their_steps_from_the_writer_thread(tmp_path):
-    """By default a recorder that opened its store commits in a writer thread (the step
-    statistics are most of a commit): the same steps and the same ``stats`` rows as on the
-    recording thread, each commit's statistics describing exactly its steps."""
+    """A recorder that commits in a writer thread (``background=True``; off by default)
+    commits the same steps and the same ``stats`` rows as on the recording thread, each
+    commit's statistics describing exactly its steps."""
     stats = []
-    for background in (False, None):
+    for background in (False, True):
         path = tmp_path / f"s{background}"
         env = rlarrow.EnvLogger(DictEnv(), path, flush_every_steps=3, flush_every_seconds=None,
                                 background=background)
-        assert env._sink.background is (background is None)
+        assert env._sink.background is background
         for _ in range(5):
             ts = env.reset()
             while not ts.last():
@@ -391,11 +391,11 @@ def test_statistics_are_committed_with_their_steps_from_the_writer_thread(tmp_pa
         # one stats file per steps file: each commit wrote both
         assert len(store.files("stats")) == len(store.files("steps")) > 1
     assert stats[0].num_rows > 0 and stats[0].equals(stats[1])
-    # a store passed in may be written by its owner between steps: its commits stay on this thread
-    store = rlarrow.Store.open(tmp_path / "passed", create=True)
-    env = rlarrow.EnvLogger(DictEnv(), store)
-    assert env._sink.background is False
-    env.close()
+    # the default: commits on the recording thread, whoever opened the store
+    for target in (tmp_path / "own", rlarrow.Store.open(tmp_path / "passed", create=True)):
+        env = rlarrow.EnvLogger(DictEnv(), target)
+        assert env._sink.background is False
+        env.close()
 
 
 class BufferEnv:
