@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -211,7 +212,9 @@ def test_the_module_parses_torch_pickles_and_never_unpickles(tmp_path, monkeypat
     many = tmp_path / "many.pt"  # two SETITEMS batches (pickle writes 1,000 pairs at once)
     torch.save({f"t{i:04d}": torch.full((2, 1, 1), i) for i in range(1100)}, many)
     assert len(skrl) == 2
-    want = {path: pt.read_pt(path).tensors for path in [*skrl, many]}
+    # the reference: torch's own reader (read_pt parses these itself now)
+    want = {path: {k: v.numpy() for k, v in torch.load(path, weights_only=True).items()}
+            for path in [*skrl, many]}
     # protocol 4 (FRAME, SHORT_BINUNICODE, MEMOIZE, STACK_GLOBAL): torch's weights-only reader
     # refuses FRAME, so the values torch.save was given are the reference
     proto4 = tmp_path / "proto4.pt"
@@ -259,3 +262,31 @@ def test_an_opcode_or_size_outside_the_parser_goes_to_torch_load(tmp_path, monke
     got = _read_in_record(proto1)
     assert loads == [big, proto1]  # handed over too, and torch's weights-only reader refuses INT
     assert isinstance(got, rlarrow.UnsupportedInputError) and "proto1.pt" in str(got), got
+
+
+def test_read_pt_parses_a_plain_export_itself_protocol_4_included(tmp_path, monkeypatch):
+    """Outside a convert too, a plain dict of tensors is parsed without torch.load, so a
+    protocol-4 file (whose FRAME torch's weights-only reader refuses) reads; its values are
+    what torch.save was given, copies unless ``mmap=True``."""
+    import torch
+
+    from rlarrow.io.memory.pt import read_pt
+
+    saved = {"states": torch.arange(24.0).reshape(4, 2, 3), "dones": torch.ones(4, 2, 1, dtype=torch.bool),
+             "steps": torch.tensor([2**40, -1, 0, 7]).reshape(4, 1, 1).expand(4, 2, 1).clone()}  # int64
+    path = tmp_path / "proto4.pt"
+    torch.save(saved, path, pickle_protocol=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's note about the protocol)
+        with pytest.raises(pickle.UnpicklingError):
+            torch.load(path, weights_only=True)  # what read_pt used to hand this file to
+
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was used"))
+    for mmap in (False, True):
+        got = read_pt(path, mmap=mmap).tensors
+        assert list(got) == list(saved)
+        for key, value in saved.items():
+            want = value.numpy()
+            assert got[key].dtype == want.dtype and got[key].shape == want.shape
+            assert got[key].tobytes() == want.tobytes()
+            assert got[key].flags.writeable is not mmap  # mmap=True: read-only views of the file

@@ -66,7 +66,8 @@ def read_pt(path: str | os.PathLike[str], *, mmap: bool = False) -> MemorySnapsh
             tensors (nothing of it is run), or it does not hold a dict of tensors.
         CorruptFileError: the file is truncated or damaged (a member fails its CRC-32, or
             torch cannot read it); the message names the member.
-        MissingDependencyError: torch is not installed.
+        MissingDependencyError: torch is not installed, and the file is not a plain dict of
+            contiguous tensors in a zip archive (which rlarrow parses itself).
 
     ``mmap=True`` maps the file's tensors instead of reading them (zip-format files only;
     the arrays then read from the file as they are used).
@@ -100,7 +101,6 @@ def open_pt(path: str | os.PathLike[str], *,
     kept = take_kept(path)  # read whole, hashed and CRC-checked by the convert's hash pass
     if kept is not None and (tensors := _plain_tensors(kept)) is not None:
         return MemorySnapshot(tensors, name=path.stem, path=os.fspath(path), source_format="pt"), _nothing
-    torch = require("torch", feature="reading .pt memory exports")
     verify: Callable[[], None] = _nothing
     with open(path, "rb") as fh:  # one open for the archive's directory and its checksums
         zipped = is_zip(path, fh)
@@ -109,6 +109,16 @@ def open_pt(path: str | os.PathLike[str], *,
             mapped = map_file(fh)
             check_zip_crcs(path, [m for m in members if m.size <= _CHECK_FIRST_BYTES], mapped)
             verify = zip_crc_check(path, [m for m in members if m.size > _CHECK_FIRST_BYTES], mapped)
+            # a plain dict of tensors (what skrl saves) is parsed here, as for a convert, torch not
+            # needed: protocol 4-5 pickles too, whose FRAME torch's weights-only reader refuses
+            plain = (_plain_tensors(KeptExport(mapped, tuple(members)))
+                     if mapped is not None and all(m.stored for m in members) else None)
+            if plain is not None:
+                if not mmap:  # the arrays read into memory, as torch.load would give them
+                    plain = {name: np.array(value) for name, value in plain.items()}
+                snap = MemorySnapshot(plain, name=path.stem, path=os.fspath(path), source_format="pt")
+                return snap, verify
+    torch = require("torch", feature="reading .pt memory exports")
     try:
         with warnings.catch_warnings():
             # torch's note about legacy pickle protocols; the safe unpickler still decides
