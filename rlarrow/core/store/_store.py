@@ -31,6 +31,7 @@ from rlarrow.core.store.entries import MANIFEST_FIX, is_directory, open_lock, re
 from rlarrow.core.store.files import AUTO_COMPACT_FILES, unwritable
 from rlarrow.core.store.lease import PROCESS_LEASES, ReaderLease
 from rlarrow.core.store.manifest import MANIFEST_NAME, empty_manifest, write_error
+from rlarrow.core.store.repair import StoreInfo
 
 __all__ = ["Store", "StoreLike", "as_store", "opened"]
 
@@ -250,6 +251,25 @@ class Store(EditingStore):
     def runs(self) -> pa.Table:
         """The ``runs`` table."""
         return self.catalog.runs()
+
+    def info(self) -> StoreInfo:
+        """Tables, row counts, runs, schema versions, size on disk, and missing or damaged files.
+
+        The engine's summary (:meth:`RepairStore.info
+        <rlarrow.core.store.repair.RepairStore.info>`: it reads only the files' footers)
+        with the catalog's runs (:meth:`Catalog.run_summaries`).
+
+        Example:
+            >>> import rlarrow, tempfile
+            >>> st = rlarrow.Store.create(tempfile.mkdtemp() + "/s")
+            >>> run = st.add_run(source="user", name="first")
+            >>> info = st.info()
+            >>> [r["name"] for r in info.runs], info.tables["runs"].rows, info.problems
+            (['first'], 1, [])
+        """
+        info = super().info()
+        info.runs.extend(self.catalog.run_summaries(info.problems))
+        return info
 
     def label(self, metadata: Mapping[str, Any], *, runs: Sequence[str] | None = None,
               episodes: Iterable[Any] | None = None) -> dict[str, int]:

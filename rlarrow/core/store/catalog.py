@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,8 +44,9 @@ import pyarrow.compute as pc
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import ArgumentError, ArgumentTypeError, NotFoundError, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError, NotFoundError, StoreError
 from rlarrow.core.store.edits import EditingStore
+from rlarrow.core.store.repair import FileProblem
 
 __all__ = ["Catalog", "new_run_id"]
 
@@ -147,6 +149,31 @@ class Catalog:
     def runs(self) -> pa.Table:
         """The ``runs`` table: one row per run."""
         return self.store.read("runs")
+
+    def run_summaries(self, problems: list[FileProblem]) -> list[dict[str, Any]]:
+        """One dict per run, for :class:`~rlarrow.core.store.repair.StoreInfo`.
+
+        Each holds run_id, name, source, created_at (ISO text), num_envs and metadata (its
+        plain JSON value, whole). ``problems`` are the files :meth:`~rlarrow.Store.check`
+        found damaged: with a ``runs`` file among them nothing is read; damage only reading
+        shows is appended to them.
+        """
+        if not self.store.row_count("runs") or any(p.table == "runs" for p in problems):
+            return []
+        try:
+            t = self.store.read("runs", columns=["run_id", "name", "source", "created_at", "num_envs",
+                                                 "metadata"])
+        except CorruptFileError as exc:  # damage the footers did not show: say so, list the rest
+            problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.store.path),
+                                        0, f"damaged ({exc})"))
+            return []
+        runs = []
+        for row in t.to_pylist():
+            row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
+            # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
+            row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
+            runs.append(row)
+        return runs
 
     def has_run(self, run_id: str) -> bool:
         """Whether the store holds a run ``run_id`` (a row of ``runs``).

@@ -373,10 +373,11 @@ class RepairStore(TableStore):
         return RepairReport(problems, applied=True, quarantine=os.fspath(quarantine))
 
     def info(self) -> StoreInfo:
-        """Tables, row counts, runs, schema versions, size on disk, and missing or damaged files.
+        """Tables, row counts, schema versions, size on disk, and missing or damaged files.
 
         It reads only the files' footers (:meth:`check`): a damaged file is named in
         ``problems`` and the rest is summed as listed; ``rlarrow repair`` drops such files.
+        The engine knows no runs: :meth:`rlarrow.Store.info` adds the catalog's.
         """
         problems = self.check()
         m = self._manifest
@@ -390,21 +391,6 @@ class RepairStore(TableStore):
                 schema_version=entry.get("schema_version", "?"),
                 schema=None if entry.get("schema") is None else decode_schema(entry["schema"]),
             )
-        runs: list[dict[str, Any]] = []
-        if tables.get("runs") and tables["runs"].rows and not any(p.table == "runs" for p in problems):
-            try:
-                t = self.read("runs", columns=["run_id", "name", "source", "created_at", "num_envs",
-                                               "metadata"])
-            except CorruptFileError as exc:  # damage the footers did not show: say so, list the rest
-                problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.path),
-                                            0, f"damaged ({exc})"))
-                t = pa.table({"run_id": [], "name": [], "source": [], "created_at": [], "num_envs": [],
-                              "metadata": []})
-            for row in t.to_pylist():
-                row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
-                # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
-                row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
-                runs.append(row)
         size = _disk_bytes(os.fspath(self.path), skip=VIEWS_DIR)  # (views: readers' links, the same bytes)
         retired_bytes = 0
         for rel in m.get("retired", []):
@@ -424,7 +410,7 @@ class RepairStore(TableStore):
             writer=m.get("writer", "?"),
             created_at=m.get("created_at", "?"),
             tables=tables,
-            runs=runs,
+            runs=[],  # (the RL catalog's: :meth:`rlarrow.Store.info` lists them)
             bytes_on_disk=size,
             problems=problems,
         )
