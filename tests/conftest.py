@@ -171,3 +171,38 @@ def add_video_row(store: rlarrow.Store, run_id: str = "camera-run") -> None:
     frames[..., 1] = np.array([30, 120, 210], np.uint8)[:, None, None]
     row = video_row(run_id, 0, 0, "observation.camera", encode_frames(frames, fps=10), [0, 1, 2])
     store.append("videos", _schema.build("videos", row, num_rows=1))
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 server (moto's server mode, ``tests/s3_server.py``) for this pytest process.
+
+    Started on first use on 127.0.0.1 on a free port, with credentials of its own and a fresh
+    bucket, and stopped at the end of the session. Under pytest-xdist each worker that runs an
+    object-storage test starts its own (``--dist loadfile`` keeps a file's tests on one worker).
+    """
+    import s3_server as _s3
+
+    if _s3.moto_server_command() is None:
+        pytest.skip("needs moto's S3 server (moto[server], in the dev extra): pip install -e '.[dev]'")
+    server = _s3.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, request):
+    """The S3 server with the standard AWS variables set for this test, and a prefix of its own.
+
+    ``s3.prefix`` is ``s3://BUCKET/<test name>-<random>``: tests never see each other's objects.
+    """
+    import re
+    import secrets
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", request.node.name)[:60]
+    s3_server.prefix = f"s3://{s3_server.bucket}/{name}-{secrets.token_hex(3)}"
+    return s3_server

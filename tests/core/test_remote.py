@@ -1,4 +1,7 @@
-"""rlarrow.core.remote: a store on any pyarrow filesystem, pushed there and read back (file:// URIs)."""
+"""rlarrow.core.remote: a store on any pyarrow filesystem, pushed there and read back (file:// URIs).
+
+The same against a real S3 server: ``test_remote_s3.py`` (and the ``s3`` variants here).
+"""
 
 from __future__ import annotations
 
@@ -89,23 +92,26 @@ def test_remote_store_on_an_explicit_filesystem(populated, tmp_path):
     assert remote.read("memory").equals(populated.read("memory"))
 
 
-def test_streaming_dataset_reads_a_remote_store(tmp_path):
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_streaming_dataset_reads_a_remote_store(tmp_path, where, request):
+    """The same batches from a local store and its copy: at a file:// URI and on a real S3 server (``s3``)."""
     torch_mod = pytest.importorskip("rlarrow.train.torch", reason="the torch extra is not installed")
+    uri = f"file://{tmp_path}/b" if where == "file" else f"{request.getfixturevalue('s3').prefix}/b"
     st = rlarrow.Store.create(tmp_path / "s")
     for e in range(6):
         st.append("steps", episode_columns("r", e, 4 + e))
-    push(st, f"file://{tmp_path}/b", progress=False)
+    push(st, uri, progress=False)
     local = torch_mod.StreamingDataset(st, "transitions", batch_size=7, shuffle=False)
-    remote = torch_mod.StreamingDataset(RemoteStore(f"file://{tmp_path}/b"), "transitions", batch_size=7,
-                                        shuffle=False)
+    remote = torch_mod.StreamingDataset(RemoteStore(uri), "transitions", batch_size=7, shuffle=False)
+    rows = 0
     for a, b in zip(local, remote, strict=True):
         assert a.keys() == b.keys()
         for k in a:
-            if isinstance(a[k], dict):
-                for kk in a[k]:
-                    assert np.array_equal(a[k][kk].numpy(), b[k][kk].numpy())
-            else:
-                assert np.array_equal(a[k].numpy(), b[k].numpy())
+            pairs = [(a[k][kk], b[k][kk]) for kk in a[k]] if isinstance(a[k], dict) else [(a[k], b[k])]
+            for x, y in pairs:
+                assert x.dtype == y.dtype and np.array_equal(x.numpy(), y.numpy()), k
+        rows += len(a["reward"])
+    assert rows == sum(4 + e for e in range(6))
 
 
 def test_missing_and_damaged_remote_stores_are_named(tmp_path, populated):
