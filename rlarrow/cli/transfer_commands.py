@@ -237,6 +237,9 @@ def export(store: str, directory: str, fmt: str, run_id: str | None, overwrite: 
     envlogger directory, a Minari dataset, an RLDS (TFDS) directory, a LeRobot dataset or a
     robomimic .hdf5 file, the scalars as TensorBoard event files (DIR/<run_id>/).
     """
+    from rlarrow.core.targets import refuse_object_storage
+
+    refuse_object_storage(directory, f"a {fmt} export")  # (every format, before any is made)
     target = registry.get(fmt)
     assert target.export is not None  # (the --format choices are the exporters)
     options: dict[str, Any] = {}

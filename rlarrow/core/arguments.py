@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import re
 from collections.abc import Iterable
 from typing import Any, overload
 
@@ -93,3 +95,62 @@ def number(value: Any, argument: str, *, minimum: float | None = None, above: bo
         raise ArgumentError(f"{argument}={result}: give a number {'above' if above else 'of at least'} "
                             f"{minimum:g}")
     return result
+
+
+_URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def uri_scheme(location: object) -> str | None:
+    """The scheme of ``location`` when it is a URI (``s3://bucket/x``: ``"s3"``), else None.
+
+    A local path (``runs.rlarrow``, ``C:/data``, a ``Path``) has none: ``pathlib`` would turn
+    ``s3://bucket/x`` into the local path ``s3:/bucket/x``, so callers ask this first.
+
+    Example:
+        >>> uri_scheme("s3://bucket/runs.rlarrow"), uri_scheme("runs.rlarrow")
+        ('s3', None)
+    """
+    if not isinstance(location, (str, os.PathLike)):
+        return None
+    text = os.fspath(location)
+    found = _URI.match(text) if isinstance(text, str) else None
+    return found.group(1).lower() if found else None
+
+
+def object_storage_refusal(location: object, what: str, *, kind: str = "store") -> str | None:
+    """Why ``what`` cannot be at ``location`` when it is a URI (the error's text), else None.
+
+    Writing to object storage (``s3://``, ``gs://``, ``az://``, ``hf://``...) is not supported
+    yet: the text says so, that nothing was made locally, and how to get the data there today.
+    ``kind``: ``"store"`` (a store to write: write it locally, then ``rlarrow push``),
+    ``"open"`` (a store to open: a pushed one is read with ``RemoteStore``) or ``"output"``
+    (an export's file or directory: write locally, then copy). A ``file://`` URI is told to
+    give the path.
+
+    Example:
+        >>> print(object_storage_refusal("runs.rlarrow", "a store"))
+        None
+        >>> object_storage_refusal("s3://b/runs.rlarrow", "a store").split(";")[0]
+        's3://b/runs.rlarrow: rlarrow cannot write a store to object storage (s3://) yet'
+    """
+    scheme = uri_scheme(location)
+    if scheme is None:
+        return None
+    text = str(os.fspath(location))  # type: ignore[call-overload]
+    if scheme == "file":
+        return (f"{text}: {what} is a local directory here: give its path ({text[len('file://'):]!r}), "
+                "not a file:// URI (rlarrow.core.remote.RemoteStore reads a pushed store at a URI)")
+    nothing = f"nothing was created (no local directory {scheme + ':'!r})"
+    push = f"`rlarrow push LOCAL_STORE {text}` (rlarrow.core.remote.push)"
+    if kind == "open":
+        return (f"{text}: rlarrow.Store opens a local directory, not object storage ({scheme}://); read a "
+                f"store pushed there with rlarrow.core.remote.RemoteStore({text!r}) (StreamingDataset and "
+                f"rlarrow.train.ray take it). A store there is not writable yet: write it locally, then "
+                f"{push}; {nothing}")
+    if kind == "output":
+        fix = ("Write it to a local directory, then copy that to the bucket (pyarrow.fs.copy_files, or the "
+               "storage's own tools)")
+    else:
+        fix = (f"Write it to a local directory, then copy it to the bucket with {push}; read the copy there "
+               f"with rlarrow.core.remote.RemoteStore({text!r})")
+    return f"{text}: rlarrow cannot write {what} to object storage ({scheme}://) yet; {nothing}. {fix}"

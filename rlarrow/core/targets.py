@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from rlarrow.core.arguments import object_storage_refusal
 from rlarrow.core.errors import InvalidInputError, OutputError, RLArrowError
 
 __all__: list[str] = []
@@ -290,6 +291,7 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
         FileExistsError: ``path`` exists and not ``overwrite``.
         OutputError: the file could not be written.
     """
+    refuse_object_storage(path, "a file")
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path}: exists; remove it, or replace it (overwrite=True; "
@@ -321,6 +323,17 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False) -> Ite
         raise
 
 
+def refuse_object_storage(target: str | os.PathLike[str], what: str) -> None:
+    """Raise an :class:`OutputError` when ``target`` is a URI (``s3://...``): exports write locally.
+
+    ``Path("s3://bucket/x")`` is the local ``s3:/bucket/x``: without this an export would
+    create a directory named ``s3:``. The error says how to get the data there today.
+    """
+    refusal = object_storage_refusal(target, what, kind="output")
+    if refusal is not None:
+        raise OutputError(target, refusal.partition(": ")[2])
+
+
 def check_target(directory: str | os.PathLike[str], *, overwrite: bool, what: str) -> Path:
     """``directory`` as a Path, after checking that an export may write into it.
 
@@ -332,7 +345,9 @@ def check_target(directory: str | os.PathLike[str], *, overwrite: bool, what: st
     Raises:
         InvalidInputError: ``directory`` is a file, or holds something and ``overwrite`` is false;
             the message names the directory and ``--overwrite`` / ``overwrite=True``.
+        OutputError: ``directory`` is a URI (``s3://...``): exports write to local directories.
     """
+    refuse_object_storage(directory, what)
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise InvalidInputError(path, f"is a file, not a directory: {what} writes a directory; choose "

@@ -421,6 +421,9 @@ def _write_robomimic(source: EpisodeSource, directory: str | os.PathLike[str], *
 
 def _robomimic_target(directory: str | os.PathLike[str]) -> Path:
     """``-o FILE.hdf5`` as given, ``-o DIR`` as ``DIR/demo.hdf5``."""
+    from rlarrow.core.targets import refuse_object_storage
+
+    refuse_object_storage(directory, "a robomimic file")  # (before Path() makes s3://b the local s3:/b)
     target = Path(directory)
     return target if target.suffix.lower() in (".hdf5", ".h5") else target / "demo.hdf5"
 

@@ -302,7 +302,10 @@ class ArrowLogger(_BaseLogger):
         super().__init__(training_interval, test_interval, update_interval, info_interval, save_interval,
                          exclude_arrays, train_interval=train_interval)
         from rlarrow.core.store import as_store
+        from rlarrow.core.targets import refuse_object_storage
 
+        if tfevents_dir is not None:  # (before the store: nothing is made when refused)
+            refuse_object_storage(tfevents_dir, "TensorBoard event files (tfevents_dir, log_dir)")
         self.store = as_store(store, create=True)
         self._own = self.store is not store
         self._floor: dict[tuple[str, str], int] = {}

@@ -78,6 +78,9 @@ class Store(EditingStore):
                                     f"{type(path).__name__} {path!r:.60}")
         if not os.fspath(path):
             raise ArgumentError("path: an empty path: give the store's directory")
+        refusal = _arguments.object_storage_refusal(path, "a store", kind="open")
+        if refusal is not None:  # (Path() would make s3://b/x the local s3:/b/x)
+            raise StoreError(refusal)
         if version is not None:
             version = _arguments.integer(version, "version", minimum=0)
         check_versions = check_versions if _check_versions is None else _check_versions
@@ -145,8 +148,13 @@ class Store(EditingStore):
             auto_compact: see :class:`Store`.
 
         Raises:
-            StoreError: ``path`` holds a store (and not ``exist_ok``) or other files.
+            StoreError: ``path`` holds a store (and not ``exist_ok``) or other files, or is
+                a URI (``s3://...``): a store on object storage is not writable yet (write it
+                locally, then ``rlarrow push``); nothing is created then.
         """
+        refusal = _arguments.object_storage_refusal(path, "a store")
+        if refusal is not None:
+            raise StoreError(refusal)
         p = Path(path)
         if os.path.lexists(p / MANIFEST_NAME):
             if exist_ok:
@@ -183,7 +191,8 @@ class Store(EditingStore):
         read-only, so ``Store.open(path).read(...)`` works there; see :class:`Store`.
 
         Raises:
-            StoreError: no store at ``path``.
+            StoreError: no store at ``path``, or ``path`` is a URI (``s3://...``): read a
+                pushed store there with :class:`rlarrow.core.remote.RemoteStore`.
             FormatVersionError: written by an older major format (run ``rlarrow migrate``)
                 or a newer one (upgrade rlarrow).
         """

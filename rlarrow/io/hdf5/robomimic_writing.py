@@ -111,8 +111,10 @@ def export_robomimic(
 def _target(path: str | os.PathLike[str], overwrite: bool) -> Path:
     from rlarrow.core.deps import require
     from rlarrow.core.errors import InvalidInputError
+    from rlarrow.core.targets import refuse_object_storage
 
     require("h5py", feature="writing robomimic HDF5 files")
+    refuse_object_storage(path, "a robomimic file")  # (Path() would make s3://b the local s3:/b)
     target = Path(path)
     if target.is_dir():
         raise InvalidInputError(target, "a directory: give the robomimic .hdf5 file to write")

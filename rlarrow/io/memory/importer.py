@@ -577,13 +577,15 @@ def export_memory(
 
     Raises:
         InvalidInputError: ``directory/memories`` holds something and not ``overwrite``.
+        OutputError: ``directory`` is a URI (``s3://...``): exports write locally.
     """
-    from rlarrow.core.targets import check_target, fresh_directory
+    from rlarrow.core.targets import check_target, fresh_directory, refuse_object_storage
 
     if fmt not in MEMORY_FORMATS:
         raise ArgumentError(f"unknown memory format {fmt!r}; choose one of {', '.join(MEMORY_FORMATS)}")
-    out_dir = Path(directory) / "memories"
     what = f"a {fmt} memory export"
+    refuse_object_storage(directory, what)  # (before Path() makes s3://b/x the local s3:/b/x)
+    out_dir = Path(directory) / "memories"
     check_target(out_dir, overwrite=overwrite, what=what)
     st = as_store(store, readonly=True)
     written: list[Path] = []

@@ -137,8 +137,9 @@ def export_tfevents(store: StoreLike, directory: str | os.PathLike[str], *, run_
         >>> export_tfevents("runs.rlarrow", "tb/", run_id="cartpole")  # doctest: +SKIP
     """
     from rlarrow.core.store import as_store
-    from rlarrow.core.targets import fresh_directory
+    from rlarrow.core.targets import fresh_directory, refuse_object_storage
 
+    refuse_object_storage(directory, "a tfevents export")  # (Path() would make s3://b the local s3:/b)
     root = Path(directory)
     st = as_store(store, readonly=True)
     own = st is not store
