@@ -177,3 +177,21 @@ def test_push_then_a_populate_again_leaves_the_first_copy_readable(populated, s3
     now = RemoteStore(uri).row_count("memory")
     assert now == populated.row_count("memory") == 2 * before.row_count("memory")
     assert os.environ["AWS_ENDPOINT_URL"] == s3.endpoint
+
+
+def test_the_scale_page_s3_example_runs_against_the_server(s3, tmp_path, monkeypatch, capsys):
+    """docs/scale.md's S3 block (after the block that makes its store), with only the AWS variables set."""
+    import re
+
+    from conftest import REPO
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "scale.md").read_text(), re.S)
+    on_s3 = [b for b in blocks if "s3://rlarrow-docs" in b]
+    assert len(on_s3) == 1
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in (blocks[0], on_s3[0]):
+        exec(compile(block, "docs/scale.md", "exec"), namespace)  # noqa: S102
+    assert capsys.readouterr().out.splitlines()[-1] == "410 True"
+    assert RemoteStore("s3://rlarrow-docs/runs.rlarrow").read("steps").equals(
+        rlarrow.Store.open(tmp_path / "runs.rlarrow").read("steps"))
