@@ -26,10 +26,16 @@ ORDER = [("run_id", "ascending"), ("episode_id", "ascending"), ("step", "ascendi
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(request):
+    """A local Ray cluster whose workers have the tests' S3 server's AWS variables (as a cluster's nodes
+    are given a bucket's): Ray's workers read ``s3://`` with their own credentials."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        env = request.getfixturevalue("s3_server").env
+    except pytest.skip.Exception:  # (no S3 server here: the s3 variants skip, the rest run)
+        env = {}
     ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False,
-             object_store_memory=256 << 20)
+             object_store_memory=256 << 20, runtime_env={"env_vars": env})
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -245,7 +251,9 @@ def test_delta_steps_match_the_torch_dataset(cluster, store):
     assert any(w[3].any() for w in want.values()) and any(w[2].any() for w in want.values())
 
 
-def test_a_pushed_store_reads_as_the_local_one_a_layout_at_a_time(cluster, tmp_path):
+@pytest.mark.parametrize("where", ["file", pytest.param("s3", marks=pytest.mark.slow)])  # (25 s each here)
+def test_a_pushed_store_reads_as_the_local_one_a_layout_at_a_time(cluster, tmp_path, where, request):
+    """At a file:// URI and on a real S3 server (the ``s3`` fixture): Ray's workers read the bucket."""
     from rlarrow.core.errors import StoreError
     from rlarrow.core.remote import RemoteStore, push
 
@@ -254,7 +262,7 @@ def test_a_pushed_store_reads_as_the_local_one_a_layout_at_a_time(cluster, tmp_p
         st.append("memory", {"run_id": run, "snapshot_id": 0, "memory_index": np.arange(4), "env_index": 0,
                              "memory_size": 4, "num_envs": 1,
                              "states": np.arange(4 * width, dtype="f4").reshape(4, width)})
-    uri = f"file://{tmp_path}/bucket"
+    uri = f"file://{tmp_path}/bucket" if where == "file" else f"{request.getfixturevalue('s3').prefix}/bucket"
     push(st, uri, progress=False)
     with pytest.raises(StoreError, match=r"has layouts \[1, 2\] here.*layout=N"):
         rray.read(uri, "memory")
