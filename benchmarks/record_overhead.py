@@ -3,8 +3,10 @@
 Issue 37: the recorder's per-step cost, taken as CPU time of the thread that runs the
 environment loop (``time.thread_time``) next to the bare environment's, so that it can be
 read on a shared machine, where wall-clock runs swing more than the overhead measured.
-Work moved to rlarrow's writer thread (the commits: Parquet, statistics) is not on the
-recording thread and is not counted; ``--clock process`` counts every thread's CPU.
+The recorders commit on the recording thread by default, so the commits (Parquet,
+statistics) are counted; with ``--background on`` they move to a writer thread that this
+clock does not see, though they still cost the loop wall time (the thread competes for the
+interpreter's lock): ``--clock wall`` or ``--clock process`` show that.
 
 Run: ``.venv/bin/python benchmarks/record_overhead.py`` (``--steps 100000 --runs 5``);
 needs envlogger (its Catch environment and the peer). Prints the medians of the runs,
