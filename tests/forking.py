@@ -12,8 +12,8 @@ Example:
     >>> with ForkServer(["rlarrow"]) as server:
     ...     child = server.start("import sys; print('ready', flush=True); print(sys.argv[1])", "x")
     ...     child.wait_ready()
-    ...     child.finish()
-    (0, ['x'])
+    ...     child.kill()
+    ['x', 'done', '0']
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from types import TracebackType
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
 
 SERVER = r"""
-import importlib, json, os, sys, traceback
+import importlib, json, os, signal, sys, traceback
 for name in sys.argv[1:]:
     importlib.import_module(name)
 print("server", flush=True)
@@ -39,8 +39,9 @@ for line in sys.stdin:
     order = json.loads(line)
     pid = os.fork()
     if pid == 0:  # the child: the script, as `python -c SCRIPT ARGS...` runs it
-        code = 0
+        code = 1
         try:
+            code = 0
             sys.stdin.close()
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             if order["out"] is not None:
@@ -58,6 +59,10 @@ for line in sys.stdin:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            if order["linger"]:  # finished: wait for the kill (never reaped before it: no pid reused)
+                print("done", code, flush=True)
+                while True:
+                    signal.pause()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     print("exit", os.waitstatus_to_exitcode(status), flush=True)
@@ -95,10 +100,13 @@ class Child:
         return line
 
     def kill(self) -> list[str]:
-        """SIGKILL the child; return what it printed after ``ready`` (one word per item)."""
+        """SIGKILL the child; return what it printed after ``ready`` (one word per item).
+
+        A child whose script ended before the kill printed ``done CODE`` and waited for it.
+        """
         os.kill(self.pid, signal.SIGKILL)
         code, out = self.finish()
-        assert code == -signal.SIGKILL, f"the child ended by itself ({code}) before its kill: {out}"
+        assert code == -signal.SIGKILL, f"the child ended ({code}) before its kill: {out}"
         return out
 
     def finish(self) -> tuple[int, list[str]]:
@@ -117,10 +125,14 @@ class ForkServer:
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "server"
         self.scratch = Path(tempfile.mkdtemp(prefix="forkserver-"))
 
-    def start(self, code: str, *argv: str, out: Path | None = None) -> Child:
-        """Fork a child running ``code`` with ``sys.argv[1:] == argv`` (its output to ``out`` if given)."""
+    def start(self, code: str, *argv: str, out: Path | None = None, linger: bool = True) -> Child:
+        """Fork a child running ``code`` with ``sys.argv[1:] == argv`` (its output to ``out`` if given).
+
+        With ``linger``, a child whose script ends prints ``done CODE`` and waits to be killed.
+        """
         assert self.proc.stdin is not None
-        order = {"code": code, "argv": list(argv), "out": None if out is None else os.fspath(out)}
+        order = {"code": code, "argv": list(argv), "out": None if out is None else os.fspath(out),
+                 "linger": linger}
         self.proc.stdin.write(json.dumps(order) + "\n")
         self.proc.stdin.flush()
         return Child(self)
@@ -128,7 +140,7 @@ class ForkServer:
     def run(self, code: str, *argv: str) -> tuple[int, str]:
         """Run ``code`` in a child to its end: (exit code, its standard output and error)."""
         out = self.scratch / "out"
-        child = self.start(code, *argv, out=out)
+        child = self.start(code, *argv, out=out, linger=False)
         code_, _ = child.finish()
         return code_, out.read_text()
 
