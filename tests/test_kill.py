@@ -14,10 +14,15 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import assert_delta_current
+from forking import ForkServer
 
 import rlarrow
 
 ROWS_PER_COMMIT = 50
+#: what the children and ``rlarrow info`` import (some only when first used): the fork server's imports
+MODULES = ["numpy", "pyarrow.dataset", "pyarrow.pandas_compat", "rlarrow.core.store.files",
+           "rlarrow.core.schema",
+           "rlarrow.core.step_stats", "rlarrow.cli.commands"]
 
 CHILD = r"""
 import sys, numpy as np, rlarrow, rlarrow.core.store.files
@@ -43,29 +48,29 @@ while True:
 
 
 def kill_loop(tmp_path, kills: int, seed: int) -> None:
+    """SIGKILL a writer ``kills`` times, each a child forked from one server (tests/forking.py)."""
+    with ForkServer(MODULES) as server:
+        _kill_loop(server, tmp_path, kills, seed)
+
+
+def _kill_loop(server: ForkServer, tmp_path, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     path = tmp_path / "store"
     rlarrow.Store.create(path)
     committed: set[int] = set()
     next_seq = 0
     for _ in range(kills):
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(next_seq)],
-                                 stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+        child = server.start(CHILD, str(path), str(next_seq))
+        child.wait_ready()
         time.sleep(rng.uniform(0.0, 0.4))
-        os.kill(child.pid, signal.SIGKILL)
-        out, _ = child.communicate()
-        printed = [int(line) for line in out.split() if line.strip().isdigit()]
+        printed = [int(word) for word in child.kill() if word.isdigit()]
         committed.update(printed)
 
         # Readers first (no recovery has run yet): what they see is complete commits only.
         ro = rlarrow.Store.open(path, readonly=True)
         check_complete(ro, committed)
         # `rlarrow info` works on the store as the kill left it.
-        info = subprocess.run([sys.executable, "-m", "rlarrow", "info", str(path)],
-                              capture_output=True, text=True)
-        assert info.returncode == 0, info.stderr
+        server.info_works(path)
         # A writer's recovery, then every engine agrees with the manifest.
         store = rlarrow.Store.open(path)
         seqs = check_complete(store, committed)
