@@ -148,7 +148,21 @@ NEEDS_IMPORTERS = pytest.mark.skipif(bool(_missing_importers()), reason=(
     "pip install 'rlarrow[hdf5,rlds,video]'"))
 
 
+#: what the importers load (some only when first used): the fork server's imports
+IMPORT_MODULES = [*MODULES, "h5py", "av", "PIL.Image", "google.protobuf.descriptor_pb2",
+                  "google.protobuf.text_format", "datasketches", "rlarrow.io.hdf5", "rlarrow.io.minari",
+                  "rlarrow.io.rlds", "rlarrow.io.lerobot"]
+
+
 def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
+    """Kill importers of five real formats at random moments: every run is whole or absent.
+
+    The importers are forked from one server that imported them (tests/forking.py)."""
+    with ForkServer(IMPORT_MODULES) as server:
+        _import_kills(server, tmp_path, kills, seed)
+
+
+def _import_kills(server: ForkServer, tmp_path, kills: int, seed: int) -> None:
     from conftest import FIXTURES
 
     from rlarrow.io.hdf5 import import_hdf5
@@ -173,15 +187,12 @@ def _import_kill_loop(tmp_path, kills: int, seed: int) -> None:
     committed: set[int] = set()
     seq = 0
     for _ in range(kills):
-        child = subprocess.Popen([sys.executable, "-c", IMPORT_CHILD, str(path), str(FIXTURES), str(seq)],
-                                 stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        child = server.start(IMPORT_CHILD, str(path), str(FIXTURES), str(seq))
+        child.wait_ready()
         if rng.random() < 0.5:  # let an import finish first, then kill inside the next
-            committed.add(int(child.stdout.readline()))
+            committed.add(int(child.readline()))
         time.sleep(rng.uniform(0.0, 0.6))
-        os.kill(child.pid, signal.SIGKILL)
-        out, _ = child.communicate()
-        committed.update(int(x) for x in out.split() if x.isdigit())
+        committed.update(int(x) for x in child.kill() if x.isdigit())
         for readonly in (True, False):  # a reader before recovery, then a writer's recovery
             with rlarrow.Store.open(path, readonly=readonly) as st:
                 runs = st.read("runs", columns=["run_id"]).column("run_id").to_pylist()
