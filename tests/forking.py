@@ -61,6 +61,7 @@ for line in sys.stdin:
             sys.stderr.flush()
             if order["linger"]:  # finished: wait for the kill (never reaped before it: no pid reused)
                 print("done", code, flush=True)
+                os.close(os.open(order["done"], os.O_WRONLY | os.O_CREAT))
                 while True:
                     signal.pause()
             os._exit(code)
@@ -72,10 +73,15 @@ for line in sys.stdin:
 class Child:
     """One forked child: its pid, the lines it printed, how it ended."""
 
-    def __init__(self, server: ForkServer) -> None:
+    def __init__(self, server: ForkServer, done: Path) -> None:
         self.server = server
         self.pid = 0
         self.lines: list[str] = []
+        self.done = done
+
+    def ended(self) -> bool:
+        """Whether the child's script has ended (it waits for its kill then), without blocking."""
+        return self.done.exists()
 
     def _line(self) -> str:
         assert self.server.proc.stdout is not None
@@ -124,6 +130,7 @@ class ForkServer:
                                      stdout=subprocess.PIPE, text=True, env=ENV)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "server"
         self.scratch = Path(tempfile.mkdtemp(prefix="forkserver-"))
+        self.started = 0
 
     def start(self, code: str, *argv: str, out: Path | None = None, linger: bool = True) -> Child:
         """Fork a child running ``code`` with ``sys.argv[1:] == argv`` (its output to ``out`` if given).
@@ -131,11 +138,13 @@ class ForkServer:
         With ``linger``, a child whose script ends prints ``done CODE`` and waits to be killed.
         """
         assert self.proc.stdin is not None
+        self.started += 1
+        done = self.scratch / f"done-{self.started}"
         order = {"code": code, "argv": list(argv), "out": None if out is None else os.fspath(out),
-                 "linger": linger}
+                 "linger": linger, "done": os.fspath(done)}
         self.proc.stdin.write(json.dumps(order) + "\n")
         self.proc.stdin.flush()
-        return Child(self)
+        return Child(self, done)
 
     def run(self, code: str, *argv: str) -> tuple[int, str]:
         """Run ``code`` in a child to its end: (exit code, its standard output and error)."""

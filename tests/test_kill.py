@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -225,8 +224,26 @@ def test_sigkill_during_imports_many_times(tmp_path):
 KILLED_EXPORTS = ["envlogger", "minari", "robomimic", "rlds", "lerobot", "pt"]
 
 
+EXPORT_CHILD = r"""
+import sys
+from rlarrow.cli.commands import main
+print("ready", flush=True)
+main(sys.argv[1:])
+"""
+#: what the exports load (some only when first used): the fork server's imports
+EXPORT_MODULES = [*IMPORT_MODULES, "rlarrow.io.minari.minari_writing", "rlarrow.io.hdf5.robomimic_writing"]
+
+
 def _export_kill_loop(tmp_path, formats: list[str], kills: int, seed: int) -> None:
-    """SIGKILL ``rlarrow export`` at a random moment: its target is absent or a complete export."""
+    """SIGKILL ``rlarrow export`` at a random moment: its target is absent or a complete export.
+
+    The exports are forked from one server that imported rlarrow (tests/forking.py); those
+    that write HDF5 start their own child interpreter, as they do for a user."""
+    with ForkServer(EXPORT_MODULES) as server:
+        _export_kills(server, tmp_path, formats, kills, seed)
+
+
+def _export_kills(server: ForkServer, tmp_path, formats: list[str], kills: int, seed: int) -> None:
     import warnings
 
     from conftest import FIXTURES
@@ -270,13 +287,13 @@ def _export_kill_loop(tmp_path, formats: list[str], kills: int, seed: int) -> No
         out = tmp_path / f"out{k}"
         command, args = export(fmt, out)
         target = target_of(fmt, out)
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = server.start(EXPORT_CHILD, *command[3:])  # (`rlarrow export ...`, forked)
+        child.wait_ready()
         deadline = time.monotonic() + 120
-        while child.poll() is None and not writing(target) and time.monotonic() < deadline:
+        while not child.ended() and not writing(target) and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.8))  # once it writes: at any moment of the write, or after it
-        child.send_signal(signal.SIGKILL)  # (nothing when it has finished already)
-        child.wait()
+        child.kill()  # (a child that finished waits for it)
         if target.exists():  # complete: it imports back as the uninterrupted export did
             assert _reimported(out, args, tmp_path) == references[fmt], f"{fmt}: a partial export"
             outcomes["complete"] += 1
