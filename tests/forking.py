@@ -6,7 +6,8 @@ rlarrow, NumPy, PyArrow and the recorder (about a second of CPU each, twice a ro
 ``rlarrow info``), which was most of the loop. A :class:`ForkServer` is started once, imports
 those modules, then forks a child per round: a real process with its own pid, running the same
 script in the same way (``sys.argv`` set, ``__name__ == "__main__"``), killed by a real SIGKILL.
-The server holds no store, no thread and no file the children write: it only imports.
+The server opens no store and writes no file: it only imports. (Its only other threads are the
+pools NumPy's OpenBLAS and PyArrow start on import, which both libraries rebuild after a fork.)
 
 Example:
     >>> with ForkServer(["rlarrow"]) as server:
