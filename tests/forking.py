@@ -67,7 +67,8 @@ for line in sys.stdin:
                     signal.pause()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    print("exit", os.waitstatus_to_exitcode(status), flush=True)
+    # (on a line of its own: a child killed in the middle of a line left that line unended)
+    print("\nexit", os.waitstatus_to_exitcode(status), flush=True)
 """
 
 
@@ -85,10 +86,13 @@ class Child:
         return self.done.exists()
 
     def _line(self) -> str:
+        """The next line the child (or the server) printed, blank lines skipped."""
         assert self.server.proc.stdout is not None
-        line = self.server.proc.stdout.readline()
-        assert line, "the fork server died"
-        return line.strip()
+        while True:
+            line = self.server.proc.stdout.readline()
+            assert line, "the fork server died"
+            if line.strip():
+                return line.strip()
 
     def wait_ready(self) -> None:
         """Read the child's pid, then its lines until ``ready`` (as ``python -c`` children print)."""
