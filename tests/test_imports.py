@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,22 @@ def test_missing_extra_names_the_install_command(module, extra):
     """)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'rlarrow[{extra}]'" in out.stdout
+
+
+def test_the_pyarrow_floor_reads_null_fixed_size_lists_back(tmp_path):
+    """pyproject's pyarrow floor is the first release that reads back a Parquet fixed-size list
+    column holding a null (17 to 25.0.1 raise "Expected all lists to be of size=4"): every store
+    with vector actions holds one, the null action of each episode's last step."""
+    import re
+    import tomllib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    floor = next(d for d in project["project"]["dependencies"] if d.startswith("pyarrow"))
+    assert int(re.search(r">=\s*(\d+)", floor).group(1)) >= 26
+    action = pa.FixedSizeListArray.from_arrays(pa.array(range(8), pa.float32()), 4,
+                                               mask=pa.array([False, True]))
+    pq.write_table(pa.table({"action": action}), tmp_path / "a.parquet")
+    assert pq.read_table(tmp_path / "a.parquet").column("action").to_pylist() == [[0, 1, 2, 3], None]
