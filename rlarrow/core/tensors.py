@@ -211,6 +211,36 @@ def tensor_type(dtype: Any, shape: Sequence[int] = (), *, layout: str = "list") 
     return t
 
 
+def empty_array(type_: pa.DataType) -> pa.Array:
+    """An array of no rows of any type, extension types inside structs and lists included.
+
+    (``pa.array([], type)`` and ``Schema.empty_table()`` refuse an extension type nested in a
+    struct: a declared table with binary-layout tensors in a dict observation.)
+
+    Example:
+        >>> t = pa.struct([("image", tensor_type("uint8", (2, 2), layout="binary"))])
+        >>> empty_array(t).type == t, len(empty_array(t))
+        (True, 0)
+    """
+    if isinstance(type_, pa.ExtensionType):
+        return pa.ExtensionArray.from_storage(type_, empty_array(type_.storage_type))
+    if pa.types.is_struct(type_):
+        fields = [type_.field(i) for i in range(type_.num_fields)]
+        return pa.StructArray.from_arrays([empty_array(f.type) for f in fields], fields=fields)
+    if pa.types.is_fixed_size_list(type_):
+        return pa.FixedSizeListArray.from_arrays(empty_array(type_.value_type), type=type_)
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        offsets = pa.array([0], pa.int64() if pa.types.is_large_list(type_) else pa.int32())
+        cls = pa.LargeListArray if pa.types.is_large_list(type_) else pa.ListArray
+        return cls.from_arrays(offsets, empty_array(type_.value_type), type=type_)
+    return pa.array([], type_)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows in ``schema`` (see :func:`empty_array`)."""
+    return pa.Table.from_arrays([empty_array(f.type) for f in schema], schema=schema)
+
+
 def _np_dtype(dtype: Any) -> np.dtype:
     out: np.dtype = np.dtype(dtype.to_pandas_dtype() if isinstance(dtype, pa.DataType) else dtype)
     return out

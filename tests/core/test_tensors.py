@@ -267,3 +267,17 @@ def test_null_rows_of_a_sliced_struct_keep_the_slice():
     out = to_numpy(pa.table({"obs": arr}).slice(2, 4).column("obs"), fill_value=0)
     assert out["a"].tolist() == [[4, 5], [6, 7], [8, 9], [0, 0]] and out["b"].tolist() == [2, 3, 4, 0]
     assert out["img"].reshape(4, -1).tolist() == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19], [0] * 4]
+
+
+def test_a_declared_table_of_binary_tensors_in_a_dict_reads_empty_with_its_types(tmp_path):
+    """No file yet: the empty table keeps extension types nested in a struct (pyarrow's own refuses)."""
+    from rlarrow.core.tensors import empty_table
+
+    obs = pa.struct([("image", rlarrow.core.tensors.tensor_type("uint8", (4, 4), layout="binary")),
+                     ("state", rlarrow.core.tensors.tensor_type("float32", (3,)))])
+    store = rlarrow.Store.create(tmp_path / "s")
+    store.declare("steps", {"observation": obs})
+    got = store.read("steps")
+    assert got.num_rows == 0 and got.schema.field("observation").type == obs
+    assert empty_table(got.schema).schema.equals(got.schema)
+    assert len(empty_table(pa.schema([("x", pa.large_list(pa.list_(pa.int8(), 2)))]))) == 0

@@ -52,6 +52,7 @@ from rlarrow.core.store.manifest import (
     retired_location,
     write_error,
 )
+from rlarrow.core.tensors import empty_table
 from rlarrow.core.type_names import schema_differences
 
 __all__: list[str] = []
@@ -447,7 +448,7 @@ class TableStore(JournalStore):
             self._check_footers(table, files, layout)
         if not files:
             empty_schema = schema if schema is not None else _schema.table(table_of(table)).arrow_schema()
-            return ds.dataset(empty_schema.empty_table())
+            return ds.dataset(empty_table(empty_schema))  # (binary tensors in a struct included)
         # pages' CRC-32s checked where the writer stored them (~8% of a read)
         fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
             page_checksum_verification=True))
