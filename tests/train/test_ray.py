@@ -215,16 +215,47 @@ def test_the_scale_doc_page_runs(cluster, s3, tmp_path, monkeypatch, capsys):
 def test_ray_reads_the_delta_log_and_versions_as_rlarrow_does(cluster, store):
     """ray.data.read_delta (delta-rs underneath) and rlarrow's own Ray reader, at a version."""
     pytest.importorskip("deltalake", reason="ray.data.read_delta needs deltalake (the dev extra)")
-    at = rlarrow.Store.open(store.path, version=1)  # the first of the three commits
+    at = rlarrow.Store.open(store.path, version=2)  # the first of the three commits (1: the declare)
     delta_version = at.delta_versions()["steps"]
     theirs = ray.data.read_delta(os.fspath(store.path / "steps"), version=delta_version)
-    ours = rray.read(store.path, "steps", columns=["run_id", "episode_id", "step"], version=1)
+    ours = rray.read(store.path, "steps", columns=["run_id", "episode_id", "step"], version=2)
     want = at.read("steps", columns=["run_id", "episode_id", "step"]).sort_by(ORDER)
     assert theirs.count() == want.num_rows == sum(LENGTHS[e] + 1 for e in range(8))
     got = pa.concat_tables(ray.get(ours.to_arrow_refs())).sort_by(ORDER)
     assert got.equals(want)
     latest = ray.data.read_delta(os.fspath(store.path / "steps"))
     assert latest.count() == store.row_count("steps")  # not the stray file: the log lists files
+    assert ray.data.read_delta(os.fspath(store.path / "steps"), version=0).count() == 0  # (declared)
+    assert rray.read(store.path, "steps", version=1).count() == 0  # (the declare: no rows yet)
+
+
+@pytest.mark.slow  # (a Ray job per version, its workers reading the bucket: ~8 s here)
+def test_ray_read_delta_reads_the_store_pushed_to_s3_at_each_version(cluster, store, s3):
+    """Ray Data's read_delta on the bucket, each Delta version, value for value as rlarrow at that version."""
+    pytest.importorskip("deltalake", reason="ray.data.read_delta needs deltalake (the dev extra)")
+    from rlarrow.core.remote import push
+
+    uri = f"{s3.prefix}/delta.rlarrow"
+    push(store, uri, progress=False)
+    cols = ["run_id", "episode_id", "step", "action", "reward", "observation"]
+    seen = []
+    for version in range(store.version + 1):
+        at = rlarrow.Store.open(store.path, version=version)
+        delta_version = at.delta_versions().get("steps")
+        if delta_version is None or delta_version in seen:
+            continue
+        seen.append(delta_version)
+        theirs = ray.data.read_delta(f"{uri}/steps", version=delta_version, columns=cols,
+                                     storage_options=s3.storage_options)
+        got = pa.concat_tables(ray.get(theirs.to_arrow_refs())) if delta_version else None
+        want = at.read("steps", columns=cols).sort_by(ORDER)
+        if got is None:  # the declared table: no file, no rows
+            assert theirs.count() == 0 == want.num_rows
+            continue
+        assert got.sort_by(ORDER).to_pylist() == want.to_pylist(), delta_version
+    assert seen == [0, 1, 2, 3]
+    latest = pa.concat_tables(ray.get(rray.read(uri, "steps", columns=cols).to_arrow_refs()))
+    assert latest.sort_by(ORDER).equals(store.read("steps", columns=cols).sort_by(ORDER))
 
 
 def test_delta_steps_match_the_torch_dataset(cluster, store):

@@ -206,8 +206,10 @@ class StoreBase:
         log = self._delta_log(table)
         log.refresh()
         log.check_not_ahead(latest)  # (the store's version before this change)
-        if not entry["files"] and log.version < 0:
-            return None  # never had a file: no Delta table yet
+        if not entry["files"] and log.version < 0 and (entry.get("schema") is None or self._tx is not None):
+            # neither a file nor declared types: no Delta table yet (a declared table is one, with
+            # no file; one a transaction fixes becomes one with the transaction's version)
+            return None
         adds, removes = log.diff(entry["files"])
         schema_changed = entry.get("schema") is not None and (
             (log.metadata or {}).get("configuration", {}).get("rlarrow.schema") != entry["schema"])
@@ -278,8 +280,8 @@ class StoreBase:
             try:
                 log.refresh()
                 log.check_not_ahead(int(manifest.get("version", 0)))
-                if log.store_version >= item["version"] or (not files and log.version < 0):
-                    continue  # written already (or nothing to log yet)
+                if log.store_version >= item["version"] or (not files and log.version < 0 and not schema):
+                    continue  # written already (or nothing to log yet; a declared table is a Delta table)
                 adds, removes = log.diff(files)
                 log.commit(adds, removes, schema=decode_schema(schema) if schema else None,
                            schema_version=entry.get("schema_version", "1.0"),

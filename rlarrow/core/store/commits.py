@@ -122,6 +122,9 @@ class CommittingStore(CompactingStore):
         then they are fixed as a new, empty layout of the table (``TABLE.N/``), which data
         of those types (of runs not yet in another layout) goes to. Writes start a new
         layout by themselves; declaring one chooses its types (say, the binary layout).
+        A declare is a store version of its own: the table (or the new layout) becomes a
+        Delta table with no file (its Delta version 0), which every Delta engine opens as 0
+        rows of these columns (docs/format.md, "A declared table is a Delta table").
 
         Example:
             >>> import pyarrow as pa, rlarrow, tempfile, os

@@ -467,6 +467,8 @@ class DeltaLog:
         state = self._state
         version = state.version + 1
         now = _now_ms()
+        if operation == "WRITE" and version == 0 and not adds and not removes:
+            operation = "CREATE TABLE"  # (a declared table: its schema, no file yet)
         actions: list[dict[str, Any]] = [{"commitInfo": {
             "timestamp": now, "operation": operation,
             "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
