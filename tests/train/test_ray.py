@@ -205,10 +205,10 @@ def test_parallel_convert_matches_the_sequential_one(cluster, tmp_path):
 def test_the_scale_doc_page_runs(cluster, s3, tmp_path, monkeypatch, capsys):
     """Every Python block of docs/scale.md; its S3 block on the test's own S3 server (the ``s3`` fixture)."""
     monkeypatch.chdir(tmp_path)
-    assert run_python_blocks("docs/scale.md") >= 5
+    assert run_python_blocks("docs/scale.md") >= 6
     out = capsys.readouterr().out
     for expected in ("[29.0, 28.0, 27.0]", "[(20,)]", "\n410 True\n", "\n100\n", "(32, 8, 4)",
-                     "'next_observation'", "\n800\n", "\n255\n"):
+                     "'next_observation'", "\n800\n", "\n255\n", "\n410 410 410 410\n"):
         assert expected in out
 
 
