@@ -209,3 +209,27 @@ def test_polars_native_reader_reads_tensor_columns(store, table):
 
     frame = pl.read_delta(os.fspath(store.path / table))
     assert frame.height == store.row_count("steps", layout=2 if table == "steps.2" else 1)
+
+
+def test_the_scale_page_daft_example_reads_the_pushed_store(s3, tmp_path, monkeypatch, capsys):
+    """docs/scale.md's Daft block (a ```py block: Daft is no test dependency) on the test's S3 server."""
+    import re
+
+    from conftest import REPO
+
+    from rlarrow.core.remote import push
+
+    pytest.importorskip("daft", reason="Daft is not installed (not a test dependency: it pins pyarrow<26)")
+    page = (REPO / "docs" / "scale.md").read_text()
+    first = re.findall(r"```python\n(.*?)```", page, re.S)[0]  # (makes runs.rlarrow: 410 steps)
+    daft_blocks = [b for b in re.findall(r"```py\n(.*?)```", page, re.S) if "daft.read_deltalake" in b]
+    assert len(daft_blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(first, "docs/scale.md", "exec"), namespace)  # noqa: S102
+    push("runs.rlarrow", f"{s3.prefix}/runs.rlarrow", progress=False)
+    namespace.update(steps=f"{s3.prefix}/runs.rlarrow/steps", aws=dict(s3.env),
+                     version=rlarrow.Store.open("runs.rlarrow").delta_versions()["steps"])
+    capsys.readouterr()
+    exec(compile(daft_blocks[0], "docs/scale.md", "exec"), namespace)  # noqa: S102
+    assert capsys.readouterr().out == "410\n"
