@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml constraints.txt Makefile | $(BIN)/python
 	$(PIP_INSTALL) 'datasets>=4,<5' 'huggingface-hub<0.36' jsonlines pandas accelerate 'packaging<26'
 	# test-only peer: robomimic's reader, without the packages only its training needs
 	$(PIP_INSTALL) --no-deps robomimic==0.3.0 lerobot==0.4.4 torchvision==0.22.1
+	# test-only peer: Daft's Delta reader (tests/core/store/test_delta_engines.py). Daft 0.7 pins
+	# pyarrow<26, which cannot read null fixed-size lists back (pyproject.toml): without its deps
+	$(PIP_INSTALL) --no-deps daft==0.7.26
 	$(PIP_INSTALL) --no-deps --upgrade --target $(VENV)/peers/lerobot-0.3.3 lerobot==0.3.3 datasets==3.6.0
 	@touch $@
 

@@ -117,8 +117,8 @@ def _engine(name: str, storage: dict[str, str] | None) -> Any:
     if name == "polars":  # (its own reader refuses tensor columns: below)
         return lambda uri, v: pl.read_delta(uri, version=v, storage_options=storage,
                                             use_pyarrow="/steps" in uri).to_arrow()
-    daft = pytest.importorskip("daft", reason="Daft is not installed (not a test dependency: Daft 0.7 "
-                               "pins pyarrow<26, see docs/scale.md); pip install daft to run this")
+    daft = pytest.importorskip("daft", reason="Daft is not installed (`make test` installs it without its "
+                               "dependencies: Daft 0.7 pins pyarrow<26, see docs/scale.md)")
     io_config = None
     if storage is not None:
         io_config = daft.io.IOConfig(s3=daft.io.S3Config(
