@@ -40,13 +40,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from rlarrow.core import schema as _schema
-from rlarrow.core.errors import CorruptFileError, StoreError
+from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError, StoreError
 from rlarrow.core.progress import bar
 from rlarrow.core.store import (
     LOCK_NAME,
     MANIFEST_NAME,
     Store,
     StoreLike,
+    StoreReader,
     as_store,
     check_manifest_versions,
     decode_schema,
@@ -235,6 +236,41 @@ class RemoteStore:
             raise CorruptFileError(f"{self.path}/{table}", f"cannot read table {table!r} ({exc}); push "
                                    "the store again to replace missing or damaged files") from exc
         return result.replace_schema_metadata(_schema.table(table).file_metadata())
+
+
+def open_reader(store: StoreLike | RemoteStore | StoreReader, *, version: int | None = None) -> StoreReader:
+    """A store to read: a :class:`RemoteStore` for a URI, else the local :class:`~rlarrow.Store`.
+
+    What the readers (``StreamingDataset``, :mod:`rlarrow.train.ray`) call with what a user
+    passed: a ``Store`` or a local path (opened read-only, at ``version``), a URI
+    (``s3://bucket/runs.rlarrow``, ``file:///...``: a store pushed there, read with
+    :class:`RemoteStore` and the standard AWS variables), or a ``RemoteStore`` as it is.
+
+    Raises:
+        ArgumentError: ``version`` with a store on object storage (a pushed store is read at
+            the version pushed; its tables' Delta logs hold the earlier ones).
+
+    Example:
+        >>> import rlarrow, tempfile
+        >>> tmp = tempfile.mkdtemp()
+        >>> st = rlarrow.Store.create(f"{tmp}/s")
+        >>> _ = push(st, f"file://{tmp}/bucket/s", progress=False)
+        >>> type(open_reader(f"file://{tmp}/bucket/s")).__name__, type(open_reader(f"{tmp}/s")).__name__
+        ('RemoteStore', 'Store')
+    """
+    from rlarrow.core.arguments import uri_scheme
+
+    if isinstance(store, Store) or (isinstance(store, (str, os.PathLike)) and uri_scheme(store) is None):
+        return as_store(store, readonly=True, version=version)
+    if version is not None:
+        raise ArgumentError(f"version={version}: a store on object storage is read at the version pushed "
+                            "there; read an earlier one from a local copy (Store.open(path, version=...)) "
+                            "or its tables' Delta logs (deltalake.DeltaTable(uri, version=...))")
+    if isinstance(store, (str, os.PathLike)):  # a URI
+        return RemoteStore(os.fspath(store))
+    if not isinstance(store, StoreReader):
+        raise ArgumentTypeError(f"store: a Store, a path, a URI or a RemoteStore, not {type(store).__name__}")
+    return store
 
 
 def push(store: StoreLike, destination: str | os.PathLike[str], *,

@@ -69,15 +69,9 @@ __all__ = ["import_memory", "read", "read_samples", "write"]
 
 def _open(store: StoreLike | RemoteStore, version: int | None = None) -> StoreReader:
     """A Store, a RemoteStore, a local path or a URI, as a store to read (a local one: a Store)."""
-    from rlarrow.core.remote import RemoteStore
-    from rlarrow.core.store import as_store
+    from rlarrow.core.remote import open_reader
 
-    if isinstance(store, RemoteStore) or (not isinstance(store, Store) and "://" in os.fspath(store)):
-        if version is not None:
-            raise ArgumentError("version= reads a local store; for a store on object storage read "
-                                "its tables' Delta logs (ray.data.read_delta(uri, version=...))")
-        return store if isinstance(store, RemoteStore) else RemoteStore(os.fspath(store))
-    return as_store(store, readonly=True, version=version)
+    return open_reader(store, version=version)
 
 
 def read(store: StoreLike | RemoteStore, table: str, *, columns: Sequence[str] | None = None,

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,9 @@ class Source:
     """Rows of a store's table to train on.
 
     Args:
-        store: a :class:`~rlarrow.Store`, its path, or a :class:`~rlarrow.core.remote.RemoteStore`.
+        store: a :class:`~rlarrow.Store`, its path, a URI of a store pushed to object storage
+            (``s3://bucket/runs.rlarrow``: read as a :class:`~rlarrow.core.remote.RemoteStore`),
+            or a ``RemoteStore``.
         table: ``"steps"``, ``"memory"``, or ``"transitions"`` (from ``steps``).
         columns: columns to read (default: every non-key column; for transitions, all of them).
         filter: a ``pyarrow.compute.Expression`` or a SQL predicate string over the flat
@@ -53,7 +54,7 @@ class Source:
                  columns: Sequence[str] | None = None, filter: Any = None,  # noqa: A002 - pyarrow's name
                  runs: Sequence[str] | None = None, layout: int | None = None,
                  version: int | None = None) -> None:
-        from rlarrow.core.store import Store, as_store
+        from rlarrow.core.remote import open_reader
 
         self.table = table
         self.columns = _arguments.names(columns, "columns", what="column name")
@@ -61,11 +62,7 @@ class Source:
         self.filter = _with_runs(filter, self.runs)
         self.layout = layout
         #: the store, opened (read-only, at ``version``)
-        self.store: StoreReader
-        if isinstance(store, (Store, str, os.PathLike)):
-            self.store = as_store(store, readonly=True, version=version)
-        else:  # a RemoteStore (or another StoreReader): read as it is
-            self.store = store
+        self.store: StoreReader = open_reader(store, version=version)  # (a URI: a RemoteStore)
         self.version = version
 
     def __repr__(self) -> str:

@@ -103,15 +103,22 @@ def test_streaming_dataset_reads_a_remote_store(tmp_path, where, request):
     push(st, uri, progress=False)
     local = torch_mod.StreamingDataset(st, "transitions", batch_size=7, shuffle=False)
     remote = torch_mod.StreamingDataset(RemoteStore(uri), "transitions", batch_size=7, shuffle=False)
+    by_uri = torch_mod.StreamingDataset(uri, "transitions", batch_size=7, shuffle=False)  # the URI itself
+    assert by_uri.version is None  # (a remote store's: see StreamingDataset.version)
     rows = 0
-    for a, b in zip(local, remote, strict=True):
-        assert a.keys() == b.keys()
+    for a, b, c in zip(local, remote, by_uri, strict=True):
+        assert a.keys() == b.keys() == c.keys()
         for k in a:
-            pairs = [(a[k][kk], b[k][kk]) for kk in a[k]] if isinstance(a[k], dict) else [(a[k], b[k])]
-            for x, y in pairs:
-                assert x.dtype == y.dtype and np.array_equal(x.numpy(), y.numpy()), k
+            pairs = ([(a[k][kk], b[k][kk], c[k][kk]) for kk in a[k]] if isinstance(a[k], dict)
+                     else [(a[k], b[k], c[k])])
+            for x, y, z in pairs:
+                assert x.dtype == y.dtype == z.dtype, k
+                assert np.array_equal(x.numpy(), y.numpy()) and np.array_equal(x.numpy(), z.numpy()), k
         rows += len(a["reward"])
     assert rows == sum(4 + e for e in range(6))
+    # a pushed store is read at the version pushed: an earlier one is refused, saying where it is
+    with pytest.raises(rlarrow.ArgumentError, match="read at the version pushed"):
+        torch_mod.StreamingDataset(uri, "transitions", version=0)
 
 
 def test_missing_and_damaged_remote_stores_are_named(tmp_path, populated):
