@@ -42,9 +42,9 @@ MODULES = ["numpy", "pyarrow.dataset", "pyarrow.pandas_compat", "numpy.typing", 
            "rlarrow.record.logger", "rlarrow.io.memory.importer", "rlarrow.cli.commands"]
 
 
-def kill(child: Child, rng: random.Random, longest: float) -> list[str]:
+def kill(child: Child, rng: random.Random, longest: float, at_least: float = 0.0) -> list[str]:
     child.wait_ready()
-    time.sleep(rng.uniform(0.0, longest))
+    time.sleep(at_least + rng.uniform(0.0, longest))
     return child.kill()
 
 
@@ -122,11 +122,12 @@ def kill_converter(tmp_path: Path, kills: int, seed: int) -> None:
     """``rlarrow convert`` of 24 memory exports, killed at a random moment of the convert.
 
     The kill lands anywhere in an uninterrupted convert's time (measured first, in a child
-    forked the same way) or shortly after it. After each kill ``rlarrow info`` works, the runs
-    the kill left are whole (24 snapshots, each exact) or absent, and every earlier snapshot
-    is still there with all its rows. Earlier snapshots are checked by their keys and row
-    counts, the new ones value for value (reading every snapshot after every kill made the
-    loop quadratic); all of them are read value for value once more at the end.
+    forked the same way) or shortly after it; the last one well after it. After each kill
+    ``rlarrow info`` works, the runs the kill left are whole (24 snapshots, each exact) or
+    absent, and every earlier snapshot is still there with all its rows. Earlier snapshots
+    are checked by their keys and row counts, the new ones value for value (reading every
+    snapshot after every kill made the loop quadratic); all of them are read value for value
+    once more at the end.
     """
     from rlarrow.io.memory.stored import snapshots
 
@@ -144,8 +145,12 @@ def kill_converter(tmp_path: Path, kills: int, seed: int) -> None:
         took = server.run(CONVERTER_CHILD, str(tmp_path / "timed.rlarrow"), str(exports))
         assert took[0] == 0, took[1]
         longest = 1.2 * (time.monotonic() - start)
-        for _ in range(kills):
-            kill(server.start(CONVERTER_CHILD, str(path), str(exports)), rng, longest)
+        for i in range(kills):
+            # the last kill waits 4.8-6 times the timed convert, so one surely lands after a
+            # commit however slow the machine (under a busy CI the rest may all land before it)
+            last = i == kills - 1 and kills >= 20
+            kill(server.start(CONVERTER_CHILD, str(path), str(exports)), rng, longest,
+                 at_least=4 * longest if last else 0.0)
             server.info_works(path)
             with rlarrow.Store.open(path):  # a writer's open recovers
                 pass
