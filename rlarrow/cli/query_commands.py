@@ -46,8 +46,19 @@ _LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps
                 "`rlarrow info STORE` lists the layouts.")
 
 
+class StoreLocation(click.Path):
+    """A store's directory (it must exist), or the URI of one on object storage, taken as it is."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from rlarrow.core.arguments import uri_scheme
+
+        if isinstance(value, str) and uri_scheme(value) is not None:
+            return value  # (s3://bucket/runs.rlarrow: read with the standard AWS variables)
+        return super().convert(value, param, ctx)
+
+
 @click.command("sql")
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=StoreLocation(exists=True, file_okay=False))
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
               show_default=True,
@@ -100,8 +111,10 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
     import duckdb
     import pyarrow as pa
 
+    from rlarrow.core.store import Store
     from rlarrow.query import output as _export
     from rlarrow.query.connection import export_relation, readonly_store, tables_read
+    from rlarrow.query.duckdb_errors import locate_remote
     from rlarrow.query.views import connect_checked
 
     if not query.strip():
@@ -140,6 +153,8 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         try:
             rel = con.sql(query)
         except duckdb.Error as exc:
+            if not isinstance(st, Store):  # a bucket's damaged file, named
+                locate_remote(st, tables_read(query), exc)
             raise click.ClickException(
                 f"{exc}\n(views: runs, episodes, steps, scalars, memory, sources, stats, videos, "
                 "transitions, and steps_decoded, memory_decoded, transitions_decoded; a table of several "
@@ -148,13 +163,17 @@ def sql_command(store: str, query: str, fmt: str, output: str | None, max_rows: 
         if rel is None:
             click.echo("ok")
             return
-        if fmt == "table":
-            click.echo(_box(rel, max_rows))
-            return
         try:
+            if fmt == "table":
+                click.echo(_box(rel, max_rows))
+                return
             rows = export_relation(st, rel, binary_out if output is None else output, fmt, hints=hints,
                                    overwrite=True)
         except (duckdb.Error, pa.ArrowException) as exc:
+            if not isinstance(st, Store):  # (the rows are read as they are shown or written)
+                locate_remote(st, tables_read(query), exc)
+            if fmt == "table":
+                raise
             raise click.ClickException(f"the query failed while its rows were written: {exc}") from None
     finally:
         con.close()

@@ -70,16 +70,18 @@ from rlarrow.core.errors import (
     InvalidInputError,
     RLArrowWarning,
 )
+from rlarrow.core.store import Store, StoreReader
 from rlarrow.query import views as _views
 from rlarrow.query.duckdb_errors import damaged as _damaged
 from rlarrow.query.duckdb_errors import locate as _locate
+from rlarrow.query.duckdb_errors import locate_remote as _locate_remote
 from rlarrow.query.frames import iter_episodes, scan
 from rlarrow.query.relations import export, export_relation
 from rlarrow.query.views import connect, layout_notes
 from rlarrow.query.views import layout_notes_by_table as _layout_notes
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store, StoreLike
+    from rlarrow.core.store import StoreLike
 
 __all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_notes", "scan", "sql"]
 
@@ -88,11 +90,14 @@ __all__ = ["connect", "export", "export_relation", "iter_episodes", "layout_note
 _connect = _views.connect_checked
 
 
-def readonly_store(store: StoreLike, version: int | None = None) -> Store:
-    """``store`` opened read-only (at ``version``): what every query reads."""
-    from rlarrow.core.store import as_store
+def readonly_store(store: StoreLike | StoreReader, version: int | None = None) -> StoreReader:
+    """``store`` opened read-only (at ``version``): what every query reads.
 
-    return as_store(store, readonly=True, version=version)
+    A local store, or one on object storage (a URI: :func:`rlarrow.core.remote.open_reader`).
+    """
+    from rlarrow.core.remote import open_reader
+
+    return open_reader(store, version=version)
 
 
 #: The views and macros that read a table under another name.
@@ -115,12 +120,13 @@ def tables_read(query: str) -> list[str]:
     return [t for t in _schema.TABLE_NAMES if t in names]
 
 
-def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, output: str = "arrow",
-        version: int | None = None) -> Any:
+def sql(store: StoreLike | StoreReader, query: str, *, params: Sequence[Any] | None = None,
+        output: str = "arrow", version: int | None = None) -> Any:
     """Run ``query`` over ``store`` (see :func:`connect`) and return its result.
 
     Args:
-        store: a :class:`~rlarrow.Store` or its path.
+        store: a :class:`~rlarrow.Store` or its path; or a store pushed to object storage,
+            its URI (``s3://bucket/runs.rlarrow``) or a :class:`~rlarrow.core.remote.RemoteStore`.
         query: DuckDB SQL over the store's views and macros.
         params: values for ``?`` / ``$1`` placeholders in ``query``.
         output: ``"arrow"`` (a ``pyarrow.Table``, the default), ``"polars"`` (a Polars
@@ -156,6 +162,9 @@ def sql(store: StoreLike, query: str, *, params: Sequence[Any] | None = None, ou
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
         st = readonly_store(store, version)
+        if not isinstance(st, Store):  # (a bucket's files: pyarrow checked the pages DuckDB read)
+            _locate_remote(st, tables_read(query), exc)
+            raise
         err = _damaged(st, exc)
         if err is exc:
             raise

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rlarrow.core.errors import (
+    CorruptFileError,
     InvalidInputError,
     StoreError,
 )
@@ -30,7 +31,7 @@ from rlarrow.core.store import damaged_file
 from rlarrow.query.sql_text import quote
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store
+    from rlarrow.core.store import Store, StoreReader
 
 __all__: list[str] = []
 
@@ -91,3 +92,27 @@ def _named_files(exc: Exception) -> list[str]:
         found += [w for w in words if "/" in w or os.sep in w]
         found += [w for w in re.findall(r"[\"']([^\"'\\\n]+)[\"']", text) if os.path.lexists(w)]
     return list(dict.fromkeys(found))
+
+
+def locate_remote(st: StoreReader, tables: Sequence[str], exc: Exception) -> None:
+    """For a store on object storage: raise a CorruptFileError naming the damaged file of ``tables``.
+
+    DuckDB reads a bucket's files through pyarrow, which checks every page's CRC; its error
+    names the view, not the file. Each file of ``tables`` is read with its pages checked
+    until the damaged one is found (only after a failure). Nothing is raised when DuckDB's
+    error is not about reading, or no file is found damaged.
+    """
+    from rlarrow.core.store import open_checked
+
+    text = str(exc)
+    if "_rlarrow_source_" not in text:  # (the query's own error, or a failure of no store file)
+        return
+    for table in tables:
+        for path in st.files(table):
+            try:
+                open_checked(path, st.filesystem).read()
+            except CorruptFileError as found:
+                cause = found.__cause__ or found
+                raise CorruptFileError(
+                    os.fspath(path), f"damaged Parquet on object storage ({cause}); delete it and push the "
+                    f"store again from a sound local copy (`rlarrow push STORE {st.path}`)") from exc

@@ -40,7 +40,7 @@ from rlarrow.core.errors import ArgumentError
 from rlarrow.core.tensors import TensorType, to_arrow, to_numpy
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store
+    from rlarrow.core.store import StoreReader
 
 FORMATS = ("parquet", "csv", "json")
 #: Parquet row groups are cut at about this many bytes of Arrow data (or 2**20 rows).
@@ -68,7 +68,7 @@ def _has_binary_tensor(type_: pa.DataType) -> bool:
     return False
 
 
-def tensor_hints(store: Store) -> dict[str, list[pa.DataType]]:
+def tensor_hints(store: StoreReader) -> dict[str, list[pa.DataType]]:
     """Column name -> the store's binary-layout tensor types of that name (with structs holding one).
 
     DuckDB reads a binary-layout tensor's storage, a BLOB, and the result no longer says
@@ -94,7 +94,7 @@ def tensor_hints(store: Store) -> dict[str, list[pa.DataType]]:
     return hints
 
 
-def resolve_tensor_types(store: Store, given: Mapping[str, Any] | None) -> dict[str, list[pa.DataType]]:
+def resolve_tensor_types(store: StoreReader, given: Mapping[str, Any] | None) -> dict[str, list[pa.DataType]]:
     """:func:`tensor_hints`, with the caller's ``{column: type or "table.column"}`` first."""
     hints = tensor_hints(store)
     for name, spec in (given or {}).items():
@@ -524,7 +524,7 @@ def write_stream(reader: pa.RecordBatchReader, sink: str | os.PathLike[str] | IO
     return rows
 
 
-def batch_rows(store: Store) -> int:
+def batch_rows(store: StoreReader) -> int:
     """Rows per DuckDB record batch: about :data:`BATCH_BYTES` of the store's widest rows, twice over."""
     widest = 64
     for table in _schema.TABLE_NAMES:

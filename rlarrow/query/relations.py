@@ -22,12 +22,12 @@ import pyarrow as pa
 from rlarrow.core.errors import (
     ArgumentError,
 )
-from rlarrow.core.store import as_store
+from rlarrow.core.store import Store, as_store
 from rlarrow.query.duckdb_errors import damaged
 from rlarrow.query.views import connect
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store, StoreLike
+    from rlarrow.core.store import StoreLike, StoreReader
 
 __all__ = ["export", "export_relation"]
 
@@ -136,7 +136,7 @@ def _relation(st: Store, con: Any, query: str, params: Sequence[Any] | None) -> 
         raise err from exc
 
 
-def export_relation(st: Store, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
+def export_relation(st: StoreReader, rel: Any, path: str | os.PathLike[str] | IO[bytes], fmt: str, *,
                     hints: Mapping[str, list[pa.DataType]] | None = None, overwrite: bool = False) -> int:
     """Stream a DuckDB relation over ``st``'s views into ``path`` (see :func:`export`)."""
     import duckdb
@@ -155,6 +155,8 @@ def export_relation(st: Store, rel: Any, path: str | os.PathLike[str] | IO[bytes
         with atomic_output(path, overwrite=overwrite) as tmp:
             return _export.write_stream(reader, tmp, fmt, hints)
     except duckdb.Error as exc:
+        if not isinstance(st, Store):  # (a bucket's files: the caller names a damaged one)
+            raise
         err = damaged(st, exc)
         if err is exc:
             raise

@@ -32,7 +32,7 @@ from rlarrow.core.errors import (
 from rlarrow.query.sql_text import quote
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store
+    from rlarrow.core.store import StoreReader
 
 __all__: list[str] = []
 
@@ -156,7 +156,7 @@ def _video_frames(con: Any, files: list[Any]) -> list[Any]:
     return [TensorType("uint8", shape) for shape in sorted(shapes)]
 
 
-def _tensor_decoders(con: Any, st: Store, more: Sequence[Any] = (),
+def _tensor_decoders(con: Any, st: StoreReader, more: Sequence[Any] = (),
                      chosen: Mapping[str, int] | None = None) -> None:
     """Register SQL decoders for ``st``'s binary-layout tensors, and the ``*_decoded`` views.
 
@@ -272,7 +272,7 @@ def _tensor_decoders(con: Any, st: Store, more: Sequence[Any] = (),
                           + (f" replace ({replace})" if replace else "") + f" from {view}")
     con.execute("; ".join(statements))  # one call: each statement alone costs about a millisecond
 
-def add_functions(con: Any, st: Store, videos: list[Any], chosen: Mapping[str, int],
+def add_functions(con: Any, st: StoreReader, videos: list[Any], chosen: Mapping[str, int],
                   combined_without_action: Sequence[int] = ()) -> None:
     """Define the macros and functions of a connection over ``st``'s views (made before).
 

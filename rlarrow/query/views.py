@@ -33,18 +33,19 @@ from rlarrow.core.errors import (
     RLArrowWarning,
     StoreError,
 )
-from rlarrow.core.store import as_store
+from rlarrow.core.remote import open_reader
+from rlarrow.core.store import Store, StoreReader, layout_number, union_layouts
 from rlarrow.query.duckdb_errors import damaged, locate
 from rlarrow.query.sql_functions import add_functions
 from rlarrow.query.sql_text import file_list, ident, quote
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store, StoreLike
+    from rlarrow.core.store import StoreLike
 
 __all__ = ["connect"]
 
 
-def connect(store: StoreLike, *, ema_window: int | None = None, database: str = ":memory:",
+def connect(store: StoreLike | StoreReader, *, ema_window: int | None = None, database: str = ":memory:",
             version: int | None = None, layout: int | Mapping[str, int] | None = None,
             warn: bool = True) -> Any:
     r"""A DuckDB connection with a view per table of ``store``, ``transitions`` and the macros.
@@ -55,6 +56,11 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
     :class:`~rlarrow.core.store.ReaderLease`, released with the connection).
     ``ema_window`` is ignored (deprecated): ``ema`` now weighs each point's whole history.
     ``version``: the store as it was at that version (:attr:`rlarrow.Store.version`).
+
+    ``store`` may also be a store pushed to object storage: its URI (``s3://bucket/runs.rlarrow``,
+    configured by the standard AWS variables) or a :class:`~rlarrow.core.remote.RemoteStore`.
+    Its views are the same, read through pyarrow (page CRCs checked as they are read), at the
+    version pushed.
 
     A table whose runs hold different tensors has several layouts
     (:meth:`~rlarrow.Store.layouts`): each layout N has its exact view ``TABLE_N``
@@ -77,37 +83,52 @@ def connect(store: StoreLike, *, ema_window: int | None = None, database: str = 
                     warn=warn, verify=_schema.TABLE_NAMES)
 
 
-def connect_checked(store: StoreLike, *, ema_window: int | None, database: str, version: int | None,
-             layout: int | Mapping[str, int] | None, warn: bool, verify: Collection[str]) -> Any:
-    """:func:`connect`, with the files of the tables in ``verify`` checked whole first."""
+def connect_checked(store: StoreLike | StoreReader, *, ema_window: int | None, database: str,
+                    version: int | None, layout: int | Mapping[str, int] | None, warn: bool,
+                    verify: Collection[str]) -> Any:
+    """:func:`connect`, with the files of the tables in ``verify`` checked whole first.
+
+    A store on object storage (a URI, or a :class:`~rlarrow.core.remote.RemoteStore`) gets
+    the same views over its files, read through pyarrow, which checks each page's CRC as
+    it reads (``verify`` is for DuckDB's own reader, which checks none).
+    """
     import duckdb
 
-    st = as_store(store, readonly=True, version=version)
+    st = open_reader(store, version=version)
     chosen = _chosen_layouts(st, layout)
-    lease = st.lease()
     con = duckdb.connect(database)
-    weakref.finalize(con, lease.release)
-    pinned = lease.pin_view(st, _schema.TABLE_NAMES)
-    try:  # DuckDB checks no page CRC: it reads only files found whole (Store.verify)
-        for table in verify:
-            st.verify(table, pinned[table])
-    except CorruptFileError:
-        con.close()
-        raise
+    if isinstance(st, Store):
+        lease = st.lease()
+        weakref.finalize(con, lease.release)
+        pinned = lease.pin_view(st, _schema.TABLE_NAMES)
+        try:  # DuckDB checks no page CRC: it reads only files found whole (Store.verify)
+            for table in verify:
+                st.verify(table, pinned[table])
+        except CorruptFileError:
+            con.close()
+            raise
+    else:  # (the bucket's files are never changed, and removed only by a vacuum days later)
+        pinned = {table: [] for table in _schema.TABLE_NAMES}
+
+    def view(table: str, name: str, n: int | None, directory: str) -> None:
+        if not isinstance(st, Store):
+            _create_remote_view(con, st, table, name, n)
+            return
+        files = pinned[table] if n is None else [f for f in pinned[table] if Path(f).parent.name == directory]
+        _create_view(con, st, table, name, files, st.schema(table, layout=n))
+
     combined: dict[str, _Combined] = {}
     for table in _schema.TABLE_NAMES:
         layouts = st.layout_dirs(table)  # (the view pin_view took)
         if len(layouts) <= 1:
-            _create_view(con, st, table, table, pinned[table], st.schema(table))
+            view(table, table, None, table)
             continue
         # a table with several layouts (runs with other tensors): a view per layout, TABLE_N,
         # and TABLE over one of them (layout=) or all of them, widened or without the columns
         # whose types differ
-        for name in layouts:
-            n = int(name.partition(".")[2] or 1)
-            files = [f for f in pinned[table] if Path(f).parent.name == name]
-            _create_view(con, st, table, f"{table}_{n}", files, st.schema(table, layout=n))
         numbers = [int(name.partition(".")[2] or 1) for name in layouts]
+        for n, directory in zip(numbers, layouts, strict=True):
+            view(table, f"{table}_{n}", n, directory)
         if table in chosen:
             con.execute(f"create or replace view {table} as select * from {table}_{chosen[table]}")
             continue
@@ -140,7 +161,31 @@ def connect_checked(store: StoreLike, *, ema_window: int | None, database: str, 
     return con
 
 
-def _chosen_layouts(st: Store, layout: int | Mapping[str, int] | None) -> dict[str, int]:
+def _create_remote_view(con: Any, st: StoreReader, table: str, view: str, layout: int | None) -> None:
+    """The view ``view`` of a store on object storage: its files read through pyarrow.
+
+    DuckDB scans the pyarrow dataset (only the columns and row groups a query needs, its
+    filters pushed down); pyarrow checks every page's CRC as it reads, so a damaged page is
+    an error, never a changed value. Tensor columns read as their storage (a binary-layout
+    tensor is a BLOB, as DuckDB reads it from a local file).
+    """
+    import pyarrow.dataset as ds
+
+    schema = st.schema(table, layout=layout)
+    files = list(st.files(table, layout=layout))
+    source = f"_rlarrow_source_{view}"
+    if files and schema is not None:
+        checked = ds.ParquetFileFormat(
+            default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+        con.register(source, ds.dataset([os.fspath(f) for f in files], schema=_as_parquet_reads(schema),
+                                        format=checked, filesystem=st.filesystem))
+    else:
+        con.register(source, plain_schema(schema or _schema.table(table).arrow_schema()).empty_table())
+    names = set((schema or _schema.table(table).arrow_schema()).names)
+    con.execute(f"create or replace view {view} as select *{_null_tensors(table, names)} from {source}")
+
+
+def _chosen_layouts(st: StoreReader, layout: int | Mapping[str, int] | None) -> dict[str, int]:
     """``connect``'s ``layout``: the layout read by each table's plain view, checked."""
     from rlarrow.core.store.layouts import has_layouts
 
@@ -176,9 +221,10 @@ class _Combined:
         return _Combined("transitions", mapped(self.widened), mapped(self.left_out), self.numbers)
 
 
-def _combine(st: Store, table: str, numbers: list[int]) -> _Combined:
+def _combine(st: StoreReader, table: str, numbers: list[int]) -> _Combined:
     """Which of ``table``'s columns whose types differ between layouts widen exactly, and to what."""
-    left_out = st.left_out_columns(table)
+    dirs = st.layout_dirs(table)
+    left_out = union_layouts([(d, st.schema(table, layout=layout_number(d))) for d in dirs])[1]
     widened: dict[str, pa.DataType] = {}
     for column in list(left_out):
         types = [s.field(column).type for s in (st.schema(table, layout=n) for n in numbers)
@@ -254,7 +300,8 @@ def _union_view(con: Any, view: str, sources: Sequence[str], combined: _Combined
     con.execute(f"create or replace view {view} as " + " union all by name ".join(parts))
 
 
-def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = None) -> list[str]:
+def layout_notes(store: StoreLike | StoreReader,
+                 combined: Mapping[str, _Combined] | None = None) -> list[str]:
     """What the combined SQL views of ``store`` widen or leave out, and where to read it exactly.
 
     One line per table whose layouts' column types differ (empty for a store whose runs'
@@ -269,12 +316,12 @@ def layout_notes(store: StoreLike, combined: Mapping[str, _Combined] | None = No
     return list(layout_notes_by_table(store, combined).values())
 
 
-def layout_notes_by_table(store: StoreLike, combined: Mapping[str, _Combined] | None = None,
+def layout_notes_by_table(store: StoreLike | StoreReader, combined: Mapping[str, _Combined] | None = None,
                           ) -> dict[str, str]:
     """The notes of :func:`layout_notes`, by table."""
     from rlarrow.core.type_names import describe_type
 
-    st = as_store(store, readonly=True)
+    st = open_reader(store)
     if combined is None:
         combined = {}
         for table in _schema.TABLE_NAMES:
@@ -342,6 +389,22 @@ def _create_view(con: Any, st: Store, table: str, view: str, files: Sequence[Pat
         source += f" where (select error({quote(failure)})) is null"
     con.execute(f"create or replace view {view} as select *{_null_tensors(table, set(empty.names))} "
                 f"from {source}")
+
+
+def _as_parquet_reads(schema: pa.Schema) -> pa.Schema:
+    """The types DuckDB's Parquet reader gives a local store's columns: so a bucket's views are the same.
+
+    A binary-layout tensor is its bytes (:func:`plain_schema`); a list-layout tensor (a
+    fixed-size list, at any depth) a variable-size list, as Parquet stores it.
+    """
+    def plain(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
+            return pa.list_(pa.field(t.value_field.name, plain(t.value_type), t.value_field.nullable))
+        if pa.types.is_struct(t):
+            return pa.struct([pa.field(f.name, plain(f.type), f.nullable) for f in t])
+        return t
+
+    return pa.schema([pa.field(f.name, plain(f.type), f.nullable) for f in plain_schema(schema)])
 
 
 def _null_tensors(table: str, names: set[str]) -> str:

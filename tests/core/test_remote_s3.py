@@ -192,6 +192,6 @@ def test_the_scale_page_s3_example_runs_against_the_server(s3, tmp_path, monkeyp
     namespace: dict = {}
     for block in (blocks[0], on_s3[0]):
         exec(compile(block, "docs/scale.md", "exec"), namespace)  # noqa: S102
-    assert capsys.readouterr().out.splitlines()[-1] == "410 True"
+    assert capsys.readouterr().out.splitlines()[-2:] == ["410 True", "[{'n': 390}]"]
     assert RemoteStore("s3://rlarrow-docs/runs.rlarrow").read("steps").equals(
         rlarrow.Store.open(tmp_path / "runs.rlarrow").read("steps"))
