@@ -208,7 +208,7 @@ def test_the_scale_doc_page_runs(cluster, s3, tmp_path, monkeypatch, capsys):
     assert run_python_blocks("docs/scale.md") >= 6
     out = capsys.readouterr().out
     for expected in ("[29.0, 28.0, 27.0]", "[(20,)]", "\n410 True\n", "\n100\n", "(32, 8, 4)",
-                     "'next_observation'", "\n800\n", "\n255\n", "\n410 410 410\n"):
+                     "'next_observation'", "\n800\n", "\n255\n", "\n410 410 410 410\n"):
         assert expected in out
 
 
