@@ -142,7 +142,7 @@ def _needs_extras(module: str) -> pytest.MarkDecorator:
 
 #: the total of every module's ``__all__``: pinned, so the surface narrows or widens only on purpose
 #: (narrowed from 1,037 names to 383 in issue 37: helpers left ``__all__``, users' names stayed)
-SURFACE = 383
+SURFACE = 384
 #: names a module may list without a docstring or a ``#:`` comment: none since issue 37 narrowed the last;
 #: none may be added, and each fixed one leaves this set
 UNDOCUMENTED: set[tuple[str, str]] = set()

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["TensorType", "tensor_type", "to_arrow", "to_numpy"]
+__all__ = ["TensorBytesType", "TensorType", "tensor_type", "to_arrow", "to_numpy"]
 
 #: A batch of tensors: an array whose first axis is rows, a dict of those (dict
 #: observations), or a sequence of per-row arrays of one shape.
@@ -94,12 +94,80 @@ class TensorType(pa.ExtensionType):  # type: ignore[misc]
 
         meta = json.loads(serialized)
         made = cls(meta["dtype"], meta["shape"])
+        if made.storage_type != storage_type and _variable_binary(storage_type):
+            # (the bytes as another library hands them back: Polars has no fixed-size binary)
+            return TensorBytesType(meta["dtype"], meta["shape"], storage_type)
         if made.storage_type == storage_type and len(_DESERIALIZED) < 4096:
             _DESERIALIZED[(storage_type, serialized)] = made
         return made
 
     def __reduce__(self) -> Any:
         return TensorType, (self.numpy_dtype.str, self.shape)
+
+
+def _variable_binary(type_: pa.DataType) -> bool:
+    checks = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    return any(check(type_) for check in checks)
+
+
+class TensorBytesType(pa.ExtensionType):  # type: ignore[misc]
+    """``rlarrow.tensor`` handed back with its bytes in a variable-size binary column.
+
+    Polars has no fixed-size binary: it reads a binary-layout tensor column (an image
+    observation) as plain binary that keeps the extension's name, and hands it to Arrow that
+    way (``frame.to_arrow()``, ``to_pandas()``). Such a column arrives as this type, with the
+    tensor's dtype and shape; :meth:`fixed` is the :class:`TensorType` it stands for, and
+    :func:`to_numpy`, :func:`to_arrow` and every store write take it as that type (each
+    value must hold exactly one tensor's bytes).
+
+    Example:
+        >>> t = TensorBytesType("uint8", (2, 2), pa.large_binary())
+        >>> t.fixed(), t.storage_type
+        (TensorType(FixedSizeBinaryType(fixed_size_binary[4])), DataType(large_binary))
+        >>> arr = pa.ExtensionArray.from_storage(t, pa.array([bytes(range(4))], pa.large_binary()))
+        >>> to_numpy(arr).tolist()
+        [[[0, 1], [2, 3]]]
+    """
+
+    def __init__(self, dtype: Any, shape: Sequence[int], storage: pa.DataType) -> None:
+        self._fixed = TensorType(dtype, shape)
+        self.numpy_dtype, self.shape = self._fixed.numpy_dtype, self._fixed.shape
+        super().__init__(storage, "rlarrow.tensor")
+
+    def fixed(self) -> TensorType:
+        """The binary-layout type these bytes are of."""
+        return self._fixed
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return bytes(self._fixed.__arrow_ext_serialize__())
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> TensorBytesType:
+        import json
+
+        meta = json.loads(serialized)
+        return cls(meta["dtype"], meta["shape"], storage_type)
+
+    def __reduce__(self) -> Any:
+        return TensorBytesType, (self.numpy_dtype.str, self.shape, self.storage_type)
+
+
+def fixed_tensors(arr: pa.Array) -> pa.Array:
+    """A :class:`TensorBytesType` column as the :class:`TensorType` column it stands for (others as they are).
+
+    Raises:
+        ArgumentTypeError: a value is not one tensor's bytes long.
+    """
+    if not isinstance(arr.type, TensorBytesType):
+        return arr
+    fixed = arr.type.fixed()
+    try:
+        storage = arr.storage.cast(fixed.storage_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ArgumentTypeError(
+            f"a {fixed.numpy_dtype} {fixed.shape} tensor column holds a value of another length "
+            f"than its {fixed.storage_type.byte_width} bytes ({exc})") from exc
+    return pa.ExtensionArray.from_storage(fixed, storage)
 
 
 try:
@@ -304,6 +372,7 @@ def to_arrow(values: TensorLike, type: pa.DataType | None = None) -> pa.Array:  
 
 def _arrow_to_arrow(arr: pa.Array, type_: pa.DataType | None) -> pa.Array:
     """An Arrow array as is, extension tensors unwrapped, in ``type_`` (a cast or a change of layout)."""
+    arr = fixed_tensors(arr)
     if isinstance(arr.type, pa.FixedShapeTensorType):
         arr = to_arrow(arr.to_numpy_ndarray())
     if type_ is None or arr.type == type_:
@@ -418,6 +487,8 @@ def to_numpy(
         if column.num_chunks > 1 and column.nbytes >= _JOIN_BYTES:
             return _join([to_numpy(chunk, fill_value=fill_value) for chunk in column.chunks])
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if isinstance(column.type, TensorBytesType):
+        column = fixed_tensors(column)
     if isinstance(column.type, TensorType):
         return _binary_to_numpy(column, fill_value)
     if isinstance(column.type, pa.ExtensionType):

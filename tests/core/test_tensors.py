@@ -281,3 +281,43 @@ def test_a_declared_table_of_binary_tensors_in_a_dict_reads_empty_with_its_types
     assert got.num_rows == 0 and got.schema.field("observation").type == obs
     assert empty_table(got.schema).schema.equals(got.schema)
     assert len(empty_table(pa.schema([("x", pa.large_list(pa.list_(pa.int8(), 2)))]))) == 0
+
+
+def test_a_polars_frame_of_image_steps_goes_back_to_arrow_numpy_pandas_and_a_store(tmp_path):
+    """Polars keeps binary-layout tensors as plain binary: its ``to_arrow()`` failed with rlarrow imported.
+
+    ("Expected 2 buffers for imported type extension<rlarrow.tensor>": rlarrow's type was
+    made for the bytes Polars handed back as variable-size binary.) Now the column arrives as
+    a ``TensorBytesType`` that every rlarrow path takes as the tensor it stands for.
+    """
+    import polars as pl
+
+    from rlarrow.core.errors import ArgumentTypeError
+    from rlarrow.core.tensors import TensorBytesType, TensorType, to_numpy
+
+    frames = np.random.default_rng(0).integers(0, 256, (5, 6, 7, 3), dtype=np.uint8)
+    frames_type = TensorType(np.uint8, (6, 7, 3))
+    obs = pa.ExtensionArray.from_storage(frames_type, pa.array([f.tobytes() for f in frames], pa.binary(126)))
+    with rlarrow.Store.create(tmp_path / "s") as st:
+        st.append("steps", {"run_id": "r", "episode_id": 0, "step": np.arange(5), "env_index": 0,
+                            "observation": obs, "action": [0, 1, 2, 1, None], "reward": [1.0] * 4 + [None],
+                            "discount": [1.0] * 4 + [None], "is_first": [True] + [False] * 4,
+                            "is_last": [False] * 4 + [True], "is_terminal": False})
+    frame = rlarrow.scan(tmp_path / "s", "steps").collect()
+    table = frame.to_arrow()
+    column = table.column("observation")
+    assert isinstance(column.type, TensorBytesType) and column.type.fixed() == frames_type
+    assert np.array_equal(to_numpy(column), frames)
+    assert frame.to_pandas()["observation"].map(len).tolist() == [126] * 5
+    # back into a store, as the tensors they are
+    with rlarrow.Store.create(tmp_path / "copy") as copy:
+        copy.append("steps", table)
+        back = copy.read("steps")
+    assert back.schema.field("observation").type == frames_type
+    assert np.array_equal(to_numpy(back.column("observation")), frames)
+    # a value of another length is refused, saying so
+    wrong = pa.ExtensionArray.from_storage(TensorBytesType(np.uint8, (6, 7, 3), pa.binary()),
+                                           pa.array([b"\x00" * 125], pa.binary()))
+    with pytest.raises(ArgumentTypeError, match="another length"):
+        to_numpy(wrong)
+    assert pl.from_arrow(table).height == 5
