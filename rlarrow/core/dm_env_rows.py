@@ -45,7 +45,6 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import repeat
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,9 +52,11 @@ import pyarrow as pa
 
 from rlarrow.core import alignment as _alignment
 from rlarrow.core import metadata as _metadata
+from rlarrow.core import schema as _schema
 from rlarrow.core import specs as _specs
 from rlarrow.core.errors import StoreError
-from rlarrow.core.store import Store, as_store, open_checked
+from rlarrow.core.remote import open_reader
+from rlarrow.core.store import Store, StoreReader, open_checked
 from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.core.tensors import to_numpy
 from rlarrow.core.video import VideoFrames, with_frames
@@ -84,11 +85,12 @@ _INDEX_KEYS = ["run_id", "episode_id", "step"]
 class _Rows:
     """The steps table's rows by global position, read a row group at a time (cached)."""
 
-    def __init__(self, files: list[Path]) -> None:
-        self.groups: list[tuple[Path, int]] = []
+    def __init__(self, files: Sequence[str | os.PathLike[str]], filesystem: Any = None) -> None:
+        self.groups: list[tuple[str | os.PathLike[str], int]] = []
+        self.filesystem = filesystem  # (None: the local disk; a store on object storage: its own)
         starts = [0]
         for f in files:
-            meta = open_checked(f).metadata
+            meta = open_checked(f, filesystem).metadata
             for i in range(meta.num_row_groups):
                 self.groups.append((f, i))
                 starts.append(starts[-1] + meta.row_group(i).num_rows)
@@ -98,7 +100,7 @@ class _Rows:
 
     def _read(self, g: int, columns: Sequence[str] | None = None) -> pa.Table:
         path, i = self.groups[g]
-        with open_checked(path) as pf:  # pages checked against their CRC-32s
+        with open_checked(path, self.filesystem) as pf:  # pages checked against their CRC-32s
             return pf.read_row_group(i, columns=columns)
 
     def _remember(self, g: int, table: pa.Table) -> None:
@@ -190,6 +192,20 @@ class _Rows:
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
+def _index(store: StoreReader, files: list[Any]) -> pa.Table:
+    """The run, episode and step of every ``steps`` row of ``files``, their pages checked."""
+    if isinstance(store, Store):
+        try:
+            return store.dataset("steps", files=files).to_table(columns=_INDEX_KEYS)
+        except READ_ERRORS as exc:  # a page failed its CRC-32: name the file
+            raise store.damage("steps", exc, files=files) from exc
+    parts = [open_checked(f, store.filesystem).read(columns=_INDEX_KEYS) for f in files]
+    if not parts:
+        schema = _schema.table("steps").arrow_schema()
+        return pa.schema([schema.field(k) for k in _INDEX_KEYS]).empty_table()
+    return pa.concat_tables(parts)
+
+
 class DmEnvRows:
     """One run of a store, read in dm_env order (see the module docs).
 
@@ -210,12 +226,10 @@ class DmEnvRows:
                  version: int | None = None) -> None:
         import pyarrow.compute as pc
 
-        self.store = as_store(data_directory, readonly=True, version=version)
-        files = self.store.files("steps")
-        try:
-            index = self.store.dataset("steps", files=files).to_table(columns=_INDEX_KEYS)
-        except READ_ERRORS as exc:  # a page failed its CRC-32: name the file
-            raise self.store.damage("steps", exc, files=files) from exc
+        # a local store, or one pushed to object storage (a URI or a RemoteStore)
+        self.store: StoreReader = open_reader(data_directory, version=version)
+        files = list(self.store.files("steps"))
+        index = _index(self.store, files)
         runs = pc.unique(index.column("run_id")).to_pylist()
         if run_id is None:
             if not runs:
@@ -237,7 +251,7 @@ class DmEnvRows:
         self._episode_ids = episode[np.concatenate([[0], bounds])] if len(episode) else episode
         self._offsets = np.concatenate([[0], bounds, [len(episode)]]).astype(np.int64)
         self._lengths = np.diff(self._offsets)
-        self._rows = _Rows(files)
+        self._rows = _Rows(files, self.store.filesystem)
         run = self.store.read("runs", filter=pc.field("run_id") == run_id).to_pylist()
         self._run = run[0] if run else {}
         self._env_specs = derived_specs(
@@ -384,6 +398,9 @@ class DmEnvRows:
 
     def _video_frames(self) -> VideoFrames | None:
         if self._frames is False:
+            if not isinstance(self.store, Store) and self.store.row_count("videos"):
+                raise StoreError(f"{self.store.path}: its cameras are in the video layout, which is not read "
+                                 "from object storage yet; read a local copy of the store")
             found = VideoFrames.of(self.store)
             self._frames = found if found is not None and found.columns(self.run_id) else None
         return self._frames  # type: ignore[return-value]

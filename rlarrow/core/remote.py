@@ -207,6 +207,9 @@ class RemoteStore:
         """
         import pyarrow.dataset as ds
 
+        from rlarrow.core.store.checked import checked_format
+
+        checked = checked_format()  # (every page checked against its CRC-32 as it is read)
         schema = self.schema(table, layout=layout) or _schema.table(table).arrow_schema()
         located = [(n, self._layout_schema(n) or schema, self.files(table, layout=layout_number(n)))
                    for n in self.layout_dirs(table, layout)]
@@ -215,9 +218,9 @@ class RemoteStore:
             return ds.dataset(schema.empty_table())
         if len(located) == 1:
             _, own, files = located[0]
-            return ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+            return ds.dataset(files, format=checked, schema=own, filesystem=self.filesystem)
         # several layouts: each read with its own schema, joined by column name (read whole)
-        tables = [ds.dataset(files, format="parquet", schema=own, filesystem=self.filesystem)
+        tables = [ds.dataset(files, format=checked, schema=own, filesystem=self.filesystem)
                   .to_table(columns=[c for c in schema.names if c in own.names]) for _, own, files in located]
         joined = pa.concat_tables(tables, promote_options="default")
         return ds.dataset(joined.select(schema.names).cast(schema))

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,8 @@ import pyarrow as pa
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core import schema as _schema
-from rlarrow.core.store import as_store, damaged_file
+from rlarrow.core.errors import RLArrowWarning
+from rlarrow.core.store import Store, StoreReader, as_store, damaged_file
 from rlarrow.core.store.checked import READ_ERRORS
 from rlarrow.query.sql_text import quote
 from rlarrow.query.views import connect_checked, plain_schema
@@ -55,7 +57,12 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None, version: in
     """
     import polars as pl
 
-    st = as_store(store, readonly=True, version=version)
+    from rlarrow.core.remote import open_reader
+
+    reader = open_reader(store, version=version)
+    if not isinstance(reader, Store):
+        return _scan_remote(reader, table, layout)
+    st = reader
     # a LazyFrame cannot own a lease (frames derived from it outlive it): the process's lease
     pinned = st.process_lease().pin_view(st, [table])[table]
     names = st.layout_dirs(table, layout)  # (the view pin_view took)
@@ -75,6 +82,44 @@ def scan(store: StoreLike, table: str, *, layout: int | None = None, version: in
             own = st.schema(table, layout=int(name.partition(".")[2] or 1))
             own_names = own.names if own is not None else []
             frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own_names])
+        frames.append(frame)
+    if not frames:
+        empty = schema or _schema.table(table).arrow_schema()
+        return pl.DataFrame(plain_schema(empty).empty_table()).lazy()
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
+
+
+def _scan_remote(st: StoreReader, table: str, layout: int | None) -> Any:
+    """:func:`scan` of a store on object storage: each layout's files as a pyarrow dataset Polars scans.
+
+    pyarrow reads them (the columns and row groups the frame needs), checking every page's
+    CRC as it reads, so a damaged page fails the ``collect()`` rather than changing values.
+    The frame has the columns and types a local store's has (layouts combined by name, a
+    column whose types differ left out, with the same warning as ``Store.read``).
+    """
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    from rlarrow.core.store import layout_number, union_layouts
+    from rlarrow.core.store.layouts import left_out_note
+
+    names = st.layout_dirs(table, layout)
+    schema, left_out = union_layouts([(n, st.schema(table, layout=layout_number(n))) for n in names])
+    if left_out:
+        warnings.warn(left_out_note(st.path, table, left_out), RLArrowWarning, stacklevel=3)
+    from rlarrow.core.store.checked import checked_format
+
+    checked = checked_format()  # (every page checked against its CRC-32 as it is read)
+    frames = []
+    for name in names:
+        own = st.schema(table, layout=layout_number(name))
+        files = [os.fspath(f) for f in st.files(table, layout=layout_number(name))]
+        if not files or own is None:
+            continue
+        data = ds.dataset(files, schema=own, format=checked, filesystem=st.filesystem)
+        frame = pl.scan_pyarrow_dataset(data)
+        if len(names) > 1:  # the columns this layout shares with the others
+            frame = frame.select([c for c in (schema.names if schema is not None else []) if c in own.names])
         frames.append(frame)
     if not frames:
         empty = schema or _schema.table(table).arrow_schema()

@@ -175,8 +175,9 @@ def _create_remote_view(con: Any, st: StoreReader, table: str, view: str, layout
     files = list(st.files(table, layout=layout))
     source = f"_rlarrow_source_{view}"
     if files and schema is not None:
-        checked = ds.ParquetFileFormat(
-            default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+        from rlarrow.core.store.checked import checked_format
+
+        checked = checked_format()  # (every page checked against its CRC-32 as it is read)
         con.register(source, ds.dataset([os.fspath(f) for f in files], schema=_as_parquet_reads(schema),
                                         format=checked, filesystem=st.filesystem))
     else:

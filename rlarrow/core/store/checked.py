@@ -205,6 +205,19 @@ def open_checked(path: str | os.PathLike[str], filesystem: Any = None) -> pq.Par
     return pf
 
 
+def checked_format() -> Any:
+    """A ``pyarrow.dataset`` Parquet format that checks every page it reads against its CRC-32.
+
+    For datasets scanned by other engines (DuckDB, Polars) over a store's files where no
+    whole-file check runs first (a store on object storage): a damaged page fails the scan
+    with pyarrow's error, never hands on changed values.
+    """
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+
+
 def _check_statistics(path: str | os.PathLike[str], meta: Any, table: pa.Table) -> None:
     """The footer's statistics of a row group's plain columns are those of the values read.
 

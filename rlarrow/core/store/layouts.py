@@ -177,3 +177,10 @@ def data_run_ids(data: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> set[str
         return {str(v) for v in pc.unique(value).to_pylist() if v is not None}
     except pa.ArrowException:
         return set()
+
+
+def left_out_note(path: object, table: str, clash: dict[str, list[str]]) -> str:
+    """The warning of a read of ``table``'s layouts together: the columns left out, and how to have them."""
+    return (f"{path}: reading the layouts of {table!r} together leaves out the column(s) whose types "
+            "differ: " + "; ".join(f"{c} ({', '.join(t)})" for c, t in clash.items())
+            + " (read one layout with layout=N to have them)")

@@ -39,6 +39,7 @@ from rlarrow.core.store.layouts import (
     has_layouts,
     layout_directory,
     layout_number,
+    left_out_note,
     single_layout,
     table_of,
     union_layouts,
@@ -195,10 +196,7 @@ class TableStore(JournalStore):
             from rlarrow.core.errors import RLArrowWarning
 
             warned.add(key)
-            warnings.warn(f"{self.path}: reading the layouts of {table!r} together leaves out the "
-                          f"column(s) whose types differ: " + "; ".join(
-                              f"{c} ({', '.join(t)})" for c, t in clash.items())
-                          + " (read one layout with layout=N to have them)", RLArrowWarning, stacklevel=3)
+            warnings.warn(left_out_note(self.path, table, clash), RLArrowWarning, stacklevel=3)
 
     def layouts(self, table: str) -> list[LayoutInfo]:
         """The layouts of ``table``: their numbers, directories, schemas, rows and runs.
