@@ -144,9 +144,9 @@ def object_storage_refusal(location: object, what: str, *, kind: str = "store") 
     push = f"`rlarrow push LOCAL_STORE {text}` (rlarrow.core.remote.push)"
     if kind == "open":
         return (f"{text}: rlarrow.Store opens a local directory, not object storage ({scheme}://); read a "
-                f"store pushed there with rlarrow.core.remote.RemoteStore({text!r}) (StreamingDataset and "
-                f"rlarrow.train.ray take it). A store there is not writable yet: write it locally, then "
-                f"{push}; {nothing}")
+                f"store pushed there with rlarrow.core.remote.RemoteStore({text!r}) (rlarrow.sql, connect, "
+                f"scan, Reader, StreamingDataset and rlarrow.train.ray take the URI itself). A store there "
+                f"is not writable yet: write it locally, then {push}; {nothing}")
     if kind == "output":
         fix = ("Write it to a local directory, then copy that to the bucket (pyarrow.fs.copy_files, or the "
                "storage's own tools)")

@@ -57,6 +57,7 @@ from rlarrow.core.store import (
     table_of,
     union_layouts,
 )
+from rlarrow.core.store.delta import DeltaLog, manifest_at
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, check_inside, is_plain_file_name
 from rlarrow.core.store.segments import SEGMENTS_DIR, Segments
 
@@ -81,6 +82,43 @@ def resolve(location: str | os.PathLike[str], filesystem: pafs.FileSystem | None
     return pafs.LocalFileSystem(), os.path.abspath(text)
 
 
+class _BucketLog(DeltaLog):
+    """A table's Delta log on a pyarrow filesystem, for reading an earlier version there."""
+
+    def __init__(self, filesystem: pafs.FileSystem, directory: str) -> None:
+        super().__init__(Path(directory))
+        self._fs = filesystem
+
+    def _check_dir(self) -> bool:
+        return bool(self._fs.get_file_info(os.fspath(self.log_dir)).type == pafs.FileType.Directory)
+
+    def exists(self) -> bool:
+        return self._read(self._path(0)) is not None
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            with self._fs.open_input_stream(os.fspath(path)) as f:
+                data: bytes = f.read()
+        except FileNotFoundError:
+            return None
+        return data
+
+
+class _Bucket:
+    """Where :func:`~rlarrow.core.store.delta.manifest_at` reads a pushed store's logs and files."""
+
+    gone = "never pushed there: it was replaced before a push copied it"
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str) -> None:
+        self.filesystem, self.root = filesystem, root
+
+    def log(self, table: str) -> DeltaLog:
+        return _BucketLog(self.filesystem, f"{self.root}/{table}")
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.filesystem.get_file_info(f"{self.root}/{rel}").type == pafs.FileType.File)
+
+
 class RemoteStore:
     """A read-only store on any pyarrow filesystem, as its manifest listed it when opened.
 
@@ -89,15 +127,19 @@ class RemoteStore:
             with ``filesystem``, a path on it.
         filesystem: a ``pyarrow.fs.FileSystem`` (credentials, region, endpoint); default:
             the one the URI names.
+        version: the store as it was at this version (:attr:`rlarrow.Store.version`), from
+            its tables' Delta logs, as :meth:`rlarrow.Store.open` reads one; the files of that
+            version must have been pushed (a push copies the files of the version it pushes).
 
     Raises:
         StoreError: no store there.
+        NotFoundError: no such version, or its files were never pushed.
         CorruptFileError: a damaged manifest.
         FormatVersionError: a store this rlarrow cannot read (see :meth:`rlarrow.Store.open`).
     """
 
     def __init__(self, location: str | os.PathLike[str], *,
-                 filesystem: pafs.FileSystem | None = None) -> None:
+                 filesystem: pafs.FileSystem | None = None, version: int | None = None) -> None:
         self.filesystem, self.root = resolve(location, filesystem)
         self.path = os.fspath(location)
         segments = Segments(f"{self.path}|remote", self._read_segment,
@@ -116,6 +158,8 @@ class RemoteStore:
                 data = again
         check_manifest_versions(manifest, self.path)
         roll_forward(manifest, self._exists)  # a journaled step with all its files here: committed
+        if version is not None and version != manifest.get("version", 0):
+            manifest = manifest_at(self.path, manifest, version, where=_Bucket(self.filesystem, self.root))
         self._manifest = manifest
 
     def __repr__(self) -> str:
@@ -249,9 +293,13 @@ def open_reader(store: StoreLike | RemoteStore | StoreReader, *, version: int | 
     (``s3://bucket/runs.rlarrow``, ``file:///...``: a store pushed there, read with
     :class:`RemoteStore` and the standard AWS variables), or a ``RemoteStore`` as it is.
 
+    A URI is read at ``version`` from its tables' Delta logs, as a local store is (the files of
+    that version must have been pushed).
+
     Raises:
-        ArgumentError: ``version`` with a store on object storage (a pushed store is read at
-            the version pushed; its tables' Delta logs hold the earlier ones).
+        ArgumentError: ``version`` with a :class:`RemoteStore` opened already (open it at that
+            version instead).
+        NotFoundError: no such version, or its files were never pushed.
 
     Example:
         >>> import rlarrow, tempfile
@@ -265,12 +313,11 @@ def open_reader(store: StoreLike | RemoteStore | StoreReader, *, version: int | 
 
     if isinstance(store, Store) or (isinstance(store, (str, os.PathLike)) and uri_scheme(store) is None):
         return as_store(store, readonly=True, version=version)
-    if version is not None:
-        raise ArgumentError(f"version={version}: a store on object storage is read at the version pushed "
-                            "there; read an earlier one from a local copy (Store.open(path, version=...)) "
-                            "or its tables' Delta logs (deltalake.DeltaTable(uri, version=...))")
     if isinstance(store, (str, os.PathLike)):  # a URI
-        return RemoteStore(os.fspath(store))
+        return RemoteStore(os.fspath(store), version=version)
+    if version is not None:
+        raise ArgumentError(f"version={version} with a RemoteStore opened already: give the store's URI, or "
+                            "open the RemoteStore at that version (RemoteStore(uri, version=...))")
     if not isinstance(store, StoreReader):
         raise ArgumentTypeError(f"store: a Store, a path, a URI or a RemoteStore, not {type(store).__name__}")
     return store

@@ -48,8 +48,8 @@ def test_a_store_at_a_uri_is_refused_and_nothing_is_created(scheme, empty_cwd):
             call()
         _says_how(str(caught.value), uri)
         assert f"rlarrow push LOCAL_STORE {uri}" in str(caught.value)
-    for call in (lambda: rlarrow.Store.open(uri), lambda: rlarrow.Store(uri, readonly=True),
-                 lambda: rlarrow.connect(uri)):
+    # (the readers of a pushed store take the URI: rlarrow.connect(uri), sql, scan, Reader, ...)
+    for call in (lambda: rlarrow.Store.open(uri), lambda: rlarrow.Store(uri, readonly=True)):
         with pytest.raises(StoreError, match=r"RemoteStore\('" + scheme) as caught:
             call()
         _says_how(str(caught.value), uri)

@@ -50,7 +50,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -288,6 +288,10 @@ class DeltaLog:
         finally:
             os.close(fd)
 
+    def _read(self, path: Path) -> bytes | None:
+        """A commit's bytes (None: none yet); a log elsewhere (a bucket) reads its own way."""
+        return self.read_commit(path)
+
     def refresh(self, *, until_store_version: int | None = None) -> None:
         """Read the commits written since the last one read (up to a store version).
 
@@ -308,7 +312,7 @@ class DeltaLog:
                     and self._state.store_version >= until_store_version:
                 return  # (each commit is of a later store version than the one before)
             path = self._path(self._state.version + 1)
-            data = self.read_commit(path)
+            data = self._read(path)
             if data is None:
                 return
             if until_store_version is not None:
@@ -562,12 +566,52 @@ class DeltaLog:
                     p.unlink()
 
 
-def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, Any]:
+class LogPlace(Protocol):
+    """Where :func:`manifest_at` finds a store's Delta logs and files when it is not a local directory."""
+
+    #: why a file an earlier version lists may be missing there (said in the error)
+    gone: str
+
+    def log(self, table: str) -> DeltaLog:
+        """The Delta log of the table directory ``table``."""
+
+    def exists(self, rel: str) -> bool:
+        """Whether the file ``TABLE/NAME`` is there."""
+
+
+def _replaced_since(root: Path | str, name: str, files: list[DeltaFile], version: int,
+                    where: LogPlace | None) -> set[str]:
+    """Which of a version's ``files`` were replaced since (kept aside for earlier versions).
+
+    Raises:
+        NotFoundError: a file is in neither place (deleted since, or never copied there).
+    """
+    from rlarrow.core.errors import NotFoundError
+
+    if where is None:
+        here = Path(root) / name
+        moved = {f.name for f in files if not is_regular(here / f.name)  # (links: never followed)
+                 and is_regular(retired_location(Path(root), f"{name}/{f.name}"))}
+        gone = [f.name for f in files if f.name not in moved and not is_regular(here / f.name)]
+        why = "deleted by `rlarrow vacuum` or a migration, or moved out by `rlarrow repair`"
+    else:  # (a copy keeps replaced files in their table directories)
+        moved, gone, why = set(), [f.name for f in files if not where.exists(f"{name}/{f.name}")], where.gone
+    if gone:
+        raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
+                            f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
+                            f"no longer in the store ({why}); read a later version")
+    return moved
+
+
+def manifest_at(root: Path | str, current: dict[str, Any], version: int, *,
+                where: LogPlace | None = None) -> dict[str, Any]:
     """The manifest of store version ``version``, rebuilt from the tables' Delta logs.
 
     ``current`` is the store's manifest now (its tables and layouts name the logs to read).
     Every table lists the files its log listed at the last Delta commit of store version
     ``version`` or before, in the table's row order; a layout created later is absent.
+    ``where``: the logs and files of a store elsewhere (a bucket); default: the local
+    directory ``root``.
 
     Raises:
         NotFoundError: ``version`` is not one of the store's versions, or a file it
@@ -595,7 +639,7 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
         # current version, read from the manifest itself, or written already.)
         due = [d for d in backlog if d.get("table") == name and "files" in d
                and isinstance(d.get("version"), int) and d["version"] <= version]
-        log = DeltaLog(root / name)
+        log = DeltaLog(Path(root) / name) if where is None else where.log(name)
         try:
             log.refresh(until_store_version=version)
         except CorruptFileError:
@@ -621,14 +665,7 @@ def manifest_at(root: Path, current: dict[str, Any], version: int) -> dict[str, 
             config = (log.metadata or {}).get("configuration") or {}
             listed = log.ordered()
         files = listed
-        moved = {f.name for f in files if not is_regular(root / name / f.name)  # (links: never followed)
-                 and is_regular(retired_location(root, f"{name}/{f.name}"))}  # replaced since: kept aside
-        gone = [f.name for f in files if f.name not in moved and not is_regular(root / name / f.name)]
-        if gone:
-            raise NotFoundError(f"{root}: version {version} lists {name}/{gone[0]}"
-                                f"{f' and {len(gone) - 1} more files' if len(gone) > 1 else ''}, "
-                                "no longer in the store (deleted by `rlarrow vacuum` or a migration, or "
-                                "moved out by `rlarrow repair`); read a later version")
+        moved = _replaced_since(root, name, files, version, where)
         entry["schema"] = config.get(SCHEMA_KEY) or entry.get("schema")
         entry["schema_version"] = config.get("rlarrow.schemaVersion", entry.get("schema_version", "1.0"))
         entry["files"] = [{"name": f.name, "rows": f.rows, "bytes": f.bytes, **({"retired": True} if
