@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ from rlarrow.core import step_stats as _step_stats
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError
 
 if TYPE_CHECKING:
-    from rlarrow.core.store import Store
+    from rlarrow.core.store import StoreReader
 
 __all__: list[str] = []
 
@@ -64,9 +65,17 @@ def _selected(table: pa.Table, runs: set[str] | None, episodes: pa.Table | None)
     return keep
 
 
-def _steps_rows_per_run(store: Store) -> dict[str, int]:
+def layouts_of(store: StoreReader, table: str) -> list[Any]:
+    """:meth:`rlarrow.Store.layouts` of a local store, or of one on object storage (``RemoteStore``)."""
+    from rlarrow.core.store import Store
+    from rlarrow.core.store.layouts import layout_infos
+
+    return store.layouts(table) if isinstance(store, Store) else layout_infos(store, table)
+
+
+def _steps_rows_per_run(store: StoreReader) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for info in store.layouts("steps"):
+    for info in layouts_of(store, "steps"):
         if info.schema is None:
             continue
         ids = store.read("steps", columns=["run_id"], layout=info.layout).column("run_id")
@@ -75,7 +84,7 @@ def _steps_rows_per_run(store: Store) -> dict[str, int]:
     return counts
 
 
-def _uncovered_runs(store: Store, stored: pa.Table) -> set[str]:
+def _uncovered_runs(store: StoreReader, stored: pa.Table) -> set[str]:
     """The runs whose steps rows the stored statistics do not all describe (or describe too many)."""
     segments = stored.filter(pc.and_(pc.is_valid(stored.column("episode_id")),
                                      pc.equal(stored.column("column"), "reward")))
@@ -89,11 +98,11 @@ def _uncovered_runs(store: Store, stored: pa.Table) -> set[str]:
     return {run for run in set(actual) | set(have) if actual.get(run, 0) != have.get(run, 0)}
 
 
-def _from_data(store: Store, runs: set[str] | None, episodes: pa.Table | None, columns: set[str] | None,
+def _from_data(store: StoreReader, runs: set[str] | None, episodes: pa.Table | None, columns: set[str] | None,
                quantiles: bool, layout: int | None = None) -> dict[str, _stats.ColumnStats]:
     """Statistics of the selected steps rows, read from the data (what nothing stored describes)."""
     out: dict[str, _stats.ColumnStats] = {}
-    for info in store.layouts("steps"):
+    for info in layouts_of(store, "steps"):
         if info.schema is None or (layout is not None and info.layout != layout):
             continue
         leaves = [leaf for leaf in _step_stats.stat_leaves(info.schema)
@@ -208,7 +217,7 @@ def _check_shapes(segments: pa.Table) -> None:
                                 f"and {shape} in {layout}: pick one with layout=N (Store.layouts('steps'))")
 
 
-def combine_stored(store: Store, *, runs: Iterable[str] | None = None,
+def combine_stored(store: StoreReader, *, runs: Iterable[str] | None = None,
                    episodes: Iterable[tuple[str, int]] | pa.Table | None = None,
                    columns: Iterable[str] | None = None, quantiles: bool = True,
                    layout: int | None = None) -> dict[str, _stats.ColumnStats]:
@@ -243,7 +252,7 @@ def combine_stored(store: Store, *, runs: Iterable[str] | None = None,
                      # from the stats rows (a merge may have put another store's runs in a layout of
                      # another number)
                      run_layout=({} if len(directories) == 1 else
-                                 {run: info.directory for info in store.layouts("steps")
+                                 {run: info.directory for info in layouts_of(store, "steps")
                                   for run in info.run_ids}))
     # one read of every row but the sketches (only the chosen blocks' are read, in _add_quantiles)
     names = [f.name for f in _schema.table("stats").arrow_schema() if f.name != "sketches"]
@@ -272,13 +281,13 @@ def combine_stored(store: Store, *, runs: Iterable[str] | None = None,
 class _Selection:
     """What :func:`combine_stored` was asked for, and the store's steps layouts it reads them in."""
 
-    def __init__(self, *, store: Store, runs: set[str] | None, episodes: pa.Table | None,
+    def __init__(self, *, store: StoreReader, runs: set[str] | None, episodes: pa.Table | None,
                  wanted: set[str] | None, layout: int | None, layout_flt: Any, directories: list[str],
                  run_layout: dict[str, str]) -> None:
         self.store, self.runs, self.episodes, self.wanted = store, runs, episodes, wanted
         self.layout, self.layout_flt = layout, layout_flt
         self.directories, self.run_layout = directories, run_layout
-        self.path = store.path / "stats"
+        self.path = f"{os.fspath(store.path)}/stats"  # (in errors: a path, or a bucket URI)
 
     def columns_filter(self) -> Any:
         """The stats rows of the columns asked for (None: all)."""
@@ -324,7 +333,7 @@ def _is_segment(table: pa.Table) -> npt.NDArray[np.bool_]:
     return np.asarray(table.column("episode_id").is_valid().to_numpy(zero_copy_only=False))
 
 
-def _without_clashes(store: Store, everything: pa.Table) -> set[str] | None:
+def _without_clashes(store: StoreReader, everything: pa.Table) -> set[str] | None:
     """Every column but those whose shape differs between layouts, with a warning; None: no clash.
 
     Runs whose tensors differ (a PPO and a DQN run): the statistics of all runs leave the

@@ -29,24 +29,25 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
 from rlarrow.core import arguments as _arguments
 from rlarrow.core.errors import ArgumentError, ArgumentTypeError, CorruptFileError
 from rlarrow.core.stats import DEFAULT_QUANTILES, ColumnStats, lerobot_entry
-from rlarrow.core.store import Store, StoreLike
+from rlarrow.core.store import Store, StoreLike, StoreReader
 
 __all__ = ["lerobot_stats", "lerobot_stats_json", "stats", "write_stats_json"]
 
 
-def selected_episodes(store: StoreLike, where: str, *, version: int | None = None) -> pa.Table:
+def selected_episodes(store: StoreLike | StoreReader, where: str, *, version: int | None = None) -> pa.Table:
     """The ``(run_id, episode_id)`` pairs of the ``episodes`` rows a SQL filter keeps.
 
     ``where`` is a DuckDB boolean expression over the ``episodes`` view (``return > 100``,
@@ -69,7 +70,7 @@ def selected_episodes(store: StoreLike, where: str, *, version: int | None = Non
         con.close()
 
 
-def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | None = None,
+def stats(store: StoreLike | StoreReader, *, where: str | None = None, runs: Iterable[str] | None = None,
           episodes: Iterable[tuple[str, int]] | pa.Table | None = None,
           weights: Mapping[str, float] | None = None, columns: Iterable[str] | None = None,
           quantiles: bool = True, version: int | None = None,
@@ -105,7 +106,7 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
     try:
         return _stats(store, where, runs, episodes, weights, columns, quantiles, version, layout)
     except CorruptFileError:
-        if version is not None:
+        if version is not None or not _is_local(store):  # (a bucket's store is read from one manifest)
             raise
     # A commit between this call's reads (a recorder writing) makes the moments and the
     # sketches disagree, which reads as damage: ask again of one version, pinned.
@@ -116,14 +117,13 @@ def stats(store: StoreLike, *, where: str | None = None, runs: Iterable[str] | N
     return _stats(store, where, runs, episodes, weights, columns, quantiles, pinned, layout)
 
 
-def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
+def _stats(store: StoreLike | StoreReader, where: str | None, runs: Iterable[str] | None,
            episodes: Iterable[tuple[str, int]] | pa.Table | None, weights: Mapping[str, float] | None,
            columns: Iterable[str] | None, quantiles: bool, version: int | None,
            layout: int | None) -> dict[str, ColumnStats]:
-    from rlarrow.core.store import opened
     from rlarrow.core.stored_stats import combine_stored
 
-    with opened(store, readonly=True, version=version) as st:
+    with _reading(store, version) as st:
         chosen: Any = None
         if isinstance(episodes, pa.Table):
             pairs = (episodes.column("run_id").to_pylist(), episodes.column("episode_id").to_pylist())
@@ -169,15 +169,36 @@ def _stats(store: StoreLike, where: str | None, runs: Iterable[str] | None,
         return {name: ColumnStats.combine(parts[name], weights=mix[name]) for name in sorted(parts)}
 
 
-def _check_names(st: Store, runs: list[str] | None, weighted: list[str],
+def _is_local(store: StoreLike | StoreReader) -> TypeGuard[StoreLike]:
+    """Whether ``store`` is a local store or its path (not a URI, not a ``RemoteStore``)."""
+    from rlarrow.core.arguments import uri_scheme
+
+    return isinstance(store, Store) or (isinstance(store, (str, os.PathLike)) and uri_scheme(store) is None)
+
+
+@contextlib.contextmanager
+def _reading(store: StoreLike | StoreReader, version: int | None) -> Iterator[StoreReader]:
+    """The store to read statistics from: opened here (and closed) from a path, a URI's as it is."""
+    from rlarrow.core.remote import open_reader
+    from rlarrow.core.store import opened
+
+    if _is_local(store):
+        with opened(store, readonly=True, version=version) as st:
+            yield st
+    else:  # (a bucket's store holds no open file)
+        yield open_reader(store, version=version)
+
+
+def _check_names(st: StoreReader, runs: list[str] | None, weighted: list[str],
                  columns: list[str] | None) -> list[str] | None:
     """Runs and columns that name nothing in the store are errors, not empty answers.
 
     Returns the columns, a dict column given by its name (``observation``) as its leaves.
     """
     from rlarrow.core.step_stats import stat_leaves
+    from rlarrow.core.stored_stats import layouts_of
 
-    infos = [info for info in st.layouts("steps") if info.schema is not None]
+    infos = [info for info in layouts_of(st, "steps") if info.schema is not None]
     if runs is not None or weighted:
         known = {r for info in infos for r in info.run_ids}
         unknown = sorted({*(runs or []), *weighted} - known)

@@ -223,14 +223,17 @@ class Normalize:
 
         normalize, given = self.mode, self.given
         if given is None:
-            if not isinstance(store, Store):
-                raise ArgumentError("normalize= on a remote store needs stats= (computed where the store is: "
-                                    "rlarrow.query.dataset_stats.stats(path))")
             from rlarrow.query.dataset_stats import stats as store_stats
+
+            if store is None:
+                raise ArgumentError("normalize= needs stats= here (no store to take them from): "
+                                    "rlarrow.query.dataset_stats.stats(store)")
 
             wants_quantiles = normalize == "quantile" or (
                 isinstance(normalize, Mapping) and "quantile" in normalize.values())
-            given = store_stats(store, quantiles=wants_quantiles, layout=layout, version=version)
+            # (a store on object storage was opened at its version: its stored statistics, merged)
+            given = store_stats(store, quantiles=wants_quantiles, layout=layout,
+                                version=version if isinstance(store, Store) else None)
         for name, value in given.items():
             if not isinstance(value, ColumnStats):
                 raise ArgumentTypeError(f"stats[{name!r}] is a {type(value).__name__}, not a ColumnStats")

@@ -181,3 +181,37 @@ def test_reader_gives_the_local_episodes_from_the_bucket(stores):
             assert repr(a.timestep) == repr(b.timestep) and repr(a.action) == repr(b.action)
         here.close()
         there.close()
+
+
+def test_statistics_of_a_bucket_are_the_local_ones(stores):
+    """``stats`` (``rlarrow stats``) and ``StreamingDataset(normalize=)`` on a URI merge the statistics there."""
+    from rlarrow.query.dataset_stats import stats
+
+    local, uri = stores
+    for kwargs in ({"layout": 1}, {"layout": 2, "quantiles": False},
+                   {"layout": 1, "where": "episode_id > 0"}):
+        here, there = stats(local, **kwargs), stats(uri, **kwargs)
+        assert sorted(here) == sorted(there) and here, kwargs
+        for name in here:
+            a, b = here[name], there[name]
+            assert a.count == b.count and np.array_equal(a.mean, b.mean, equal_nan=True), (kwargs, name)
+            assert np.array_equal(a.max, b.max, equal_nan=True), (kwargs, name)
+    assert stats(uri, layout=1)["observation.position"].quantile(0.5) is not None
+
+
+def test_a_stream_from_the_bucket_is_normalised_with_its_stored_statistics(stores):
+    torch_mod = pytest.importorskip("rlarrow.train.torch", reason="needs torch (the torch extra)")
+    local, uri = stores
+    here = torch_mod.StreamingDataset(local, "steps", layout=1, batch_size=64, shuffle=False,
+                                      columns=["observation", "reward"], normalize="mean_std")
+    there = torch_mod.StreamingDataset(uri, "steps", layout=1, batch_size=64, shuffle=False,
+                                       columns=["observation", "reward"], normalize="mean_std")
+    [a], [b] = list(here), list(there)
+    assert there.stats is not None and set(there.stats) == {"observation.position", "observation.grid"}
+    position = b["observation"]["position"].double()  # normalised, not the identity: mean 0, std 1
+    assert float(position.mean().abs()) < 1e-5 and abs(float(position.std(unbiased=False)) - 1) < 1e-5
+    for key in ("observation", "reward"):
+        x, y = a[key], b[key]
+        pairs = [(x[k], y[k]) for k in x] if isinstance(x, dict) else [(x, y)]
+        for u, v in pairs:
+            assert np.array_equal(u.numpy(), v.numpy(), equal_nan=True), key

@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -92,9 +92,12 @@ def has_layouts(table: str) -> bool:
     return spec.tensor_columns_allowed or any(c.is_tensor for c in spec.columns)
 
 
-def file_run_ids(path: Path) -> frozenset[str]:
-    """The run ids in one data file (row groups of one run: from their statistics alone)."""
-    pf = pq.ParquetFile(path)
+def file_run_ids(path: str | os.PathLike[str], filesystem: Any = None) -> frozenset[str]:
+    """The run ids in one data file (row groups of one run: from their statistics alone).
+
+    ``filesystem``: where ``path`` is (a pyarrow filesystem: a bucket); None: the local disk.
+    """
+    pf = pq.ParquetFile(os.fspath(path), filesystem=filesystem)
     md = pf.metadata
     leaf = next((i for i in range(md.num_columns) if md.schema.column(i).path == "run_id"), None)
     if leaf is None:
@@ -184,3 +187,21 @@ def left_out_note(path: object, table: str, clash: dict[str, list[str]]) -> str:
     return (f"{path}: reading the layouts of {table!r} together leaves out the column(s) whose types "
             "differ: " + "; ".join(f"{c} ({', '.join(t)})" for c, t in clash.items())
             + " (read one layout with layout=N to have them)")
+
+
+def layout_infos(reader: Any, table: str) -> list[LayoutInfo]:
+    """:meth:`rlarrow.Store.layouts` of any store a reader reads (a ``RemoteStore`` too).
+
+    ``reader`` is a :class:`~rlarrow.core.store.StoreReader`; each layout's runs are read
+    from its files' footers (the run id statistics of their row groups) on its filesystem.
+    """
+    out = []
+    for name in reader.layout_dirs(table):
+        n = layout_number(name)
+        files = list(reader.files(table, layout=n))
+        runs: set[str] = set()
+        for path in files:
+            runs |= file_run_ids(path, reader.filesystem)
+        out.append(LayoutInfo(table=table, layout=n, directory=name, schema=reader.schema(table, layout=n),
+                              rows=reader.row_count(table, layout=n), files=len(files), run_ids=sorted(runs)))
+    return out
