@@ -141,8 +141,10 @@ def _needs_extras(module: str) -> pytest.MarkDecorator:
 
 
 #: the total of every module's ``__all__``: pinned, so the surface narrows or widens only on purpose
-#: (narrowed from 1,037 names to 383 in issue 37: helpers left ``__all__``, users' names stayed)
-SURFACE = 384
+#: (narrowed from 1,037 names to 383 in issue 37: helpers left ``__all__``, users' names stayed;
+#: 385 in issue 38: ``rlarrow.train.sampling.Ledger``, what a resume state says was delivered, and
+#: ``rlarrow.core.tensors.TensorBytesType``, a binary-layout tensor as Polars hands it back)
+SURFACE = 385
 #: names a module may list without a docstring or a ``#:`` comment: none since issue 37 narrowed the last;
 #: none may be added, and each fixed one leaves this set
 UNDOCUMENTED: set[tuple[str, str]] = set()

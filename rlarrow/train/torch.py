@@ -23,9 +23,11 @@
   ranks, so across all of them every sample is seen exactly once per epoch, however the
   files divide.
 - **Resuming**: :meth:`StreamingDataset.state_dict` / :meth:`load_state_dict` record the
-  epoch and how many batches each worker has delivered; iterate through
+  epoch, how many batches each worker has delivered and which samples (row groups and
+  ordinals: a :class:`~rlarrow.train.sampling.Ledger`); iterate through
   :class:`DataLoader` (a ``torch.utils.data.DataLoader`` that keeps count) to resume
-  mid-epoch with workers, exactly where it stopped.
+  mid-epoch with workers, exactly where it stopped, or with another world size or worker
+  count, every sample not yet seen once (load the list of every rank's states).
 
 :class:`TableDataset` is map-style: ``len`` rows, ``ds[i]`` one row as tensors, with the row
 groups it reads cached.
@@ -270,8 +272,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             kind = ShuffleSampler if value else SequentialSampler
             self.sampler = kind(seed=old.seed, buffer_rows=old.buffer_rows, rank=old.rank,
                                 world_size=old.world_size)
-            self.sampler.epoch, self.sampler.resume = old.epoch, old.resume
-            self.sampler.delivered = old.delivered
+            for name in ("epoch", "resume", "delivered", "ledger", "readers", "rest", "rest_readers",
+                         "rest_resumed"):
+                setattr(self.sampler, name, getattr(old, name))
 
     @property
     def buffer_rows(self) -> int:
@@ -299,14 +302,27 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the stream stands: the epoch and the batches delivered per reader.
+        """Where the stream stands: the epoch, the batches delivered per reader, and which samples.
 
         Counted by the dataset itself in one process, or by :class:`DataLoader` with workers.
+        Under ``torch.distributed`` each rank's state holds its own readers' samples: save
+        every rank's (``torch.distributed.all_gather_object``) to resume at another world size.
+        See :meth:`rlarrow.train.sampling.Sampler.state_dict`.
         """
-        return self.sampler.state_dict()
+        return {**self.sampler.state_dict(), "units": len(self.units)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue after the batches ``state`` counts (same data, seed and workers)."""
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Continue after what ``state`` (or a list: every rank's) says was delivered.
+
+        Same data and seed: with the same readers, each continues where it stopped; with other
+        readers (world size, workers), what is left is shared again and every sample not yet
+        seen is delivered once (:meth:`rlarrow.train.sampling.Sampler.load_state_dict`).
+        """
+        for one in [state] if isinstance(state, dict) else state:
+            if one.get("units", len(self.units)) != len(self.units):
+                raise ArgumentError(f"the state was saved over {one['units']} row groups, this dataset reads "
+                                    f"{len(self.units)}: resume on the store version it was saved at "
+                                    "(version=)")
         self.sampler.load_state_dict(state)
 
     # ---- reading
@@ -324,9 +340,9 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
     def _batches(self) -> Iterator[dict[str, np.ndarray]]:
         return self.sampler.batches(self.source, self.batch_size, drop_last=self.drop_last)
 
-    def _plans(self) -> Iterator[tuple[Windows, np.ndarray]]:
+    def _plans(self, rest: Any = None) -> Iterator[tuple[Windows, np.ndarray]]:
         """Each batch as the buffer it comes from and the windows it takes (:meth:`Sampler.plans`)."""
-        return self.sampler.plans(self.source, self.batch_size, drop_last=self.drop_last)
+        return self.sampler.plans(self.source, self.batch_size, drop_last=self.drop_last, rest=rest)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         cell = self.__dict__.get("_epoch_cell")
@@ -338,9 +354,12 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
             # message announced blocks): a ring the main process has not seen, with the
             # released blocks of the old one.
             self._ring = self._ring.renewed()
-        index, _ = self.sampler.reader()
-        skip = self.sampler.resume.get(index, 0)
+        index, readers = self.sampler.reader()
+        skip, rest = self.sampler.resume_point(index, readers)
         self.sampler.resume.pop(index, None)
+        self.sampler.readers = readers
+        if not self._tag_worker:  # (this process counts what it delivers)
+            self.sampler.start_pass(bool(skip) or rest is not None)
         n = 0
         # Batches are gathered a parcel at a time (up to _PARCEL_BATCHES of one buffer): one
         # take per column for all of them, then split into views. Per batch that was a take,
@@ -348,7 +367,7 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         parcel: list[tuple[Windows, np.ndarray]] = []
         parcel_bytes = 0  # (kept as it grows: summing the parcel at each batch was a tenth of a worker)
         worker = self._tag_worker
-        for plan in self._plans():
+        for plan in self._plans(rest):
             n += 1
             if n <= skip:
                 continue
@@ -370,13 +389,18 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         To a DataLoader's main process (``worker``): one message. Here: each batch, as views
         of the parcel's columns.
         """
-        if worker:
-            yield self._pack(plans, index)
-            return
+        origins = plans[0][0].origins
         sizes = [len(which) for _, which in plans]
+        joined = origins[_joined(plans)] if origins is not None else np.zeros(0, np.int64)
+        if worker:
+            yield {**self._pack(plans, index), "_rlarrow_origins": joined, "_rlarrow_sizes": sizes,
+                   "_rlarrow_totals": plans[0][0].totals, "_rlarrow_readers": self.sampler.readers}
+            return
         first = last - len(plans)
+        self.sampler.ledger.message(joined, sizes, plans[0][0].totals, index)
         for i, batch in enumerate(_split(self._gathered(plans), sizes, _tensor)):
             self.sampler.delivered[index] = first + i + 1
+            self.sampler.ledger.delivered()
             yield self._move(batch)
 
     def _gathered(self, plans: list[tuple[Windows, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -675,15 +699,21 @@ class DataLoader(torch.utils.data.DataLoader[dict[str, Any]]):
         cell = ds.__dict__.get("_epoch_cell")
         if cell is not None:
             cell[0] = ds.epoch
-        if self.persistent_workers and ds.sampler.resume:
+        if self.persistent_workers and (ds.sampler.resume or ds.sampler.rest is not None):
             self._iterator = None  # (running workers would not skip what a resume point says: new ones)
         move = ds._move if not self._pin or ds.pin_memory else ToDevice(ds.device, pin_memory=True)
+        ds.sampler.start_pass(bool(ds.sampler.resume) or ds.sampler.rest is not None)
         ds._tag_worker = True
         try:
             for message in super().__iter__():
                 reader = int(message["_rlarrow_reader"])
+                ds.sampler.readers = message["_rlarrow_readers"]
+                ledger = ds.sampler.ledger
+                ledger.message(message["_rlarrow_origins"], message["_rlarrow_sizes"],
+                               message["_rlarrow_totals"], reader)
                 for batch in _unpack(message, self._held):
                     ds.sampler.delivered[reader] = ds.sampler.delivered.get(reader, 0) + 1
+                    ledger.delivered()
                     yield move(batch)
         finally:
             ds._tag_worker = False

@@ -44,8 +44,8 @@ class Windows:
         [[3, 4, 5]]
     """
 
-    __slots__ = ("_window_bytes", "base", "bounds", "deltas", "flags", "length", "rows", "starts",
-                 "transitions", "videos")
+    __slots__ = ("_window_bytes", "base", "bounds", "deltas", "flags", "length", "origins", "rows", "starts",
+                 "totals", "transitions", "videos")
 
     def __init__(self, base: dict[str, np.ndarray], starts: np.ndarray, length: int,
                  transitions: bool = False, flags: dict[str, np.ndarray] | None = None, *,
@@ -74,6 +74,11 @@ class Windows:
             base = {k: v for k, v in base.items() if k not in _transitions.FLAG_ONLY}
         self.base = base
         self._window_bytes: int | None = None
+        #: each sample's origin, ``unit << 32 | ordinal`` (its row group's index in the source
+        #: and its place among that row group's samples), and each row group's sample count:
+        #: what an epoch's ledger records (:class:`rlarrow.train.sampling.Ledger`); set by a sampler
+        self.origins: np.ndarray | None = None
+        self.totals: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -158,7 +163,13 @@ class Windows:
         return {k: take(v, idx) for k, v in self.base.items()}
 
     def compact(self, which: np.ndarray) -> Windows:
-        """Only windows ``which``, with only their rows kept."""
+        """Only windows ``which``, with only their rows kept (and their origins)."""
+        made = self._compact(which)
+        made.origins = None if self.origins is None else self.origins[which]
+        made.totals = self.totals
+        return made
+
+    def _compact(self, which: np.ndarray) -> Windows:
         if self.deltas is not None:  # each sample's rows from its lowest offset (or itself) to its highest
             assert self.bounds is not None
             offsets = np.concatenate([*self.deltas.values(), [0]])  # (LeRobot's clamp reads its frames)
@@ -206,6 +217,10 @@ class Windows:
         if parts[0].bounds is not None:
             bounds = tuple(np.concatenate([p.bounds[i] + o for p, o in zip(parts, offsets, strict=True)])  # type: ignore[index]
                            for i in range(len(parts[0].bounds)))
-        return cls(base, starts, parts[0].length, parts[0].transitions,
+        made = cls(base, starts, parts[0].length, parts[0].transitions,
                    flags if parts[0].transitions else None, deltas=parts[0].deltas, bounds=bounds,
                    videos={k: v for p in parts for k, v in p.videos.items()})
+        if all(p.origins is not None for p in parts):
+            made.origins = np.concatenate([p.origins for p in parts if p.origins is not None])
+            made.totals = {k: v for p in parts for k, v in p.totals.items()}
+        return made

@@ -139,7 +139,11 @@ def test_sampler_state_resumes_a_dataset(store):
     it = iter(ds)
     first = [next(it)["step"].tolist() for _ in range(3)]
     state = sampler.state_dict()
-    assert state == {"epoch": 2, "delivered": {0: 3}, "seed": 4}
+    assert {k: state[k] for k in ("epoch", "delivered", "seed", "readers", "resumed")} == {
+        "epoch": 2, "delivered": {0: 3}, "seed": 4, "readers": 1, "resumed": False}
+    # which samples: 3 batches of 8, from the row groups done whole and the rest in part
+    assert sum(len(ds.source.read(ds.units[u], {})["step"]) for u in state["done"]) + sum(
+        len(ordinals) for _, ordinals in state["partial"].values()) == 24
     fresh = ShuffleSampler(seed=4, buffer_rows=32)
     fresh.load_state_dict(state)
     resumed = StreamingDataset(source=Source(store, columns=["step"]), sampler=fresh, batch_size=8)

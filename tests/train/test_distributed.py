@@ -1,0 +1,148 @@
+"""Every sample of an epoch exactly once across torch.distributed ranks x DataLoader workers, and resumes.
+
+Readers are ranks (``rank=``/``world_size=``) and ``DataLoader`` workers over a small store made
+here; samples are identified by ``(episode_id, step)`` (a window or transition by its first
+step). Resumes at another world size load the states every rank saved and must deliver exactly
+the samples not yet seen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import episode_columns
+
+import rlarrow
+from rlarrow.core.errors import ArgumentError
+
+torch = pytest.importorskip("torch", reason="rlarrow.train.torch needs the torch extra")
+from rlarrow.train.sampling import Ledger  # noqa: E402
+from rlarrow.train.torch import DataLoader, StreamingDataset  # noqa: E402
+
+LENGTHS = [9 + (e * 5) % 7 for e in range(24)]
+KEYS = ["episode_id", "step"]
+# the datasets checked: (table, extra keyword arguments); each sample's keys identify it
+CASES = {
+    "transitions-shuffled": ("transitions", {"shuffle": True}),
+    "transitions-in-order": ("transitions", {"shuffle": False}),
+    "windows-shuffled": ("steps", {"shuffle": True, "sequence_length": 4}),
+    "windows-in-order": ("steps", {"shuffle": False, "sequence_length": 4}),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """24 commits of an episode each: 24 row groups, every one holding transitions and windows of 4."""
+    path = tmp_path_factory.mktemp("dist") / "s.rlarrow"
+    st = rlarrow.Store.create(path)
+    for e, n in enumerate(LENGTHS):
+        st.append("steps", episode_columns("r", e, n, image=False))
+    return path
+
+
+def dataset(store, case: str, **kw) -> StreamingDataset:
+    table, extra = CASES[case]
+    return StreamingDataset(store, table, columns=[*KEYS, "observation"], batch_size=8, buffer_rows=40,
+                            seed=7, **extra, **kw)
+
+
+def expected(store, case: str) -> Counter:
+    """Every sample of the case's epoch: each step with an action (transitions), or a window of 4."""
+    window = CASES[case][1].get("sequence_length", 2)
+    return Counter((e, s) for e, n in enumerate(LENGTHS) for s in range(n + 2 - window))
+
+
+def keys(batches) -> list[tuple[int, int]]:
+    out = []
+    for b in batches:
+        e, s = (np.asarray(b[k]) for k in KEYS)
+        e, s = (e[:, 0], s[:, 0]) if e.ndim == 2 else (e, s)  # (a window: its first step)
+        out += list(zip(e.tolist(), s.tolist(), strict=True))
+    return out
+
+
+def test_the_store_has_the_row_groups_the_tests_deal(store):
+    assert len(dataset(store, "transitions-shuffled").units) == 24
+
+
+def stopped(ds, batches: int, loader=None) -> list[tuple[int, int]]:
+    """The samples of the first ``batches`` batches of ``ds`` (through ``loader`` when given)."""
+    it = iter(loader if loader is not None else ds)
+    got = keys(next(it) for _ in range(batches))
+    del it
+    return got
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(("before", "after"), [(4, 3), (2, 3)])
+def test_a_resume_at_another_world_size_delivers_exactly_the_samples_not_yet_seen(store, case, before, after):
+    """``before`` ranks stopped after 3 batches each, their states loaded by ``after`` ranks."""
+    seen, states = [], []
+    for rank in range(before):
+        ds = dataset(store, case, rank=rank, world_size=before)
+        seen += stopped(ds, 3)
+        states.append(ds.state_dict())
+    assert len(seen) == 3 * 8 * before
+    rest, done, ended = [], Counter(), []
+    before_done = {u for state in states for u in state["done"]}
+    for rank in range(after):
+        ds = dataset(store, case, rank=rank, world_size=after)
+        ds.load_state_dict(states)
+        rest += keys(ds)
+        ended.append(ds.state_dict())
+        assert ended[-1]["resumed"]
+        done.update(r for u, r in ended[-1]["done"].items() if u not in before_done)
+    assert Counter(seen) + Counter(rest) == expected(store, case)  # every sample once
+    assert not set(seen) & set(rest)
+    assert sorted(done) == list(range(after))  # the row groups left, each finished by one new reader
+    assert max(done.values()) - min(done.values()) <= 1  # and dealt evenly
+    whole = Ledger.of(ended)  # together, the states say the epoch is delivered
+    assert not whole.partial and sorted(whole.done) == list(range(24))
+
+
+def test_a_resumed_epoch_resumes_again_and_the_same_readers_continue_batch_for_batch(store):
+    case = "windows-shuffled"
+    states, seen = [], []
+    for rank in range(4):
+        ds = dataset(store, case, rank=rank, world_size=4)
+        seen += stopped(ds, 2)
+        states.append(ds.state_dict())
+    again = []
+    for rank in range(3):  # 4 -> 3, stopped again, then 3 -> 2
+        ds = dataset(store, case, rank=rank, world_size=3)
+        ds.load_state_dict(states)
+        seen += stopped(ds, 2)
+        again.append(ds.state_dict())
+    for rank in range(2):
+        ds = dataset(store, case, rank=rank, world_size=2)
+        ds.load_state_dict(again)
+        seen += keys(ds)
+    assert Counter(seen) == expected(store, case)
+
+    # the same readers: each continues where it stopped, the batches an uninterrupted epoch gives
+    whole = keys(dataset(store, case, rank=1, world_size=2))
+    ds = dataset(store, case, rank=1, world_size=2)
+    head = stopped(ds, 3)
+    resumed = dataset(store, case, rank=1, world_size=2)
+    resumed.load_state_dict(ds.state_dict())
+    assert head + keys(resumed) == whole
+
+
+def test_a_resume_with_other_dataloader_workers_and_the_state_checked(store):
+    case = "transitions-shuffled"
+    ds = dataset(store, case)
+    seen = stopped(ds, 5, DataLoader(ds, num_workers=2, persistent_workers=False))  # 2 readers
+    state = ds.state_dict()
+    assert state["readers"] == 2 and state["units"] == 24
+    assert json.loads(json.dumps(state))  # (plain values: saved as JSON as well as with torch.save)
+    resumed = dataset(store, case)
+    resumed.load_state_dict(json.loads(json.dumps(state)))  # (JSON's string keys read back)
+    rest = keys(DataLoader(resumed, num_workers=1, persistent_workers=False))  # 1 reader
+    assert Counter(seen) + Counter(rest) == expected(store, case)
+    with pytest.raises(ArgumentError, match="row groups"):
+        dataset(store, case).load_state_dict({**state, "units": 23})
+    with pytest.raises(ArgumentError, match="epochs"):
+        dataset(store, case).load_state_dict([state, {**state, "epoch": 1}])
