@@ -1,15 +1,20 @@
 """Every sample of an epoch exactly once across torch.distributed ranks x DataLoader workers, and resumes.
 
-Readers are ranks (``rank=``/``world_size=``) and ``DataLoader`` workers over a small store made
-here; samples are identified by ``(episode_id, step)`` (a window or transition by its first
-step). Resumes at another world size load the states every rank saved and must deliver exactly
-the samples not yet seen.
+Real ranks: ``torchrun`` (gloo) processes, each with a ``rlarrow.train.torch.DataLoader`` of two
+workers, over a small store made here; samples are identified by ``(episode_id, step)`` (a
+window or transition by its first step). Resumes at another world size load the states every
+rank saved (``all_gather_object``) and must deliver exactly the samples not yet seen.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,7 +39,7 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory) -> Path:
     """24 commits of an episode each: 24 row groups, every one holding transitions and windows of 4."""
     path = tmp_path_factory.mktemp("dist") / "s.rlarrow"
     st = rlarrow.Store.create(path)
@@ -146,3 +151,75 @@ def test_a_resume_with_other_dataloader_workers_and_the_state_checked(store):
         dataset(store, case).load_state_dict({**state, "units": 23})
     with pytest.raises(ArgumentError, match="epochs"):
         dataset(store, case).load_state_dict([state, {**state, "epoch": 1}])
+
+
+RANK = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import torch.distributed as dist
+    sys.path[:0] = [sys.argv[4], sys.argv[4] + "/.."]  # (this module, and the tests' conftest)
+    import test_distributed as t
+    from rlarrow.train.torch import DataLoader
+
+    store, out, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    loaded = json.load(open(sys.argv[5])) if len(sys.argv) > 5 else {}
+    results = {}
+    for case in t.CASES:
+        ds = t.dataset(store, case)
+        if case in loaded:
+            ds.load_state_dict(loaded[case])  # every rank's state: this rank's share of what is left
+        got = []
+        for i, batch in enumerate(DataLoader(ds, num_workers=2, persistent_workers=False)):
+            got += t.keys([batch])  # (a batch the loader gave is delivered: the state counts it)
+            if i + 1 == stop:
+                break
+        states = [None] * world
+        dist.all_gather_object(states, ds.state_dict())
+        results[case] = {"keys": got, "states": states}
+    json.dump(results, open(f"{out}/rank{rank}.json", "w"))
+    dist.destroy_process_group()
+''')
+
+
+def torchrun(tmp_path: Path, store: Path, ranks: int, stop: int, load: Path | None = None) -> list[dict]:
+    """``torchrun --nproc-per-node=ranks`` of the script above; each rank's results."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    out = tmp_path / f"out{ranks}-{stop}"
+    out.mkdir()
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+            os.fspath(script), os.fspath(store), os.fspath(out), str(stop), os.fspath(Path(__file__).parent)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*args, *([os.fspath(load)] if load else [])], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_times_workers_deliver_every_sample_once_evenly(tmp_path, store):
+    """3 ranks x 2 workers (6 readers): every sample once; no reader more than a row group ahead."""
+    results = torchrun(tmp_path, store, 3, 0)
+    for case in CASES:
+        got = Counter(k for r in results for k in map(tuple, r[case]["keys"]))
+        assert got == expected(store, case), case
+        states = results[0][case]["states"]
+        assert all(s["readers"] == 6 for s in states)
+        done = Counter(r for s in states for r in s["done"].values())  # row groups per reader
+        assert sorted(int(r) for r in done) == list(range(6))
+        assert sum(done.values()) == 24 and max(done.values()) - min(done.values()) <= 1
+
+
+@pytest.mark.slow
+def test_torchrun_4_ranks_stopped_resumed_by_3(tmp_path, store):
+    first = torchrun(tmp_path, store, 4, 3)  # each rank stops after 3 batches
+    saved = tmp_path / "states.json"
+    saved.write_text(json.dumps({case: first[0][case]["states"] for case in CASES}))
+    rest = torchrun(tmp_path, store, 3, 0, saved)
+    for case in CASES:
+        seen = Counter(tuple(k) for r in first for k in r[case]["keys"])
+        assert sum(seen.values()) == 4 * 3 * 8
+        after = Counter(tuple(k) for r in rest for k in r[case]["keys"])
+        assert seen + after == expected(store, case), case
