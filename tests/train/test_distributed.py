@@ -223,3 +223,28 @@ def test_torchrun_4_ranks_stopped_resumed_by_3(tmp_path, store):
         assert sum(seen.values()) == 4 * 3 * 8
         after = Counter(tuple(k) for r in rest for k in r[case]["keys"])
         assert seen + after == expected(store, case), case
+
+
+@pytest.mark.slow
+def test_the_torchrun_recipe_of_docs_scale_md(tmp_path, store, monkeypatch):
+    """docs/scale.md's train.py under torchrun (2 ranks x 2 workers), then its resume in one process."""
+    import re
+
+    section = (Path(__file__).parents[2] / "docs" / "scale.md").read_text().split("## Many nodes", 1)[1]
+    train, resume = [b for b in re.findall(r"```py\n(.*?)```", section, re.S) if "StreamingDataset" in b]
+    script = tmp_path / "train.py"
+    script.write_text(train.replace('"runs.rlarrow"', repr(os.fspath(store))) + textwrap.dedent('''
+        import json  # (the test's: what each rank saw, and the states)
+        with open(f"rank{dist.get_rank()}.json", "w") as out:
+            json.dump({"seen": int(batch["done"].numel()), "states": states}, out)
+    '''))
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    done = subprocess.run([*run, os.fspath(script)], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    namespace = {"StreamingDataset": StreamingDataset, "states": ranks[0]["states"]}
+    exec(compile(resume.replace('"runs.rlarrow"', repr(os.fspath(store))), "docs/scale.md", "exec"),  # noqa: S102
+         namespace)
+    rest = sum(len(b["done"]) for b in namespace["ds"])  # one reader now, where 4 were
+    assert rest == sum(LENGTHS) - sum(r["seen"] for r in ranks) and sum(r["seen"] for r in ranks) > 0

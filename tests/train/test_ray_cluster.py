@@ -9,6 +9,7 @@ filesystem that logs every read by Ray node (``tests/counting_fs.py``): what eac
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -184,3 +185,17 @@ def test_each_node_reads_only_its_share_of_the_bytes(cluster, store, tmp_path):
     for node, got in per_node.items():
         assert 0.2 * whole < got < 0.8 * whole, (node, got, whole)  # a share, never the whole store
 
+
+def test_the_multi_node_recipe_of_docs_scale_md(cluster, store, monkeypatch, tmp_path, capsys):
+    """The Ray block of docs/scale.md's multi-node section, on the two nodes (RAY_ADDRESS: the head)."""
+    text = (REPO / "docs" / "scale.md").read_text()
+    section = text.split("## Many nodes", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```py\n(.*?)```", section, re.S)
+    assert len(blocks) >= 1 and "ray.init()" in blocks[0]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
+    ray.shutdown()  # (the block connects itself, as a user's script does)
+    block = blocks[0].replace('"s3://my-bucket/runs.rlarrow"', repr(str(store)))  # (the tests' store)
+    exec(compile(block, "docs/scale.md", "exec"), {})  # noqa: S102 (the torch blocks: test_distributed.py)
+    out = capsys.readouterr().out
+    assert f"{sum(LENGTHS)} 2" in out.splitlines()  # every transition once, read on both nodes
