@@ -357,6 +357,8 @@ class StreamingDataset(torch.utils.data.IterableDataset[dict[str, Any]]):
         index, readers = self.sampler.reader()
         skip, rest = self.sampler.resume_point(index, readers)
         self.sampler.resume.pop(index, None)
+        if torch.utils.data.get_worker_info() is not None:
+            self.sampler.rest = None  # (a persistent worker's next epochs are whole: used once, as counts)
         self.sampler.readers = readers
         if not self._tag_worker:  # (this process counts what it delivers)
             self.sampler.start_pass(bool(skip) or rest is not None)

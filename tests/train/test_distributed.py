@@ -147,6 +147,11 @@ def test_a_resume_with_other_dataloader_workers_and_the_state_checked(store):
     resumed.load_state_dict(json.loads(json.dumps(state)))  # (JSON's string keys read back)
     rest = keys(DataLoader(resumed, num_workers=1, persistent_workers=False))  # 1 reader
     assert Counter(seen) + Counter(rest) == expected(store, case)
+    # persistent workers resumed from a ledger: the epoch after it is whole again
+    loader = DataLoader(resumed, num_workers=1)  # (persistent)
+    assert Counter(keys(loader)) == expected(store, case) - Counter(seen)
+    resumed.set_epoch(1)
+    assert Counter(keys(loader)) == expected(store, case)
     with pytest.raises(ArgumentError, match="row groups"):
         dataset(store, case).load_state_dict({**state, "units": 23})
     with pytest.raises(ArgumentError, match="epochs"):
