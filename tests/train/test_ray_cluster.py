@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -117,6 +118,7 @@ def cluster():
             else:
                 os.environ[k] = v
         assert not left, f"processes of the cluster left running: {left}"
+        shutil.rmtree(tmp, ignore_errors=True)  # (its logs, sockets and spilled objects)
 
 
 @pytest.fixture(scope="module")
