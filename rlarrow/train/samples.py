@@ -11,14 +11,18 @@ transitions (``observation``/``next_observation``, ``done``, ``truncated``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rlarrow.core import metadata as _metadata
@@ -57,21 +61,40 @@ class Unit:
                 and (self.steps is None or self.steps[0] <= step <= self.steps[1]))
 
 
-def open_file(path: str, filesystem: Any = None) -> pq.ParquetFile:
+def is_remote(filesystem: Any) -> bool:
+    """Whether files on ``filesystem`` are fetched over a network (anything but the local disk)."""
+    return filesystem is not None and not isinstance(filesystem, pafs.LocalFileSystem)
+
+
+def open_file(path: str, filesystem: Any = None, *, metadata: Any = None,
+              head: bool = False) -> pq.ParquetFile:
     """A Parquet file of a store, on the local disk or on ``filesystem`` (a pyarrow one).
 
     Its reads check every page's CRC-32 and raise :class:`~rlarrow.core.errors.CorruptFileError`
-    naming the file (:func:`~rlarrow.core.store.checked.open_checked`).
+    naming the file (:func:`~rlarrow.core.store.checked.open_checked`). ``metadata``: its
+    footer, read before (not fetched again). On object storage a read fetches the column
+    chunks it needs in a few concurrent requests (``pre_buffer``), and only those; ``head``:
+    for reading a row group's first rows, whose first pages only are fetched then.
     """
-    return open_checked(path, filesystem)
+    remote = is_remote(filesystem)
+    if head and remote:
+        return open_checked(path, filesystem, metadata=metadata, buffer_size=1 << 16)
+    return open_checked(path, filesystem, metadata=metadata, pre_buffer=remote)
 
 
-def units(files: Sequence[Any], filesystem: Any = None) -> list[Unit]:
-    """The row groups of ``files``, in order, with their key statistics."""
+def units(files: Sequence[Any], filesystem: Any = None, footers: dict[str, Any] | None = None) -> list[Unit]:
+    """The row groups of ``files``, in order, with their key statistics.
+
+    ``footers``: filled with each file's footer (``FileMetaData``), by path, for readers to
+    open the files again without fetching it.
+    """
     out: list[Unit] = []
     for f in files:
         f = os.fspath(f) if filesystem is not None else os.path.abspath(f)  # workers' cwd may differ
-        meta = open_file(f, filesystem).metadata
+        with open_file(f, filesystem) as pf:
+            meta = pf.metadata
+        if footers is not None:
+            footers[f] = meta
         names = meta.schema.to_arrow_schema().names
         n = meta.num_row_groups
         for g in range(n):
@@ -241,6 +264,10 @@ class SampleSource:
         self.masked = list(masked)
         self.needs = [c for c in needs if c not in columns]
         self.filesystem = filesystem
+        #: row groups read ahead by threads while the caller works on the current one
+        #: (:meth:`read_ahead`); 2 on object storage, 0 (none) on the local disk
+        self.prefetch = 2 if is_remote(filesystem) else 0
+        self._footers: dict[str, Any] = {}  # each file's footer, fetched once (by units(), or open())
         self.lease: Any = None  # a ReaderLease pinning the units' files, when from a local store
         self.version: int | None = None  # the store version of those files (from_store, a local store)
         self._keys: dict[tuple[str, int], pa.Table] = {}  # key columns looked at for the unit being read
@@ -265,7 +292,8 @@ class SampleSource:
         source = "steps" if transitions else table
         listed = _list_local(store, source, layout) if isinstance(store, Store) \
             else _list_other(store, source, layout)
-        found = units(listed.files, store.filesystem)
+        footers: dict[str, Any] = {}
+        found = units(listed.files, store.filesystem, footers)
         if transitions:
             if sequence_length != 1:
                 raise ArgumentError("transitions are windows of 2 steps already; use table='steps' "
@@ -290,6 +318,7 @@ class SampleSource:
         made = cls(found, chosen, filter=filter, sequence_length=sequence_length,
                    transitions=transitions, filesystem=store.filesystem, deltas=deltas, videos=videos,
                    masked=masked, needs=needs)
+        made._footers = footers
         made.lease = listed.lease  # the links live as long as the source (and copies in workers read them)
         #: the store version whose files these are (None: not a local store)
         made.version = listed.version
@@ -298,6 +327,7 @@ class SampleSource:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_keys"] = {}
+        state["_footers"] = {}  # (a few KB a file: a worker fetches each footer it needs once)
         state["_refs"] = None
         state["_video_columns"] = None
         return state
@@ -343,9 +373,66 @@ class SampleSource:
         base.update(nulls)
         return base
 
-    def open(self, path: str) -> pq.ParquetFile:
-        """One of the source's files, on its filesystem."""
-        return open_file(path, self.filesystem)
+    def open(self, path: str, *, head: bool = False) -> pq.ParquetFile:
+        """One of the source's files, on its filesystem (its footer fetched once per process).
+
+        ``head``: to read a row group's first rows (see :func:`open_file`).
+        """
+        pf = open_file(path, self.filesystem, metadata=self._footers.get(path), head=head)
+        self._footers.setdefault(path, pf.metadata)
+        return pf
+
+    def read_ahead(self, units_: Sequence[Unit],
+                   files: dict[str, pq.ParquetFile]) -> Iterator[Windows | None]:
+        """:meth:`read_windows` of each of ``units_``, in order, the next ones read meanwhile.
+
+        With :attr:`prefetch` > 0 (a store on object storage), ``prefetch`` threads read the
+        row groups that come next while the caller works on the one handed out, so a training
+        step does not wait on the network. At most ``prefetch`` row groups are read and not
+        yet handed out: the memory beyond the sampler's buffer is that many row groups (with
+        the rows their windows continue into). What comes out, in which order, is what
+        reading them one by one gives (each thread reads with its own files and lookups).
+        """
+        if self.prefetch <= 0 or len(units_) <= 1:
+            for unit in units_:
+                yield self.read_windows(unit, files)
+            return
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        local = threading.local()
+        opened: list[dict[str, pq.ParquetFile]] = []
+
+        def read(unit: Unit) -> Windows | None:
+            reader = getattr(local, "reader", None)
+            if reader is None:  # (a copy per thread: the lookups of read_windows are its own)
+                reader = local.reader = copy.copy(self)  # (through __getstate__: footers put back)
+                reader._footers = self._footers
+                local.files = {}
+                opened.append(local.files)
+            got: Windows | None = reader.read_windows(unit, local.files)
+            return got
+
+        pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="rlarrow-read-ahead")
+        pending: collections.deque[Future[Windows | None]] = collections.deque()
+        todo = iter(units_)
+        try:
+            for unit in todo:
+                pending.append(pool.submit(read, unit))
+                if len(pending) >= self.prefetch:
+                    break
+            while pending:
+                got = pending.popleft().result()
+                for unit in todo:  # (one more in flight, before this one is worked on)
+                    pending.append(pool.submit(read, unit))
+                    break
+                yield got
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            for handles in opened:
+                for pf in handles.values():
+                    pf.close()
 
     def read(self, unit: Unit, files: dict[str, pq.ParquetFile]) -> dict[str, np.ndarray] | None:
         """The samples of one row group as NumPy columns (None: the filter kept none).
@@ -560,17 +647,24 @@ class SampleSource:
             runs = keys.column("run_id")
             same_run = [int(i) for i in hit if runs[int(i)].as_py() == run]
             if same_run:
-                with self._opened(unit.file, pf, path) as opened:
+                # (a few rows of a row group: on object storage, its first pages only, not
+                # the whole row group a pre-buffered read fetches)
+                with self._opened(unit.file, pf, path, head=True) as opened:
                     return _rows_of(opened, unit.group, cols, same_run[0], count), unit
         return None
 
     @contextlib.contextmanager
-    def _opened(self, file: str, pf: pq.ParquetFile, path: str) -> Iterator[pq.ParquetFile]:
-        """``file`` to read from: ``pf`` (open on ``path``) lent as it is, or opened and closed."""
-        if file == path:
+    def _opened(self, file: str, pf: pq.ParquetFile, path: str, *,
+                head: bool = False) -> Iterator[pq.ParquetFile]:
+        """``file`` to read from: ``pf`` (open on ``path``) lent as it is, or opened and closed.
+
+        ``head``: to read a row group's first rows (on object storage, opened to fetch its
+        first pages only).
+        """
+        if file == path and not (head and is_remote(self.filesystem)):
             yield pf
             return
-        with self.open(file) as other:
+        with self.open(file, head=head) as other:
             yield other
 
 

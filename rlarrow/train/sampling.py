@@ -408,8 +408,9 @@ class Sampler:
         order = self.unit_order(len(source.units))
         if rest is not None:
             order = [u for u in order if u not in rest.done]
-        for u in order[index::count_]:
-            got = source.read_windows(source.units[u], files)
+        mine = order[index::count_]
+        # (on object storage the next row groups are fetched while these batches are taken)
+        for u, got in zip(mine, source.read_ahead([source.units[u] for u in mine], files), strict=True):
             if got is None:
                 continue
             got.origins = np.arange(len(got), dtype=np.int64) | (u << 32)

@@ -188,17 +188,24 @@ class _CheckedFile(pq.ParquetFile):  # type: ignore[misc]  # (pyarrow ships no t
             raise damaged_file(self._path, exc) from exc
 
 
-def open_checked(path: str | os.PathLike[str], filesystem: Any = None) -> pq.ParquetFile:
+def open_checked(path: str | os.PathLike[str], filesystem: Any = None, *, metadata: Any = None,
+                 pre_buffer: bool = False, buffer_size: int = 0) -> pq.ParquetFile:
     """``path`` as a ``ParquetFile`` whose reads check every page against its CRC-32.
 
     Its ``read_row_group``, ``read_row_groups`` and ``read`` raise
     :class:`~rlarrow.core.errors.CorruptFileError` naming the file for any damage.
+    ``metadata``: the file's footer read before (``ParquetFile.metadata``), so that it is not
+    fetched again; ``pre_buffer``: fetch a read's column chunks in a few concurrent, coalesced
+    requests (pyarrow's option, for object storage, where each request costs a round trip);
+    ``buffer_size``: read column chunks as streams of that many bytes at a time, not whole (a
+    read of a row group's first rows then fetches its first pages only).
 
     Raises:
         CorruptFileError: the footer cannot be read (the file is missing, cut or damaged).
     """
     try:
-        pf = _CheckedFile(os.fspath(path), filesystem=filesystem, page_checksum_verification=True)
+        pf = _CheckedFile(os.fspath(path), filesystem=filesystem, page_checksum_verification=True,
+                          metadata=metadata, pre_buffer=pre_buffer, buffer_size=buffer_size)
     except READ_ERRORS as exc:
         raise damaged_file(path, exc) from exc
     pf._path = os.fspath(path)
