@@ -50,6 +50,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "export_memory.py": (["export_memory_20M"], None),
     "torch_stream.py": (["torch_stream"], None),
     "torch_windows.py": (["torch_windows"], None),
+    "stream_bucket.py": (["stream_bucket"], "lance"),
     "gpu_memory_check.py": ([], "cuda"),
 }
 PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas", "minari", "gymnasium",
@@ -116,6 +117,10 @@ def run(only: list[str] | None) -> dict[str, tuple[str, float]]:
         if needs == "lerobot" and (importlib.util.find_spec("lerobot") is None
                                    or importlib.util.find_spec("av") is None):
             status[script] = ("skipped: needs lerobot and PyAV (make installs them)", 0.0)
+            continue
+        if needs == "lance" and (importlib.util.find_spec("lance") is None
+                                 or importlib.util.find_spec("moto") is None):
+            status[script] = ("skipped: needs pylance and moto[server] (the dev extra)", 0.0)
             continue
         if needs == "tfds" and importlib.util.find_spec("tensorflow_datasets") is None:
             status[script] = ("skipped: needs TensorFlow and tensorflow-datasets (see the script)", 0.0)
