@@ -82,17 +82,33 @@ def open_file(path: str, filesystem: Any = None, *, metadata: Any = None,
     return open_checked(path, filesystem, metadata=metadata, pre_buffer=remote)
 
 
+#: Footers fetched at once when a stream on object storage is planned.
+FOOTER_THREADS = 16
+
+
 def units(files: Sequence[Any], filesystem: Any = None, footers: dict[str, Any] | None = None) -> list[Unit]:
     """The row groups of ``files``, in order, with their key statistics.
 
     ``footers``: filled with each file's footer (``FileMetaData``), by path, for readers to
-    open the files again without fetching it.
+    open the files again without fetching it. On object storage the footers are fetched
+    by :data:`FOOTER_THREADS` threads at once (each is a round trip).
     """
+    paths = [os.fspath(f) if filesystem is not None else os.path.abspath(f)  # workers' cwd may differ
+             for f in files]
+
+    def footer(path: str) -> Any:
+        with open_file(path, filesystem) as pf:
+            return pf.metadata
+
+    if is_remote(filesystem) and len(paths) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(FOOTER_THREADS, len(paths))) as pool:
+            metas = list(pool.map(footer, paths))
+    else:
+        metas = [footer(f) for f in paths]
     out: list[Unit] = []
-    for f in files:
-        f = os.fspath(f) if filesystem is not None else os.path.abspath(f)  # workers' cwd may differ
-        with open_file(f, filesystem) as pf:
-            meta = pf.metadata
+    for f, meta in zip(paths, metas, strict=True):
         if footers is not None:
             footers[f] = meta
         names = meta.schema.to_arrow_schema().names
