@@ -247,3 +247,21 @@ def test_read_ahead_is_bounded_keeps_the_order_and_raises_a_threads_error(local,
     RemoteStore(uri).filesystem.delete_file(victim)
     with pytest.raises(CorruptFileError, match=victim.rsplit("/", 1)[1]):
         list(source.read_ahead(source.units, {}))
+
+
+def test_dataloader_workers_on_the_bucket_deliver_every_sample_once(local, s3):
+    """Workers forked after the main process planned on S3 read ahead in threads of their own."""
+    from rlarrow.train.torch import DataLoader
+
+    uri = f"{s3.prefix}/s.rlarrow"
+    push(local, uri, progress=False)
+
+    def keys(where):
+        ds = StreamingDataset(where, columns=["reward", "episode_id", "step"], batch_size=16, seed=1)
+        got = [(int(e), int(s)) for b in DataLoader(ds, num_workers=2)
+               for e, s in zip(b["episode_id"], b["step"], strict=True)]
+        return got
+
+    on_bucket = keys(uri)
+    assert len(on_bucket) == len(set(on_bucket)) == local.row_count("steps")
+    assert sorted(on_bucket) == sorted(keys(local))
