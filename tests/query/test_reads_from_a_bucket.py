@@ -184,7 +184,7 @@ def test_reader_gives_the_local_episodes_from_the_bucket(stores):
 
 
 def test_statistics_of_a_bucket_are_the_local_ones(stores):
-    """``stats`` (``rlarrow stats``) and ``StreamingDataset(normalize=)`` on a URI merge the statistics there."""
+    """``stats`` and ``StreamingDataset(normalize=)`` on a URI merge the statistics stored there."""
     from rlarrow.query.dataset_stats import stats
 
     local, uri = stores
