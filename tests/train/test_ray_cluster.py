@@ -182,10 +182,14 @@ def test_each_node_reads_only_its_share_of_the_bytes(cluster, store, tmp_path):
     assert sum(keys(ds).values()) == sum(n + 1 for n in LENGTHS)
     read = bytes_by_node(tmp_path / "reads", ".parquet")
     per_node = {node: read[node] for node in alive_nodes()}
-    print(f"bytes read: one reader of all {whole}; per node {sorted(per_node.values())}")
-    assert sum(per_node.values()) == pytest.approx(whole, rel=0.02)  # every row group read once, in all
+    print(f"bytes read: one reader of all {whole} (and {planned} of footers at planning); per node "
+          f"{sorted(per_node.values())}")
+    # every row group read once, in all: the row groups' bytes, and at most each file's footer again (a
+    # task's process fetches the footers of the files it reads: the driver's are not shipped to it)
+    assert whole * 0.98 < sum(per_node.values()) < (whole + planned) * 1.02
+    # a share, never the whole store (Ray places the tasks: 26 % and 74 % in one run, so not halves)
     for node, got in per_node.items():
-        assert 0.2 * whole < got < 0.8 * whole, (node, got, whole)  # a share, never the whole store
+        assert 0.1 * (whole + planned) < got < 0.9 * (whole + planned), (node, got, whole, planned)
 
 
 def test_the_multi_node_recipe_of_docs_scale_md(cluster, store, monkeypatch, tmp_path, capsys):
