@@ -161,8 +161,19 @@ def cli(debug: bool) -> None:
     """rlarrow: RL runs as one queryable, streamable Arrow/Parquet dataset."""
 
 
+class StoreLocation(click.Path):
+    """A store's directory (it must exist), or the URI of one on object storage, taken as it is."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from rlarrow.core.arguments import uri_scheme
+
+        if isinstance(value, str) and uri_scheme(value) is not None:
+            return value  # (s3://bucket/runs.rlarrow: read with the standard AWS variables)
+        return super().convert(value, param, ctx)
+
+
 @cli.command()
-@click.argument("store", type=click.Path(file_okay=False))
+@click.argument("store", type=StoreLocation(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--runs", "max_runs", type=click.IntRange(min=0), default=20, show_default=True,
               help="List at most this many runs (0: all).")
@@ -174,9 +185,10 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     by the *_decoded views; list: nested arrays). Each run shows its name, source, num_envs
     and its metadata, shortened to one line (--json gives it whole).
     """
+    from rlarrow.core.remote import open_reader
     from rlarrow.core.store import Store
 
-    st = Store.open(store, readonly=True)
+    st = open_reader(store)  # (a URI: the store pushed there, read through its manifest)
     summary = st.info()
     videos = _video_fields(st) if summary.tables.get("videos") and summary.tables["videos"].rows else []
     if as_json:
@@ -185,7 +197,8 @@ def info(store: str, as_json: bool, max_runs: int) -> None:
     click.echo(f"store    {summary.path}")
     click.echo(f"format   {summary.format_version} (written by {summary.writer}, "
                f"created {summary.created_at})")
-    click.echo(f"on disk  {_human(summary.bytes_on_disk)}")
+    click.echo(f"on disk  {_human(summary.bytes_on_disk)}" if isinstance(st, Store) else
+               f"files    {_human(summary.bytes_on_disk)} listed (on object storage: not checked)")
     click.echo(f"version  {summary.version} (`rlarrow history {store}` lists them)")
     if summary.retired_files:
         click.echo(f"replaced {summary.retired_files} files ({_human(summary.retired_bytes)}) kept for "

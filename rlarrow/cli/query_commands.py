@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from rlarrow.cli.commands import cli_spelling, friendly_errors
+from rlarrow.cli.commands import StoreLocation, cli_spelling, friendly_errors
 from rlarrow.core.errors import RLArrowWarning
 
 __all__: list[str] = []
@@ -44,17 +44,6 @@ _LAYOUT_HELP = ("Read one layout of a table whose runs' tensors differ: N (steps
                 "episode_returns) or TABLE=N (memory=2); repeatable. Without it the combined views widen a "
                 "column whose types differ where exact, else leave it out (a note says which); "
                 "`rlarrow info STORE` lists the layouts.")
-
-
-class StoreLocation(click.Path):
-    """A store's directory (it must exist), or the URI of one on object storage, taken as it is."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from rlarrow.core.arguments import uri_scheme
-
-        if isinstance(value, str) and uri_scheme(value) is not None:
-            return value  # (s3://bucket/runs.rlarrow: read with the standard AWS variables)
-        return super().convert(value, param, ctx)
 
 
 @click.command("sql")

@@ -59,6 +59,7 @@ from rlarrow.core.store import (
 )
 from rlarrow.core.store.delta import DeltaLog, manifest_at
 from rlarrow.core.store.manifest import SEGMENTED_FORMAT, check_inside, is_plain_file_name
+from rlarrow.core.store.repair import StoreInfo, table_infos
 from rlarrow.core.store.segments import SEGMENTS_DIR, Segments
 
 __all__ = ["RemoteStore", "push"]
@@ -243,6 +244,23 @@ class RemoteStore:
     def _layout_schema(self, name: str) -> pa.Schema | None:
         text = self._manifest["tables"].get(name, {}).get("schema")
         return None if text is None else decode_schema(text)
+
+    def info(self) -> StoreInfo:
+        """Tables, row counts, runs, schema versions and the bytes listed (what ``rlarrow info`` shows).
+
+        From the manifest and the ``runs`` table; the files themselves are not looked at (no
+        ``problems``: ``rlarrow repair`` works on the local store that was pushed).
+        """
+        from rlarrow.core.store.catalog import run_rows
+
+        m = self._manifest
+        tables = table_infos(m)
+        columns = ["run_id", "name", "source", "created_at", "num_envs", "metadata"]
+        runs = run_rows(self.read("runs", columns=columns)) if self.row_count("runs") else []
+        return StoreInfo(path=self.path, format_version=m["format_version"], writer=m.get("writer", "?"),
+                         created_at=m.get("created_at", "?"), tables=tables, runs=runs,
+                         bytes_on_disk=sum(t.bytes for t in tables.values()),
+                         version=int(m.get("version", 0)))
 
     def dataset(self, table: str, *, layout: int | None = None) -> Any:
         """A ``pyarrow.dataset.Dataset`` over ``table``'s files (DuckDB and Polars scan it).

@@ -215,3 +215,19 @@ def test_a_stream_from_the_bucket_is_normalised_with_its_stored_statistics(store
         pairs = [(x[k], y[k]) for k in x] if isinstance(x, dict) else [(x, y)]
         for u, v in pairs:
             assert np.array_equal(u.numpy(), v.numpy(), equal_nan=True), key
+
+
+def test_info_of_a_bucket_says_what_the_local_info_says(stores):
+    import json
+
+    local, uri = stores
+    here = json.loads(CliRunner().invoke(cli, ["info", str(local), "--json"]).stdout)
+    result = CliRunner().invoke(cli, ["info", uri, "--json"])
+    assert result.exit_code == 0, result.output
+    there = json.loads(result.stdout)
+    for key in ("format_version", "writer", "created_at", "version", "runs", "video_fields"):
+        assert there[key] == here[key], key
+    assert {n: (t["rows"], t["files"], t["bytes"]) for n, t in there["tables"].items()} == \
+        {n: (t["rows"], t["files"], t["bytes"]) for n, t in here["tables"].items()}
+    text = CliRunner().invoke(cli, ["info", uri]).stdout
+    assert "listed (on object storage" in text and "steps.2" in text and "camera" in text

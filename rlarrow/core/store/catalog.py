@@ -167,13 +167,7 @@ class Catalog:
             problems.append(FileProblem("runs", os.path.relpath(exc.path or "runs", self.store.path),
                                         0, f"damaged ({exc})"))
             return []
-        runs = []
-        for row in t.to_pylist():
-            row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
-            # the plain JSON text (non-finite floats as "NaN" ...): JSON-able as it is
-            row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
-            runs.append(row)
-        return runs
+        return run_rows(t)
 
     def has_run(self, run_id: str) -> bool:
         """Whether the store holds a run ``run_id`` (a row of ``runs``).
@@ -305,3 +299,17 @@ class Catalog:
             StoreError: the store is read-only, or a write failed (nothing changed).
         """
         return self.store.rewrite_rows(Selection(runs, episodes))
+
+
+def run_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The ``runs`` rows as :class:`~rlarrow.core.store.repair.StoreInfo` lists them.
+
+    ``created_at`` as ISO text, ``metadata`` as its plain JSON value (non-finite floats as
+    ``"NaN"``: JSON-able as it is).
+    """
+    runs = []
+    for row in table.to_pylist():
+        row["created_at"] = row["created_at"].isoformat() if row["created_at"] else None
+        row["metadata"] = None if row["metadata"] is None else json.loads(row["metadata"])
+        runs.append(row)
+    return runs

@@ -36,6 +36,8 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
+    from rlarrow.core.store.repair import StoreInfo
+
 __all__ = ["StoreReader"]
 
 
@@ -81,6 +83,9 @@ class StoreReader(Protocol):
 
     def dataset(self, table: str, *, layout: int | None = None) -> Any:
         """A ``pyarrow.dataset.Dataset`` over ``table``'s files."""
+
+    def info(self) -> StoreInfo:
+        """Tables, row counts, runs, schema versions and sizes: what ``rlarrow info`` shows."""
 
     def read(self, table: str, columns: Sequence[str] | None = None,
              filter: Any = None, *, layout: int | None = None) -> pa.Table:  # noqa: A002 - pyarrow's name

@@ -381,16 +381,7 @@ class RepairStore(TableStore):
         """
         problems = self.check()
         m = self._manifest
-        tables = {}
-        for name, entry in m["tables"].items():
-            tables[name] = TableInfo(
-                name=name,
-                rows=int(entry["rows"]),
-                files=len(entry["files"]),
-                bytes=sum(int(f["bytes"]) for f in entry["files"]),
-                schema_version=entry.get("schema_version", "?"),
-                schema=None if entry.get("schema") is None else decode_schema(entry["schema"]),
-            )
+        tables = table_infos(m)
         size = _disk_bytes(os.fspath(self.path), skip=VIEWS_DIR)  # (views: readers' links, the same bytes)
         retired_bytes = 0
         for rel in m.get("retired", []):
@@ -414,6 +405,15 @@ class RepairStore(TableStore):
             bytes_on_disk=size,
             problems=problems,
         )
+
+
+def table_infos(manifest: dict[str, Any]) -> dict[str, TableInfo]:
+    """Each table (layout) of a manifest as :class:`StoreInfo` lists it: rows, files, bytes, schema."""
+    return {name: TableInfo(name=name, rows=int(entry["rows"]), files=len(entry["files"]),
+                            bytes=sum(int(f["bytes"]) for f in entry["files"]),
+                            schema_version=entry.get("schema_version", "?"),
+                            schema=None if entry.get("schema") is None else decode_schema(entry["schema"]))
+            for name, entry in manifest["tables"].items()}
 
 
 # --------------------------------------------------------------------------- a lost manifest
