@@ -51,6 +51,7 @@ SCRIPTS: dict[str, tuple[list[str], str | None]] = {
     "torch_stream.py": (["torch_stream"], None),
     "torch_windows.py": (["torch_windows"], None),
     "stream_bucket.py": (["stream_bucket"], "lance"),
+    "open_bucket.py": (["open_bucket"], "moto"),
     "gpu_memory_check.py": ([], "cuda"),
 }
 PEERS = ("skrl", "envlogger", "dm-env", "tbparse", "tensorboard", "tianshou", "pandas", "minari", "gymnasium",
@@ -121,6 +122,10 @@ def run(only: list[str] | None) -> dict[str, tuple[str, float]]:
         if needs == "lance" and (importlib.util.find_spec("lance") is None
                                  or importlib.util.find_spec("moto") is None):
             status[script] = ("skipped: needs pylance and moto[server] (the dev extra)", 0.0)
+            continue
+        if needs == "moto" and (importlib.util.find_spec("moto") is None
+                                or importlib.util.find_spec("deltalake") is None):
+            status[script] = ("skipped: needs moto[server] and deltalake (the dev extra)", 0.0)
             continue
         if needs == "tfds" and importlib.util.find_spec("tensorflow_datasets") is None:
             status[script] = ("skipped: needs TensorFlow and tensorflow-datasets (see the script)", 0.0)
