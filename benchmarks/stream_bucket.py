@@ -32,19 +32,20 @@ steps transitions took 290, 474 and 320 samples/s with ``data_storage_version`` 
 Run: ``.venv/bin/python benchmarks/stream_bucket.py [--steps 1000000] [--lance-samples 1024]``
 (the default, ``--steps 200000``, is a quick look of about two minutes).
 
-Figures, ``--steps 1000000`` (4 files of one 250,000-row row group; 2 cores shared with three
-other engineers' jobs, load average 6: the merger retakes them on a quiet machine):
+Figures, ``--steps 1000000`` (4 files of one 250,000-row row group), retaken on the merged
+main on a quiet machine (2026-11-29, the 2-core VM, nothing else running):
 
 ====================  =============  ============  ==========  ============  ================
 path                  bucket         local disk    Lance       bytes/sample  peak RSS
 ====================  =============  ============  ==========  ============  ================
-transitions           1.64M/s        2.08M/s       112/s       101 (Lance    751 MB (local
-                      (0.79 of it)                             52,843)       593, Lance 270)
-16-step windows       0.70M/s        1.15M/s       79/s        94 (Lance     701 MB (local
-                      (0.61 of it)                             33,584)       599, Lance 276)
+transitions           1.48M/s        1.77M/s       115/s       101 (Lance    751 MB (local
+                      (0.84 of it)                             52,843)       609, Lance 269)
+16-step windows       1.12M/s        0.94M/s       143/s       94 (Lance     731 MB (local
+                      (1.19 of it)                             33,584)       597, Lance 273)
 ====================  =============  ============  ==========  ============  ================
 
-A run before it on the same machine, busier, gave 0.32 and 2.05 (one epoch timed each, not
+A run under load (load average 6: other jobs on the two cores) gave 0.79 and 0.61 of the
+local disk; one before it, busier still, gave 0.32 and 2.05 (one epoch timed each, not
 the fastest of three): the ratio to the local disk moves with the load more than with the
 reader. The quick default run gave 0.57 and 0.52 (one row group: nothing to read ahead).
 
