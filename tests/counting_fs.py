@@ -1,7 +1,8 @@
-"""A local pyarrow filesystem that logs the bytes each process reads, by Ray node: what a node fetched.
+"""A pyarrow filesystem that logs the bytes each process reads, by Ray node: what a node fetched.
 
-``counting(log_dir)`` wraps ``pyarrow.fs.LocalFileSystem`` (a ``PyFileSystem``, which pickles, so
-Ray tasks get it with the store): every read of a file appends ``node bytes path`` to
+``counting(log_dir)`` wraps ``pyarrow.fs.LocalFileSystem``, or another filesystem (``inner``: the
+S3 test server's), as a ``PyFileSystem``, which pickles, so Ray tasks get it with the store;
+it only reads. Every read of a file appends ``node bytes path`` to
 ``log_dir/<pid>.log`` (node: the Ray node id; ``driver`` outside a Ray task).
 :func:`bytes_by_node` sums the logs.
 """
@@ -70,11 +71,11 @@ class _Counted:
 
 
 class CountingHandler(pafs.FileSystemHandler):
-    """Local files, each read counted (see the module)."""
+    """The files of ``inner`` (default: the local disk), each read counted (see the module)."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, inner: pafs.FileSystem | None = None) -> None:
         self.log_dir = log_dir
-        self.fs = pafs.LocalFileSystem()
+        self.fs = inner if inner is not None else pafs.LocalFileSystem()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CountingHandler) and other.log_dir == self.log_dir
@@ -83,7 +84,7 @@ class CountingHandler(pafs.FileSystemHandler):
         return hash(self.log_dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (CountingHandler, (self.log_dir,))
+        return (CountingHandler, (self.log_dir, self.fs))
 
     def get_type_name(self) -> str:
         return "counting"
@@ -110,10 +111,10 @@ class CountingHandler(pafs.FileSystemHandler):
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
-def counting(log_dir: str | os.PathLike[str]) -> pafs.PyFileSystem:
-    """A filesystem over the local disk that logs its reads into ``log_dir``."""
+def counting(log_dir: str | os.PathLike[str], inner: pafs.FileSystem | None = None) -> pafs.PyFileSystem:
+    """A filesystem over the local disk (or ``inner``) that logs its reads into ``log_dir``."""
     os.makedirs(log_dir, exist_ok=True)
-    return pafs.PyFileSystem(CountingHandler(os.fspath(log_dir)))
+    return pafs.PyFileSystem(CountingHandler(os.fspath(log_dir), inner))
 
 
 def bytes_by_node(log_dir: str | os.PathLike[str], suffix: str = "") -> Counter:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 from conftest import episode_columns
 
@@ -76,70 +74,6 @@ def wide(tmp_path_factory):
     return st
 
 
-class _Counted:
-    """A file of the real S3 filesystem, counting the bytes read from it."""
-
-    def __init__(self, inner: pa.NativeFile, counts: dict[str, int], lock: threading.Lock) -> None:
-        self.inner, self.counts, self.lock, self.closed = inner, counts, lock, False
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.inner.read(n) if n is not None and n >= 0 else self.inner.read()
-        with self.lock:
-            self.counts["bytes"] += len(data)
-        return bytes(data)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return int(self.inner.seek(offset, whence))
-
-    def tell(self) -> int:
-        return int(self.inner.tell())
-
-    def size(self) -> int:
-        return int(self.inner.size())
-
-    def close(self) -> None:
-        self.closed = True
-        self.inner.close()
-
-
-class _Counting(pafs.FileSystemHandler):
-    """The S3 filesystem as it is, with the bytes read and the files opened counted."""
-
-    def __init__(self, inner: pafs.FileSystem) -> None:
-        self.inner = inner
-        self.counts = {"bytes": 0, "opened": 0}
-        self.lock = threading.Lock()
-
-    def get_type_name(self) -> str:
-        return "counting"
-
-    def normalize_path(self, path):
-        return self.inner.normalize_path(path)
-
-    def get_file_info(self, paths):
-        return self.inner.get_file_info(paths)
-
-    def get_file_info_selector(self, selector):
-        return self.inner.get_file_info(selector)
-
-    def open_input_file(self, path):
-        with self.lock:
-            self.counts["opened"] += 1
-        return pa.PythonFile(_Counted(self.inner.open_input_file(path), self.counts, self.lock), mode="r")
-
-    def open_input_stream(self, path):
-        return self.open_input_file(path)
-
-    def equals(self, other):
-        return other is self
-
-    def _read_only(self, *args):  # (a reader never writes)
-        raise AssertionError("the reader wrote to the bucket")
-
-    create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = delete_file = _read_only
-    move = copy_file = open_output_stream = open_append_stream = _read_only
-
-
 def _batches(ds):
     return [{k: v.numpy() if isinstance(v, torch.Tensor) else {kk: vv.numpy() for kk, vv in v.items()}
              for k, v in b.items()} for b in ds]
@@ -182,35 +116,39 @@ def test_the_same_seed_gives_the_same_samples_from_the_bucket_as_from_disk(local
     _assert_same(want, _batches(on_bucket))
 
 
-def test_the_bucket_reader_fetches_each_footer_once_and_only_the_columns_read(wide, s3):
+def test_the_bucket_reader_fetches_each_footer_once_and_only_the_columns_read(wide, s3, tmp_path):
+    from counting_fs import bytes_by_node, counting
+
+    def fetched() -> int:  # bytes read from the bucket so far
+        return sum(bytes_by_node(tmp_path / "reads").values())
+
     uri = f"{s3.prefix}/w.rlarrow"
     push(wide, uri, progress=False)
     plain = RemoteStore(uri)
-    counting = _Counting(plain.filesystem)
-    remote = RemoteStore(plain.root, filesystem=pafs.PyFileSystem(counting))
+    remote = RemoteStore(plain.root, filesystem=counting(tmp_path / "reads", plain.filesystem))
     files = remote.files("steps")
     total = sum(i.size for i in plain.filesystem.get_file_info(files))
-    before = dict(counting.counts)
+    before = fetched()
     ds = StreamingDataset(remote, columns=["reward"], batch_size=8, seed=0)
-    planned = counting.counts["bytes"] - before["bytes"]
+    planned = fetched() - before
     assert planned <= 3 * (64 << 10)  # planning reads the footers (pyarrow's 64 KB tail), not the files
     assert len(ds.units) > 3 * 4
     rows = sum(len(b["reward"]) for b in ds)
     assert rows == wide.row_count("steps") == 6000
-    read = counting.counts["bytes"] - before["bytes"] - planned
+    read = fetched() - before - planned
     # one column of ten: far from whole files (and no footer fetched again)
     assert 0 < read < total / 4, (read, total)
     every = StreamingDataset(remote, columns=["observation", "action", "reward", "discount"], batch_size=8)
-    again = counting.counts["bytes"]
+    again = fetched()
     assert sum(len(b["reward"]) for b in every) == 6000
     # every column: each row group once (its footer fetched when planning, not again)
-    assert counting.counts["bytes"] - again < total * 1.05
+    assert fetched() - again < total * 1.05
     transitions = StreamingDataset(remote, "transitions", batch_size=8, seed=0)
-    again = counting.counts["bytes"]
+    again = fetched()
     assert sum(len(b["reward"]) for b in transitions) == 6000 - 60
     # and the first rows of the row group after each, where an episode goes on (its first page
     # of each column: here, with row groups of 100 KB, the whole of it)
-    assert counting.counts["bytes"] - again < total * 2.2
+    assert fetched() - again < total * 2.2
 
 
 class _Recording(SampleSource):
