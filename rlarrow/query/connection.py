@@ -150,10 +150,11 @@ def sql(store: StoreLike | StoreReader, query: str, *, params: Sequence[Any] | N
                                 f"for $name ones), not {type(params).__name__} {params!r:.60}")
     import duckdb
 
-    con = _connect(store, ema_window=None, database=":memory:", version=version, layout=None, warn=False,
+    st = readonly_store(store, version)  # (opened once: a bucket's manifest is read once)
+    con = _connect(st, ema_window=None, database=":memory:", version=None, layout=None, warn=False,
                    verify=tables_read(query))
     # the notes of the combined views this query reads (a query of scalars needs none)
-    for name, note in _layout_notes(readonly_store(store, version)).items():
+    for name, note in _layout_notes(st).items():
         views = ("steps", "transitions", "episode_returns") if name == "steps" else (name,)
         if any(re.search(rf"\b{view}(_decoded)?\b", query, re.IGNORECASE) for view in views):
             warnings.warn(note, RLArrowWarning, stacklevel=2)
@@ -161,7 +162,6 @@ def sql(store: StoreLike | StoreReader, query: str, *, params: Sequence[Any] | N
         rel = con.sql(query, params=params) if params else con.sql(query)
         table: pa.Table = pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
-        st = readonly_store(store, version)
         if not isinstance(st, Store):  # (a bucket's files: pyarrow checked the pages DuckDB read)
             _locate_remote(st, tables_read(query), exc)
             raise
